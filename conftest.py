@@ -1,0 +1,1 @@
+"""Root conftest: the test suite drives the plugin through pytester."""

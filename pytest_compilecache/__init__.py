@@ -1,0 +1,10 @@
+"""pytest-compilecache: isolated, observable and shareable torch.compile caches for pytest.
+
+Importing this package never imports torch.
+"""
+
+from .cache import CompileCache
+from .stats import CacheStats, LayerStats, UnobservableLayerError
+
+__all__ = ["CacheStats", "CompileCache", "LayerStats", "UnobservableLayerError"]
+__version__ = "0.1.0"

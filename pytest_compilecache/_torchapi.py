@@ -1,0 +1,337 @@
+"""Every touch of torch's private compile-cache API, feature-detected, in one place.
+
+A torch upgrade that moves a private name should change this module and nothing else.
+Everything here imports torch lazily; importing this module itself is cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+from collections import Counter
+from types import ModuleType
+from typing import Any, Callable
+
+from .environment import SavedEnv
+
+MIN_TORCH = "2.7"
+
+
+class TorchUnavailable(RuntimeError):
+    """torch is missing or lacks the compile-cache API this plugin needs."""
+
+
+def torch_module() -> ModuleType:
+    """Import torch, or raise :class:`TorchUnavailable` naming the version found and the one needed."""
+    try:
+        import torch
+    except ImportError as exc:
+        raise TorchUnavailable(
+            f"pytest-compilecache needs torch >= {MIN_TORCH}, but torch cannot be imported ({exc})"
+        ) from None
+    compiler = getattr(torch, "compiler", None)
+    if not hasattr(compiler, "save_cache_artifacts") or not hasattr(compiler, "load_cache_artifacts"):
+        raise TorchUnavailable(
+            f"pytest-compilecache needs torch >= {MIN_TORCH} (for torch.compiler.save_cache_artifacts), "
+            f"but found torch {getattr(torch, '__version__', 'of unknown version')}"
+        )
+    return torch
+
+
+# --- the default cache directory -------------------------------------------------------------
+# torch computes a few paths from default_cache_dir() ("/tmp/torchinductor_<user>") rather than from
+# TORCHINDUCTOR_CACHE_DIR: the directory itself when the variable is unset, precompiled C++ headers,
+# and a few on-disk helper caches. One wrapper, installed once, sends them to our directory while
+# ``_default_dir_target`` is set and behaves exactly like torch's own function otherwise.
+
+_default_dir_target: str | None = None
+_original_default_dir: Callable[[], str] | None = None
+
+
+def _redirected_default_cache_dir() -> str:
+    if _default_dir_target is not None:
+        return _default_dir_target
+    assert _original_default_dir is not None
+    return _original_default_dir()
+
+
+def _install_default_dir_hook() -> None:
+    global _original_default_dir
+    utils = importlib.import_module("torch._inductor.runtime.cache_dir_utils")
+    if _original_default_dir is None:
+        _original_default_dir = utils.default_cache_dir
+    for module in list(sys.modules.values()):
+        name = getattr(module, "__name__", "")
+        if name.startswith("torch") and getattr(module, "default_cache_dir", None) is _original_default_dir:
+            module.default_cache_dir = _redirected_default_cache_dir  # type: ignore[attr-defined]
+
+
+_bootstrapped = False
+
+
+def bootstrap(process_dir: str) -> None:
+    """Import torch's compiler stack once per process without creating the shared default directory.
+
+    ``process_dir`` takes the place of ``/tmp/torchinductor_<user>`` while torch is imported and
+    while an isolation is active (see :func:`redirect_default_dir`).
+    """
+    global _bootstrapped, _default_dir_target
+    if _bootstrapped:
+        return
+    torch_module()
+    saved = SavedEnv()
+    _default_dir_target = process_dir
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", process_dir)
+    try:
+        for name in ("torch._dynamo", "torch._inductor.codecache", "torch._inductor.utils"):
+            importlib.import_module(name)
+        _install_default_dir_hook()
+        _install_pgo_counter()
+    finally:
+        _default_dir_target = None
+        saved.restore()
+    _bootstrapped = True
+
+
+class redirect_default_dir:
+    """Context manager: send torch's default-directory paths (and precompiled headers) to ``path``."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._saved: tuple[str | None, Any, Any] = (None, None, None)
+
+    def __enter__(self) -> None:
+        global _default_dir_target
+        codecache = sys.modules.get("torch._inductor.codecache")
+        headers = os.path.join(self._path, "precompiled_headers")
+        self._saved = (
+            _default_dir_target,
+            getattr(codecache, "_HEADER_DIR", None),
+            getattr(codecache, "_HEADER_LOCK_DIR", None),
+        )
+        _default_dir_target = self._path
+        if codecache is not None and hasattr(codecache, "_HEADER_DIR"):
+            codecache._HEADER_DIR = headers
+            codecache._HEADER_LOCK_DIR = os.path.join(headers, "locks")
+
+    def __exit__(self, *exc: object) -> None:
+        global _default_dir_target
+        codecache = sys.modules.get("torch._inductor.codecache")
+        _default_dir_target, header_dir, lock_dir = self._saved
+        if codecache is not None and header_dir is not None:
+            codecache._HEADER_DIR = header_dir
+            codecache._HEADER_LOCK_DIR = lock_dir
+
+
+# --- in-memory caches ------------------------------------------------------------------------
+
+
+def reset_in_memory() -> None:
+    """Forget every compile result held in memory, so the next compile consults the disk caches.
+
+    Clears Inductor's registered in-memory caches (loaded C++ and Python modules, Triton futures,
+    path memos) and resets Dynamo (its code cache, guards and PGO state). Files are left alone.
+    """
+    import torch._dynamo
+    import torch._inductor.utils as inductor_utils
+
+    clear = getattr(inductor_utils, "clear_caches", None) or getattr(inductor_utils, "clear_inductor_caches")
+    clear()
+    torch._dynamo.reset()
+
+
+# --- counters --------------------------------------------------------------------------------
+
+_pgo_counts: Counter[str] = Counter()
+
+
+def _install_pgo_counter() -> None:
+    pgo = sys.modules.get("torch._dynamo.pgo") or importlib.import_module("torch._dynamo.pgo")
+    get_local = getattr(pgo, "get_local_code_state", None)
+    put_local = getattr(pgo, "put_local_code_state", None)
+    code_state_path = getattr(pgo, "code_state_path", None)
+    if get_local is None or code_state_path is None or getattr(get_local, "_compilecache", False):
+        return
+
+    def counted_get(cache_key: str) -> Any:
+        result = get_local(cache_key)
+        if code_state_path(cache_key) is not None:
+            _pgo_counts["hits" if result is not None else "misses"] += 1
+        return result
+
+    counted_get._compilecache = True  # type: ignore[attr-defined]
+    pgo.get_local_code_state = counted_get
+    if put_local is not None:
+
+        def counted_put(*args: Any, **kwargs: Any) -> Any:
+            _pgo_counts["saved"] += 1
+            return put_local(*args, **kwargs)
+
+        pgo.put_local_code_state = counted_put
+
+
+def _group(counters: Any, name: str) -> Any:
+    return counters[name] if name in counters else {}
+
+
+def _cache_stats() -> dict[str, Any]:
+    remote_cache = sys.modules.get("torch._inductor.remote_cache")
+    stats = getattr(remote_cache, "cache_stats", None)
+    return dict(getattr(stats, "_stats", {}) or {})
+
+
+def _sum_stats(stats: dict[str, Any], suffix: str, field: str) -> int:
+    return sum(
+        int(getattr(stat, field, 0))
+        for name, stat in stats.items()
+        if name.endswith(suffix) and not name.startswith("backend:")
+    )
+
+
+def read_counts() -> dict[str, int]:
+    """Torch's process-global cache counters as flat ``"layer.kind"`` counts.
+
+    Take two readings and subtract: torch never resets these, and an FX hit replays codegen counters,
+    so only the keys read here are trusted.
+    """
+    from torch._dynamo.utils import counters
+
+    inductor = _group(counters, "inductor")
+    aot = _group(counters, "aot_autograd")
+    dynamo_cache = _group(counters, "dynamo_cache")
+    stats = _cache_stats()
+    return {
+        "fx_graph.hits": inductor.get("fxgraph_cache_hit", 0),
+        "fx_graph.misses": inductor.get("fxgraph_cache_miss", 0),
+        "fx_graph.bypasses": inductor.get("fxgraph_cache_bypass", 0),
+        "fx_graph.from_bundle": inductor.get("fxgraph_lookup_write_file", 0),
+        "fx_graph.saved": _sum_stats(stats, "FxGraphCache", "put"),
+        "aot_autograd.hits": aot.get("autograd_cache_hit", 0),
+        "aot_autograd.misses": aot.get("autograd_cache_miss", 0),
+        "aot_autograd.bypasses": aot.get("autograd_cache_bypass", 0),
+        "aot_autograd.saved": aot.get("autograd_cache_saved", 0),
+        "autotune.hits": _sum_stats(stats, "AutotuneCache", "hit"),
+        "autotune.misses": _sum_stats(stats, "AutotuneCache", "miss"),
+        "autotune.saved": _sum_stats(stats, "AutotuneCache", "put"),
+        "triton.hits": inductor.get("triton_bundler_read_and_emit_kernel", 0),
+        "triton.from_bundle": inductor.get("triton_bundler_read_and_emit_kernel", 0),
+        "triton.misses": inductor.get("triton_bundler_save_kernel", 0),
+        "triton.saved": inductor.get("triton_bundler_save_kernel", 0),
+        "pgo.hits": _pgo_counts["hits"],
+        "pgo.misses": _pgo_counts["misses"],
+        "pgo.saved": _pgo_counts["saved"],
+        "precompile.hits": dynamo_cache.get("dynamo_cache_hit", 0),
+        "precompile.misses": dynamo_cache.get("dynamo_cache_miss", 0),
+        "precompile.bypasses": dynamo_cache.get("dynamo_cache_error", 0),
+    }
+
+
+_unobservable: dict[str, str] | None = None
+
+
+def has_gpu() -> bool:
+    """Whether torch sees a CUDA (or XPU) device."""
+    torch = torch_module()
+    if torch.cuda.is_available():
+        return True
+    xpu = getattr(torch, "xpu", None)
+    return bool(xpu is not None and xpu.is_available())
+
+
+def unobservable_layers() -> dict[str, str]:
+    """``{layer: reason}`` for each layer this torch build or machine cannot observe."""
+    global _unobservable
+    if _unobservable is None:
+        found: dict[str, str] = {}
+        gpu = has_gpu()
+        remote_cache = importlib.import_module("torch._inductor.remote_cache")
+        if not hasattr(remote_cache, "cache_stats"):
+            found["autotune"] = "this torch keeps no autotune cache statistics"
+        elif not gpu:
+            found["autotune"] = "Triton autotuning runs only on a GPU, and none is available"
+        if not gpu:
+            found["triton"] = "Triton kernels are compiled only for a GPU, and none is available"
+        pgo = importlib.import_module("torch._dynamo.pgo")
+        if not getattr(getattr(pgo, "get_local_code_state", None), "_compilecache", False):
+            found["pgo"] = "this torch's PGO module has no local code-state lookup to count"
+        dynamo_config = importlib.import_module("torch._dynamo.config")
+        if not hasattr(dynamo_config, "caching_precompile"):
+            found["precompile"] = "this torch has no precompile cache"
+        _unobservable = found
+    return dict(_unobservable)
+
+
+def caches_disabled_by_config() -> list[str]:
+    """One line per torch config value that switches a cache layer off right now."""
+    torch = torch_module()
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    found = []
+    compiler_config = getattr(torch.compiler, "config", None)
+    if getattr(compiler_config, "force_disable_caches", False) or getattr(
+        inductor_config, "force_disable_caches", False
+    ):
+        found.append("force_disable_caches is on: every compile cache is disabled")
+    if not getattr(inductor_config, "fx_graph_cache", True):
+        found.append("torch._inductor.config.fx_graph_cache is off: the FX graph cache is disabled")
+    if not getattr(functorch_config, "enable_autograd_cache", True):
+        found.append("torch._functorch.config.enable_autograd_cache is off: the AOTAutograd cache is disabled")
+    return found
+
+
+# --- bypass reasons --------------------------------------------------------------------------
+# torch gives bypass reasons only to its loggers, at INFO level.
+
+_BYPASS_LOGGERS = {
+    "torch._inductor.codecache": ("fx_graph", "Bypassing FX Graph Cache because"),
+    "torch._functorch._aot_autograd.autograd_cache": ("aot_autograd", "Bypassing autograd cache"),
+}
+
+
+class _BypassFilter(logging.Filter):
+    def __init__(self, layer: str, prefix: str, passes: int, sink: dict[str, list[str]]) -> None:
+        super().__init__()
+        self.layer, self.prefix, self.passes, self.sink = layer, prefix, passes, sink
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str) and record.msg.startswith(self.prefix) and record.args:
+            arg = record.args[0] if isinstance(record.args, tuple) else record.args
+            self.sink.setdefault(self.layer, []).append(str(arg))
+        return record.levelno >= self.passes
+
+
+class record_bypass_reasons:
+    """Context manager collecting ``{layer: [reason, ...]}`` from torch's bypass log messages.
+
+    Records below the loggers' own level are captured and then dropped, so nothing new is printed.
+    """
+
+    def __init__(self) -> None:
+        self.reasons: dict[str, list[str]] = {}
+        self._installed: list[tuple[logging.Logger, _BypassFilter, int]] = []
+
+    def __enter__(self) -> "record_bypass_reasons":
+        for name, (layer, prefix) in _BYPASS_LOGGERS.items():
+            logger = logging.getLogger(name)
+            level = logger.level
+            filt = _BypassFilter(layer, prefix, logger.getEffectiveLevel(), self.reasons)
+            logger.addFilter(filt)
+            if not logger.isEnabledFor(logging.INFO):
+                logger.setLevel(logging.INFO)
+            self._installed.append((logger, filt, level))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for logger, filt, level in self._installed:
+            logger.removeFilter(filt)
+            if logger.level != level:
+                logger.setLevel(level)
+        self._installed.clear()
+
+    def snapshot(self) -> dict[str, tuple[str, ...]]:
+        """The reasons recorded so far, one tuple per layer."""
+        return {layer: tuple(dict.fromkeys(r)) for layer, r in self.reasons.items()}
+

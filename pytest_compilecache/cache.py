@@ -1,0 +1,131 @@
+"""The CompileCache a test gets: its own cache directories, clean in-memory state, and statistics."""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Mapping
+
+from . import _torchapi
+from .environment import SavedEnv, caches_disabled_by_env, point_cache_dirs_at
+from .stats import CacheStats, check_layer_names, stats_from_counts
+
+
+class CompileCache:
+    """An isolated set of torch.compile caches, active between ``__enter__`` and ``__exit__``.
+
+    While active, ``TORCHINDUCTOR_CACHE_DIR`` is :attr:`path` and ``TRITON_CACHE_DIR`` is
+    ``path / "triton"``; every in-memory compile cache was reset on entry and is reset again on
+    exit; the variables are restored exactly on exit. :attr:`stats` counts from entry.
+    """
+
+    def __init__(self, path: Path, process_dir: Path, kind: str = "cold") -> None:
+        self.path = Path(path)
+        self.kind = kind
+        self._process_dir = process_dir
+        self._stack: ExitStack | None = None
+        self._start: dict[str, int] = {}
+        self._bypass: _torchapi.record_bypass_reasons | None = None
+        self._final: CacheStats | None = None
+
+    def __repr__(self) -> str:
+        return f"<CompileCache {self.kind} {str(self.path)!r}>"
+
+    def __enter__(self) -> "CompileCache":
+        _torchapi.bootstrap(str(self._process_dir))
+        with ExitStack() as stack:
+            saved = SavedEnv()
+            stack.callback(saved.restore)
+            self.path.mkdir(parents=True, exist_ok=True)
+            point_cache_dirs_at(str(self.path))
+            stack.enter_context(_torchapi.redirect_default_dir(str(self._process_dir)))
+            stack.callback(_torchapi.reset_in_memory)
+            _torchapi.reset_in_memory()
+            self._bypass = stack.enter_context(_torchapi.record_bypass_reasons())
+            self.restart_counting()
+            self._stack = stack.pop_all()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._stack is None:
+            return
+        try:
+            self._final = self.stats
+        finally:
+            stack, self._stack = self._stack, None
+            stack.close()
+
+    def restart_counting(self) -> None:
+        """Count from now on; what happened before (a bundle being loaded, say) no longer counts."""
+        self._start = _torchapi.read_counts()
+        if self._bypass is not None:
+            self._bypass.reasons.clear()
+
+    def reset_in_memory(self) -> None:
+        """Forget every compiled result held in memory (Dynamo's code cache, loaded kernels).
+
+        The next ``torch.compile`` of the same code then consults this test's on-disk caches, so a
+        second compile of the same function hits the FX graph and AOTAutograd caches.
+        """
+        _torchapi.reset_in_memory()
+
+    @property
+    def stats(self) -> CacheStats:
+        """Per-layer counts since this cache became active (frozen once it is no longer active)."""
+        if self._final is not None:
+            return self._final
+        now = _torchapi.read_counts()
+        delta = {key: now[key] - self._start.get(key, 0) for key in now}
+        reasons = self._bypass.snapshot() if self._bypass is not None else {}
+        return stats_from_counts(delta, _torchapi.unobservable_layers(), reasons)
+
+    def assert_hits(self, **expected: int) -> None:
+        """Check the exact hit count of each named layer, e.g. ``assert_hits(fx_graph=1, aot_autograd=1)``."""
+        __tracebackhide__ = True
+        self._assert("hits", expected)
+
+    def assert_misses(self, **expected: int) -> None:
+        """Check the exact miss count of each named layer."""
+        __tracebackhide__ = True
+        self._assert("misses", expected)
+
+    def assert_bypasses(self, **expected: int) -> None:
+        """Check the exact bypass count of each named layer."""
+        __tracebackhide__ = True
+        self._assert("bypasses", expected)
+
+    def _assert(self, kind: str, expected: Mapping[str, int]) -> None:
+        __tracebackhide__ = True
+        if not expected:
+            raise TypeError(f"assert_{kind}() needs at least one layer=count argument")
+        check_layer_names(expected)
+        for layer, want in expected.items():
+            if isinstance(want, bool) or not isinstance(want, int) or want < 0:
+                raise TypeError(f"assert_{kind}({layer}=...) needs a non-negative int, got {want!r}")
+        stats = self.stats
+        wrong = []
+        for layer, want in expected.items():
+            got = stats.layer(layer)
+            if not got.observable:
+                wrong.append(f"{layer} cannot be observed here ({got.reason})")
+            elif got.count(kind) != want:
+                wrong.append(f"{layer} expected {want}, got {got.count(kind)}")
+        if wrong:
+            raise AssertionError(failure_message(kind, expected, stats, wrong))
+
+
+def failure_message(kind: str, expected: Mapping[str, int], stats: CacheStats, wrong: list[str]) -> str:
+    """The text of a failed ``assert_<kind>``: what differs, every layer side by side, and warnings."""
+    lines = [f"compile cache {kind} differ: " + "; ".join(wrong), stats.table(expected, kind)]
+    disabled = disabled_caches()
+    if disabled:
+        lines.append("  note: cache assertions are meaningless here:")
+        lines.extend(f"    {line}" for line in disabled)
+    return "\n".join(lines)
+
+
+def disabled_caches() -> list[str]:
+    """Everything in the environment or torch's config that switches a cache layer off."""
+    return caches_disabled_by_env() or _torchapi.caches_disabled_by_config()
+
+
