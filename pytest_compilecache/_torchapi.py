@@ -96,16 +96,21 @@ def bootstrap(process_dir: str) -> None:
 
 
 class redirect_default_dir:
-    """Context manager: send torch's default-directory paths (and precompiled headers) to ``path``."""
+    """Context manager: send torch's default-directory paths to ``path``, precompiled headers to ``headers``.
 
-    def __init__(self, path: str) -> None:
+    Precompiled C++ headers are keyed by their content and written under a lock, so one folder can
+    serve every test and process; they are not a compile cache a test asserts on.
+    """
+
+    def __init__(self, path: str, headers: str) -> None:
         self._path = path
+        self._headers = headers
         self._saved: tuple[str | None, Any, Any] = (None, None, None)
 
     def __enter__(self) -> None:
         global _default_dir_target
         codecache = sys.modules.get("torch._inductor.codecache")
-        headers = os.path.join(self._path, "precompiled_headers")
+        headers = self._headers
         self._saved = (
             _default_dir_target,
             getattr(codecache, "_HEADER_DIR", None),

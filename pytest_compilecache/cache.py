@@ -19,10 +19,11 @@ class CompileCache:
     exit; the variables are restored exactly on exit. :attr:`stats` counts from entry.
     """
 
-    def __init__(self, path: Path, process_dir: Path, kind: str = "cold") -> None:
+    def __init__(self, path: Path, process_dir: Path, headers_dir: Path, kind: str = "cold") -> None:
         self.path = Path(path)
         self.kind = kind
         self._process_dir = process_dir
+        self._headers_dir = headers_dir
         self._stack: ExitStack | None = None
         self._start: dict[str, int] = {}
         self._bypass: _torchapi.record_bypass_reasons | None = None
@@ -38,7 +39,7 @@ class CompileCache:
             stack.callback(saved.restore)
             self.path.mkdir(parents=True, exist_ok=True)
             point_cache_dirs_at(str(self.path))
-            stack.enter_context(_torchapi.redirect_default_dir(str(self._process_dir)))
+            stack.enter_context(_torchapi.redirect_default_dir(str(self._process_dir), str(self._headers_dir)))
             stack.callback(_torchapi.reset_in_memory)
             _torchapi.reset_in_memory()
             self._bypass = stack.enter_context(_torchapi.record_bypass_reasons())

@@ -28,6 +28,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="give every test its own empty torch.compile cache directories",
     )
+    parser.addini(
+        "compile_cache_headers_dir",
+        default="",
+        help="folder for precompiled C++ headers, shared by all tests and runs (default: in .pytest_cache)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:

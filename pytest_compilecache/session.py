@@ -21,6 +21,7 @@ class CompileCacheSession:
         self.isolate_all: bool = bool(config.getoption("compile_cache_isolate") or config.getini("compile_cache_isolate"))
         self._root: Path | None = None
         self._count = 0
+        self._headers_dir: Path | None = None
         self._saved_env: SavedEnv | None = None
 
     @property
@@ -50,7 +51,21 @@ class CompileCacheSession:
         self._count += 1
         name = re.sub(r"[^A-Za-z0-9_.-]+", "_", nodeid.rsplit("::", 1)[-1])[:60]
         path = self.root / "tests" / f"{self._count:05d}-{name}"
-        return CompileCache(path, self.root / "process", kind=kind)
+        return CompileCache(path, self.root / "process", self.headers_dir, kind=kind)
+
+    @property
+    def headers_dir(self) -> Path:
+        """Where precompiled C++ headers go: ini ``compile_cache_headers_dir``, else ``.pytest_cache``."""
+        if self._headers_dir is None:
+            configured = self.config.getini("compile_cache_headers_dir")
+            cache = getattr(self.config, "cache", None)
+            if configured:
+                self._headers_dir = Path(configured).expanduser().absolute()
+            elif cache is not None:
+                self._headers_dir = cache.mkdir("compilecache") / "precompiled_headers"
+            else:
+                self._headers_dir = self.root / "precompiled_headers"
+        return self._headers_dir
 
     def header(self) -> list[str]:
         """Lines for pytest's header: how isolation is set up and what disables caches."""

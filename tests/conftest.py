@@ -1,0 +1,52 @@
+"""Helpers for driving the plugin through pytester in subprocesses, where torch state is real."""
+
+from __future__ import annotations
+
+import getpass
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def shared_headers_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One precompiled-header folder for every inner run, so each subprocess skips rebuilding them."""
+    return tmp_path_factory.mktemp("headers")
+
+
+@pytest.fixture
+def private_tmp(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A TMPDIR of the inner run's own: torch's default cache dir would appear inside it."""
+    tmp = pytester.path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS"):
+        monkeypatch.delenv(name, raising=False)
+    return tmp
+
+
+def default_dir(tmp: Path) -> Path:
+    """torch's shared default cache directory for a process whose TMPDIR is ``tmp``."""
+    return tmp / f"torchinductor_{getpass.getuser()}"
+
+
+@pytest.fixture
+def run_inner(
+    pytester: pytest.Pytester, private_tmp: Path, shared_headers_dir: Path
+) -> Callable[..., pytest.RunResult]:
+    """Run pytest in a subprocess on the files already made in ``pytester.path``."""
+
+    def run(*args: str, ini: str = "", **kwargs: Any) -> pytest.RunResult:
+        pytester.makeini(f"[pytest]\ncompile_cache_headers_dir = {shared_headers_dir}\n{ini}\n")
+        return pytester.runpytest_subprocess("-p", "no:logging", "-p", "no:randomly", *args, **kwargs)
+
+    return run
+
+
+@pytest.fixture
+def default_dir_of(private_tmp: Path) -> Path:
+    """The shared default directory a run must not create."""
+    return default_dir(private_tmp)
+
+

@@ -1,0 +1,171 @@
+"""cold_cache end to end: real torch.compile calls in a subprocess, with and without xdist."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+INNER = '''
+import os
+import torch
+import pytest
+
+ENV_BEFORE = {n: os.environ.get(n) for n in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
+
+
+def double_sin(x):
+    return torch.sin(x) * 2 + 1
+
+
+def test_first_compile_misses_then_hits_on_disk(cold_cache):
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(cold_cache.path)
+    assert os.environ["TRITON_CACHE_DIR"] == str(cold_cache.path / "triton")
+    torch.compile(double_sin)(torch.randn(8))
+    cold_cache.assert_misses(fx_graph=1, aot_autograd=1)
+    cold_cache.assert_hits(fx_graph=0, aot_autograd=0)
+    assert cold_cache.stats.aot_autograd.saved == 1
+    assert any(cold_cache.path.iterdir()), "the compile wrote nothing into the test's own dir"
+    cold_cache.reset_in_memory()
+    torch.compile(double_sin)(torch.randn(8))
+    cold_cache.assert_hits(fx_graph=1, aot_autograd=1)
+    cold_cache.assert_misses(fx_graph=1, aot_autograd=1)
+
+
+def test_second_test_misses_the_same_function(cold_cache):
+    torch.compile(double_sin)(torch.randn(8))
+    cold_cache.assert_misses(fx_graph=1, aot_autograd=1)
+    cold_cache.assert_hits(fx_graph=0)
+
+
+def test_training_graph_counts_forward_and_backward(cold_cache):
+    lin = torch.nn.Linear(4, 4)
+    step = torch.compile(lambda x: lin(x).relu().sum())
+    step(torch.randn(2, 4)).backward()
+    cold_cache.assert_misses(fx_graph=2, aot_autograd=1)
+    cold_cache.reset_in_memory()
+    step = torch.compile(lambda x: lin(x).relu().sum())
+    step(torch.randn(2, 4)).backward()
+    cold_cache.assert_hits(fx_graph=2, aot_autograd=1)
+
+
+def test_assertion_errors_are_clear(cold_cache):
+    torch.compile(double_sin)(torch.randn(8))
+    with pytest.raises(AssertionError) as info:
+        cold_cache.assert_hits(fx_graph=1)
+    text = str(info.value)
+    assert "fx_graph expected 1, got 0" in text
+    for layer in ("fx_graph", "aot_autograd", "autotune", "triton", "pgo", "precompile"):
+        assert layer in text
+    with pytest.raises(TypeError, match="unknown cache layer 'fx'"):
+        cold_cache.assert_hits(fx=1)
+    with pytest.raises(TypeError):
+        cold_cache.assert_misses()
+    if not torch.cuda.is_available():
+        with pytest.raises(AssertionError, match="triton cannot be observed here"):
+            cold_cache.assert_hits(triton=0)
+        from pytest_compilecache import UnobservableLayerError
+        with pytest.raises(UnobservableLayerError):
+            cold_cache.stats.triton.hits
+
+
+def test_a_bypass_is_counted_with_its_reason(cold_cache):
+    from torch._inductor import config
+    with config.patch({"fx_graph_cache": True}), torch._functorch.config.patch({"enable_autograd_cache": True}):
+        @torch.compile
+        def f(x):
+            return torch.cond(x.sum() > 0, lambda y: y + 1, lambda y: y - 1, (x,))
+        f(torch.randn(4))
+    stats = cold_cache.stats
+    assert stats.fx_graph.bypasses + stats.aot_autograd.bypasses >= 1, stats
+    assert stats.fx_graph.bypass_reasons or stats.aot_autograd.bypass_reasons, stats
+
+
+def test_environment_is_restored_after_cold_caches():
+    assert {n: os.environ.get(n) for n in ENV_BEFORE} == ENV_BEFORE
+
+
+def test_deliberate_failure_shows_the_table(cold_cache):
+    torch.compile(double_sin)(torch.randn(8))
+    cold_cache.assert_hits(fx_graph=1, aot_autograd=1)
+'''
+
+
+@pytest.mark.parametrize("mode", [[], ["-n", "0"], ["-n", "2"]], ids=["plain", "n0", "n2"])
+def test_cold_cache_isolates_counts_and_restores(
+    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], default_dir_of: Path, mode: list[str]
+) -> None:
+    pytester.makepyfile(test_inner=INNER)
+    result = run_inner(*mode, "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=6, failed=1)
+    out = result.stdout.str()
+    assert "compile cache hits differ: fx_graph expected 1, got 0; aot_autograd expected 1, got 0" in out
+    assert "0 (expected 1)" in out
+    assert not default_dir_of.exists(), f"the run created the shared default dir {default_dir_of}"
+    leftovers = [p.name for p in default_dir_of.parent.iterdir() if p.name.startswith("pytest-compilecache-")]
+    assert leftovers == [], "per-process cache roots must be removed at the end"
+
+
+def test_force_disable_variables_are_reported(
+    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TORCHINDUCTOR_FX_GRAPH_CACHE", "0")
+    pytester.makepyfile(
+        test_inner="""
+        import torch
+
+        def test_disabled(cold_cache):
+            torch.compile(lambda x: x * 3)(torch.randn(4))
+            cold_cache.assert_misses(fx_graph=1)
+        """
+    )
+    result = run_inner()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "compilecache: WARNING: TORCHINDUCTOR_FX_GRAPH_CACHE=0 disables the FX graph cache; "
+            "cache assertions are meaningless",
+            "*cache assertions are meaningless here:*",
+            "*TORCHINDUCTOR_FX_GRAPH_CACHE=0 disables the FX graph cache*",
+        ]
+    )
+
+
+def test_isolate_option_gives_every_test_its_own_dir(
+    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], default_dir_of: Path
+) -> None:
+    pytester.makepyfile(
+        test_inner="""
+        import os
+        import torch
+        from torch._dynamo.utils import counters
+
+        SEEN = set()
+
+        def compile_and_count():
+            before = counters["inductor"]["fxgraph_cache_miss"]
+            torch.compile(lambda x: x.cos() + 1)(torch.randn(4))
+            return counters["inductor"]["fxgraph_cache_miss"] - before
+
+        def test_a():
+            SEEN.add(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+            assert compile_and_count() == 1
+
+        def test_b():
+            SEEN.add(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+            assert compile_and_count() == 1
+
+        def test_c():
+            SEEN.add(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+            assert compile_and_count() == 1
+            assert len(SEEN) >= 2 or os.environ.get("PYTEST_XDIST_WORKER")
+        """
+    )
+    result = run_inner("-n", "2", ini="compile_cache_isolate = true")
+    result.assert_outcomes(passed=3)
+    assert not default_dir_of.exists(), f"the run created the shared default dir {default_dir_of}"
+    result = run_inner("-p", "no:xdist", "--compile-cache-isolate")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["compilecache: isolation of every test: on"])
+    assert not default_dir_of.exists()

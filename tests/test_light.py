@@ -1,0 +1,68 @@
+"""The plugin stays light: loading it, --help and tests that use no fixture never import torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+
+def test_importing_the_plugin_does_not_import_torch() -> None:
+    code = "import sys, pytest_compilecache, pytest_compilecache.plugin; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+def test_help_lists_options_without_torch(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(
+        """
+        import sys
+        def pytest_unconfigure(config):
+            assert "torch" not in sys.modules, "torch was imported"
+        """
+    )
+    result = pytester.runpytest_subprocess("--help")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["*--compile-cache-isolate*", "*compile_cache_isolate*"])
+
+
+def test_a_test_without_fixtures_never_imports_torch(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import sys
+        def test_plain():
+            assert "torch" not in sys.modules
+        """
+    )
+    pytester.runpytest_subprocess().assert_outcomes(passed=1)
+
+
+def test_plugin_can_be_disabled(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x(cold_cache): pass")
+    result = pytester.runpytest_subprocess("-p", "no:compilecache")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*fixture 'cold_cache' not found*"])
+
+
+@pytest.mark.parametrize(
+    ("torch_source", "message"),
+    [
+        ("raise ImportError('No module named torch')", "needs torch >= 2.7, but torch cannot be imported"),
+        ("__version__ = '2.6.0'\nclass compiler: pass", "needs torch >= 2.7 * but found torch 2.6.0"),
+    ],
+    ids=["missing", "too-old"],
+)
+def test_missing_or_old_torch_is_a_clear_error(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, torch_source: str, message: str
+) -> None:
+    fake = pytester.mkdir("fake")
+    (fake / "torch").mkdir()
+    (fake / "torch" / "__init__.py").write_text(textwrap.dedent(torch_source))
+    pytester.makepyfile("def test_x(cold_cache): pass")
+    monkeypatch.setenv("PYTHONPATH", str(Path(fake)))
+    result = pytester.runpytest_subprocess()
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([f"*{message}*"])
