@@ -340,3 +340,147 @@ class record_bypass_reasons:
         """The reasons recorded so far, one tuple per layer."""
         return {layer: tuple(dict.fromkeys(r)) for layer, r in self.reasons.items()}
 
+
+
+# --- Mega-Cache ------------------------------------------------------------------------------
+
+
+def _config_hash() -> str:
+    import hashlib
+
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    parts = []
+    for config in (inductor_config, functorch_config):
+        save = getattr(config, "save_config_portable", None) or getattr(config, "get_config_copy")
+        for key, value in sorted(save().items()):
+            text = repr(value)
+            if " at 0x" not in text:
+                parts.append(f"{config.__name__}.{key}={text}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def _triton_version() -> str:
+    from importlib import metadata
+
+    for dist in ("triton", "pytorch-triton", "pytorch-triton-rocm", "pytorch-triton-xpu"):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return "none"
+
+
+def environment_fingerprint() -> dict[str, str]:
+    """Everything outside a graph that decides whether cached artifacts can hit on this machine."""
+    import platform
+
+    torch = torch_module()
+    codecache = importlib.import_module("torch._inductor.codecache")
+    torch_key = getattr(codecache, "torch_key", None)
+    build = torch_key().hex()[:16] if torch_key is not None else str(getattr(torch.version, "git_version", ""))
+    if torch.cuda.is_available():
+        device = torch.cuda.get_device_name(0)
+    elif has_gpu():
+        device = "xpu"
+    else:
+        device = "cpu"
+    compiler_config = getattr(torch.compiler, "config", None)
+    return {
+        "torch": str(torch.__version__),
+        "torch_build": build,
+        "triton": _triton_version(),
+        "device": device,
+        "cuda": str(torch.version.cuda or "none"),
+        "python": platform.python_version(),
+        "platform": f"{sys.platform}-{platform.machine()}",
+        "cache_key_tag": str(getattr(compiler_config, "cache_key_tag", "")),
+        "config_hash": _config_hash(),
+        "default_dtype": str(torch.get_default_dtype()),
+        "num_threads": str(torch.get_num_threads()),
+    }
+
+
+class MegaCacheError(RuntimeError):
+    """torch could not read, load or write Mega-Cache bytes."""
+
+
+def _manager() -> Any:
+    from torch.compiler._cache import CacheArtifactManager
+
+    return CacheArtifactManager
+
+
+def fresh_recording() -> Any:
+    """Context manager: artifacts recorded inside go to a collection of their own (torch >= 2.8).
+
+    On an older torch this is a no-op and the process's one collection is used.
+    """
+    import contextlib
+
+    fresh = getattr(_manager(), "with_fresh_cache", None)
+    return fresh() if fresh is not None else contextlib.nullcontext()
+
+
+def save_artifacts() -> bytes | None:
+    """``torch.compiler.save_cache_artifacts()`` as bytes, or ``None`` when nothing was recorded."""
+    torch = torch_module()
+    result = torch.compiler.save_cache_artifacts()
+    if result is None:
+        return None
+    data = result[0]
+    return data if describe_artifacts(data) else None
+
+
+def _deserialize(data: bytes) -> dict[str, list[Any]]:
+    manager = _manager()
+    getattr(manager, "_ensure_cache_artifacts_registered", lambda: None)()
+    artifacts = manager.deserialize(data)
+    if artifacts is None:
+        raise MegaCacheError("torch could not deserialize the artifacts")
+    return dict(artifacts)
+
+
+def describe_artifacts(data: bytes) -> dict[str, dict[str, int]]:
+    """``{artifact type: {"count": n, "bytes": n}}`` for Mega-Cache bytes."""
+    return {
+        kind: {"count": len(items), "bytes": sum(len(getattr(a, "content", b"")) for a in items)}
+        for kind, items in _deserialize(data).items()
+        if items
+    }
+
+
+def merge_artifacts(blobs: list[bytes]) -> bytes:
+    """One Mega-Cache byte string holding the union of ``blobs``; a later artifact wins on a key clash."""
+    from torch.compiler._cache import _serialize_single_cache
+    from torch.utils._appending_byte_serializer import AppendingByteSerializer
+
+    merged: dict[str, dict[str, Any]] = {}
+    for blob in blobs:
+        for kind, items in _deserialize(blob).items():
+            bucket = merged.setdefault(kind, {})
+            for artifact in items:
+                bucket[artifact.key] = artifact
+    serializer = AppendingByteSerializer(serialize_fn=_serialize_single_cache)
+    serializer.extend((kind, list(items.values())) for kind, items in merged.items() if items)
+    return bytes(serializer.to_bytes())
+
+
+def load_artifacts(data: bytes, into: str) -> dict[str, int]:
+    """Write Mega-Cache bytes into the cache folder ``into``; ``{artifact type: count}`` loaded."""
+    from .environment import point_cache_dirs_at
+
+    torch = torch_module()
+    saved = SavedEnv()
+    point_cache_dirs_at(into)
+    try:
+        info = torch.compiler.load_cache_artifacts(data)
+    except Exception as exc:
+        raise MegaCacheError(f"torch failed while loading the artifacts: {type(exc).__name__}: {exc}") from exc
+    finally:
+        saved.restore()
+    if info is None:
+        raise MegaCacheError("torch could not deserialize the artifacts (load_cache_artifacts returned None)")
+    artifacts = getattr(info, "artifacts", {}) or {}
+    return {kind: len(keys) for kind, keys in artifacts.items() if keys}

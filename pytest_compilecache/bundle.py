@@ -1,0 +1,232 @@
+"""The bundle file: Mega-Cache payloads for one or more environments, behind a readable manifest.
+
+Layout (format 1)::
+
+    b"PYTEST-COMPILECACHE-BUNDLE\\n"      magic line
+    b"<n>\\n"                             length of the manifest in bytes, in ASCII digits
+    <n bytes of UTF-8 JSON>              the manifest
+    <payloads>                           Mega-Cache bytes, one per entry, back to back
+
+The manifest is ``{"format": 1, "entries": [ENTRY, ...]}``; each ENTRY is ``{"env": {...},
+"created": t, "updated": t, "offset": o, "size": n, "sha256": hex, "artifacts": {type: {"count",
+"bytes"}}}`` with ``offset`` counted from the first payload byte. The manifest can be read without
+reading any payload, and a payload's checksum is checked before any byte of it reaches torch.
+This module never imports torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+MAGIC = b"PYTEST-COMPILECACHE-BUNDLE\n"
+FORMAT = 1
+_MAX_MANIFEST = 64 * 1024 * 1024
+
+
+class BundleError(Exception):
+    """A bundle cannot be read, used or written; the message names the file and the reason."""
+
+
+class NotABundle(BundleError):
+    """The file exists but is not a bundle at all; it is never overwritten."""
+
+
+@dataclass
+class Entry:
+    """The artifacts of one environment inside a bundle."""
+
+    env: dict[str, str]
+    payload: bytes | None = None
+    artifacts: dict[str, dict[str, int]] = field(default_factory=dict)
+    created: float = 0.0
+    updated: float = 0.0
+    sha256: str = ""
+    size: int = 0
+    offset: int = 0
+
+    def describe(self) -> dict[str, Any]:
+        """The manifest form of this entry (without its place in the file)."""
+        return {
+            "env": self.env,
+            "created": self.created,
+            "updated": self.updated,
+            "size": self.size,
+            "sha256": self.sha256,
+            "artifacts": self.artifacts,
+        }
+
+
+@dataclass
+class Bundle:
+    """A bundle file's manifest, and each entry's payload once read."""
+
+    path: Path
+    entries: list[Entry]
+
+    def find(self, env: Mapping[str, str]) -> Entry | None:
+        """The entry made in an environment equal to ``env``, if any."""
+        return next((e for e in self.entries if e.env == dict(env)), None)
+
+    def payload(self, entry: Entry) -> bytes:
+        """The entry's payload, read from disk and checked against its checksum."""
+        if entry.payload is not None:
+            return entry.payload
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(_payload_start(f, self.path) + entry.offset)
+                data = f.read(entry.size)
+        except OSError as exc:
+            raise BundleError(f"{self.path}: cannot read: {exc.strerror or exc}") from None
+        if len(data) != entry.size:
+            raise BundleError(f"{self.path}: truncated: the payload for {env_label(entry.env)} is cut short")
+        if hashlib.sha256(data).hexdigest() != entry.sha256:
+            raise BundleError(f"{self.path}: corrupt: the payload for {env_label(entry.env)} fails its checksum")
+        entry.payload = data
+        return data
+
+
+def env_label(env: Mapping[str, str]) -> str:
+    """A short human name for an environment, e.g. ``torch 2.13.0+cpu on cpu``."""
+    return f"torch {env.get('torch', '?')} on {env.get('device', '?')}"
+
+
+def differences(bundle_env: Mapping[str, str], here: Mapping[str, str]) -> list[str]:
+    """``field: bundle X, here Y`` for every field where two environments differ."""
+    keys = list(here) + [k for k in bundle_env if k not in here]
+    return [
+        f"{k}: bundle {bundle_env.get(k, '(absent)')!s}, here {here.get(k, '(absent)')!s}"
+        for k in keys
+        if bundle_env.get(k) != here.get(k)
+    ]
+
+
+def _payload_start(f: Any, path: Path) -> int:
+    magic = f.read(len(MAGIC))
+    if magic != MAGIC:
+        if not magic:
+            raise BundleError(f"{path}: empty file, not a bundle")
+        raise NotABundle(f"{path}: not a pytest-compilecache bundle (it does not start with the bundle marker)")
+    line = f.readline(32)
+    if not line.endswith(b"\n") or not line[:-1].isdigit():
+        raise BundleError(f"{path}: corrupt: the manifest length is unreadable")
+    return len(MAGIC) + len(line) + int(line)
+
+
+def read_manifest(path: Path) -> Bundle:
+    """Read a bundle's manifest, not its payloads. Raises :class:`BundleError` naming ``path``."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            start = _payload_start(f, path)
+            size = start - f.tell()
+            if size > _MAX_MANIFEST:
+                raise BundleError(f"{path}: corrupt: manifest length {size} is implausible")
+            raw = f.read(size)
+            end = f.seek(0, os.SEEK_END)
+    except FileNotFoundError:
+        raise
+    except IsADirectoryError:
+        raise BundleError(f"{path}: is a directory, not a bundle file") from None
+    except OSError as exc:
+        raise BundleError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if len(raw) != size:
+        raise BundleError(f"{path}: truncated: the manifest is cut short")
+    try:
+        manifest = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise BundleError(f"{path}: corrupt: the manifest is not valid JSON") from None
+    if not isinstance(manifest, dict) or "format" not in manifest:
+        raise BundleError(f"{path}: corrupt: the manifest has no format version")
+    if manifest["format"] != FORMAT:
+        raise BundleError(
+            f"{path}: bundle format {manifest['format']!r} is not supported by this "
+            f"pytest-compilecache (it reads format {FORMAT}); upgrade the plugin or rebuild the bundle"
+        )
+    entries = []
+    try:
+        for raw_entry in manifest["entries"]:
+            entries.append(
+                Entry(
+                    env={str(k): str(v) for k, v in raw_entry["env"].items()},
+                    artifacts=raw_entry.get("artifacts", {}),
+                    created=float(raw_entry.get("created", 0)),
+                    updated=float(raw_entry.get("updated", 0)),
+                    sha256=str(raw_entry["sha256"]),
+                    size=int(raw_entry["size"]),
+                    offset=int(raw_entry["offset"]),
+                )
+            )
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise BundleError(f"{path}: corrupt: the manifest's entries are malformed") from None
+    for e in entries:
+        if e.offset < 0 or e.size < 0 or start + e.offset + e.size > end:
+            raise BundleError(f"{path}: truncated: the payload for {env_label(e.env)} lies past the end of the file")
+    return Bundle(path, entries)
+
+
+def make_entry(env: Mapping[str, str], payload: bytes, artifacts: dict[str, dict[str, int]], created: float = 0.0) -> Entry:
+    """A new entry for ``payload``, stamped now."""
+    now = time.time()
+    return Entry(
+        env=dict(env),
+        payload=payload,
+        artifacts=artifacts,
+        created=created or now,
+        updated=now,
+        sha256=hashlib.sha256(payload).hexdigest(),
+        size=len(payload),
+    )
+
+
+def write_bundle(bundle: Bundle) -> int:
+    """Write ``bundle`` atomically: a temporary file beside it, fsynced, then renamed into place.
+
+    Every entry's payload is read (and checked) before anything is written. Returns the file size.
+    Readers see the old file or the new one, never a half-written one.
+    """
+    path = bundle.path
+    payloads = [bundle.payload(e) for e in bundle.entries]
+    offset = 0
+    described = []
+    for entry, data in zip(bundle.entries, payloads):
+        described.append({**entry.describe(), "offset": offset})
+        offset += len(data)
+    manifest = json.dumps({"format": FORMAT, "entries": described}, indent=1, sort_keys=True).encode()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise BundleError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(MAGIC)
+            f.write(b"%d\n" % len(manifest))
+            f.write(manifest)
+            for data in payloads:
+                f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+            size = f.tell()
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except OSError as exc:
+        _remove(tmp)
+        raise BundleError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    except BaseException:
+        _remove(tmp)
+        raise
+    return size
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
