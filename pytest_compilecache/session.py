@@ -336,7 +336,7 @@ class CompileCacheSession:
             "at_start": self.bundle_at_start,
             "processes": self.reports,
             "saved": self.saved,
-            "problems": self.problems + [p for r in self.reports for p in r.get("problems", [])],
+            "problems": list(dict.fromkeys(self.problems + [p for r in self.reports for p in r.get("problems", [])])),
         }
 
     # --- terminal output ---
@@ -453,6 +453,6 @@ def make_session(config: pytest.Config) -> CompileCacheSession:
         session.bundle_at_start = workerinput.get("compilecache_bundle_at_start", "")
         session.bundle_existed = bool(workerinput.get("compilecache_bundle_existed", False))
         return session
-    if config.pluginmanager.hasplugin("dsession"):
+    if getattr(config.option, "dist", "no") != "no" and config.pluginmanager.hasplugin("xdist"):
         return ControllerSession(config, options)
     return CompileCacheSession(config, options)

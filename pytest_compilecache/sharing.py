@@ -43,8 +43,12 @@ def lock_for(target: Path, timeout: float) -> filelock.FileLock:
 
 def acquire(lock: filelock.FileLock, timeout: float) -> None:
     """Take ``lock`` or raise :class:`BundleError` naming the lock file."""
+    folder = Path(lock.lock_file).parent
+    blocked = next((p for p in [folder, *folder.parents] if p.exists() and not p.is_dir()), None)
+    if blocked is not None:
+        raise BundleError(f"{lock.lock_file}: cannot create the lock file: {blocked} is not a folder")
     try:
-        Path(lock.lock_file).parent.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(parents=True, exist_ok=True)
         lock.acquire(timeout=timeout)
     except filelock.Timeout:
         raise BundleError(

@@ -1,0 +1,206 @@
+"""Bundles end to end: warmup once, warm hits in every worker, bad input, concurrency, strict mode."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable
+
+import filelock
+import pytest
+
+from pytest_compilecache.bundle import Bundle, make_entry, read_manifest, write_bundle
+
+CONFTEST = '''
+import os
+import torch
+
+def mlp(x):
+    return torch.nn.functional.gelu(x @ x.T).softmax(-1)
+
+def pytest_compilecache_warmup(cache):
+    with open(os.environ["WARMUP_LOG"], "a") as f:
+        f.write(f"{os.getpid()}\\n")
+    torch.compile(mlp)(torch.randn(16, 16))
+'''
+
+TESTS = '''
+import torch
+from conftest import mlp
+
+def test_warm_hits(warm_cache):
+    torch.compile(mlp)(torch.randn(16, 16))
+    warm_cache.assert_misses(fx_graph=0, aot_autograd=0)
+    warm_cache.assert_hits(fx_graph=1, aot_autograd=1)
+    assert warm_cache.stats.fx_graph.from_bundle == 1
+
+def test_plain_compile_uses_the_loaded_bundle():
+    torch.compile(mlp)(torch.randn(16, 16))
+'''
+
+RunInner = Callable[..., pytest.RunResult]
+
+
+@pytest.fixture
+def warm_project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A project whose warmup compiles one MLP and logs each run of the warmup to a file."""
+    log = pytester.path / "warmups.log"
+    monkeypatch.setenv("WARMUP_LOG", str(log))
+    pytester.makeconftest(CONFTEST)
+    for i in range(4):
+        pytester.makepyfile(**{f"test_warm_{i}": TESTS})
+    return log
+
+
+def warmups(log: Path) -> int:
+    return len(log.read_text().split()) if log.exists() else 0
+
+
+def report_of(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+@pytest.mark.parametrize("mode", [[], ["-n", "2"], ["-n", "4"]], ids=["plain", "n2", "n4"])
+def test_warmup_runs_once_and_every_worker_hits(
+    pytester: pytest.Pytester, run_inner: RunInner, warm_project: Path, default_dir_of: Path, mode: list[str]
+) -> None:
+    bundle = pytester.path / "ci" / "nested" / "suite.bundle"
+    report = pytester.path / "report.json"
+    args = [*mode, f"--compile-cache-bundle={bundle}", f"--compile-cache-report={report}"]
+    first = run_inner(*args)
+    first.assert_outcomes(passed=8)
+    assert warmups(warm_project) == 1, "the warmup must run exactly once across all workers"
+    assert bundle.exists() and read_manifest(bundle).entries[0].artifacts["inductor"]["count"] >= 1
+    data = report_of(report)
+    assert data["format"] == 1
+    assert len(data["tests"]) == 8
+    warm = [v for k, v in data["tests"].items() if "test_warm_hits" in k]
+    assert all(t["fx_graph"]["misses"] == 0 and t["fx_graph"]["hits"] == 1 for t in warm)
+    assert data["totals"]["fx_graph"]["misses"] == 0
+    assert data["bundle"]["saved"]["status"] in ("saved", "nothing to save")
+    first.stdout.fnmatch_lines(["*compilecache*", "*per-layer totals*", "*fx_graph*"])
+    assert not default_dir_of.exists()
+    if mode == ["-n", "4"]:
+        return
+    before = bundle.read_bytes()
+    second = run_inner(*args)
+    second.assert_outcomes(passed=8)
+    assert warmups(warm_project) == 1, "a matching bundle must not run the warmup again"
+    assert bundle.read_bytes() == before, "an existing bundle is not rewritten without --compile-cache-update"
+    second.stdout.fnmatch_lines(["compilecache: bundle *suite.bundle: 1 environment(s)*", "*bundle kept*"])
+
+
+def test_without_a_bundle_warm_tests_skip_with_a_reason(pytester: pytest.Pytester, run_inner: RunInner) -> None:
+    pytester.makepyfile("def test_w(warm_cache):\n    pass\n")
+    result = run_inner("-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*warm_cache needs a usable bundle*--compile-cache-bundle=PATH*"])
+
+
+def test_without_path_the_warmup_bundle_lives_for_the_session(
+    pytester: pytest.Pytester, run_inner: RunInner, warm_project: Path
+) -> None:
+    result = run_inner("-n", "2")
+    result.assert_outcomes(passed=8)
+    assert warmups(warm_project) == 1
+
+
+def _foreign_bundle(path: Path) -> None:
+    env = {"torch": "1.0", "device": "NVIDIA Z100", "cuda": "99.0"}
+    write_bundle(Bundle(path, [make_entry(env, b"payload of another machine", {})]))
+
+
+def _corrupt_payload(path: Path) -> None:
+    _foreign_bundle(path)
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+BAD = {
+    "random-bytes": (lambda p: p.write_bytes(os.urandom(4096)), "not a pytest-compilecache bundle"),
+    "empty": (lambda p: p.write_bytes(b""), "empty file"),
+    "not-a-bundle": (lambda p: p.write_text("model weights, say\n"), "not a pytest-compilecache bundle"),
+    "truncated": (lambda p: (_foreign_bundle(p), p.write_bytes(p.read_bytes()[:-5])), "truncated"),
+    "bad-checksum": (_corrupt_payload, "no entry matches this machine"),
+    "foreign": (_foreign_bundle, "no entry matches this machine (torch: bundle 1.0, here 2."),
+    "future-format": (
+        lambda p: p.write_bytes(b'PYTEST-COMPILECACHE-BUNDLE\n14\n{"format": 99}'),
+        "bundle format 99 is not supported",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", list(BAD))
+def test_bad_bundle_runs_cold_and_is_left_alone(pytester: pytest.Pytester, run_inner: RunInner, kind: str) -> None:
+    make, reason = BAD[kind]
+    bundle = pytester.path / "suite.bundle"
+    make(bundle)
+    before = bundle.read_bytes()
+    pytester.makepyfile("def test_w(warm_cache):\n    pass\n\ndef test_plain():\n    pass\n")
+    result = run_inner(f"--compile-cache-bundle={bundle}", "-rs", "--compile-cache-update")
+    result.assert_outcomes(passed=1, skipped=1)
+    out = result.stdout.str()
+    assert str(bundle) in out and reason in out, out
+    assert bundle.read_bytes() == before, "a bad or foreign bundle must never be overwritten by a session with nothing"
+
+
+def test_strict_mode_fails_before_tests_on_a_corrupt_bundle(pytester: pytest.Pytester, run_inner: RunInner) -> None:
+    bundle = pytester.path / "suite.bundle"
+    bundle.write_bytes(b"")
+    pytester.makepyfile("def test_plain():\n    pass\n")
+    result = run_inner(f"--compile-cache-bundle={bundle}", "--compile-cache-strict")
+    assert result.ret != 0
+    result.stderr.fnmatch_lines(["*--compile-cache-strict: bundle problem at session start*", "*empty file*"])
+    assert "passed" not in result.stdout.str(), "no test may run"
+
+
+def test_unwritable_path_is_reported_and_the_session_goes_on(
+    pytester: pytest.Pytester, run_inner: RunInner, warm_project: Path
+) -> None:
+    blocker = pytester.path / "not-a-dir"
+    blocker.write_text("a file where a folder should be")
+    bundle = blocker / "suite.bundle"
+    result = run_inner(f"--compile-cache-bundle={bundle}")
+    result.assert_outcomes(passed=4, skipped=4)
+    result.stdout.fnmatch_lines([f"*{blocker} is not a folder*"])
+    assert "PROBLEM" in result.stdout.str()
+    strict = run_inner(f"--compile-cache-bundle={bundle}", "--compile-cache-strict", "-p", "no:xdist")
+    assert strict.ret != 0
+
+
+def test_lock_timeout_names_the_lock_file(
+    pytester: pytest.Pytester, run_inner: RunInner, warm_project: Path
+) -> None:
+    bundle = pytester.path / "suite.bundle"
+    lock = filelock.FileLock(str(bundle) + ".lock")
+    with lock:
+        result = run_inner(f"--compile-cache-bundle={bundle}", "--compile-cache-lock-timeout=1", "-rs")
+    result.assert_outcomes(passed=4, skipped=4)
+    result.stdout.fnmatch_lines([f"*{bundle}.lock: could not take the lock within 1 s*"])
+    assert warmups(warm_project) == 0
+
+
+def test_two_concurrent_updating_runs_end_with_the_union(pytester: pytest.Pytester, private_tmp: Path,
+                                                         shared_headers_dir: Path) -> None:
+    bundle = pytester.path / "shared.bundle"
+    procs = []
+    for name, fn in (("a", "x.sin() + 1"), ("b", "x.cos() * 2")):
+        project = pytester.mkdir(name)
+        (project / f"test_{name}.py").write_text(
+            f"import torch\n\ndef test_{name}():\n    torch.compile(lambda x: {fn})(torch.randn(8))\n"
+        )
+        (project / "pytest.ini").write_text(f"[pytest]\ncompile_cache_headers_dir = {shared_headers_dir}\n")
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "pytest", "-p", "no:logging", f"--compile-cache-bundle={bundle}",
+             "--compile-cache-update", "-q"],
+            cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        ))
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outputs
+    entry = read_manifest(bundle).entries[0]
+    assert entry.artifacts["inductor"]["count"] == 2, (entry.artifacts, outputs)
+    assert entry.artifacts["aot_autograd"]["count"] == 2
