@@ -71,16 +71,24 @@ def _install_default_dir_hook() -> None:
 _bootstrapped = False
 
 
-def bootstrap(process_dir: str) -> None:
+def bootstrap(process_dir: str | None = None) -> None:
     """Import torch's compiler stack once per process without creating the shared default directory.
 
     ``process_dir`` takes the place of ``/tmp/torchinductor_<user>`` while torch is imported and
-    while an isolation is active (see :func:`redirect_default_dir`).
+    while an isolation is active (see :func:`redirect_default_dir`); without one, a temporary
+    folder removed at exit does.
     """
     global _bootstrapped, _default_dir_target
     if _bootstrapped:
         return
     torch_module()
+    if process_dir is None:
+        import atexit
+        import shutil
+        import tempfile
+
+        process_dir = tempfile.mkdtemp(prefix="pytest-compilecache-")
+        atexit.register(shutil.rmtree, process_dir, True)
     saved = SavedEnv()
     _default_dir_target = process_dir
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", process_dir)
@@ -407,6 +415,7 @@ class MegaCacheError(RuntimeError):
 
 
 def _manager() -> Any:
+    bootstrap()
     from torch.compiler._cache import CacheArtifactManager
 
     return CacheArtifactManager
@@ -453,6 +462,7 @@ def describe_artifacts(data: bytes) -> dict[str, dict[str, int]]:
 
 def merge_artifacts(blobs: list[bytes]) -> bytes:
     """One Mega-Cache byte string holding the union of ``blobs``; a later artifact wins on a key clash."""
+    bootstrap()
     from torch.compiler._cache import _serialize_single_cache
     from torch.utils._appending_byte_serializer import AppendingByteSerializer
 

@@ -274,6 +274,7 @@ class CompileCacheSession:
         lock = lock_for(path, self.options.lock_timeout)
         start = time.perf_counter()
         try:
+            _torchapi.bootstrap(str(self.root / "process"))
             acquire(lock, self.options.lock_timeout)
             try:
                 current = read_if_present(path)
