@@ -241,6 +241,15 @@ def read_counts() -> dict[str, int]:
     }
 
 
+def compile_seconds() -> float:
+    """Seconds torch.compile has spent compiling frames (forward and backward) in this process."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    spent = getattr(utils, "cumulative_time_spent_ns", None)
+    if not spent:
+        return 0.0
+    return float(spent.get("entire_frame_compile", 0) + spent.get("entire_backward_compile", 0)) / 1e9
+
+
 _unobservable: dict[str, str] | None = None
 
 

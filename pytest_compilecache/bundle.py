@@ -9,7 +9,8 @@ Layout (format 1)::
 
 The manifest is ``{"format": 1, "entries": [ENTRY, ...]}``; each ENTRY is ``{"env": {...},
 "created": t, "updated": t, "offset": o, "size": n, "sha256": hex, "artifacts": {type: {"count",
-"bytes"}}}`` with ``offset`` counted from the first payload byte. The manifest can be read without
+"bytes"}}, "history": {...}}`` with ``offset`` counted from the first payload byte; ``history`` keeps
+how long the session that first built the entry spent compiling. The manifest can be read without
 reading any payload, and a payload's checksum is checked before any byte of it reaches torch.
 This module never imports torch.
 """
@@ -50,10 +51,12 @@ class Entry:
     sha256: str = ""
     size: int = 0
     offset: int = 0
+    history: dict[str, Any] = field(default_factory=dict)
 
     def describe(self) -> dict[str, Any]:
         """The manifest form of this entry (without its place in the file)."""
         return {
+            "history": self.history,
             "env": self.env,
             "created": self.created,
             "updated": self.updated,
@@ -161,6 +164,7 @@ def read_manifest(path: Path) -> Bundle:
                     sha256=str(raw_entry["sha256"]),
                     size=int(raw_entry["size"]),
                     offset=int(raw_entry["offset"]),
+                    history=dict(raw_entry.get("history", {})),
                 )
             )
     except (KeyError, TypeError, ValueError, AttributeError):

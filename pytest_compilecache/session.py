@@ -80,6 +80,7 @@ class CompileCacheSession:
         self._test_start: dict[str, dict[str, int]] = {}
         self.tests: dict[str, dict[str, Any]] = {}
         self.totals: CacheStats | None = None
+        self.compile_seconds = 0.0
         self.reports: list[dict[str, Any]] = []
         self.saved: dict[str, Any] = {}
         self.problems: list[str] = []
@@ -224,20 +225,25 @@ class CompileCacheSession:
 
     def test_started(self, nodeid: str) -> None:
         """Take the counters' starting point for a test."""
-        self._test_start[nodeid] = _counts_if_loaded()
+        loaded = "torch._dynamo.utils" in sys.modules
+        self._test_start[nodeid] = (_torchapi.read_counts() if loaded else {}, _torchapi.compile_seconds())
 
     def test_finished(self, nodeid: str) -> dict[str, Any] | None:
-        """This test's per-layer counts, or ``None`` if torch's compiler was never loaded."""
+        """This test's per-layer counts and compile seconds, or ``None`` if torch's compiler never loaded."""
         start = self._test_start.pop(nodeid, None)
         if start is None or "torch._dynamo.utils" not in sys.modules:
             return None
+        counts, seconds = start
         now = _torchapi.read_counts()
-        delta = {k: v - start.get(k, 0) for k, v in now.items()}
-        return stats_from_counts(delta, _torchapi.unobservable_layers()).to_dict()
+        delta = {k: v - counts.get(k, 0) for k, v in now.items()}
+        result: dict[str, Any] = stats_from_counts(delta, _torchapi.unobservable_layers()).to_dict()
+        result["compile_seconds"] = round(_torchapi.compile_seconds() - seconds, 4)
+        return result
 
     def add_test_report(self, nodeid: str, stats: dict[str, Any]) -> None:
         """Record a test's counts (from this process or from a worker's report)."""
         self.tests[nodeid] = stats
+        self.compile_seconds += float(stats.get("compile_seconds", 0.0))
         current = CacheStats.from_dict(stats)
         self.totals = current if self.totals is None else self.totals + current
 
@@ -278,7 +284,7 @@ class CompileCacheSession:
             acquire(lock, self.options.lock_timeout)
             try:
                 current = read_if_present(path)
-                merged = merge_into(path, current, env, blobs)
+                merged = merge_into(path, current, env, blobs, self._history())
             finally:
                 lock.release()
         except NotABundle as exc:
@@ -296,6 +302,10 @@ class CompileCacheSession:
             "bytes": path.stat().st_size,
             "seconds": round(time.perf_counter() - start, 3),
         }
+
+    def _history(self) -> dict[str, Any]:
+        warmup = sum(r.get("warmup_seconds") or 0.0 for r in self.reports)
+        return {"built_compile_seconds": round(self.compile_seconds + warmup, 3)}
 
     def _may_write(self) -> bool:
         """PATH may be written when it did not exist at session start, or with --compile-cache-update."""
@@ -318,7 +328,7 @@ class CompileCacheSession:
             return
         data = {
             "format": REPORT_FORMAT,
-            "totals": (self.totals or CacheStats()).to_dict(),
+            "totals": {**(self.totals or CacheStats()).to_dict(), "compile_seconds": round(self.compile_seconds, 3)},
             "tests": self.tests,
             "bundle": self.bundle_summary(),
         }
@@ -342,6 +352,19 @@ class CompileCacheSession:
 
     # --- terminal output ---
 
+    def _compile_time_line(self) -> str:
+        warmup = sum(r.get("warmup_seconds") or 0.0 for r in self.reports)
+        line = f"compile time in tests: {self.compile_seconds:.1f} s (summed over workers)"
+        if warmup:
+            line += f", plus {warmup:.1f} s in the warmup"
+        built = next((r["history"].get("built_compile_seconds") for r in self.reports
+                      if r.get("history", {}).get("built_compile_seconds")), None)
+        if built and not warmup:
+            total = self.compile_seconds
+            ratio = f", {built / total:.1f}x less" if total > 0 else ""
+            line += f"; the cold run that built the bundle compiled for {built:.1f} s{ratio}"
+        return line
+
     def header(self) -> list[str]:
         """Lines for pytest's header: isolation, the bundle, and what disables caches."""
         lines = [f"compilecache: isolation of every test: {'on' if self.options.isolate_all else 'off'}"]
@@ -361,6 +384,7 @@ class CompileCacheSession:
             return []
         lines = ["per-layer totals over all tests (summed over workers):"]
         lines.append((self.totals or CacheStats()).table())
+        lines.append(self._compile_time_line())
         for report in self.reports:
             if report.get("status") in (None, "unused"):
                 continue
@@ -387,8 +411,6 @@ class CompileCacheSession:
         return lines
 
 
-def _counts_if_loaded() -> dict[str, int]:
-    return _torchapi.read_counts() if "torch._dynamo.utils" in sys.modules else {}
 
 
 class WorkerSession(CompileCacheSession):

@@ -29,6 +29,7 @@ class BundleReport:
     warmup_stats: dict[str, Any] | None = None
     artifacts_file: str | None = None
     env: dict[str, str] | None = None
+    history: dict[str, Any] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
@@ -147,6 +148,7 @@ class Preparer:
             return False
         self.report.status = "loaded"
         self.report.reason = f"{bundle.path}: {env_label(entry.env)}"
+        self.report.history = dict(entry.history)
         self.report.loaded = loaded
         self.report.loaded_bytes = len(payload)
         self.report.load_seconds = time.perf_counter() - start
@@ -169,7 +171,7 @@ class Preparer:
             if data is None:
                 self.warmup_marker.write_text(json.dumps({"pid": os.getpid(), "published": False}))
                 return False
-            merged = merge_into(self.publish, current, env, [data])
+            merged = merge_into(self.publish, current, env, [data], {"warmup_seconds": round(seconds, 3)})
             self.warmup_marker.write_text(json.dumps({"pid": os.getpid(), "published": True}))
             published = merged.find(env)
             return published is not None and self._load(merged, published)
@@ -177,16 +179,21 @@ class Preparer:
             lock.release()
 
 
-def merge_into(target: Path, bundle: Bundle | None, env: dict[str, str], blobs: list[bytes]) -> Bundle:
+def merge_into(
+    target: Path, bundle: Bundle | None, env: dict[str, str], blobs: list[bytes], history: dict[str, Any]
+) -> Bundle:
     """Write ``target`` with this environment's entry replaced by the union of its payload and ``blobs``.
 
-    Entries of other environments are kept as they are. The caller holds the lock.
+    Entries of other environments are kept as they are; ``history`` adds to the entry's history
+    without overwriting what an earlier session recorded. The caller holds the lock.
     """
     entries = list(bundle.entries) if bundle is not None else []
     previous = bundle.find(env) if bundle is not None else None
     parts = list(blobs)
     created = 0.0
+    history = dict(history)
     if previous is not None:
+        history.update(previous.history)
         assert bundle is not None
         try:
             parts.insert(0, bundle.payload(previous))
@@ -199,6 +206,7 @@ def merge_into(target: Path, bundle: Bundle | None, env: dict[str, str], blobs: 
         bundle.payload(other)
     payload = _torchapi.merge_artifacts(parts) if len(parts) > 1 else parts[0]
     entry = make_entry(env, payload, _torchapi.describe_artifacts(payload), created)
+    entry.history = history
     result = Bundle(target, entries + [entry])
     write_bundle(result)
     return result

@@ -1,0 +1,119 @@
+"""The bundle command line, through its installed entry point, on bundles the tests build."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_compilecache.bundle import Bundle, make_entry, read_manifest, write_bundle
+
+CLI = shutil.which("pytest-compilecache", path=str(Path(sys.executable).parent)) or "pytest-compilecache"
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([CLI, *map(str, args)], capture_output=True, text=True, timeout=300)
+
+
+def assert_user_error(result: subprocess.CompletedProcess[str], code: int, *words: str) -> None:
+    assert result.returncode == code, result
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def good_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real bundle for this machine, made by a pytest run that compiles two small functions."""
+    project = tmp_path_factory.mktemp("project")
+    (project / "test_make.py").write_text(
+        "import torch\n\ndef test_make():\n"
+        "    torch.compile(lambda x: x.sin() + 1)(torch.randn(8))\n"
+        "    torch.compile(lambda x: x.cos() * 2)(torch.randn(8))\n"
+    )
+    bundle = project / "good.bundle"
+    subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--compile-cache-bundle={bundle}"],
+        cwd=project, check=True, capture_output=True, timeout=300,
+    )
+    return bundle
+
+
+@pytest.fixture
+def foreign_bundle(tmp_path: Path) -> Path:
+    path = tmp_path / "foreign.bundle"
+    env = {"torch": "2.11.0+cu130", "device": "NVIDIA H200", "cuda": "13.0"}
+    write_bundle(Bundle(path, [make_entry(env, b"kernels of another machine", {"inductor": {"count": 1, "bytes": 26}})]))
+    return path
+
+
+def test_inspect_shows_environments_and_layers(good_bundle: Path, foreign_bundle: Path, tmp_path: Path) -> None:
+    result = cli("inspect", good_bundle)
+    assert result.returncode == 0, result.stderr
+    assert "matches this machine" in result.stdout
+    assert "inductor" in result.stdout and "aot_autograd" in result.stdout
+    data = json.loads(cli("inspect", good_bundle, "--json").stdout)
+    entry = data["entries"][0]
+    assert entry["matches_here"] is True and entry["differences"] == []
+    assert entry["artifacts"]["inductor"]["count"] == 2
+    foreign = json.loads(cli("inspect", foreign_bundle, "--json").stdout)["entries"][0]
+    assert foreign["matches_here"] is False
+    assert any(d.startswith("device: bundle NVIDIA H200, here") for d in foreign["differences"])
+
+
+def test_verify_is_a_ci_gate(good_bundle: Path, foreign_bundle: Path, tmp_path: Path) -> None:
+    ok = cli("verify", good_bundle)
+    assert ok.returncode == 0 and "OK" in ok.stdout
+    assert_user_error(cli("verify", foreign_bundle), 1, str(foreign_bundle), "no entry matches this machine", "device")
+    corrupt = tmp_path / "corrupt.bundle"
+    data = bytearray(good_bundle.read_bytes())
+    data[-10] ^= 0xFF
+    corrupt.write_bytes(bytes(data))
+    assert_user_error(cli("verify", corrupt), 1, str(corrupt), "fails its checksum")
+    text = tmp_path / "notes.txt"
+    text.write_text("hello")
+    assert_user_error(cli("verify", text), 1, str(text), "not a pytest-compilecache bundle")
+    assert_user_error(cli("verify", tmp_path / "missing.bundle"), 1, "missing.bundle", "no such file")
+
+
+def test_merge_and_prune(good_bundle: Path, foreign_bundle: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out" / "merged.bundle"
+    result = cli("merge", good_bundle, foreign_bundle, good_bundle, "-o", out)
+    assert result.returncode == 0, result.stderr
+    merged = read_manifest(out)
+    assert len(merged.entries) == 2
+    mine = next(e for e in merged.entries if e.env == read_manifest(good_bundle).entries[0].env)
+    assert mine.artifacts == read_manifest(good_bundle).entries[0].artifacts, "a union of a bundle with itself"
+    assert cli("verify", out).returncode == 0
+
+    dropped = cli("prune", out, "--drop", "device=NVIDIA H200")
+    assert dropped.returncode == 0, dropped.stderr
+    assert len(read_manifest(out).entries) == 1
+    shutil.copy(foreign_bundle, tmp_path / "again.bundle")
+    cli("merge", out, tmp_path / "again.bundle", "-o", out)
+    kept = cli("prune", out, "--keep-matching")
+    assert kept.returncode == 0 and "kept 1 of 2" in kept.stdout
+    assert cli("verify", out).returncode == 0
+
+
+def test_merge_errors_leave_no_output(good_bundle: Path, tmp_path: Path) -> None:
+    out = tmp_path / "never.bundle"
+    assert_user_error(cli("merge", good_bundle, tmp_path / "nope.bundle", "-o", out), 2, "nope.bundle", "no such file")
+    assert not out.exists()
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert_user_error(cli("merge", good_bundle, "-o", blocker / "out.bundle"), 2, "is not a folder")
+    assert list(tmp_path.iterdir()) == [blocker]
+    assert_user_error(cli("prune", good_bundle), 2, "--keep-matching or --drop")
+
+
+def test_python_m_runs_the_same_command(good_bundle: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "pytest_compilecache", "verify", str(good_bundle)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and "OK" in result.stdout

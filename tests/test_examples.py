@@ -1,0 +1,36 @@
+"""The examples suite, as the README's main job runs it: cold with -n 2, then warm."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+WARMED = ("is_warm", "warm_hit_per_layer")
+
+
+def test_examples_cold_then_warm(
+    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], default_dir_of: Path
+) -> None:
+    for name in ("conftest.py", "models.py", "test_models.py"):
+        shutil.copy(EXAMPLES / name, pytester.path / name)
+    bundle = pytester.path / "bundle" / "examples.bundle"
+    report = pytester.path / "report.json"
+    args = ("-n", "2", f"--compile-cache-bundle={bundle}", f"--compile-cache-report={report}")
+    cold = run_inner(*args)
+    cold.assert_outcomes(passed=9)
+    cold.stdout.fnmatch_lines(["*warmup ran here*", "*bundle saved:*examples.bundle*"])
+    warm = run_inner(*args)
+    warm.assert_outcomes(passed=9)
+    warm.stdout.fnmatch_lines(["*compile time in tests:*the cold run that built the bundle compiled for*"])
+    tests = json.loads(report.read_text())["tests"]
+    warmed = {k: v for k, v in tests.items() if any(w in k for w in WARMED)}
+    assert len(warmed) == 5
+    for nodeid, stats in warmed.items():
+        assert stats["fx_graph"]["misses"] == 0, nodeid
+        assert stats["fx_graph"]["hits"] >= 1, nodeid
+    assert not default_dir_of.exists()

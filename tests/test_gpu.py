@@ -1,0 +1,90 @@
+"""GPU: Triton and autotune layers with real kernels. Skipped where torch sees no CUDA device.
+
+Run on a GPU machine with ``scripts/gpu-tests.sh``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device; none is visible to torch"),
+]
+
+CONFTEST = '''
+import os
+import torch
+
+def pointwise(x):
+    return torch.nn.functional.gelu(x) * torch.sigmoid(x) + 1
+
+def matmul_relu(a, b):
+    return torch.relu(a @ b)
+
+def pytest_compilecache_warmup(cache):
+    with open(os.environ["WARMUP_LOG"], "a") as f:
+        f.write(f"{os.getpid()}\\n")
+    torch.compile(pointwise)(torch.randn(1024, device="cuda"))
+    a = torch.randn(256, 256, device="cuda")
+    torch.compile(matmul_relu, mode="max-autotune-no-cudagraphs")(a, a)
+'''
+
+TESTS = '''
+import os
+import torch
+from conftest import matmul_relu, pointwise
+
+def test_cold_triton_compiles_then_hits_its_own_dir(cold_cache):
+    assert os.environ["TRITON_CACHE_DIR"] == str(cold_cache.path / "triton")
+    torch.compile(pointwise)(torch.randn(1024, device="cuda"))
+    cold_cache.assert_misses(fx_graph=1)
+    assert cold_cache.stats.triton.observable and cold_cache.stats.autotune.observable
+    assert cold_cache.stats.triton.saved >= 1, cold_cache.stats.table()
+    assert any((cold_cache.path / "triton").rglob("*.cubin")), "Triton wrote outside the test's own dir"
+    cold_cache.reset_in_memory()
+    torch.compile(pointwise)(torch.randn(1024, device="cuda"))
+    cold_cache.assert_hits(fx_graph=1, aot_autograd=1)
+
+def test_warm_triton_kernels_come_from_the_bundle(warm_cache):
+    torch.compile(pointwise)(torch.randn(1024, device="cuda"))
+    warm_cache.assert_misses(fx_graph=0)
+    warm_cache.assert_hits(fx_graph=1)
+    assert warm_cache.stats.triton.hits >= 1, warm_cache.stats.table()
+
+def test_warm_max_autotune_hits_from_the_bundle(warm_cache):
+    a = torch.randn(256, 256, device="cuda")
+    torch.compile(matmul_relu, mode="max-autotune-no-cudagraphs")(a, a)
+    warm_cache.assert_misses(fx_graph=0)
+    warm_cache.assert_hits(fx_graph=1)
+    print("\\nAUTOTUNE", warm_cache.stats.autotune.to_dict(), "TRITON", warm_cache.stats.triton.to_dict())
+'''
+
+
+@pytest.mark.parametrize("mode", [[], ["-n", "2"]], ids=["plain", "n2"])
+def test_gpu_cold_and_warm(
+    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], monkeypatch: pytest.MonkeyPatch,
+    default_dir_of: Path, mode: list[str],
+) -> None:
+    log = pytester.path / "warmups.log"
+    monkeypatch.setenv("WARMUP_LOG", str(log))
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_gpu_inner=TESTS)
+    bundle = pytester.path / "gpu.bundle"
+    report = pytester.path / "report.json"
+    args = [*mode, "-s", f"--compile-cache-bundle={bundle}", f"--compile-cache-report={report}"]
+    first = run_inner(*args)
+    first.assert_outcomes(passed=3)
+    assert len(log.read_text().split()) == 1
+    second = run_inner(*args)
+    second.assert_outcomes(passed=3)
+    assert len(log.read_text().split()) == 1
+    env = json.loads(report.read_text())["bundle"]["processes"][0]["env"]
+    assert env["device"].startswith("NVIDIA") and env["triton"] != "none"
+    assert not default_dir_of.exists()
