@@ -454,7 +454,13 @@ def save_artifacts() -> bytes | None:
 def _deserialize(data: bytes) -> dict[str, list[Any]]:
     manager = _manager()
     getattr(manager, "_ensure_cache_artifacts_registered", lambda: None)()
-    artifacts = manager.deserialize(data)
+    logger = logging.getLogger("torch.compiler._cache")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        artifacts = manager.deserialize(data)
+    finally:
+        logger.setLevel(level)
     if artifacts is None:
         raise MegaCacheError("torch could not deserialize the artifacts")
     return dict(artifacts)

@@ -104,24 +104,29 @@ def _write(out: Path, entries: list[Entry]) -> None:
 
 def cmd_merge(args: argparse.Namespace) -> int:
     bundles = [_read(p) for p in args.inputs]
-    groups: dict[str, tuple[dict[str, str], list[bytes], float]] = {}
+    groups: dict[str, list[Entry]] = {}
     for bundle in bundles:
         for entry in bundle.entries:
             try:
-                payload = bundle.payload(entry)
+                bundle.payload(entry)
             except BundleError as exc:
                 raise UserError(str(exc)) from None
-            key = json.dumps(entry.env, sort_keys=True)
-            env, blobs, created = groups.get(key, (entry.env, [], entry.created))
-            groups[key] = (env, blobs + [payload], min(created, entry.created))
+            groups.setdefault(json.dumps(entry.env, sort_keys=True), []).append(entry)
     entries = []
-    for env, blobs, created in groups.values():
+    for group in groups.values():
+        first = group[0]
+        payloads = list(dict.fromkeys(e.payload for e in group if e.payload is not None))
+        if len(payloads) == 1:
+            entries.append(first)
+            continue
         try:
-            payload = blobs[0] if len(blobs) == 1 else _torchapi.merge_artifacts(blobs)
+            payload = _torchapi.merge_artifacts(payloads)
             artifacts = _torchapi.describe_artifacts(payload)
         except (_torchapi.MegaCacheError, _torchapi.TorchUnavailable) as exc:
-            raise UserError(f"cannot merge the entries for {env_label(env)}: {exc}") from None
-        entries.append(make_entry(env, payload, artifacts, created))
+            raise UserError(f"cannot merge the entries for {env_label(first.env)}: {exc}") from None
+        merged = make_entry(first.env, payload, artifacts, min(e.created for e in group))
+        merged.history = first.history
+        entries.append(merged)
     _write(Path(args.output), entries)
     print(f"{args.output}: {len(entries)} environment(s) from {len(bundles)} bundle(s)")
     return 0

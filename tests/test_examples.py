@@ -10,7 +10,7 @@ from typing import Callable
 import pytest
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
-WARMED = ("is_warm", "warm_hit_per_layer")
+WARMED = ("_warm", "warm_hit")
 
 
 def test_examples_cold_then_warm(
