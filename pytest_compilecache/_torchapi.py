@@ -59,9 +59,15 @@ def _redirected_default_cache_dir() -> str:
 
 def _install_default_dir_hook() -> None:
     global _original_default_dir
-    utils = importlib.import_module("torch._inductor.runtime.cache_dir_utils")
     if _original_default_dir is None:
-        _original_default_dir = utils.default_cache_dir
+        for name in ("torch._inductor.runtime.cache_dir_utils", "torch._inductor.runtime.runtime_utils"):
+            try:
+                _original_default_dir = importlib.import_module(name).default_cache_dir
+                break
+            except (ImportError, AttributeError):
+                continue
+        else:
+            return
     for module in list(sys.modules.values()):
         name = getattr(module, "__name__", "")
         if name.startswith("torch") and getattr(module, "default_cache_dir", None) is _original_default_dir:
@@ -478,8 +484,11 @@ def describe_artifacts(data: bytes) -> dict[str, dict[str, int]]:
 def merge_artifacts(blobs: list[bytes]) -> bytes:
     """One Mega-Cache byte string holding the union of ``blobs``; a later artifact wins on a key clash."""
     bootstrap()
-    from torch.compiler._cache import _serialize_single_cache
-    from torch.utils._appending_byte_serializer import AppendingByteSerializer
+    try:
+        from torch.compiler._cache import _serialize_single_cache
+        from torch.utils._appending_byte_serializer import AppendingByteSerializer
+    except ImportError:
+        raise MegaCacheError("this torch has no Mega-Cache serializer to merge artifacts with (torch >= 2.8 has)") from None
 
     merged: dict[str, dict[str, Any]] = {}
     for blob in blobs:

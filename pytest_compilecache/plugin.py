@@ -103,22 +103,17 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 
 def _isolated(request: pytest.FixtureRequest, kind: str) -> Iterator[CompileCache]:
     session = request.config.stash[_SESSION]
-    template = None
+    cache = session.new_cache(request.node.nodeid, kind)
     try:
         if kind == "warm":
             template = session.warm_template()
-        cache = session.new_cache(request.node.nodeid, kind)
-    except _torchapi.TorchUnavailable as exc:
-        pytest.fail(str(exc), pytrace=False)
-    if kind == "warm":
-        if template is None:
-            report = session.preparer_report
-            pytest.skip(
-                f"warm_cache needs a usable bundle ({report.status}: {report.reason or 'none'}); get one with "
-                "--compile-cache-bundle=PATH after a run that builds it, or a pytest_compilecache_warmup hook"
-            )
-        shutil.copytree(template, cache.path, dirs_exist_ok=True)
-    try:
+            if template is None:
+                report = session.preparer_report
+                pytest.skip(
+                    f"warm_cache needs a usable bundle ({report.status}: {report.reason}); get one with "
+                    "--compile-cache-bundle=PATH after a run that builds it, or a pytest_compilecache_warmup hook"
+                )
+            shutil.copytree(template, cache.path, dirs_exist_ok=True)
         cache.__enter__()
     except _torchapi.TorchUnavailable as exc:
         pytest.fail(str(exc), pytrace=False)

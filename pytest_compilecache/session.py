@@ -133,9 +133,16 @@ class CompileCacheSession:
     def sessionstart(self) -> None:
         """Check PATH without torch; with a PATH, load or build the bundle before any test runs."""
         self._describe_path()
-        if self.options.bundle is not None:
+        self._prepare_at_start()
+
+    def _prepare_at_start(self) -> None:
+        if self.options.bundle is None:
+            return
+        try:
             self.prepare()
-            self._fail_if_strict(self.preparer_report.problems, "at session start")
+        except _torchapi.TorchUnavailable as exc:
+            raise pytest.UsageError(f"--compile-cache-bundle: {exc}") from None
+        self._fail_if_strict(self.preparer_report.problems, "at session start")
 
     def _describe_path(self) -> None:
         """Read PATH's manifest (no torch needed) and remember how it looked at session start."""
@@ -258,7 +265,7 @@ class CompileCacheSession:
         self.write_report()
 
     def _save_own_artifacts(self) -> bytes | None:
-        if "torch._dynamo" not in sys.modules or not self.options.active:
+        if "torch._dynamo" not in sys.modules or self.options.bundle is None:
             return None
         try:
             return _torchapi.save_artifacts()
@@ -417,9 +424,7 @@ class WorkerSession(CompileCacheSession):
     """An xdist worker: runs tests, and hands its artifacts and bundle report to the controller."""
 
     def sessionstart(self) -> None:
-        if self.options.bundle is not None:
-            self.prepare()
-            self._fail_if_strict(self.preparer_report.problems, "at session start")
+        self._prepare_at_start()
 
     def finish(self) -> None:
         blob = self._save_own_artifacts()

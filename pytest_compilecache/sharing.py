@@ -116,12 +116,17 @@ class Preparer:
         except BundleError as exc:
             self._problem(str(exc), "unusable")
         if self.run_warmup is None:
+            if self.source is None:
+                self.report.status = "none"
+                self.report.reason = "no --compile-cache-bundle and no pytest_compilecache_warmup hook"
             return loaded
         try:
             return self._warm_up_once(env, loaded) or loaded
         except BundleError as exc:
             self._problem(str(exc), "unusable")
-            return loaded
+        except _torchapi.MegaCacheError as exc:
+            self._problem(f"{self.publish}: could not publish the warmup's artifacts: {exc}", "unusable")
+        return loaded
 
     def _problem(self, message: str, status: str) -> None:
         self.report.status = status

@@ -204,3 +204,36 @@ def test_two_concurrent_updating_runs_end_with_the_union(pytester: pytest.Pytest
     entry = read_manifest(bundle).entries[0]
     assert entry.artifacts["inductor"]["count"] == 2, (entry.artifacts, outputs)
     assert entry.artifacts["aot_autograd"]["count"] == 2
+
+
+def test_a_matching_entry_torch_cannot_load_runs_cold(pytester: pytest.Pytester, run_inner: RunInner) -> None:
+    here = subprocess.run(
+        [sys.executable, "-c", "import json; from pytest_compilecache import _torchapi; "
+         "print(json.dumps(_torchapi.environment_fingerprint()))"],
+        capture_output=True, text=True, check=True, timeout=300,
+    ).stdout.splitlines()[-1]
+    bundle = pytester.path / "suite.bundle"
+    write_bundle(Bundle(bundle, [make_entry(json.loads(here), b"checksummed, but not Mega-Cache bytes", {})]))
+    before = bundle.read_bytes()
+    pytester.makepyfile("def test_w(warm_cache):\n    pass\n")
+    result = run_inner(f"--compile-cache-bundle={bundle}", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines([f"*{bundle}: torch could not deserialize the artifacts*"])
+    assert bundle.read_bytes() == before
+
+
+def test_a_dead_lock_holder_does_not_block_the_others(
+    pytester: pytest.Pytester, run_inner: RunInner, warm_project: Path
+) -> None:
+    bundle = pytester.path / "suite.bundle"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import filelock, sys, time; filelock.FileLock(sys.argv[1]).acquire(); "
+         "print('held', flush=True); time.sleep(600)", str(bundle) + ".lock"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    holder.kill()
+    holder.wait()
+    result = run_inner(f"--compile-cache-bundle={bundle}", "--compile-cache-lock-timeout=30")
+    result.assert_outcomes(passed=8)
+    assert warmups(warm_project) == 1
