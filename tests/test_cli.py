@@ -117,3 +117,31 @@ def test_python_m_runs_the_same_command(good_bundle: Path) -> None:
     result = subprocess.run([sys.executable, "-m", "pytest_compilecache", "verify", str(good_bundle)],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0 and "OK" in result.stdout
+
+
+H200_BUNDLE = Path(__file__).parent / "data" / "h200-torch2.11.bundle"
+
+
+def test_a_real_gpu_bundle_does_not_match_a_cpu_machine(tmp_path: Path) -> None:
+    """A bundle made on an H200 (torch 2.11, Triton 3.6) names the fields that differ here."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU; the check is for CPU machines")
+    result = cli("verify", H200_BUNDLE)
+    assert_user_error(result, 1, "no entry matches this machine", "device: bundle NVIDIA H200, here cpu",
+                      "triton: bundle 3.6.0", "cuda: bundle 13.0")
+    entry = json.loads(cli("inspect", H200_BUNDLE, "--json").stdout)["entries"][0]
+    assert entry["artifacts"]["autotune"]["count"] == 1
+
+
+def test_a_real_gpu_bundle_is_not_loaded_on_a_cpu_machine(pytester: pytest.Pytester) -> None:
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU; the check is for CPU machines")
+    bundle = pytester.path / "gpu.bundle"
+    shutil.copy(H200_BUNDLE, bundle)
+    pytester.makepyfile("def test_w(warm_cache):\n    pass\n")
+    result = pytester.runpytest_subprocess(f"--compile-cache-bundle={bundle}", "-rs", "-p", "no:cacheprovider")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*bundle incompatible:*no entry matches this machine*device: bundle NVIDIA H200, here cpu*"])
+    assert bundle.read_bytes() == H200_BUNDLE.read_bytes()
