@@ -132,16 +132,16 @@ class redirect_default_dir:
         )
         _default_dir_target = self._path
         if codecache is not None and hasattr(codecache, "_HEADER_DIR"):
-            codecache._HEADER_DIR = headers
-            codecache._HEADER_LOCK_DIR = os.path.join(headers, "locks")
+            setattr(codecache, "_HEADER_DIR", headers)
+            setattr(codecache, "_HEADER_LOCK_DIR", os.path.join(headers, "locks"))
 
     def __exit__(self, *exc: object) -> None:
         global _default_dir_target
         codecache = sys.modules.get("torch._inductor.codecache")
         _default_dir_target, header_dir, lock_dir = self._saved
         if codecache is not None and header_dir is not None:
-            codecache._HEADER_DIR = header_dir
-            codecache._HEADER_LOCK_DIR = lock_dir
+            setattr(codecache, "_HEADER_DIR", header_dir)
+            setattr(codecache, "_HEADER_LOCK_DIR", lock_dir)
 
 
 # --- in-memory caches ------------------------------------------------------------------------
@@ -181,14 +181,14 @@ def _install_pgo_counter() -> None:
         return result
 
     counted_get._compilecache = True  # type: ignore[attr-defined]
-    pgo.get_local_code_state = counted_get
+    setattr(pgo, "get_local_code_state", counted_get)
     if put_local is not None:
 
         def counted_put(*args: Any, **kwargs: Any) -> Any:
             _pgo_counts["saved"] += 1
             return put_local(*args, **kwargs)
 
-        pgo.put_local_code_state = counted_put
+        setattr(pgo, "put_local_code_state", counted_put)
 
 
 def _group(counters: Any, name: str) -> Any:

@@ -77,6 +77,12 @@ class Bundle:
         """The entry made in an environment equal to ``env``, if any."""
         return next((e for e in self.entries if e.env == dict(env)), None)
 
+    def mismatch(self, env: Mapping[str, str]) -> str:
+        """Why no entry matches ``env``: the differing fields of the closest entry."""
+        closest = min(self.entries, key=lambda e: len(differences(e.env, env)), default=None)
+        why = "; ".join(differences(closest.env, env)) if closest else "it has no entries"
+        return f"{self.path}: no entry matches this machine ({why})"
+
     def payload(self, entry: Entry) -> bytes:
         """The entry's payload, read from disk and checked against its checksum."""
         if entry.payload is not None:

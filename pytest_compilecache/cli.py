@@ -45,7 +45,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                 bundle.payload(entry)
             except BundleError as exc:
                 raise UserError(str(exc)) from None
-    data = {
+    data: dict[str, Any] = {
         "path": str(bundle.path),
         "format": 1,
         "bytes": bundle.path.stat().st_size,
@@ -79,9 +79,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     here = _here()
     entry = bundle.find(here)
     if entry is None:
-        closest = min(bundle.entries, key=lambda e: len(differences(e.env, here)), default=None)
-        why = "; ".join(differences(closest.env, here)) if closest else "it has no entries"
-        raise UserError(f"{bundle.path}: no entry matches this machine ({why})")
+        raise UserError(bundle.mismatch(here))
     try:
         bundle.payload(entry)
     except BundleError as exc:

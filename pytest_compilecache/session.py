@@ -77,7 +77,7 @@ class CompileCacheSession:
         self._owns_shared = shared is None
         self._prepared: bool | None = None
         self._preparer: Preparer | None = None
-        self._test_start: dict[str, dict[str, int]] = {}
+        self._test_start: dict[str, tuple[dict[str, int], float]] = {}
         self.tests: dict[str, dict[str, Any]] = {}
         self.totals: CacheStats | None = None
         self.compile_seconds = 0.0

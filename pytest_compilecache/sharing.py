@@ -13,7 +13,7 @@ from typing import Any, Callable
 import filelock
 
 from . import _torchapi
-from .bundle import Bundle, BundleError, NotABundle, differences, env_label, make_entry, read_manifest, write_bundle
+from .bundle import Bundle, BundleError, NotABundle, env_label, make_entry, read_manifest, write_bundle
 
 
 @dataclass
@@ -134,10 +134,8 @@ class Preparer:
         self.report.problems.append(message)
 
     def _mismatch(self, bundle: Bundle, env: dict[str, str]) -> None:
-        closest = min(bundle.entries, key=lambda e: len(differences(e.env, env)), default=None)
-        why = "; ".join(differences(closest.env, env)) if closest else "it has no entries"
         self.report.status = "incompatible"
-        self.report.reason = f"{bundle.path}: no entry matches this machine ({why})"
+        self.report.reason = bundle.mismatch(env)
 
     def _load(self, bundle: Bundle, entry: Any) -> bool:
         start = time.perf_counter()
