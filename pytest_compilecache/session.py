@@ -424,7 +424,13 @@ class WorkerSession(CompileCacheSession):
     """An xdist worker: runs tests, and hands its artifacts and bundle report to the controller."""
 
     def sessionstart(self) -> None:
-        self._prepare_at_start()
+        """Load or build the bundle; strict problems are found by the controller, before workers start."""
+        if self.options.bundle is None:
+            return
+        try:
+            self.prepare()
+        except _torchapi.TorchUnavailable as exc:
+            self.problems.append(f"--compile-cache-bundle: {exc}")
 
     def finish(self) -> None:
         blob = self._save_own_artifacts()
@@ -441,8 +447,25 @@ class ControllerSession(CompileCacheSession):
     """The xdist controller: creates the shared folder, merges workers' artifacts once, reports."""
 
     def sessionstart(self) -> None:
+        """Check PATH before workers start; in strict mode also whether it has an intact entry for here."""
         self._describe_path()
-        self._fail_if_strict([self.start_problem] if self.start_problem else [], "at session start")
+        problems = [self.start_problem] if self.start_problem else []
+        path = self.options.bundle
+        if self.options.strict and path is not None and not problems and self.bundle_existed:
+            problems = self._strict_entry_problems(path)
+        self._fail_if_strict(problems, "at session start")
+
+    def _strict_entry_problems(self, path: Path) -> list[str]:
+        try:
+            _torchapi.bootstrap(str(self.root / "process"))
+            bundle = read_manifest(path)
+            entry = bundle.find(_torchapi.environment_fingerprint())
+            if entry is None:
+                return [bundle.mismatch(_torchapi.environment_fingerprint())]
+            bundle.payload(entry)
+        except (BundleError, _torchapi.TorchUnavailable) as exc:
+            return [str(exc)]
+        return []
 
     def configure_node(self, node: Any) -> None:
         """Tell a new worker where the session's shared folder is and how PATH looked at start."""

@@ -134,8 +134,7 @@ class Preparer:
         self.report.problems.append(message)
 
     def _mismatch(self, bundle: Bundle, env: dict[str, str]) -> None:
-        self.report.status = "incompatible"
-        self.report.reason = bundle.mismatch(env)
+        self._problem(bundle.mismatch(env), "incompatible")
 
     def _load(self, bundle: Bundle, entry: Any) -> bool:
         start = time.perf_counter()

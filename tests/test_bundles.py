@@ -158,6 +158,19 @@ def test_strict_mode_fails_before_tests_on_a_corrupt_bundle(pytester: pytest.Pyt
     assert "passed" not in result.stdout.str(), "no test may run"
 
 
+@pytest.mark.parametrize("mode", [[], ["-n", "2"]], ids=["plain", "n2"])
+def test_strict_mode_fails_before_tests_on_a_foreign_bundle(
+    pytester: pytest.Pytester, run_inner: RunInner, mode: list[str]
+) -> None:
+    bundle = pytester.path / "suite.bundle"
+    _foreign_bundle(bundle)
+    pytester.makepyfile("def test_plain():\n    pass\n")
+    result = run_inner(*mode, f"--compile-cache-bundle={bundle}", "--compile-cache-strict")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*bundle problem at session start*", f"*{bundle}: no entry matches this machine*"])
+    assert "passed" not in result.stdout.str(), "no test may run"
+
+
 def test_unwritable_path_is_reported_and_the_session_goes_on(
     pytester: pytest.Pytester, run_inner: RunInner, warm_project: Path
 ) -> None:
