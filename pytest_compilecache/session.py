@@ -135,14 +135,19 @@ class CompileCacheSession:
         self._describe_path()
         self._prepare_at_start()
 
-    def _prepare_at_start(self) -> None:
+    def _prepare_at_start(self, fail: bool = True) -> None:
+        """With a PATH, prepare the bundle; ``fail``: stop the session on a strict-mode problem."""
         if self.options.bundle is None:
             return
         try:
             self.prepare()
         except _torchapi.TorchUnavailable as exc:
-            raise pytest.UsageError(f"--compile-cache-bundle: {exc}") from None
-        self._fail_if_strict(self.preparer_report.problems, "at session start")
+            if fail:
+                raise pytest.UsageError(f"--compile-cache-bundle: {exc}") from None
+            self.problems.append(f"--compile-cache-bundle: {exc}")
+            return
+        if fail:
+            self._fail_if_strict(self.preparer_report.problems, "at session start")
 
     def _describe_path(self) -> None:
         """Read PATH's manifest (no torch needed) and remember how it looked at session start."""
@@ -425,12 +430,7 @@ class WorkerSession(CompileCacheSession):
 
     def sessionstart(self) -> None:
         """Load or build the bundle; strict problems are found by the controller, before workers start."""
-        if self.options.bundle is None:
-            return
-        try:
-            self.prepare()
-        except _torchapi.TorchUnavailable as exc:
-            self.problems.append(f"--compile-cache-bundle: {exc}")
+        self._prepare_at_start(fail=False)
 
     def finish(self) -> None:
         blob = self._save_own_artifacts()
