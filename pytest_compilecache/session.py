@@ -401,7 +401,7 @@ class CompileCacheSession:
             if report.get("status") in (None, "unused"):
                 continue
             loaded = ", ".join(f"{n} {k}" for k, n in report.get("loaded", {}).items()) or "nothing"
-            line = f"bundle: {report['status']}: {report.get('reason', '')}"
+            line = f"bundle ({report.get('process', 'main')}): {report['status']}: {report.get('reason', '')}"
             lines.append(line)
             if report.get("loaded"):
                 lines.append(
@@ -435,6 +435,7 @@ class WorkerSession(CompileCacheSession):
     def finish(self) -> None:
         blob = self._save_own_artifacts()
         report = self.preparer_report
+        report.process = str(getattr(self.config, "workerinput", {}).get("workerid", "worker"))
         if blob is not None:
             path = self.shared / f"artifacts-{os.getpid()}-{uuid.uuid4().hex[:8]}.bin"
             path.write_bytes(blob)

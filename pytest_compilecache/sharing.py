@@ -20,6 +20,7 @@ from .bundle import Bundle, BundleError, NotABundle, env_label, make_entry, read
 class BundleReport:
     """What happened to the bundle in one process, sent from workers to the controller as JSON."""
 
+    process: str = "main"
     status: str = "unused"
     reason: str = ""
     loaded: dict[str, int] = field(default_factory=dict)
