@@ -264,7 +264,8 @@ class CompileCacheSession:
     def finish(self) -> None:
         """Save this process's artifacts, merge them into the bundle, write the JSON report."""
         blob = self._save_own_artifacts()
-        self.reports.append(self.preparer_report.to_json())
+        if self._preparer is not None:
+            self.reports.append(self._preparer.report.to_json())
         env = self.preparer_report.env
         self.finish_bundle([blob] if blob else [], env)
         self.write_report()
@@ -460,9 +461,10 @@ class ControllerSession(CompileCacheSession):
         try:
             _torchapi.bootstrap(str(self.root / "process"))
             bundle = read_manifest(path)
-            entry = bundle.find(_torchapi.environment_fingerprint())
+            here = _torchapi.environment_fingerprint()
+            entry = bundle.find(here)
             if entry is None:
-                return [bundle.mismatch(_torchapi.environment_fingerprint())]
+                return [bundle.mismatch(here)]
             bundle.payload(entry)
         except (BundleError, _torchapi.TorchUnavailable) as exc:
             return [str(exc)]
