@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, BinaryIO, Mapping
 
 MAGIC = b"PYTEST-COMPILECACHE-BUNDLE\n"
 FORMAT = 1
@@ -68,10 +69,28 @@ class Entry:
 
 @dataclass
 class Bundle:
-    """A bundle file's manifest, and each entry's payload once read."""
+    """A bundle file's manifest, read through one open file so payloads come from the same version.
+
+    A writer replaces PATH by renaming a new file over it; the file this object holds open stays
+    the version whose manifest it read, so a manifest and payloads never mix two versions.
+    """
 
     path: Path
     entries: list[Entry]
+    _file: BinaryIO | None = field(default=None, repr=False)
+    _start: int = 0
+
+    def __enter__(self) -> "Bundle":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the file the manifest was read from; payloads already read stay available."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
     def find(self, env: Mapping[str, str]) -> Entry | None:
         """The entry made in an environment equal to ``env``, if any."""
@@ -84,13 +103,14 @@ class Bundle:
         return f"{self.path}: no entry matches this machine ({why})"
 
     def payload(self, entry: Entry) -> bytes:
-        """The entry's payload, read from disk and checked against its checksum."""
+        """The entry's payload, read from the same file as the manifest and checked against its checksum."""
         if entry.payload is not None:
             return entry.payload
+        if self._file is None:
+            raise BundleError(f"{self.path}: the bundle was closed before the payload for {env_label(entry.env)} was read")
         try:
-            with open(self.path, "rb") as f:
-                f.seek(_payload_start(f, self.path) + entry.offset)
-                data = f.read(entry.size)
+            self._file.seek(self._start + entry.offset)
+            data = self._file.read(entry.size)
         except OSError as exc:
             raise BundleError(f"{self.path}: cannot read: {exc.strerror or exc}") from None
         if len(data) != entry.size:
@@ -99,6 +119,14 @@ class Bundle:
             raise BundleError(f"{self.path}: corrupt: the payload for {env_label(entry.env)} fails its checksum")
         entry.payload = data
         return data
+
+    def read_all(self) -> None:
+        """Read and check every payload now, then close the file."""
+        try:
+            for entry in self.entries:
+                self.payload(entry)
+        finally:
+            self.close()
 
 
 def env_label(env: Mapping[str, str]) -> str:
@@ -128,28 +156,72 @@ def _payload_start(f: Any, path: Path) -> int:
     return len(MAGIC) + len(line) + int(line)
 
 
+def _entry(raw: Any) -> Entry:
+    env = raw["env"]
+    artifacts = raw.get("artifacts", {})
+    history = raw.get("history", {})
+    if not isinstance(env, dict) or not isinstance(artifacts, dict) or not isinstance(history, dict):
+        raise TypeError("env, artifacts and history must be objects")
+    for kind, counts in artifacts.items():
+        if not isinstance(counts, dict) or not all(isinstance(counts.get(k), int) for k in ("count", "bytes")):
+            raise TypeError(f"artifacts[{kind!r}] must hold integer count and bytes")
+    sha = raw["sha256"]
+    if not isinstance(sha, str):
+        raise TypeError("sha256 must be a string")
+    numbers = [raw.get("created", 0), raw.get("updated", 0), raw["size"], raw["offset"]]
+    if not all(isinstance(n, (int, float)) and not isinstance(n, bool) and math.isfinite(n) for n in numbers):
+        raise TypeError("created, updated, size and offset must be finite numbers")
+    if not isinstance(raw["size"], int) or not isinstance(raw["offset"], int):
+        raise TypeError("size and offset must be integers")
+    return Entry(
+        env={str(k): str(v) for k, v in env.items()},
+        artifacts=artifacts,
+        created=float(numbers[0]),
+        updated=float(numbers[1]),
+        sha256=sha,
+        size=raw["size"],
+        offset=raw["offset"],
+        history=dict(history),
+    )
+
+
 def read_manifest(path: Path) -> Bundle:
-    """Read a bundle's manifest, not its payloads. Raises :class:`BundleError` naming ``path``."""
+    """Open a bundle and read its manifest, not its payloads. Raises :class:`BundleError` naming ``path``.
+
+    The returned :class:`Bundle` keeps the file open (close it, or use it as a context manager), so
+    payloads read later come from the version whose manifest was read.
+    """
     path = Path(path)
     try:
-        with open(path, "rb") as f:
-            start = _payload_start(f, path)
-            size = start - f.tell()
-            if size > _MAX_MANIFEST:
-                raise BundleError(f"{path}: corrupt: manifest length {size} is implausible")
-            raw = f.read(size)
-            end = f.seek(0, os.SEEK_END)
+        f = open(path, "rb")
     except FileNotFoundError:
         raise
     except IsADirectoryError:
         raise BundleError(f"{path}: is a directory, not a bundle file") from None
     except OSError as exc:
         raise BundleError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        return _parse(f, path)
+    except BaseException:
+        f.close()
+        raise
+
+
+def _parse(f: BinaryIO, path: Path) -> Bundle:
+    try:
+        start = _payload_start(f, path)
+        size = start - f.tell()
+        if size > _MAX_MANIFEST:
+            raise BundleError(f"{path}: corrupt: manifest length {size} is implausible")
+        raw = f.read(size)
+        end = f.seek(0, os.SEEK_END)
+    except OSError as exc:
+        raise BundleError(f"{path}: cannot read: {exc.strerror or exc}") from None
     if len(raw) != size:
         raise BundleError(f"{path}: truncated: the manifest is cut short")
     try:
         manifest = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         raise BundleError(f"{path}: corrupt: the manifest is not valid JSON") from None
     if not isinstance(manifest, dict) or "format" not in manifest:
         raise BundleError(f"{path}: corrupt: the manifest has no format version")
@@ -158,27 +230,14 @@ def read_manifest(path: Path) -> Bundle:
             f"{path}: bundle format {manifest['format']!r} is not supported by this "
             f"pytest-compilecache (it reads format {FORMAT}); upgrade the plugin or rebuild the bundle"
         )
-    entries = []
     try:
-        for raw_entry in manifest["entries"]:
-            entries.append(
-                Entry(
-                    env={str(k): str(v) for k, v in raw_entry["env"].items()},
-                    artifacts=raw_entry.get("artifacts", {}),
-                    created=float(raw_entry.get("created", 0)),
-                    updated=float(raw_entry.get("updated", 0)),
-                    sha256=str(raw_entry["sha256"]),
-                    size=int(raw_entry["size"]),
-                    offset=int(raw_entry["offset"]),
-                    history=dict(raw_entry.get("history", {})),
-                )
-            )
+        entries = [_entry(raw_entry) for raw_entry in manifest["entries"]]
     except (KeyError, TypeError, ValueError, AttributeError):
         raise BundleError(f"{path}: corrupt: the manifest's entries are malformed") from None
     for e in entries:
         if e.offset < 0 or e.size < 0 or start + e.offset + e.size > end:
             raise BundleError(f"{path}: truncated: the payload for {env_label(e.env)} lies past the end of the file")
-    return Bundle(path, entries)
+    return Bundle(path, entries, f, start)
 
 
 def make_entry(env: Mapping[str, str], payload: bytes, artifacts: dict[str, dict[str, int]], created: float = 0.0) -> Entry:
@@ -224,7 +283,7 @@ def write_bundle(bundle: Bundle) -> int:
             f.flush()
             os.fsync(f.fileno())
             size = f.tell()
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except OSError as exc:
         _remove(tmp)
@@ -233,6 +292,12 @@ def write_bundle(bundle: Bundle) -> int:
         _remove(tmp)
         raise
     return size
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _remove(path: str) -> None:

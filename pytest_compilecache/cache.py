@@ -16,7 +16,8 @@ class CompileCache:
 
     While active, ``TORCHINDUCTOR_CACHE_DIR`` is :attr:`path` and ``TRITON_CACHE_DIR`` is
     ``path / "triton"``; every in-memory compile cache was reset on entry and is reset again on
-    exit; the variables are restored exactly on exit. :attr:`stats` counts from entry.
+    exit; the variables are restored exactly on exit; torch's remote (Redis) caches are off while
+    active. :attr:`stats` counts from entry.
     """
 
     def __init__(self, path: Path, process_dir: Path, headers_dir: Path, kind: str = "cold") -> None:
@@ -39,7 +40,9 @@ class CompileCache:
             stack.callback(saved.restore)
             self.path.mkdir(parents=True, exist_ok=True)
             point_cache_dirs_at(str(self.path))
-            stack.enter_context(_torchapi.redirect_default_dir(str(self._process_dir), str(self._headers_dir)))
+            stack.enter_context(_torchapi.redirect(str(self._process_dir)))
+            stack.enter_context(_torchapi.headers_at(str(self._headers_dir)))
+            stack.enter_context(_torchapi.without_remote_caches())
             stack.callback(_torchapi.reset_in_memory)
             _torchapi.reset_in_memory()
             self._bypass = stack.enter_context(_torchapi.record_bypass_reasons())
@@ -78,7 +81,7 @@ class CompileCache:
         now = _torchapi.read_counts()
         delta = {key: now[key] - self._start.get(key, 0) for key in now}
         reasons = self._bypass.snapshot() if self._bypass is not None else {}
-        return stats_from_counts(delta, _torchapi.unobservable_layers(), reasons)
+        return stats_from_counts(delta, _torchapi.unobservable_layers(), reasons, _torchapi.unobservable_fields())
 
     def assert_hits(self, **expected: int) -> None:
         """Check the exact hit count of each named layer, e.g. ``assert_hits(fx_graph=1, aot_autograd=1)``."""

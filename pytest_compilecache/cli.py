@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from . import _torchapi
-from .bundle import Bundle, BundleError, Entry, differences, env_label, make_entry, read_manifest, write_bundle
-from .sharing import acquire, lock_for
+from .bundle import Bundle, BundleError, Entry, differences, env_label, read_manifest
+from .store import BundleStore, union
 
 LOCK_TIMEOUT = 60.0
 
@@ -37,7 +37,11 @@ def _here() -> dict[str, str]:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    bundle = _read(args.path)
+    with _read(args.path) as bundle:
+        return _inspect(args, bundle)
+
+
+def _inspect(args: argparse.Namespace, bundle: Bundle) -> int:
     here = _here()
     if args.check:
         for entry in bundle.entries:
@@ -75,7 +79,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    bundle = _read(args.path)
+    with _read(args.path) as bundle:
+        return _verify(bundle)
+
+
+def _verify(bundle: Bundle) -> int:
     here = _here()
     entry = bundle.find(here)
     if entry is None:
@@ -88,46 +96,48 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write(out: Path, entries: list[Entry]) -> None:
-    lock = lock_for(out, LOCK_TIMEOUT)
+def _update(path: Path, change: Any) -> Bundle | None:
     try:
-        acquire(lock, LOCK_TIMEOUT)
-        try:
-            write_bundle(Bundle(out, entries))
-        finally:
-            lock.release()
+        return BundleStore(path, LOCK_TIMEOUT).update(change)
     except BundleError as exc:
         raise UserError(str(exc)) from None
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    bundles = [_read(p) for p in args.inputs]
-    groups: dict[str, list[Entry]] = {}
-    for bundle in bundles:
-        for entry in bundle.entries:
+    out = Path(args.output)
+    others: list[Entry] = []
+    count = 0
+    for name in args.inputs:
+        if _same_file(Path(name), out):
+            continue
+        with _read(name) as bundle:
             try:
-                bundle.payload(entry)
+                bundle.read_all()
             except BundleError as exc:
                 raise UserError(str(exc)) from None
-            groups.setdefault(json.dumps(entry.env, sort_keys=True), []).append(entry)
-    entries = []
-    for group in groups.values():
-        first = group[0]
-        payloads = list(dict.fromkeys(e.payload for e in group if e.payload is not None))
-        if len(payloads) == 1:
-            entries.append(first)
-            continue
-        try:
-            payload = _torchapi.merge_artifacts(payloads)
-            artifacts = _torchapi.describe_artifacts(payload)
-        except (_torchapi.MegaCacheError, _torchapi.TorchUnavailable) as exc:
-            raise UserError(f"cannot merge the entries for {env_label(first.env)}: {exc}") from None
-        merged = make_entry(first.env, payload, artifacts, min(e.created for e in group))
-        merged.history = first.history
-        entries.append(merged)
-    _write(Path(args.output), entries)
-    print(f"{args.output}: {len(entries)} environment(s) from {len(bundles)} bundle(s)")
+            others.extend(bundle.entries)
+            count += 1
+    reads_output = any(_same_file(Path(name), out) for name in args.inputs)
+
+    def change(current: Bundle | None) -> list[Entry]:
+        if reads_output and current is None:
+            raise UserError(f"{out}: no such file")
+        return union([*(current.entries if reads_output and current else []), *others])
+
+    try:
+        result = _update(out, change)
+    except (_torchapi.MegaCacheError, _torchapi.TorchUnavailable) as exc:
+        raise UserError(str(exc)) from None
+    assert result is not None
+    print(f"{args.output}: {len(result.entries)} environment(s) from {count + reads_output} bundle(s)")
     return 0
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return False
 
 
 def _dropped(spec: str, index: int, entry: Entry) -> bool:
@@ -140,19 +150,27 @@ def _dropped(spec: str, index: int, entry: Entry) -> bool:
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    bundle = _read(args.path)
     if not args.keep_matching and not args.drop:
         raise UserError("prune needs --keep-matching or --drop ENV")
+    _read(args.path).close()
     here = _here() if args.keep_matching else None
-    kept = []
-    for i, entry in enumerate(bundle.entries):
-        if here is not None and entry.env != here:
-            continue
-        if any(_dropped(spec, i, entry) for spec in args.drop):
-            continue
-        kept.append(entry)
-    _write(bundle.path, kept)
-    print(f"{bundle.path}: kept {len(kept)} of {len(bundle.entries)} environment(s)")
+    counts = [0, 0]
+
+    def change(current: Bundle | None) -> list[Entry]:
+        if current is None:
+            raise UserError(f"{args.path}: no such file")
+        kept = []
+        for i, entry in enumerate(current.entries):
+            if here is not None and entry.env != here:
+                continue
+            if any(_dropped(spec, i, entry) for spec in args.drop):
+                continue
+            kept.append(entry)
+        counts[:] = [len(kept), len(current.entries)]
+        return kept
+
+    _update(Path(args.path), change)
+    print(f"{args.path}: kept {counts[0]} of {counts[1]} environment(s)")
     return 0
 
 

@@ -31,11 +31,19 @@ class LayerStats:
     _hits: int = 0
     _misses: int = 0
     _bypasses: int = 0
-    saved: int = 0
+    _saved: int = 0
     from_bundle: int = 0
     observable: bool = True
     reason: str = ""
     bypass_reasons: tuple[str, ...] = ()
+    saved_unobservable: str = ""
+
+    @property
+    def saved(self) -> int:
+        """Entries written to this layer; raises :class:`UnobservableLayerError` where torch cannot count them."""
+        if self.observable and self.saved_unobservable:
+            raise UnobservableLayerError(f"{self.layer}.saved cannot be observed here: {self.saved_unobservable}")
+        return self._count("saved")
 
     def _count(self, kind: str) -> int:
         if not self.observable:
@@ -71,9 +79,11 @@ class LayerStats:
             "hits": self._hits,
             "misses": self._misses,
             "bypasses": self._bypasses,
-            "saved": self.saved,
+            "saved": None if self.saved_unobservable else self._saved,
             "from_bundle": self.from_bundle,
         }
+        if self.saved_unobservable:
+            out["saved_unobservable"] = self.saved_unobservable
         if self.bypass_reasons:
             out["bypass_reasons"] = list(self.bypass_reasons)
         return out
@@ -88,9 +98,10 @@ class LayerStats:
             int(data.get("hits", 0)),
             int(data.get("misses", 0)),
             int(data.get("bypasses", 0)),
-            saved=int(data.get("saved", 0)),
+            _saved=int(data.get("saved") or 0),
             from_bundle=int(data.get("from_bundle", 0)),
             bypass_reasons=tuple(data.get("bypass_reasons", ())),
+            saved_unobservable=str(data.get("saved_unobservable", "")),
         )
 
     def __add__(self, other: "LayerStats") -> "LayerStats":
@@ -101,16 +112,17 @@ class LayerStats:
             self._hits + other._hits,
             self._misses + other._misses,
             self._bypasses + other._bypasses,
-            saved=self.saved + other.saved,
+            _saved=self._saved + other._saved,
             from_bundle=self.from_bundle + other.from_bundle,
             bypass_reasons=_unique(self.bypass_reasons + other.bypass_reasons),
+            saved_unobservable=self.saved_unobservable or other.saved_unobservable,
         )
 
     def cell(self, kind: str) -> str:
         """The count as printed in a table, or ``-`` when unobservable."""
-        if not self.observable:
+        if not self.observable or (kind == "saved" and self.saved_unobservable):
             return "-"
-        return str(getattr(self, "_" + kind if kind in KINDS else kind))
+        return str(getattr(self, "_" + kind if kind in (*KINDS, "saved") else kind))
 
 
 def _unique(items: tuple[str, ...]) -> tuple[str, ...]:
@@ -173,6 +185,7 @@ def stats_from_counts(
     counts: Mapping[str, int],
     unobservable: Mapping[str, str],
     bypass_reasons: Mapping[str, tuple[str, ...]] | None = None,
+    unobservable_fields: Mapping[str, str] | None = None,
 ) -> CacheStats:
     """Build :class:`CacheStats` from flat ``"layer.kind"`` counts (see ``_torchapi.LAYER_KEYS``)."""
     bypass_reasons = bypass_reasons or {}
@@ -186,9 +199,10 @@ def stats_from_counts(
             counts.get(f"{name}.hits", 0),
             counts.get(f"{name}.misses", 0),
             counts.get(f"{name}.bypasses", 0),
-            saved=counts.get(f"{name}.saved", 0),
+            _saved=counts.get(f"{name}.saved", 0),
             from_bundle=counts.get(f"{name}.from_bundle", 0),
             bypass_reasons=tuple(bypass_reasons.get(name, ())),
+            saved_unobservable=(unobservable_fields or {}).get(f"{name}.saved", ""),
         )
     return CacheStats(**layers)
 

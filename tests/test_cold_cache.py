@@ -167,5 +167,5 @@ def test_isolate_option_gives_every_test_its_own_dir(
     assert not default_dir_of.exists(), f"the run created the shared default dir {default_dir_of}"
     result = run_inner("-p", "no:xdist", "--compile-cache-isolate")
     result.assert_outcomes(passed=3)
-    result.stdout.fnmatch_lines(["compilecache: isolation of every test: on"])
+    result.stdout.fnmatch_lines(["compilecache: isolation: a cache per test"])
     assert not default_dir_of.exists()

@@ -1,0 +1,34 @@
+"""Every touch of torch's private compile-cache API, feature-detected, in one package.
+
+A torch upgrade that moves a private name should change this package and nothing else. Each module
+imports torch lazily; importing the package is cheap. No private torch module is named outside it.
+"""
+
+from .core import MIN_TORCH, TorchUnavailable, torch_module
+from .counters import (
+    compile_seconds,
+    read_counts,
+    record_bypass_reasons,
+    unobservable_fields,
+    unobservable_layers,
+)
+from .defaultdir import headers_at, redirect
+from .fingerprint import environment_fingerprint, gpu_count
+from .isolation import bootstrap, caches_disabled_by_config, reset_in_memory, without_remote_caches
+from .megacache import (
+    MegaCacheError,
+    artifact_identities,
+    describe_artifacts,
+    fresh_recording,
+    load_artifacts,
+    merge_artifacts,
+    save_artifacts,
+)
+
+__all__ = [
+    "MIN_TORCH", "MegaCacheError", "TorchUnavailable", "artifact_identities", "bootstrap",
+    "caches_disabled_by_config", "compile_seconds", "describe_artifacts", "environment_fingerprint",
+    "fresh_recording", "gpu_count", "headers_at", "load_artifacts", "merge_artifacts", "read_counts",
+    "record_bypass_reasons", "redirect", "reset_in_memory", "save_artifacts", "torch_module",
+    "unobservable_fields", "unobservable_layers", "without_remote_caches",
+]

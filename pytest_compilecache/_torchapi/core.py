@@ -1,0 +1,28 @@
+"""Importing torch, and the error raised when it is missing or too old."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+MIN_TORCH = "2.7"
+
+
+class TorchUnavailable(RuntimeError):
+    """torch is missing or lacks the compile-cache API this plugin needs."""
+
+
+def torch_module() -> ModuleType:
+    """Import torch, or raise :class:`TorchUnavailable` naming the version found and the one needed."""
+    try:
+        import torch
+    except ImportError as exc:
+        raise TorchUnavailable(
+            f"pytest-compilecache needs torch >= {MIN_TORCH}, but torch cannot be imported ({exc})"
+        ) from None
+    compiler = getattr(torch, "compiler", None)
+    if not hasattr(compiler, "save_cache_artifacts") or not hasattr(compiler, "load_cache_artifacts"):
+        raise TorchUnavailable(
+            f"pytest-compilecache needs torch >= {MIN_TORCH} (for torch.compiler.save_cache_artifacts), "
+            f"but found torch {getattr(torch, '__version__', 'of unknown version')}"
+        )
+    return torch

@@ -1,0 +1,214 @@
+"""torch's cache counters read as flat per-layer counts, plus the few counts torch does not keep."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+from collections import Counter
+from typing import Any
+
+from .core import torch_module
+
+_own_counts: Counter[str] = Counter()
+_unobservable: dict[str, str] | None = None
+_unobservable_fields: dict[str, str] = {}
+
+
+def install() -> None:
+    """Count what torch does not: PGO lookups and saves, FX graph saves. Idempotent."""
+    _install_pgo_counter()
+    _install_fx_save_counter()
+
+
+def _install_pgo_counter() -> None:
+    pgo = importlib.import_module("torch._dynamo.pgo")
+    get_local = getattr(pgo, "get_local_code_state", None)
+    put_local = getattr(pgo, "put_local_code_state", None)
+    code_state_path = getattr(pgo, "code_state_path", None)
+    if get_local is None or code_state_path is None or getattr(get_local, "_compilecache", False):
+        return
+
+    def counted_get(cache_key: str) -> Any:
+        result = get_local(cache_key)
+        if code_state_path(cache_key) is not None:
+            _own_counts["pgo.hits" if result is not None else "pgo.misses"] += 1
+        return result
+
+    counted_get._compilecache = True  # type: ignore[attr-defined]
+    setattr(pgo, "get_local_code_state", counted_get)
+    if put_local is not None:
+
+        def counted_put(*args: Any, **kwargs: Any) -> Any:
+            _own_counts["pgo.saved"] += 1
+            return put_local(*args, **kwargs)
+
+        setattr(pgo, "put_local_code_state", counted_put)
+
+
+def _install_fx_save_counter() -> None:
+    codecache = importlib.import_module("torch._inductor.codecache")
+    fx_cache = getattr(codecache, "FxGraphCache", None)
+    save = getattr(fx_cache, "_save_graph", None)
+    if save is None:
+        _unobservable_fields["fx_graph.saved"] = "this torch has no FxGraphCache._save_graph to count saves at"
+        return
+    if getattr(save, "_compilecache", False):
+        return
+
+    def counted_save(*args: Any, **kwargs: Any) -> Any:
+        _own_counts["fx_graph.saved"] += 1
+        return save(*args, **kwargs)
+
+    counted_save._compilecache = True  # type: ignore[attr-defined]
+    setattr(fx_cache, "_save_graph", staticmethod(counted_save))
+
+
+def _group(counters: Any, name: str) -> Any:
+    return counters[name] if name in counters else {}
+
+
+def _cache_stats() -> dict[str, Any]:
+    remote_cache = sys.modules.get("torch._inductor.remote_cache")
+    stats = getattr(remote_cache, "cache_stats", None)
+    return dict(getattr(stats, "_stats", {}) or {})
+
+
+def _sum_stats(stats: dict[str, Any], suffix: str, field: str) -> int:
+    return sum(
+        int(getattr(stat, field, 0))
+        for name, stat in stats.items()
+        if name.endswith(suffix) and not name.startswith("backend:")
+    )
+
+
+def read_counts() -> dict[str, int]:
+    """Torch's process-global cache counters as flat ``"layer.kind"`` counts.
+
+    Take two readings and subtract: torch never resets these, and an FX hit replays codegen counters,
+    so only the keys read here are trusted.
+    """
+    from torch._dynamo.utils import counters
+
+    inductor = _group(counters, "inductor")
+    aot = _group(counters, "aot_autograd")
+    dynamo_cache = _group(counters, "dynamo_cache")
+    stats = _cache_stats()
+    fx_save_failed = inductor.get("fxgraph_cache_pickle_error", 0) + inductor.get("fxgraph_cache_write_error", 0)
+    return {
+        "fx_graph.hits": inductor.get("fxgraph_cache_hit", 0),
+        "fx_graph.misses": inductor.get("fxgraph_cache_miss", 0),
+        "fx_graph.bypasses": inductor.get("fxgraph_cache_bypass", 0),
+        "fx_graph.from_bundle": inductor.get("fxgraph_lookup_write_file", 0),
+        "fx_graph.saved": _own_counts["fx_graph.saved"] - fx_save_failed,
+        "aot_autograd.hits": aot.get("autograd_cache_hit", 0),
+        "aot_autograd.misses": aot.get("autograd_cache_miss", 0),
+        "aot_autograd.bypasses": aot.get("autograd_cache_bypass", 0),
+        "aot_autograd.saved": aot.get("autograd_cache_saved", 0),
+        "autotune.hits": _sum_stats(stats, "AutotuneCache", "hit"),
+        "autotune.misses": _sum_stats(stats, "AutotuneCache", "miss"),
+        "autotune.saved": _sum_stats(stats, "AutotuneCache", "put"),
+        "triton.hits": inductor.get("triton_bundler_read_and_emit_kernel", 0),
+        "triton.from_bundle": inductor.get("triton_bundler_read_and_emit_kernel", 0),
+        "triton.misses": inductor.get("triton_bundler_save_kernel", 0),
+        "triton.saved": inductor.get("triton_bundler_save_kernel", 0),
+        "pgo.hits": _own_counts["pgo.hits"],
+        "pgo.misses": _own_counts["pgo.misses"],
+        "pgo.saved": _own_counts["pgo.saved"],
+        "precompile.hits": dynamo_cache.get("dynamo_cache_hit", 0),
+        "precompile.misses": dynamo_cache.get("dynamo_cache_miss", 0),
+        "precompile.bypasses": dynamo_cache.get("dynamo_cache_error", 0),
+    }
+
+
+def compile_seconds() -> float:
+    """Seconds torch.compile has spent compiling frames (forward and backward) in this process."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    spent = getattr(utils, "cumulative_time_spent_ns", None)
+    if not spent:
+        return 0.0
+    return float(spent.get("entire_frame_compile", 0) + spent.get("entire_backward_compile", 0)) / 1e9
+
+
+def unobservable_layers() -> dict[str, str]:
+    """``{layer: reason}`` for each layer this torch build or machine cannot observe."""
+    global _unobservable
+    if _unobservable is None:
+        from .fingerprint import gpu_count
+
+        found: dict[str, str] = {}
+        gpu = gpu_count() > 0
+        torch_module()
+        remote_cache = importlib.import_module("torch._inductor.remote_cache")
+        if not hasattr(remote_cache, "cache_stats"):
+            found["autotune"] = "this torch keeps no autotune cache statistics"
+        elif not gpu:
+            found["autotune"] = "Triton autotuning runs only on a GPU, and none is available"
+        if not gpu:
+            found["triton"] = "Triton kernels are compiled only for a GPU, and none is available"
+        pgo = importlib.import_module("torch._dynamo.pgo")
+        if not getattr(getattr(pgo, "get_local_code_state", None), "_compilecache", False):
+            found["pgo"] = "this torch's PGO module has no local code-state lookup to count"
+        dynamo_config = importlib.import_module("torch._dynamo.config")
+        if not hasattr(dynamo_config, "caching_precompile"):
+            found["precompile"] = "this torch has no precompile cache"
+        _unobservable = found
+    return dict(_unobservable)
+
+
+def unobservable_fields() -> dict[str, str]:
+    """``{"layer.field": reason}`` for single counts this torch cannot keep (e.g. FX saves)."""
+    return dict(_unobservable_fields)
+
+
+# --- bypass reasons: torch gives them only to its loggers, at INFO level ---------------------
+
+_BYPASS_LOGGERS = {
+    "torch._inductor.codecache": ("fx_graph", "Bypassing FX Graph Cache because"),
+    "torch._functorch._aot_autograd.autograd_cache": ("aot_autograd", "Bypassing autograd cache"),
+}
+
+
+class _BypassFilter(logging.Filter):
+    def __init__(self, layer: str, prefix: str, passes: int, sink: dict[str, list[str]]) -> None:
+        super().__init__()
+        self.layer, self.prefix, self.passes, self.sink = layer, prefix, passes, sink
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str) and record.msg.startswith(self.prefix) and record.args:
+            arg = record.args[0] if isinstance(record.args, tuple) else record.args
+            self.sink.setdefault(self.layer, []).append(str(arg))
+        return record.levelno >= self.passes
+
+
+class record_bypass_reasons:
+    """Context manager collecting ``{layer: [reason, ...]}`` from torch's bypass log messages.
+
+    Records below the loggers' own level are captured and then dropped, so nothing new is printed.
+    """
+
+    def __init__(self) -> None:
+        self.reasons: dict[str, list[str]] = {}
+        self._installed: list[tuple[logging.Logger, _BypassFilter, int]] = []
+
+    def __enter__(self) -> "record_bypass_reasons":
+        for name, (layer, prefix) in _BYPASS_LOGGERS.items():
+            logger = logging.getLogger(name)
+            level = logger.level
+            filt = _BypassFilter(layer, prefix, logger.getEffectiveLevel(), self.reasons)
+            logger.addFilter(filt)
+            if not logger.isEnabledFor(logging.INFO):
+                logger.setLevel(logging.INFO)
+            self._installed.append((logger, filt, level))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for logger, filt, level in self._installed:
+            logger.removeFilter(filt)
+            if logger.level != level:
+                logger.setLevel(level)
+        self._installed.clear()
+
+    def snapshot(self) -> dict[str, tuple[str, ...]]:
+        """The reasons recorded so far, one tuple per layer."""
+        return {layer: tuple(dict.fromkeys(r)) for layer, r in self.reasons.items()}

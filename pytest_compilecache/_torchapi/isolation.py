@@ -1,0 +1,98 @@
+"""Importing torch's compiler once without touching the shared directory, and resetting its in-memory state."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from typing import Iterator
+
+from ..environment import SavedEnv
+from . import counters, defaultdir
+from .core import torch_module
+
+_bootstrapped = False
+
+
+def bootstrap(process_dir: str | None = None) -> None:
+    """Import torch's compiler stack once per process, creating nothing in the shared default directory.
+
+    While importing, torch's default directory is ``process_dir`` (a temporary folder removed at
+    exit when none is given); ``TORCHINDUCTOR_CACHE_DIR`` and ``TRITON_CACHE_DIR`` are put back
+    exactly as they were afterwards.
+    """
+    global _bootstrapped
+    if _bootstrapped:
+        return
+    torch_module()
+    if process_dir is None:
+        import atexit
+        import shutil
+        import tempfile
+
+        process_dir = tempfile.mkdtemp(prefix="pytest-compilecache-")
+        atexit.register(shutil.rmtree, process_dir, True)
+    if not defaultdir.installed():
+        defaultdir.install(None, None)
+    saved = SavedEnv()
+    try:
+        with defaultdir.redirect(process_dir):
+            for name in ("torch._dynamo", "torch._inductor.codecache", "torch._inductor.utils"):
+                importlib.import_module(name)
+            counters.install()
+    finally:
+        saved.restore()
+    _bootstrapped = True
+
+
+def reset_in_memory() -> None:
+    """Forget every compile result held in memory, so the next compile consults the disk caches.
+
+    Clears Inductor's registered in-memory caches (loaded C++ and Python modules, Triton futures,
+    path memos) and resets Dynamo (its code cache, guards and PGO state). Files are left alone.
+    """
+    import torch._dynamo
+    import torch._inductor.utils as inductor_utils
+
+    clear = getattr(inductor_utils, "clear_caches", None) or getattr(inductor_utils, "clear_inductor_caches")
+    clear()
+    torch._dynamo.reset()
+
+
+@contextlib.contextmanager
+def without_remote_caches() -> Iterator[None]:
+    """Switch off torch's remote (Redis) FX graph, AOTAutograd and autotune caches while active.
+
+    Only values that are on are changed, so a session without remote caches keeps its cache keys.
+    """
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    with contextlib.ExitStack() as stack:
+        for config, names in (
+            (inductor_config, ("fx_graph_remote_cache", "autotune_remote_cache", "bundled_autotune_remote_cache")),
+            (functorch_config, ("enable_remote_autograd_cache",)),
+        ):
+            on = {name: False for name in names if getattr(config, name, None)}
+            if on:
+                stack.enter_context(config.patch(on))
+        yield
+
+
+def caches_disabled_by_config() -> list[str]:
+    """One line per torch config value that switches a cache layer off right now."""
+    torch = torch_module()
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    found = []
+    compiler_config = getattr(torch.compiler, "config", None)
+    if getattr(compiler_config, "force_disable_caches", False) or getattr(
+        inductor_config, "force_disable_caches", False
+    ):
+        found.append("force_disable_caches is on: every compile cache is disabled")
+    if not getattr(inductor_config, "fx_graph_cache", True):
+        found.append("torch._inductor.config.fx_graph_cache is off: the FX graph cache is disabled")
+    if not getattr(functorch_config, "enable_autograd_cache", True):
+        found.append("torch._functorch.config.enable_autograd_cache is off: the AOTAutograd cache is disabled")
+    return found
+

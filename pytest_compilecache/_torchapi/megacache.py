@@ -1,0 +1,120 @@
+"""Mega-Cache bytes: recording, saving, loading, describing and merging them through torch."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+from typing import Any
+
+from ..environment import SavedEnv, point_cache_dirs_at
+from .core import torch_module
+from .isolation import bootstrap
+
+
+class MegaCacheError(RuntimeError):
+    """torch could not read, load or write Mega-Cache bytes."""
+
+
+def _manager() -> Any:
+    bootstrap()
+    from torch.compiler._cache import CacheArtifactManager
+
+    return CacheArtifactManager
+
+
+def fresh_recording() -> Any:
+    """Context manager: artifacts recorded inside go to a collection of their own (torch >= 2.8).
+
+    On an older torch this is a no-op and the process's one collection is used.
+    """
+    fresh = getattr(_manager(), "with_fresh_cache", None)
+    return fresh() if fresh is not None else contextlib.nullcontext()
+
+
+def save_artifacts() -> bytes | None:
+    """``torch.compiler.save_cache_artifacts()`` as bytes, or ``None`` when nothing was recorded."""
+    torch = torch_module()
+    result = torch.compiler.save_cache_artifacts()
+    if result is None:
+        return None
+    data = result[0] if isinstance(result, tuple) else result
+    return data if describe_artifacts(data) else None
+
+
+def _deserialize(data: bytes) -> dict[str, list[Any]]:
+    manager = _manager()
+    getattr(manager, "_ensure_cache_artifacts_registered", lambda: None)()
+    logger = logging.getLogger("torch.compiler._cache")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        artifacts = manager.deserialize(data)
+    except Exception as exc:
+        raise MegaCacheError(f"torch could not deserialize the artifacts ({type(exc).__name__}: {exc})") from None
+    finally:
+        logger.setLevel(level)
+    if artifacts is None:
+        raise MegaCacheError("torch could not deserialize the artifacts")
+    return dict(artifacts)
+
+
+def describe_artifacts(data: bytes) -> dict[str, dict[str, int]]:
+    """``{artifact type: {"count": n, "bytes": n}}`` for Mega-Cache bytes."""
+    return {
+        kind: {"count": len(items), "bytes": sum(len(getattr(a, "content", b"")) for a in items)}
+        for kind, items in _deserialize(data).items()
+        if items
+    }
+
+
+def artifact_identities(data: bytes) -> set[tuple[str, str, str]]:
+    """``(type, key, sha256 of content)`` of every artifact in Mega-Cache bytes."""
+    return {
+        (kind, str(a.key), hashlib.sha256(bytes(a.content)).hexdigest())
+        for kind, items in _deserialize(data).items()
+        for a in items
+    }
+
+
+def merge_artifacts(blobs: list[bytes]) -> bytes:
+    """One Mega-Cache byte string holding the union of ``blobs`` over (type, key, content).
+
+    The FX graph and AOTAutograd caches keep several entries under one key (one per guard
+    variant), so two artifacts with one key and different contents are both kept.
+    """
+    _manager()
+    try:
+        from torch.compiler._cache import _serialize_single_cache
+        from torch.utils._appending_byte_serializer import AppendingByteSerializer
+    except ImportError:
+        raise MegaCacheError("this torch has no Mega-Cache serializer to merge artifacts with (torch >= 2.8 has)") from None
+
+    merged: dict[str, dict[tuple[str, bytes], Any]] = {}
+    for blob in blobs:
+        for kind, items in _deserialize(blob).items():
+            bucket = merged.setdefault(kind, {})
+            for artifact in items:
+                content = bytes(artifact.content)
+                bucket.setdefault((str(artifact.key), hashlib.sha256(content).digest()), artifact)
+    serializer = AppendingByteSerializer(serialize_fn=_serialize_single_cache)
+    serializer.extend((kind, list(items.values())) for kind, items in merged.items() if items)
+    return bytes(serializer.to_bytes())
+
+
+def load_artifacts(data: bytes, into: str) -> dict[str, int]:
+    """Write Mega-Cache bytes into the cache folder ``into``; ``{artifact type: count}`` loaded."""
+    torch = torch_module()
+    _manager()
+    saved = SavedEnv()
+    point_cache_dirs_at(into)
+    try:
+        info = torch.compiler.load_cache_artifacts(data)
+    except Exception as exc:
+        raise MegaCacheError(f"torch failed while loading the artifacts: {type(exc).__name__}: {exc}") from exc
+    finally:
+        saved.restore()
+    if info is None:
+        raise MegaCacheError("torch could not deserialize the artifacts (load_cache_artifacts returned None)")
+    artifacts = getattr(info, "artifacts", {}) or {}
+    return {kind: len(keys) for kind, keys in artifacts.items() if keys}

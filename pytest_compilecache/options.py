@@ -1,0 +1,143 @@
+"""The plugin's settings, resolved once per process: command line over environment over ini."""
+
+from __future__ import annotations
+
+import enum
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+DEFAULT_LOCK_TIMEOUT = 900.0
+BUNDLE_ENV = "PYTEST_COMPILE_CACHE_BUNDLE"
+
+
+class Isolation(enum.Enum):
+    """What ``--compile-cache-isolate`` gives the tests that ask for no fixture."""
+
+    OFF = "off"
+    TEST = "test"
+    WORKER = "worker"
+
+
+_ISOLATION_WORDS = {
+    "": Isolation.OFF, "off": Isolation.OFF, "false": Isolation.OFF, "no": Isolation.OFF, "0": Isolation.OFF,
+    "test": Isolation.TEST, "true": Isolation.TEST, "yes": Isolation.TEST, "1": Isolation.TEST,
+    "worker": Isolation.WORKER,
+}
+
+
+def _bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    return str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+def user_cache_dir() -> Path:
+    """The platform's per-user cache folder for this plugin (XDG on Linux)."""
+    if sys.platform == "win32":
+        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
+    elif sys.platform == "darwin":
+        base = Path.home() / "Library" / "Caches"
+    else:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "pytest-compilecache"
+
+
+@dataclass(frozen=True)
+class Options:
+    """Every setting of the plugin, as the user gave it."""
+
+    isolation: Isolation = Isolation.OFF
+    bundle: Path | None = None
+    update: bool = False
+    strict: bool = False
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT
+    report: Path | None = None
+    home: Path = Path()
+    headers_dir: Path = Path()
+
+    @property
+    def session_wide(self) -> bool:
+        """Whether compiles outside fixtures are redirected (isolation or a bundle is on)."""
+        return self.isolation is not Isolation.OFF or self.bundle is not None
+
+    @property
+    def active(self) -> bool:
+        """Whether anything session-wide was asked for (else only fixtures do work)."""
+        return self.session_wide or self.report is not None
+
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> "Options":
+        """Resolve every option; a bad value is a :class:`pytest.UsageError` naming it."""
+        inidir = Path(config.inipath).parent if config.inipath else Path(config.rootpath)
+
+        def pick(name: str, env: str | None = None) -> tuple[Any, Path | None]:
+            value = config.getoption(name, None)
+            if value is not None:
+                return value, None
+            if env and os.environ.get(env):
+                return os.environ[env], None
+            return config.getini(name), inidir
+
+        def path(name: str, env: str | None = None) -> Path | None:
+            value, base = pick(name, env)
+            if not value:
+                return None
+            p = Path(str(value)).expanduser()
+            return (base / p if base is not None and not p.is_absolute() else p).absolute()
+
+        word = str(pick("compile_cache_isolate")[0] or "").strip().lower()
+        if word not in _ISOLATION_WORDS:
+            raise pytest.UsageError(
+                f"compile_cache_isolate: {word!r} is not a mode; use test (a cache per test) or worker "
+                "(a kept cache per xdist worker)"
+            )
+        timeout = pick("compile_cache_lock_timeout")[0]
+        try:
+            lock_timeout = float(timeout) if timeout not in (None, "") else DEFAULT_LOCK_TIMEOUT
+        except ValueError:
+            raise pytest.UsageError(f"compile_cache_lock_timeout must be a number of seconds, not {timeout!r}") from None
+        if lock_timeout < 0:
+            raise pytest.UsageError(f"compile_cache_lock_timeout must not be negative, got {lock_timeout:g}")
+        home = path("compile_cache_home") or user_cache_dir()
+        return cls(
+            isolation=_ISOLATION_WORDS[word],
+            bundle=path("compile_cache_bundle", BUNDLE_ENV),
+            update=_bool(pick("compile_cache_update")[0]),
+            strict=_bool(pick("compile_cache_strict")[0]),
+            lock_timeout=lock_timeout,
+            report=path("compile_cache_report"),
+            home=home,
+            headers_dir=path("compile_cache_headers_dir") or home / "precompiled-headers",
+        )
+
+
+def add_options(parser: pytest.Parser) -> None:
+    """Register every command-line option and ini value, all under the ``compile-cache`` prefix."""
+    group = parser.getgroup("compilecache", "torch.compile cache isolation and bundles (pytest-compilecache)")
+
+    def option(name: str, help: str, **kwargs: Any) -> None:
+        dest = name.replace("-", "_")
+        group.addoption(f"--{name}", dest=dest, default=None, help=f"{help} (ini: {dest})", **kwargs)
+        parser.addini(dest, help=help, type="string")
+
+    option("compile-cache-isolate", "isolate compile caches: 'test' (default when given bare) gives every test "
+           "its own empty cache; 'worker' gives each process or xdist worker its own cache, kept between runs",
+           metavar="MODE", nargs="?", const="test", choices=["test", "worker", "off"])
+    option("compile-cache-bundle", f"Mega-Cache bundle to load at session start and save at the end "
+           f"(env: {BUNDLE_ENV}; an ini path is relative to the ini file)", metavar="PATH")
+    option("compile-cache-update", "merge this session's artifacts into an existing bundle", action="store_true")
+    option("compile-cache-strict", "fail the session when the bundle cannot be loaded, warmed up or saved",
+           action="store_true")
+    option("compile-cache-lock-timeout", "seconds to wait for the bundle lock (default 900)", metavar="SECONDS")
+    option("compile-cache-report", "write per-test and total cache counts as JSON to FILE", metavar="FILE")
+    parser.addini("compile_cache_home", type="string",
+                  help="per-user folder for precompiled C++ headers and per-worker caches "
+                       "(default: the platform's user cache folder, e.g. ~/.cache/pytest-compilecache)")
+    parser.addini("compile_cache_headers_dir", type="string",
+                  help="folder for precompiled C++ headers, shared by all tests and runs "
+                       "(default: <compile_cache_home>/precompiled-headers)")

@@ -1,0 +1,195 @@
+"""The session's report: what each process did with the bundle, per-test counts, what was saved.
+
+The model is filled by the plugin's roles and rendered by :func:`summary_lines` (terminal) and
+:meth:`SessionReport.to_json` (``--compile-cache-report``); neither renderer computes anything.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from .stats import CacheStats
+
+REPORT_FORMAT = 1
+
+
+class Status(enum.Enum):
+    """What became of the bundle in one process."""
+
+    UNUSED = "unused"
+    NONE = "none"
+    LOADED = "loaded"
+    MISSING = "missing"
+    INCOMPATIBLE = "incompatible"
+    UNUSABLE = "unusable"
+    NOT_A_BUNDLE = "not a bundle"
+    WARMUP_FAILED = "warmup failed"
+
+
+class SaveStatus(enum.Enum):
+    """What became of PATH at the end of the session."""
+
+    NOT_ASKED = ""
+    SAVED = "saved"
+    KEPT = "kept"
+    NOTHING = "nothing to save"
+    FAILED = "failed"
+
+
+@dataclass
+class ProcessReport:
+    """What happened to the bundle in one process; workers send it to the controller as JSON."""
+
+    process: str = "main"
+    status: Status = Status.UNUSED
+    reason: str = ""
+    loaded: dict[str, int] = field(default_factory=dict)
+    loaded_bytes: int = 0
+    load_seconds: float = 0.0
+    warmup_seconds: float | None = None
+    warmup_stats: dict[str, Any] | None = None
+    warmup_error: str | None = None
+    artifacts_file: str | None = None
+    env: dict[str, str] | None = None
+    history: dict[str, Any] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """A plain dict (for ``workeroutput`` and the JSON report)."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["status"] = self.status.value
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "ProcessReport":
+        """The inverse of :meth:`to_json`."""
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["status"] = Status(values.get("status", Status.UNUSED.value))
+        return cls(**values)
+
+
+@dataclass
+class SaveResult:
+    """What the end of the session did to PATH."""
+
+    status: SaveStatus = SaveStatus.NOT_ASKED
+    reason: str = ""
+    path: str = ""
+    artifacts: dict[str, dict[str, int]] = field(default_factory=dict)
+    bytes: int = 0
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form; empty when nothing was asked."""
+        if self.status is SaveStatus.NOT_ASKED:
+            return {}
+        data: dict[str, Any] = {"status": self.status.value}
+        if self.status is SaveStatus.SAVED:
+            data.update(path=self.path, artifacts=self.artifacts, bytes=self.bytes, seconds=self.seconds)
+        else:
+            data["reason"] = self.reason
+        return data
+
+
+@dataclass
+class SessionReport:
+    """Everything the summary and the JSON report show, for one pytest session."""
+
+    bundle_path: str | None = None
+    bundle_at_start: str = ""
+    tests: dict[str, dict[str, Any]] = field(default_factory=dict)
+    totals: CacheStats | None = None
+    compile_seconds: float = 0.0
+    processes: list[ProcessReport] = field(default_factory=list)
+    saved: SaveResult = field(default_factory=SaveResult)
+    problems: list[str] = field(default_factory=list)
+
+    def add_test(self, nodeid: str, stats: dict[str, Any]) -> None:
+        """Record one test's counts (from this process or from a worker's report)."""
+        self.tests[nodeid] = stats
+        self.compile_seconds += float(stats.get("compile_seconds", 0.0))
+        current = CacheStats.from_dict(stats)
+        self.totals = current if self.totals is None else self.totals + current
+
+    def all_problems(self) -> list[str]:
+        """Every problem seen in any process, once each."""
+        return list(dict.fromkeys(self.problems + [p for r in self.processes for p in r.problems]))
+
+    @property
+    def warmup_seconds(self) -> float:
+        """Seconds spent in the warmup hook, over all processes."""
+        return sum(r.warmup_seconds or 0.0 for r in self.processes)
+
+    @property
+    def warmup_failed(self) -> str | None:
+        """The warmup's failure, if it failed anywhere."""
+        return next((r.warmup_error for r in self.processes if r.warmup_error), None)
+
+    def built_compile_seconds(self) -> float | None:
+        """How long the run that built the loaded bundle spent compiling, if recorded."""
+        return next((r.history.get("built_compile_seconds") for r in self.processes
+                     if r.history.get("built_compile_seconds")), None)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``--compile-cache-report`` document (format 1)."""
+        return {
+            "format": REPORT_FORMAT,
+            "totals": {**(self.totals or CacheStats()).to_dict(), "compile_seconds": round(self.compile_seconds, 3)},
+            "tests": self.tests,
+            "bundle": {
+                "path": self.bundle_path,
+                "at_start": self.bundle_at_start,
+                "processes": [r.to_json() for r in self.processes if r.status is not Status.UNUSED],
+                "saved": self.saved.to_json(),
+                "problems": self.all_problems(),
+            },
+        }
+
+
+def _compile_time_line(report: SessionReport) -> str:
+    line = f"compile time in tests: {report.compile_seconds:.1f} s (summed over workers)"
+    warmup = report.warmup_seconds
+    if warmup:
+        line += f", plus {warmup:.1f} s in the warmup"
+    built = report.built_compile_seconds()
+    if built and not warmup:
+        total = report.compile_seconds
+        ratio = f", {built / total:.1f}x less" if total > 0 else ""
+        line += f"; the cold run that built the bundle compiled for {built:.1f} s{ratio}"
+    return line
+
+
+def summary_lines(report: SessionReport) -> list[str]:
+    """The terminal summary: per-layer totals, and what was loaded, warmed up and saved."""
+    lines = ["per-layer totals over all tests (summed over workers):"]
+    lines.append((report.totals or CacheStats()).table())
+    lines.append(_compile_time_line(report))
+    for process in report.processes:
+        if process.status in (Status.UNUSED,):
+            continue
+        lines.append(f"bundle ({process.process}): {process.status.value}: {process.reason}")
+        if process.loaded:
+            loaded = ", ".join(f"{n} {k}" for k, n in process.loaded.items())
+            lines.append(
+                f"  loaded {loaded} ({process.loaded_bytes / 1e6:.2f} MB in {process.load_seconds:.2f} s)"
+            )
+        if process.warmup_seconds is not None and not process.warmup_error:
+            lines.append(f"  warmup ran here: {process.warmup_seconds:.1f} s")
+    saved = report.saved
+    if saved.status is SaveStatus.SAVED:
+        arts = ", ".join(f"{v['count']} {k}" for k, v in saved.artifacts.items())
+        lines.append(f"bundle saved: {saved.path}: {arts} ({saved.bytes / 1e6:.2f} MB in {saved.seconds:.2f} s)")
+    elif saved.status is not SaveStatus.NOT_ASKED:
+        lines.append(f"bundle {saved.status.value}: {saved.reason}")
+    failure = report.warmup_failed
+    if failure:
+        lines.append("WARMUP FAILED (warm_cache tests were skipped):")
+        lines.extend("  " + line for line in failure.rstrip().splitlines())
+    for problem in report.all_problems():
+        if failure and problem.startswith("the warmup hook failed"):
+            continue
+        lines.append(f"PROBLEM: {problem}")
+    return lines

@@ -1,0 +1,558 @@
+"""One plugin object per pytest process role, chosen once, each registering only the hooks it needs.
+
+- :class:`SingleProcess`: a run without xdist; runs tests, loads or builds the bundle, saves, reports.
+- :class:`Worker`: an xdist worker; runs tests, hands its artifacts and bundle story to the controller.
+- :class:`Controller`: the xdist controller; checks PATH before workers start, merges once, reports.
+
+They share small components: :class:`TestSide` (caches for tests, bundle preparation, per-test
+counts) and :class:`Saver` (the end-of-session write to PATH).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+import traceback
+import uuid
+from pathlib import Path
+from typing import Any, Generator, Iterator
+
+import pytest
+
+from . import _torchapi
+from .bundle import BundleError, NotABundle, make_entry, read_manifest
+from .cache import CompileCache
+from .environment import SavedEnv, caches_disabled_by_env, point_cache_dirs_at
+from .folders import Folders, WorkerDir
+from .options import Isolation, Options
+from .report import ProcessReport, SaveResult, SaveStatus, SessionReport, Status, summary_lines
+from .stats import stats_from_counts
+from .store import BundleStore, env_id
+from .warmup import Preparer, WarmupFailed
+
+WORKER_OUTPUT_KEY = "compilecache"
+REPORT_ATTR = "compilecache"
+_FAILED = pytest.StashKey[bool]()
+_FIXTURES = ("cold_cache", "warm_cache")
+
+
+def _describe_path(path: Path | None) -> tuple[str, bool, str]:
+    """How PATH looks now, without torch: (description, whether it exists, problem or "")."""
+    if path is None:
+        return "", False, ""
+    existed = path.exists() or path.is_symlink()
+    try:
+        with read_manifest(path) as bundle:
+            size = path.stat().st_size
+            return f"{path}: {len(bundle.entries)} environment(s), {size / 1e6:.1f} MB", existed, ""
+    except FileNotFoundError:
+        return f"{path}: missing, the session will create it", existed, ""
+    except BundleError as exc:
+        return str(exc), existed, str(exc)
+
+
+def _header(options: Options, report: SessionReport, process: ProcessReport | None) -> list[str]:
+    mode = {Isolation.OFF: "off", Isolation.TEST: "a cache per test",
+            Isolation.WORKER: "a kept cache per worker"}[options.isolation]
+    lines = [f"compilecache: isolation: {mode}"]
+    if options.bundle is not None:
+        lines.append(f"compilecache: bundle {report.bundle_at_start}")
+        if process is not None and process.status is not Status.UNUSED:
+            lines.append(f"compilecache: bundle {process.status.value}: {process.reason}")
+    lines.extend(
+        f"compilecache: WARNING: {line}; cache assertions are meaningless" for line in caches_disabled_by_env()
+    )
+    return lines
+
+
+def _entry_problems(path: Path, process_dir: Path) -> list[str]:
+    """Strict mode's check before any test: PATH has an intact entry for this machine."""
+    try:
+        _torchapi.bootstrap(str(process_dir))
+        with read_manifest(path) as bundle:
+            here = _torchapi.environment_fingerprint()
+            entry = bundle.find(here)
+            if entry is None:
+                return [bundle.mismatch(here)]
+            bundle.payload(entry)
+    except (BundleError, _torchapi.TorchUnavailable) as exc:
+        return [str(exc)]
+    return []
+
+
+def _check_at_start(options: Options, start_problem: str, existed: bool, process_dir: Path) -> None:
+    """In strict mode, stop before any test when PATH is unreadable or has no intact entry for here."""
+    if not options.strict or options.bundle is None:
+        return
+    problems = [start_problem] if start_problem else []
+    if not problems and existed:
+        problems = _entry_problems(options.bundle, process_dir)
+    _strict_failure(options, problems, "at session start")
+
+
+def _strict_failure(options: Options, problems: list[str], when: str) -> None:
+    if options.strict and problems:
+        raise pytest.UsageError(f"--compile-cache-strict: bundle problem {when}:\n  " + "\n  ".join(problems))
+
+
+class TestSide:
+    """What a process that runs tests does: caches for fixtures, the bundle, per-test counts."""
+
+    def __init__(self, config: pytest.Config, options: Options, folders: Folders, process: str) -> None:
+        self.config = config
+        self.options = options
+        self.folders = folders
+        self.process = process
+        self.bundle_existed = False
+        self._saved_env: SavedEnv | None = None
+        self._worker_dir: WorkerDir | None = None
+        self._preparer: Preparer | None = None
+        self._prepared: bool | None = None
+        self._test_start: dict[str, tuple[dict[str, int], float]] = {}
+
+    # --- the process's environment ---
+
+    def configure(self, saved: SavedEnv | None) -> None:
+        """Point compiles outside fixtures at a folder of this process's own, before collection.
+
+        ``saved`` is the environment from before the first conftest was loaded, if it was taken.
+        """
+        if not self.options.session_wide:
+            return
+        self._saved_env = saved or SavedEnv()
+        point_cache_dirs_at(str(self.session_cache))
+
+    @property
+    def session_cache(self) -> Path:
+        """The cache of compiles outside fixtures: per worker and kept, or per process."""
+        if self.options.isolation is Isolation.WORKER:
+            if self._worker_dir is None:
+                self._worker_dir = WorkerDir(self.options.home, self.process)
+            return self._worker_dir.path
+        return self.folders.session_cache
+
+    def close(self) -> None:
+        """Restore the environment and let go of the worker folder."""
+        if self._saved_env is not None:
+            self._saved_env.restore()
+            self._saved_env = None
+        if self._worker_dir is not None:
+            self._worker_dir.release()
+            self._worker_dir = None
+
+    # --- the bundle ---
+
+    @property
+    def process_report(self) -> ProcessReport:
+        """What bundle preparation did in this process."""
+        return self._preparer.report if self._preparer is not None else ProcessReport(process=self.process)
+
+    def _needed(self, items: list[pytest.Item]) -> bool:
+        if any("warm_cache" in getattr(item, "fixturenames", ()) for item in items):
+            return True
+        return self.options.bundle is not None and "torch" in sys.modules
+
+    def prepare_for(self, session: pytest.Session) -> str | None:
+        """Before the first test: load or build the bundle if a selected test may use it.
+
+        Returns the strict-mode failure to stop on, or ``None``.
+        """
+        if self._prepared is not None or not session.items or self.config.option.collectonly:
+            return None
+        if not self._needed(session.items):
+            return None
+        try:
+            self.prepare()
+        except _torchapi.TorchUnavailable as exc:
+            message = f"--compile-cache-bundle: {exc}"
+            if self._preparer is None:
+                self._preparer = self._make_preparer(None)
+            self._preparer.report.problems.append(message)
+        problems = self.process_report.problems
+        if self.options.strict and problems:
+            return "--compile-cache-strict: bundle problem at session start:\n  " + "\n  ".join(problems)
+        return None
+
+    def _make_preparer(self, hook: Any) -> Preparer:
+        bundle = self.options.bundle
+        source = BundleStore(bundle, self.options.lock_timeout) if bundle is not None else None
+        may_write = bundle is not None and (self.options.update or not self.bundle_existed)
+        publish = source if may_write and source is not None else \
+            BundleStore(self.folders.shared / "session.bundle", self.options.lock_timeout)
+        return Preparer(
+            source=source,
+            publish=publish,
+            update=self.options.update,
+            template=self.folders.template,
+            marker=self.folders.shared / "warmup-done",
+            run_warmup=self._run_warmup if hook else None,
+            process=self.process,
+        )
+
+    def prepare(self) -> bool:
+        """Load (or warm up and publish) the bundle once per process; True when it is usable."""
+        if self._prepared is None:
+            self._prepared = False
+            _torchapi.bootstrap(str(self.folders.process))
+            hook = self.config.hook.pytest_compilecache_warmup.get_hookimpls()
+            self._preparer = self._make_preparer(hook)
+            self._prepared = self._preparer.prepare(_torchapi.environment_fingerprint())
+            if self._prepared and self._saved_env is not None and self.options.isolation is not Isolation.TEST:
+                shutil.copytree(self.folders.template, self.session_cache, dirs_exist_ok=True)
+        return self._prepared
+
+    def _run_warmup(self, previous: Path | None) -> tuple[bytes | None, dict[str, Any], float]:
+        hook = self.config.hook.pytest_compilecache_warmup
+        cache = self._new_cache("warmup", "warmup")
+        if previous is not None:
+            shutil.copytree(previous, cache.path, dirs_exist_ok=True)
+        start = time.perf_counter()
+        try:
+            with _torchapi.fresh_recording():
+                with cache:
+                    try:
+                        hook(cache=cache)
+                    except Exception as exc:
+                        where = ", ".join(
+                            f"{impl.function.__code__.co_filename}:{impl.function.__code__.co_firstlineno}"
+                            for impl in hook.get_hookimpls()
+                        )
+                        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+                        raise WarmupFailed(
+                            f"pytest_compilecache_warmup ({where}) raised {type(exc).__name__}: {exc}\n{text}"
+                        ) from None
+                data = _torchapi.save_artifacts()
+        finally:
+            shutil.rmtree(cache.path, ignore_errors=True)
+        return data, cache.stats.to_dict(), time.perf_counter() - start
+
+    # --- caches for tests ---
+
+    def _new_cache(self, nodeid: str, kind: str) -> CompileCache:
+        return CompileCache(self.folders.for_test(nodeid), self.folders.process, self.options.headers_dir, kind)
+
+    def open_cache(self, request: pytest.FixtureRequest, kind: str) -> Iterator[CompileCache]:
+        """The body of the ``cold_cache`` / ``warm_cache`` fixtures (and of per-test isolation)."""
+        cache = self._new_cache(request.node.nodeid, kind)
+        try:
+            if kind == "warm":
+                template = self.folders.template if self.prepare() else None
+                if template is None:
+                    report = self.process_report
+                    if report.warmup_error:
+                        pytest.skip(f"warm_cache: the warmup hook failed, see the compilecache summary "
+                                    f"({report.reason})")
+                    pytest.skip(
+                        f"warm_cache needs a usable bundle ({report.status.value}: {report.reason}); get one "
+                        "with --compile-cache-bundle=PATH after a run that builds it, or a "
+                        "pytest_compilecache_warmup hook"
+                    )
+                shutil.copytree(template, cache.path, dirs_exist_ok=True)
+            cache.__enter__()
+        except _torchapi.TorchUnavailable as exc:
+            pytest.fail(str(exc), pytrace=False)
+        try:
+            yield cache
+        finally:
+            cache.__exit__(None, None, None)
+            if not self._keep(request.node):
+                shutil.rmtree(cache.path, ignore_errors=True)
+
+    def _keep(self, item: pytest.Item) -> bool:
+        policy = "failed"
+        try:
+            policy = str(self.config.getini("tmp_path_retention_policy"))
+        except ValueError:
+            pass
+        return policy == "all" or (policy == "failed" and item.stash.get(_FAILED, False))
+
+    # --- per-test counts ---
+
+    def test_started(self, nodeid: str) -> None:
+        """Take the counters' starting point for a test."""
+        loaded = "torch._dynamo.utils" in sys.modules
+        self._test_start[nodeid] = (_torchapi.read_counts() if loaded else {}, _torchapi.compile_seconds())
+
+    def test_finished(self, nodeid: str) -> dict[str, Any] | None:
+        """This test's per-layer counts and compile seconds, or ``None`` if torch's compiler never loaded."""
+        start = self._test_start.pop(nodeid, None)
+        if start is None or "torch._dynamo.utils" not in sys.modules:
+            return None
+        counts, seconds = start
+        now = _torchapi.read_counts()
+        delta = {k: v - counts.get(k, 0) for k, v in now.items()}
+        stats = stats_from_counts(delta, _torchapi.unobservable_layers(),
+                                  unobservable_fields=_torchapi.unobservable_fields())
+        result: dict[str, Any] = stats.to_dict()
+        result["compile_seconds"] = round(_torchapi.compile_seconds() - seconds, 4)
+        return result
+
+    def own_artifacts(self, report: ProcessReport) -> bytes | None:
+        """This process's recorded Mega-Cache bytes (once), when a bundle path is set."""
+        if "torch._dynamo" not in sys.modules or self.options.bundle is None:
+            return None
+        try:
+            data = _torchapi.save_artifacts()
+            if data is not None and report.env is None:
+                report.env = _torchapi.environment_fingerprint()
+            return data
+        except Exception as exc:  # torch failing to serialize must not lose the session's results
+            report.problems.append(f"could not save this process's compile artifacts: {exc}")
+            return None
+
+    # --- hooks shared by the roles that run tests (registered through those roles) ---
+
+    def runtest_setup(self, item: pytest.Item) -> None:
+        self.test_started(item.nodeid)
+
+    def makereport(self, item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport) -> None:
+        if report.failed:
+            item.stash[_FAILED] = True
+        if call.when == "teardown" and self.options.active:
+            stats = self.test_finished(item.nodeid)
+            if stats is not None:
+                setattr(report, REPORT_ATTR, stats)
+
+
+class Saver:
+    """The end of the session: merge every process's artifacts into PATH, once, under its lock."""
+
+    def __init__(self, options: Options, bundle_existed: bool) -> None:
+        self.options = options
+        self.bundle_existed = bundle_existed
+
+    def save(self, report: SessionReport, blobs: list[tuple[dict[str, str], bytes]]) -> None:
+        """Fill ``report.saved``; every problem names PATH."""
+        path = self.options.bundle
+        if path is None:
+            return
+        if not (self.options.update or not self.bundle_existed):
+            report.saved = SaveResult(SaveStatus.KEPT, "PATH existed; add --compile-cache-update to merge into it")
+            return
+        if not blobs:
+            report.saved = SaveResult(SaveStatus.NOTHING, "nothing was compiled or used")
+            return
+        start = time.perf_counter()
+        history = {"built_compile_seconds": round(report.compile_seconds + report.warmup_seconds, 3)}
+        try:
+            additions = [make_entry(env, blob, _torchapi.describe_artifacts(blob)) for env, blob in blobs]
+            merged = BundleStore(path, self.options.lock_timeout).add(additions, history)
+            envs = {env_id(env): env for env, _ in blobs}
+            artifacts: dict[str, dict[str, int]] = {}
+            for entry in (merged.find(env) for env in envs.values()):
+                for kind, counts in (entry.artifacts if entry else {}).items():
+                    total = artifacts.setdefault(kind, {"count": 0, "bytes": 0})
+                    total["count"] += counts["count"]
+                    total["bytes"] += counts["bytes"]
+        except NotABundle as exc:
+            self._problem(report, f"{exc}; it was left alone")
+            return
+        except (BundleError, _torchapi.MegaCacheError, _torchapi.TorchUnavailable) as exc:
+            self._problem(report, str(exc) if str(path) in str(exc) else f"{path}: {exc}")
+            return
+        report.saved = SaveResult(SaveStatus.SAVED, path=str(path), artifacts=artifacts,
+                                  bytes=path.stat().st_size, seconds=round(time.perf_counter() - start, 3))
+
+    @staticmethod
+    def _problem(report: SessionReport, message: str) -> None:
+        report.saved = SaveResult(SaveStatus.FAILED, message)
+        report.problems.append(message)
+
+
+def _exit_status(options: Options, report: SessionReport, session: pytest.Session) -> None:
+    """A warmup failure, or a strict-mode problem, makes the exit status non-zero (never 0 or 5)."""
+    bad = report.warmup_failed or (options.strict and report.all_problems())
+    if bad and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _write_json(path: Path | None, report: SessionReport) -> None:
+    if path is None:
+        return
+    import json
+    import tempfile
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "w") as f:
+            json.dump(report.to_json(), f, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+    except OSError as exc:
+        report.problems.append(f"{path}: cannot write the report: {exc.strerror or exc}")
+
+
+class _RunsTests:
+    """The hooks of the roles that run tests; each role adds its own beginning and end."""
+
+    def __init__(self, config: pytest.Config, options: Options, side: TestSide) -> None:
+        self.config = config
+        self.options = options
+        self.side = side
+
+    def configure(self, saved: SavedEnv | None) -> None:
+        """Before collection: point compiles outside fixtures at this process's own folder."""
+        self.side.configure(saved)
+
+    def close(self) -> None:
+        """Restore the environment and remove this process's folders."""
+        self.side.close()
+        self.side.folders.remove(keep_root=True)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        if self.options.active:
+            self.side.runtest_setup(item)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+        report = yield
+        self.side.makereport(item, call, report)
+        return report
+
+
+class SingleProcess(_RunsTests):
+    """A pytest run without xdist."""
+
+    def __init__(self, config: pytest.Config, options: Options) -> None:
+        super().__init__(config, options, TestSide(config, options, Folders(config), "main"))
+        self.report = SessionReport(bundle_path=str(options.bundle) if options.bundle else None)
+        at_start, existed, problem = _describe_path(options.bundle)
+        self.report.bundle_at_start = at_start
+        self.side.bundle_existed = existed
+        self.start_problem = problem
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """In strict mode, check PATH before any test (not in runs that only collect)."""
+        if not self.config.option.collectonly:
+            _check_at_start(self.options, self.start_problem, self.side.bundle_existed, self.side.folders.process)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> None:
+        failure = self.side.prepare_for(session)
+        if failure:
+            raise pytest.UsageError(failure)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        stats = getattr(report, REPORT_ATTR, None)
+        if stats is not None and report.when == "teardown":
+            self.report.add_test(report.nodeid, stats)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        process = self.side.process_report
+        blob = self.side.own_artifacts(process)
+        self.report.processes = [process]
+        env = process.env
+        Saver(self.options, self.side.bundle_existed).save(self.report, [(env, blob)] if blob and env else [])
+        _write_json(self.options.report, self.report)
+        _exit_status(self.options, self.report, session)
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        return _header(self.options, self.report, self.side.process_report)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.options.active or self.report.totals is not None:
+            terminalreporter.section("compilecache")
+            for line in summary_lines(self.report):
+                terminalreporter.write_line(line)
+
+
+class Worker(_RunsTests):
+    """An xdist worker: runs tests, then hands its artifacts and bundle story to the controller."""
+
+    def __init__(self, config: pytest.Config, options: Options) -> None:
+        workerinput: dict[str, Any] = config.workerinput  # type: ignore[attr-defined]
+        shared = workerinput.get("compilecache_shared")
+        folders = Folders(config, Path(shared) if shared else None)
+        super().__init__(config, options, TestSide(config, options, folders, str(workerinput.get("workerid", "worker"))))
+        self.side.bundle_existed = bool(workerinput.get("compilecache_bundle_existed", False))
+        self.strict_failure: str | None = None
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> None:
+        self.strict_failure = self.side.prepare_for(session)
+        if self.strict_failure:
+            session.shouldstop = self.strict_failure
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        if self.strict_failure:
+            pytest.fail(self.strict_failure, pytrace=False)
+        if self.options.active:
+            self.side.runtest_setup(item)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        process = self.side.process_report
+        blob = self.side.own_artifacts(process)
+        if blob is not None:
+            path = self.side.folders.shared / f"artifacts-{os.getpid()}-{uuid.uuid4().hex[:8]}.bin"
+            path.write_bytes(blob)
+            process.artifacts_file = str(path)
+        self.config.workeroutput[WORKER_OUTPUT_KEY] = process.to_json()  # type: ignore[attr-defined]
+
+
+class Controller:
+    """The xdist controller: runs no test; checks PATH first, merges every worker's artifacts once."""
+
+    def __init__(self, config: pytest.Config, options: Options) -> None:
+        self.config = config
+        self.options = options
+        self.folders = Folders(config)
+        self.report = SessionReport(bundle_path=str(options.bundle) if options.bundle else None)
+        at_start, self.bundle_existed, self.start_problem = _describe_path(options.bundle)
+        self.report.bundle_at_start = at_start
+
+    def close(self) -> None:
+        """Remove the shared folder."""
+        self.folders.remove(keep_root=False)
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """In strict mode, check PATH before workers start."""
+        _check_at_start(self.options, self.start_problem, self.bundle_existed, self.folders.process)
+
+    def pytest_configure_node(self, node: Any) -> None:
+        """Tell a new worker where the session's shared folder is and whether PATH existed at start."""
+        node.workerinput["compilecache_shared"] = str(self.folders.shared)
+        node.workerinput["compilecache_bundle_existed"] = self.bundle_existed
+
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        """Collect a worker's bundle story."""
+        output = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT_KEY)
+        if output is not None:
+            self.report.processes.append(ProcessReport.from_json(output))
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        stats = getattr(report, REPORT_ATTR, None)
+        if stats is not None and report.when == "teardown":
+            self.report.add_test(report.nodeid, stats)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        blobs = []
+        for process in self.report.processes:
+            file = process.artifacts_file
+            if file and process.env and os.path.exists(file):
+                blobs.append((process.env, Path(file).read_bytes()))
+        Saver(self.options, self.bundle_existed).save(self.report, blobs)
+        _write_json(self.options.report, self.report)
+        _exit_status(self.options, self.report, session)
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        return _header(self.options, self.report, None)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.options.active or self.report.totals is not None:
+            terminalreporter.section("compilecache")
+            for line in summary_lines(self.report):
+                terminalreporter.write_line(line)
+
+
+def is_controller(config: pytest.Config) -> bool:
+    """Whether xdist will distribute this run, decided as xdist decides it."""
+    if not config.pluginmanager.hasplugin("xdist") or config.option.collectonly:
+        return False
+    return getattr(config.option, "dist", "no") != "no" and bool(getattr(config.option, "tx", None))

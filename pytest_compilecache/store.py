@@ -1,0 +1,124 @@
+"""The one owner of a bundle path: consistent reads, and one locked read-modify-write with one merge."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from pathlib import Path
+from typing import Callable, Iterable, Iterator, Mapping
+
+import filelock
+
+from . import _torchapi
+from .bundle import Bundle, BundleError, Entry, env_label, make_entry, read_manifest, write_bundle
+
+
+def env_id(env: dict[str, str]) -> str:
+    """A canonical text for an environment, to group entries by."""
+    return json.dumps(env, sort_keys=True)
+
+
+def union(entries: Iterable[Entry]) -> list[Entry]:
+    """One entry per environment holding the union of the given entries' artifacts.
+
+    Artifacts are merged over (type, key, content), so guard variants kept under one key survive.
+    History: what an earlier entry recorded wins (it describes the run that first built the
+    entry); later entries only add keys. Every entry's payload must already be read.
+    """
+    groups: dict[str, list[Entry]] = {}
+    for entry in entries:
+        groups.setdefault(env_id(entry.env), []).append(entry)
+    merged = []
+    for group in groups.values():
+        group.sort(key=lambda e: e.created or float("inf"))
+        payloads = list(dict.fromkeys(e.payload for e in group if e.payload is not None))
+        history: dict[str, object] = {}
+        for entry in reversed(group):
+            history.update(entry.history)
+        if len(payloads) == 1 and len(group) == 1:
+            merged.append(group[0])
+            continue
+        try:
+            payload = _torchapi.merge_artifacts(payloads) if len(payloads) > 1 else payloads[0]
+            artifacts = _torchapi.describe_artifacts(payload)
+        except _torchapi.MegaCacheError as exc:
+            raise BundleError(f"cannot merge the entries for {env_label(group[0].env)}: {exc}") from None
+        created = min((e.created for e in group if e.created), default=0.0)
+        entry = make_entry(group[0].env, payload, artifacts, created)
+        entry.history = history
+        merged.append(entry)
+    return merged
+
+
+class BundleStore:
+    """A bundle path, its lock (``PATH.lock``), and the only code that reads or writes it."""
+
+    def __init__(self, path: Path, lock_timeout: float) -> None:
+        self.path = Path(path)
+        self.lock_timeout = lock_timeout
+        self._lock = filelock.FileLock(str(self.path) + ".lock")
+
+    def read(self) -> Bundle | None:
+        """The bundle as it is now (its file kept open for payload reads), or ``None`` if missing."""
+        try:
+            return read_manifest(self.path)
+        except FileNotFoundError:
+            return None
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold ``PATH.lock`` (reentrant in one process), or raise :class:`BundleError` naming it."""
+        lock_file = str(self.path) + ".lock"
+        folder = self.path.parent
+        blocked = next((p for p in [folder, *folder.parents] if p.exists() and not p.is_dir()), None)
+        if blocked is not None:
+            raise BundleError(f"{lock_file}: cannot create the lock file: {blocked} is not a folder")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            self._lock.acquire(timeout=self.lock_timeout)
+        except filelock.Timeout:
+            raise BundleError(
+                f"{lock_file}: could not take the lock within {self.lock_timeout:g} s "
+                "(another pytest process holds it; raise --compile-cache-lock-timeout)"
+            ) from None
+        except OSError as exc:
+            raise BundleError(f"{lock_file}: cannot create the lock file: {exc.strerror or exc}") from None
+        try:
+            yield
+        finally:
+            self._lock.release()
+
+    def update(self, change: Callable[[Bundle | None], list[Entry] | None]) -> Bundle | None:
+        """Under the lock: read PATH, let ``change`` compute the new entries, write them atomically.
+
+        ``change`` returns ``None`` to leave PATH as it is. Returns the bundle now at PATH.
+        """
+        with self.locked():
+            current = self.read()
+            try:
+                if current is not None:
+                    current.read_all()
+                entries = change(current)
+                if entries is None:
+                    return current
+                result = Bundle(self.path, entries)
+                write_bundle(result)
+                return result
+            finally:
+                if current is not None:
+                    current.close()
+
+    def add(self, additions: list[Entry], history: Mapping[str, object] | None = None) -> Bundle:
+        """Merge ``additions`` (new payloads, each with its environment) into PATH: the union."""
+
+        def change(current: Bundle | None) -> list[Entry]:
+            now = time.time()
+            for entry in additions:
+                entry.history = {**(history or {}), **entry.history}
+                entry.created = entry.created or now
+            return union([*(current.entries if current else []), *additions])
+
+        result = self.update(change)
+        assert result is not None
+        return result

@@ -1,0 +1,156 @@
+"""Bringing one process's template cache up to date with the session's bundle, once: load or warm up.
+
+Under the lock of the place the warmup publishes to, the first process runs the warmup hook and
+publishes; the others see the session's marker file and load what was published (or learn that the
+warmup failed, without running it again). A process that dies holding the lock releases it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from . import _torchapi
+from .bundle import Bundle, BundleError, Entry, NotABundle, env_label, make_entry
+from .report import ProcessReport, Status
+from .store import BundleStore
+
+#: Runs the warmup in a folder (starting from the previous template, if given) and returns the
+#: Mega-Cache bytes it recorded, its stats and its seconds; raises :class:`WarmupFailed`.
+RunWarmup = Callable[[Path | None], "tuple[bytes | None, dict[str, Any], float]"]
+
+
+class WarmupFailed(Exception):
+    """The warmup hook raised; the message holds the hook's location and the traceback."""
+
+
+class Preparer:
+    """Loads the bundle (or runs the warmup and publishes it) into ``template``, once per process."""
+
+    def __init__(
+        self,
+        source: BundleStore | None,
+        publish: BundleStore,
+        update: bool,
+        template: Path,
+        marker: Path,
+        run_warmup: RunWarmup | None,
+        process: str,
+    ) -> None:
+        self.source = source
+        self.publish = publish
+        self.update = update
+        self.template = template
+        self.marker = marker
+        self.run_warmup = run_warmup
+        self.report = ProcessReport(process=process)
+
+    def prepare(self, env: dict[str, str]) -> bool:
+        """Fill the template folder; True when it holds a usable bundle entry."""
+        self.report.env = env
+        loaded = False
+        try:
+            bundle = self.source.read() if self.source is not None else None
+            if bundle is None and self.source is not None:
+                self._status(Status.MISSING, f"{self.source.path}: does not exist yet")
+            elif bundle is not None:
+                with bundle:
+                    entry = bundle.find(env)
+                    if entry is None:
+                        self._problem(Status.INCOMPATIBLE, bundle.mismatch(env))
+                    else:
+                        loaded = self._load(bundle, entry)
+                if loaded and not self.update:
+                    return True
+        except NotABundle as exc:
+            self._problem(Status.NOT_A_BUNDLE, str(exc))
+        except BundleError as exc:
+            self._problem(Status.UNUSABLE, str(exc))
+        if self.run_warmup is None:
+            if self.source is None:
+                self._status(Status.NONE, "no --compile-cache-bundle and no pytest_compilecache_warmup hook")
+            return loaded
+        try:
+            return self._warm_up_once(env, loaded) or loaded
+        except BundleError as exc:
+            self._problem(Status.UNUSABLE, str(exc))
+        except _torchapi.MegaCacheError as exc:
+            self._problem(Status.UNUSABLE, f"{self.publish.path}: could not publish the warmup's artifacts: {exc}")
+        return loaded
+
+    def _status(self, status: Status, reason: str) -> None:
+        self.report.status, self.report.reason = status, reason
+
+    def _problem(self, status: Status, message: str) -> None:
+        self._status(status, message)
+        self.report.problems.append(message)
+
+    def _load(self, bundle: Bundle, entry: Entry) -> bool:
+        start = time.perf_counter()
+        try:
+            payload = bundle.payload(entry)
+            shutil.rmtree(self.template, ignore_errors=True)
+            self.template.mkdir(parents=True)
+            loaded = _torchapi.load_artifacts(payload, str(self.template))
+        except (BundleError, _torchapi.MegaCacheError) as exc:
+            message = str(exc) if str(exc).startswith(str(bundle.path)) else f"{bundle.path}: {exc}"
+            self._problem(Status.UNUSABLE, message)
+            shutil.rmtree(self.template, ignore_errors=True)
+            return False
+        self._status(Status.LOADED, f"{bundle.path}: {env_label(entry.env)}")
+        self.report.history = dict(entry.history)
+        self.report.loaded = loaded
+        self.report.loaded_bytes = len(payload)
+        self.report.load_seconds = time.perf_counter() - start
+        return True
+
+    def _marker(self) -> dict[str, Any] | None:
+        try:
+            data = json.loads(self.marker.read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def _write_marker(self, **data: Any) -> None:
+        tmp = self.marker.with_name(f".{self.marker.name}.{os.getpid()}")
+        tmp.write_text(json.dumps({"pid": os.getpid(), "process": self.report.process, **data}))
+        os.replace(tmp, self.marker)
+
+    def _warm_up_once(self, env: dict[str, str], have_previous: bool) -> bool:
+        assert self.run_warmup is not None
+        with self.publish.locked():
+            marker = self._marker()
+            if marker is not None and marker.get("failed"):
+                self._warmup_failed(f"{marker['failed']}", elsewhere=str(marker.get("process", "")))
+                return False
+            with self.publish.read() or Bundle(self.publish.path, []) as current:
+                entry = current.find(env)
+                appeared = entry is not None and not self.update and self.publish is self.source
+                if marker is not None or appeared:
+                    return entry is not None and self._load(current, entry)
+            try:
+                data, stats, seconds = self.run_warmup(self.template if have_previous else None)
+            except WarmupFailed as exc:
+                self._write_marker(failed=str(exc))
+                self._warmup_failed(str(exc))
+                return False
+            self.report.warmup_seconds = seconds
+            self.report.warmup_stats = stats
+            if data is None:
+                self._write_marker(published=False)
+                return False
+            addition = make_entry(env, data, _torchapi.describe_artifacts(data))
+            published = self.publish.add([addition], {"warmup_seconds": round(seconds, 3)})
+            self._write_marker(published=True)
+            with published:
+                entry = published.find(env)
+                return entry is not None and self._load(published, entry)
+
+    def _warmup_failed(self, message: str, elsewhere: str = "") -> None:
+        where = f" (in {elsewhere})" if elsewhere and elsewhere != self.report.process else ""
+        self.report.warmup_error = message
+        self._problem(Status.WARMUP_FAILED, f"the warmup hook failed{where}: {message.splitlines()[0]}")
