@@ -161,6 +161,8 @@ class TestSide:
         """
         if self._prepared is not None or not session.items or self.config.option.collectonly:
             return None
+        if session.testsfailed and not self.config.option.continue_on_collection_errors:
+            return None
         if not self._needed(session.items):
             return None
         try:

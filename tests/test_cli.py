@@ -143,5 +143,5 @@ def test_a_real_gpu_bundle_is_not_loaded_on_a_cpu_machine(pytester: pytest.Pytes
     pytester.makepyfile("def test_w(warm_cache):\n    pass\n")
     result = pytester.runpytest_subprocess(f"--compile-cache-bundle={bundle}", "-rs", "-p", "no:cacheprovider")
     result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(["*bundle incompatible:*no entry matches this machine*device: bundle NVIDIA H200, here cpu*"])
+    result.stdout.fnmatch_lines(["*bundle (main): incompatible:*no entry matches this machine*device: bundle NVIDIA H200, here cpu*"])
     assert bundle.read_bytes() == H200_BUNDLE.read_bytes()

@@ -88,3 +88,43 @@ def test_gpu_cold_and_warm(
     env = json.loads(report.read_text())["bundle"]["processes"][0]["env"]
     assert env["device"].startswith("NVIDIA") and env["triton"] != "none"
     assert not default_dir_of.exists()
+
+
+FORK_TEST = '''
+import multiprocessing
+import torch
+
+
+def _child(queue):
+    queue.put(float(torch.ones(4, device="cuda").sum().item()))
+
+
+def test_a_forked_child_can_use_cuda():
+    assert not torch.cuda.is_initialized(), "CUDA was initialised before the test started"
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_child, args=(queue,))
+    child.start()
+    child.join(120)
+    assert child.exitcode == 0, "the forked child could not use CUDA"
+    assert queue.get(timeout=5) == 4.0
+
+
+def test_compiling_with_the_plugin_still_works(warm_cache):
+    torch.compile(lambda x: x.sin() + 1)(torch.randn(8, device="cuda"))
+'''
+
+
+@pytest.mark.parametrize("mode", [["bundle"], ["--compile-cache-isolate", "-n", "2"]], ids=["bundle", "isolate-n2"])
+def test_the_plugin_never_initialises_cuda(
+    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], mode: list[str]
+) -> None:
+    """Issue 8 item 4: after the plugin started (fingerprint, stats), a test can fork and use CUDA."""
+    pytester.makeconftest(
+        "import pytest, torch\n\n@pytest.hookimpl(optionalhook=True)\ndef pytest_compilecache_warmup(cache):\n"
+        "    torch.compile(lambda x: x * 2)(torch.randn(8))\n"
+    )
+    pytester.makepyfile(test_fork=FORK_TEST)
+    args = mode if mode != ["bundle"] else [f"--compile-cache-bundle={pytester.path / 'x.bundle'}"]
+    result = run_inner(*args, "-p", "no:randomly")
+    result.assert_outcomes(passed=2)

@@ -87,18 +87,43 @@ def gpu_count() -> int:
     return len(gpu_names())
 
 
+def _portable(config: Any) -> dict[str, Any]:
+    save = getattr(config, "save_config_portable", None)
+    if save is None:
+        return dict(config.get_config_copy())
+    for kwargs in ({"ignore_private_configs": False, "readonly_values": True}, {"ignore_private_configs": False}, {}):
+        try:
+            return dict(save(**kwargs))
+        except TypeError:
+            continue
+    return dict(save())
+
+
 def _config_hash() -> str:
+    """A hash of the config values torch hashes into its keys, serialised as torch serialises them.
+
+    FX graph keys: Inductor's (and, where it exists, ``config_comms``) ``save_config_portable``
+    with private values; AOTAutograd keys add functorch's ``save_config()``.
+    """
     import torch._functorch.config as functorch_config
     import torch._inductor.config as inductor_config
 
     parts = []
-    for config in (inductor_config, functorch_config):
-        save = getattr(config, "save_config_portable", None) or getattr(config, "get_config_copy")
-        for key, value in sorted(save().items()):
+    modules = [inductor_config]
+    try:
+        modules.append(importlib.import_module("torch._inductor.config_comms"))
+    except ImportError:
+        pass
+    for config in modules:
+        for key, value in sorted(_portable(config).items()):
             text = repr(value)
             if " at 0x" not in text:
                 parts.append(f"{config.__name__}.{key}={text}")
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+    digest = hashlib.sha256("\n".join(parts).encode())
+    save = getattr(functorch_config, "save_config", None)
+    if save is not None:
+        digest.update(save())
+    return digest.hexdigest()[:16]
 
 
 def _triton_version() -> str:
@@ -113,9 +138,15 @@ def _triton_version() -> str:
 
 
 def environment_fingerprint() -> dict[str, str]:
-    """Everything outside a graph that decides whether cached artifacts can hit on this machine.
+    """What torch's FX graph, AOTAutograd and autotune keys depend on outside the graph itself.
 
-    Reads device names through NVML, so CUDA is not initialised and forked children can still use it.
+    ``torch_build`` is torch's own ``torch_key()`` (a hash of its files, so it also stands for the
+    Python minor version, the platform and the CUDA build); the GPU name, CUDA version and, with a
+    GPU, the Triton version enter keys through torch's ``get_system()``; ``config_hash`` mirrors
+    the config torch hashes; ``num_threads`` and ``default_dtype`` enter the FX key of CPU code on
+    2.13+ (on 2.11 they are not keyed at all, and kept here so code for other settings is never
+    reused). The Python patch version enters no key. Device names are read through NVML, so CUDA
+    is not initialised and forked children can still use it.
     """
     bootstrap()
     torch = torch_module()
@@ -127,10 +158,10 @@ def environment_fingerprint() -> dict[str, str]:
     return {
         "torch": str(torch.__version__),
         "torch_build": build,
-        "triton": _triton_version(),
+        "triton": _triton_version() if names else "none",
         "device": names[0] if names else "cpu",
         "cuda": str(torch.version.cuda or "none"),
-        "python": platform.python_version(),
+        "python": "%d.%d" % sys.version_info[:2],
         "platform": f"{sys.platform}-{platform.machine()}",
         "cache_key_tag": str(getattr(compiler_config, "cache_key_tag", "")),
         "config_hash": _config_hash(),

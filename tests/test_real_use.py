@@ -1,0 +1,402 @@
+"""Bugs found under real use (issue 8), each driven as a user would, through pytest in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from pytest_compilecache.bundle import Bundle, make_entry, read_manifest, write_bundle
+
+RunInner = Callable[..., pytest.RunResult]
+
+WARMUP_CONFTEST = '''
+import os
+import pytest
+
+def mlp(x):
+    import torch
+    return torch.nn.functional.gelu(x @ x.T).softmax(-1)
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_compilecache_warmup(cache):
+    with open(os.environ["WARMUP_LOG"], "a") as f:
+        f.write(f"{os.getpid()}\\n")
+    if os.environ.get("WARMUP_RAISES"):
+        raise ValueError("the model file is missing")
+    import torch
+    torch.compile(mlp)(torch.randn(16, 16))
+'''
+
+WARM_TEST = '''
+def test_warm(warm_cache):
+    import torch
+    from conftest import mlp
+    torch.compile(mlp)(torch.randn(16, 16))
+    warm_cache.assert_misses(fx_graph=0)
+
+def test_plain():
+    pass
+'''
+
+
+@pytest.fixture
+def warmup_log(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Path:
+    log = pytester.path / "warmups.log"
+    monkeypatch.setenv("WARMUP_LOG", str(log))
+    return log
+
+
+def warmups(log: Path) -> int:
+    return len(log.read_text().split()) if log.exists() else 0
+
+
+def identities(bundle: Path) -> set[tuple[str, str, str]]:
+    """(type, key, content hash) of every artifact in the bundle's only entry, read in a subprocess."""
+    code = (
+        "import json, sys; from pytest_compilecache.bundle import read_manifest; "
+        "from pytest_compilecache import _torchapi; b = read_manifest(sys.argv[1]); "
+        "print(json.dumps(sorted(_torchapi.artifact_identities(b.payload(b.entries[0])))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(bundle)], capture_output=True, text=True,
+                         check=True, timeout=300).stdout
+    return {tuple(i) for i in json.loads(out.splitlines()[-1])}  # type: ignore[misc]
+
+
+DYNAMIC_TEST = '''
+import os
+import torch
+
+def scaled(x):
+    return torch.softmax(x * 0.5, dim=-1) + x.mean()
+
+def test_compile_one_size():
+    n = int(os.environ["SIZE"])
+    torch.compile(scaled, dynamic=True)(torch.randn(n, n))
+'''
+
+
+def test_merging_keeps_every_entry_under_one_key(
+    pytester: pytest.Pytester, run_inner: RunInner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Item 1: two guard variants under one FX/AOT key survive the plugin's update and the CLI merge."""
+    pytester.makepyfile(test_dynamic=DYNAMIC_TEST)
+    a, b, updated = (pytester.path / n for n in ("a.bundle", "b.bundle", "updated.bundle"))
+    for size, path in (("32", a), ("33", b)):
+        monkeypatch.setenv("SIZE", size)
+        run_inner(f"--compile-cache-bundle={path}").assert_outcomes(passed=1)
+    updated.write_bytes(a.read_bytes())
+    run_inner(f"--compile-cache-bundle={updated}", "--compile-cache-update").assert_outcomes(passed=1)
+    merged = pytester.path / "merged.bundle"
+    cli = subprocess.run([sys.executable, "-m", "pytest_compilecache", "merge", str(a), str(b), "-o", str(merged)],
+                         capture_output=True, text=True, timeout=300)
+    assert cli.returncode == 0, cli.stderr
+    ia, ib = identities(a), identities(b)
+    shared_keys = {(t, k) for t, k, _ in ia} & {(t, k) for t, k, _ in ib}
+    variants = [(t, k) for t, k in shared_keys
+                if {c for tt, kk, c in ia if (tt, kk) == (t, k)} != {c for tt, kk, c in ib if (tt, kk) == (t, k)}]
+    assert variants, "the two sizes must give one key with two different entries (the case under test)"
+    for result in (updated, merged):
+        found = identities(result)
+        assert ia | ib <= found, f"{result.name} lost entries: {sorted((ia | ib) - found)}"
+        per_key = Counter((t, k) for t, k, _ in found)
+        assert all(per_key[v] >= 2 for v in variants)
+
+
+def test_dist_without_workers_runs_as_a_single_process(
+    pytester: pytest.Pytester, run_inner: RunInner, warmup_log: Path
+) -> None:
+    """Item 2: ``--dist loadgroup`` without ``-n`` loads, warms up and saves like a plain run."""
+    pytester.makeconftest(WARMUP_CONFTEST)
+    pytester.makepyfile(test_x=WARM_TEST)
+    bundle = pytester.path / "x.bundle"
+    result = run_inner("--dist", "loadgroup", f"--compile-cache-bundle={bundle}")
+    result.assert_outcomes(passed=2)
+    assert warmups(warmup_log) == 1
+    assert bundle.exists()
+    result.stdout.fnmatch_lines(["*bundle saved:*x.bundle*"])
+
+
+@pytest.mark.parametrize("mode", [[], ["-n", "2"], ["nopath"]], ids=["plain", "n2", "no-path"])
+def test_a_failing_warmup_is_reported_once_and_skips_warm_tests(
+    pytester: pytest.Pytester, run_inner: RunInner, warmup_log: Path, monkeypatch: pytest.MonkeyPatch,
+    mode: list[str],
+) -> None:
+    """Item 3: the hook runs once, its traceback and location are shown, the rest of the suite runs."""
+    monkeypatch.setenv("WARMUP_RAISES", "1")
+    pytester.makeconftest(WARMUP_CONFTEST)
+    for i in range(3):
+        pytester.makepyfile(**{f"test_{i}": WARM_TEST})
+    args = [] if mode == ["nopath"] else [*mode, f"--compile-cache-bundle={pytester.path / 'x.bundle'}"]
+    result = run_inner(*args, "-rs")
+    result.assert_outcomes(passed=3, skipped=3)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert warmups(warmup_log) == 1
+    out = result.stdout.str()
+    assert "INTERNALERROR" not in out
+    assert out.count("WARMUP FAILED") == 1
+    result.stdout.fnmatch_lines([
+        "*warm_cache: the warmup hook failed*",
+        "WARMUP FAILED*",
+        "*pytest_compilecache_warmup (*conftest.py:*) raised ValueError: the model file is missing*",
+        "*Traceback*",
+    ])
+    assert not (pytester.path / "x.bundle").exists()
+
+
+def test_a_failing_warmup_stops_a_strict_session_before_tests(
+    pytester: pytest.Pytester, run_inner: RunInner, warmup_log: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WARMUP_RAISES", "1")
+    pytester.makeconftest(WARMUP_CONFTEST)
+    pytester.makepyfile(test_x=WARM_TEST)
+    result = run_inner(f"--compile-cache-bundle={pytester.path / 'x.bundle'}", "--compile-cache-strict")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--compile-cache-strict*", "*the warmup hook failed*the model file is missing*"])
+    assert "passed" not in result.stdout.str()
+
+
+def test_test_folders_are_removed_when_tests_end(pytester: pytest.Pytester, run_inner: RunInner) -> None:
+    """Item 5: per-test folders live under --basetemp and go when their test passes; a failure keeps its own."""
+    record = pytester.path / "paths.txt"
+    pytester.makepyfile(test_x=f'''
+        import torch
+
+        def _record(cache):
+            with open({str(record)!r}, "a") as f:
+                f.write(str(cache.path) + "\\n")
+            torch.compile(lambda x: x.sin() + 1)(torch.randn(4))
+
+        def test_passes(cold_cache):
+            _record(cold_cache)
+
+        def test_fails(cold_cache):
+            _record(cold_cache)
+            assert False
+    ''')
+    basetemp = pytester.path / "basetemp"
+    result = run_inner(f"--basetemp={basetemp}")
+    result.assert_outcomes(passed=1, failed=1)
+    passed, failed = (Path(p) for p in record.read_text().split())
+    assert basetemp in passed.parents and basetemp in failed.parents
+    assert not passed.exists(), "a passing test's cache folder must be removed when the test ends"
+    assert failed.exists() and any(failed.iterdir()), "a failing test's cache folder is kept, like tmp_path"
+
+
+LIGHT_CONFTEST = '''
+import os, sys
+import pytest
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_compilecache_warmup(cache):
+    with open(os.environ["WARMUP_LOG"], "a") as f:
+        f.write("ran\\n")
+
+def pytest_unconfigure(config):
+    with open(os.environ["WARMUP_LOG"] + ".torch", "w") as f:
+        f.write(str("torch" in sys.modules))
+'''
+
+
+@pytest.mark.parametrize(
+    "args", [["--co"], ["--fixtures"], ["-k", "no_such_test"], ["-k", "pure_python"]],
+    ids=["collect-only", "fixtures", "no-selection", "pure-selection"],
+)
+def test_runs_that_need_no_cache_do_no_bundle_work(
+    pytester: pytest.Pytester, run_inner: RunInner, warmup_log: Path, args: list[str]
+) -> None:
+    """Item 6: no torch import, no warmup, no bundle written."""
+    pytester.makeconftest(LIGHT_CONFTEST)
+    pytester.makepyfile(test_x="def test_pure_python():\n    pass\n\ndef test_warm(warm_cache):\n    pass\n")
+    bundle = pytester.path / "x.bundle"
+    result = run_inner(*args, f"--compile-cache-bundle={bundle}")
+    assert result.ret in (0, 5), result.stdout.str()
+    assert warmups(warmup_log) == 0
+    assert not bundle.exists()
+    assert Path(str(warmup_log) + ".torch").read_text() == "False"
+
+
+def test_ini_paths_are_relative_to_the_ini_file(pytester: pytest.Pytester, shared_headers_dir: Path,
+                                                private_tmp: Path) -> None:
+    """Item 7: ``compile_cache_bundle = ci/x.bundle`` means beside the ini file, from any folder."""
+    pytester.makeini(f"[pytest]\ncompile_cache_headers_dir = {shared_headers_dir}\n"
+                     "compile_cache_bundle = ci/x.bundle\ncompile_cache_report = ci/report.json\n")
+    sub = pytester.mkdir("sub")
+    (sub / "test_x.py").write_text("import torch\n\ndef test_x():\n    torch.compile(lambda x: x * 2)(torch.randn(4))\n")
+    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:randomly", "-q", "."], cwd=sub,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (pytester.path / "ci" / "x.bundle").exists()
+    assert (pytester.path / "ci" / "report.json").exists()
+    assert not (sub / "ci").exists()
+
+
+def test_disabling_the_plugin_works_with_a_warmup_hook(pytester: pytest.Pytester, warmup_log: Path) -> None:
+    """Item 8: the README's hook (``optionalhook=True``) runs with ``-p no:compilecache``."""
+    pytester.makeconftest(WARMUP_CONFTEST)
+    pytester.makepyfile(test_x="def test_plain():\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:compilecache")
+    result.assert_outcomes(passed=1)
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    examples = (Path(__file__).parent.parent / "examples" / "conftest.py").read_text()
+    for text in (readme, examples):
+        assert "@pytest.hookimpl(optionalhook=True)\ndef pytest_compilecache_warmup" in text
+
+
+def test_fields_torch_cannot_count_are_unobservable_and_cold_cache_turns_remote_caches_off(
+    pytester: pytest.Pytester, run_inner: RunInner
+) -> None:
+    """Item 9: ``saved`` is a real count or unobservable; remote caches are off inside ``cold_cache``."""
+    pytester.makepyfile(test_x='''
+        import torch
+        import torch._inductor.config as inductor_config
+        import torch._functorch.config as functorch_config
+        from pytest_compilecache import UnobservableLayerError
+
+        def test_saved_is_counted_or_unobservable(cold_cache):
+            torch.compile(lambda x: x.sin() + 2)(torch.randn(4))
+            fx = cold_cache.stats.fx_graph
+            try:
+                saved = fx.saved
+            except UnobservableLayerError as exc:
+                assert fx.saved_unobservable and "saved" in str(exc)
+            else:
+                assert saved == 1, "a compiled graph was saved once"
+
+            ''')
+    (pytester.path / "test_y.py").write_text('''
+import pytest
+import torch._inductor.config as inductor_config
+import torch._functorch.config as functorch_config
+
+@pytest.fixture
+def remote_on(monkeypatch):
+    monkeypatch.setattr(inductor_config, "fx_graph_remote_cache", True)
+    monkeypatch.setattr(functorch_config, "enable_remote_autograd_cache", True)
+
+def test_inside(remote_on, cold_cache):
+    assert not inductor_config.fx_graph_remote_cache
+    assert not functorch_config.enable_remote_autograd_cache
+''')
+    result = run_inner()
+    result.assert_outcomes(passed=2)
+
+
+def test_heterogeneous_workers_save_to_their_own_entries(pytester: pytest.Pytester, run_inner: RunInner) -> None:
+    """Item 10: two workers in two environments (cache_key_tag a, b) give two entries, each its own."""
+    pytester.makepyfile(test_x="import torch\n\ndef test_x():\n    torch.compile(lambda x: x.cos() + 3)(torch.randn(4))\n")
+    bundle = pytester.path / "x.bundle"
+    result = run_inner("--dist", "each", "--tx", "popen//env:TORCH_COMPILE_CACHE_KEY_TAG=a",
+                       "--tx", "popen//env:TORCH_COMPILE_CACHE_KEY_TAG=b", f"--compile-cache-bundle={bundle}")
+    result.assert_outcomes(passed=2)
+    tags = sorted(e.env["cache_key_tag"] for e in read_manifest(bundle).entries)
+    assert tags == ["a", "b"]
+    assert all(e.artifacts["inductor"]["count"] == 1 for e in read_manifest(bundle).entries)
+
+
+def test_strict_problems_are_not_hidden_by_no_tests(pytester: pytest.Pytester, run_inner: RunInner) -> None:
+    """Item 11: a strict-mode problem with no test collected exits 1, not 5."""
+    blocker = pytester.path / "blocker"
+    blocker.write_text("a file where a folder should be")
+    result = run_inner("--compile-cache-strict", f"--compile-cache-report={blocker / 'r.json'}")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*PROBLEM*cannot write the report*"])
+
+
+def test_a_worker_problem_stops_a_strict_xdist_session(pytester: pytest.Pytester, run_inner: RunInner) -> None:
+    """Item 11: under xdist, a bundle that only a worker can find unloadable stops a strict session."""
+    here = subprocess.run(
+        [sys.executable, "-c", "import json; from pytest_compilecache import _torchapi; "
+         "print(json.dumps(_torchapi.environment_fingerprint()))"],
+        capture_output=True, text=True, check=True, timeout=300,
+    ).stdout.splitlines()[-1]
+    bundle = pytester.path / "x.bundle"
+    write_bundle(Bundle(bundle, [make_entry(json.loads(here), b"checksummed, but not Mega-Cache bytes", {})]))
+    for i in range(4):
+        pytester.makepyfile(**{f"test_{i}": "import torch\n\n" + "\n".join(
+            f"def test_{j}():\n    pass\n" for j in range(5))})
+    result = run_inner("-n", "2", f"--compile-cache-bundle={bundle}", "--compile-cache-strict")
+    assert result.ret not in (0, 5)
+    out = result.stdout.str()
+    assert "bundle problem at session start" in out and "could not deserialize" in out, out
+    assert "20 passed" not in out, "the session must stop, not run every test"
+
+
+def test_a_warmup_hook_in_a_lower_conftest_is_used(
+    pytester: pytest.Pytester, run_inner: RunInner, warmup_log: Path
+) -> None:
+    """Item 13: a ``pytest_compilecache_warmup`` in ``sub/conftest.py`` warms ``sub``'s tests."""
+    sub = pytester.mkdir("sub")
+    (sub / "conftest.py").write_text(WARMUP_CONFTEST)
+    (sub / "test_x.py").write_text(WARM_TEST.replace("from conftest import mlp", "from sub.conftest import mlp"))
+    (sub / "__init__.py").write_text("")
+    result = run_inner(f"--compile-cache-bundle={pytester.path / 'x.bundle'}", "-rs")
+    result.assert_outcomes(passed=2)
+    assert warmups(warmup_log) == 1
+
+
+def test_dependency_floors_match_what_the_code_uses() -> None:
+    """Item 14: ``hookimpl(wrapper=True)`` needs pluggy >= 1.2; filelock >= 3.20.1 (CVE-2025-68146)."""
+    import tomllib  # type: ignore[import-not-found,unused-ignore]
+
+    pyproject = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
+    deps = pyproject["project"]["dependencies"]
+    assert "pluggy>=1.2" in deps and "filelock>=3.20.1" in deps and "pytest>=7.4" in deps, deps
+
+
+IMPORTING_CONFTEST = '''
+import torch._inductor.codecache  # a package under test importing torch's compiler at import time
+'''
+
+
+@pytest.mark.parametrize("mode", [["--compile-cache-isolate", "-n", "2"], ["bundle"]], ids=["isolate-n2", "bundle"])
+def test_nothing_appears_in_the_default_directory(
+    pytester: pytest.Pytester, run_inner: RunInner, default_dir_of: Path, mode: list[str]
+) -> None:
+    """Item 16: a conftest importing torch._inductor, plain tests compiling C++: no default directory."""
+    pytester.makeconftest(IMPORTING_CONFTEST)
+    pytester.makepyfile(test_x="import torch\n\ndef test_x():\n    torch.compile(lambda x: x.tan() - 1)(torch.randn(4))\n")
+    args = mode if mode != ["bundle"] else [f"--compile-cache-bundle={pytester.path / 'x.bundle'}"]
+    run_inner(*args).assert_outcomes(passed=1)
+    assert not default_dir_of.exists(), sorted(str(p) for p in default_dir_of.rglob("*"))[:5]
+
+
+def test_worker_mode_keeps_one_cache_per_worker_between_runs(pytester: pytest.Pytester, run_inner: RunInner) -> None:
+    """Item 17: ``--compile-cache-isolate=worker``: own folder per worker, warm in the second run."""
+    home = pytester.path / "home"
+    record = pytester.path / "dirs.txt"
+    for i in range(4):
+        pytester.makepyfile(**{f"test_{i}": f'''
+import os
+import torch
+from torch._dynamo.utils import counters
+
+def test_{i}():
+    before = counters["inductor"]["fxgraph_cache_miss"]
+    torch.compile(lambda x: x * {i} + 1)(torch.randn(8))
+    misses = counters["inductor"]["fxgraph_cache_miss"] - before
+    with open({str(record)!r}, "a") as f:
+        f.write(f"{{os.environ['PYTEST_XDIST_WORKER']}} {{misses}} {{os.environ['TORCHINDUCTOR_CACHE_DIR']}}\\n")
+'''})
+    args = ("-n", "2", "--dist", "each", "--compile-cache-isolate=worker", "-p", "no:cacheprovider")
+    first = run_inner(*args, ini=f"compile_cache_home = {home}")
+    first.assert_outcomes(passed=8)
+    second = run_inner(*args, ini=f"compile_cache_home = {home}")
+    second.assert_outcomes(passed=8)
+    second.stdout.fnmatch_lines(["compilecache: isolation: a kept cache per worker"])
+    lines = [line.split(" ", 2) for line in record.read_text().splitlines()]
+    assert len(lines) == 16
+    dirs: dict[str, set[str]] = {}
+    for worker, _, folder in lines:
+        dirs.setdefault(worker, set()).add(folder)
+    assert set(dirs) == {"gw0", "gw1"}
+    assert all(len(d) == 1 for d in dirs.values()), "a worker keeps one folder across tests and runs"
+    assert dirs["gw0"] != dirs["gw1"]
+    assert all(home in Path(next(iter(d))).parents for d in dirs.values())
+    assert [m for _, m, _ in lines[:8]] == ["1"] * 8, "each worker compiles each function once"
+    assert [m for _, m, _ in lines[8:]] == ["0"] * 8, "the second run finds every graph in its worker's folder"
