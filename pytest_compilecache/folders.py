@@ -73,10 +73,13 @@ class Folders:
         return self.root / "tests" / f"{self._count:05d}-{name}"
 
     def remove(self, keep_root: bool) -> None:
-        """Remove what this process made (the root stays for pytest's retention when ``keep_root``)."""
+        """Remove what this process made.
+
+        With ``keep_root`` the root stays for pytest's retention, with the folders of failed tests.
+        """
         if self._root is not None:
             if keep_root and not self._owned_root:
-                for name in ("template", "session-cache", "process", "tests"):
+                for name in ("template", "session-cache", "process"):
                     shutil.rmtree(self._root / name, ignore_errors=True)
             else:
                 shutil.rmtree(self._root, ignore_errors=True)

@@ -97,6 +97,15 @@ def _strict_failure(options: Options, problems: list[str], when: str) -> None:
         raise pytest.UsageError(f"--compile-cache-strict: bundle problem {when}:\n  " + "\n  ".join(problems))
 
 
+def _from_hook(exc: BaseException, hook: Any) -> Any:
+    """The traceback from the first frame inside a hook implementation (not pytest's or pluggy's)."""
+    codes = {impl.function.__code__ for impl in hook.get_hookimpls()}
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code not in codes:
+        tb = tb.tb_next
+    return tb or exc.__traceback__
+
+
 class TestSide:
     """What a process that runs tests does: caches for fixtures, the bundle, per-test counts."""
 
@@ -221,7 +230,7 @@ class TestSide:
                             f"{impl.function.__code__.co_filename}:{impl.function.__code__.co_firstlineno}"
                             for impl in hook.get_hookimpls()
                         )
-                        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+                        text = "".join(traceback.format_exception(type(exc), exc, _from_hook(exc, hook)))
                         raise WarmupFailed(
                             f"pytest_compilecache_warmup ({where}) raised {type(exc).__name__}: {exc}\n{text}"
                         ) from None
@@ -263,12 +272,13 @@ class TestSide:
                 shutil.rmtree(cache.path, ignore_errors=True)
 
     def _keep(self, item: pytest.Item) -> bool:
+        """Keep a failed test's folder for inspection (unless ``tmp_path_retention_policy = none``)."""
         policy = "failed"
         try:
             policy = str(self.config.getini("tmp_path_retention_policy"))
         except ValueError:
             pass
-        return policy == "all" or (policy == "failed" and item.stash.get(_FAILED, False))
+        return policy != "none" and item.stash.get(_FAILED, False)
 
     # --- per-test counts ---
 
@@ -456,10 +466,7 @@ class SingleProcess(_RunsTests):
         return _header(self.options, self.report, self.side.process_report)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if self.options.active or self.report.totals is not None:
-            terminalreporter.section("compilecache")
-            for line in summary_lines(self.report):
-                terminalreporter.write_line(line)
+        _summary(terminalreporter, self.options, self.report)
 
 
 class Worker(_RunsTests):
@@ -547,10 +554,16 @@ class Controller:
         return _header(self.options, self.report, None)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if self.options.active or self.report.totals is not None:
-            terminalreporter.section("compilecache")
-            for line in summary_lines(self.report):
-                terminalreporter.write_line(line)
+        _summary(terminalreporter, self.options, self.report)
+
+
+def _summary(terminalreporter: Any, options: Options, report: SessionReport) -> None:
+    """The ``compilecache`` section: when asked for, when tests were counted, or when something went wrong."""
+    used = any(p.status is not Status.UNUSED for p in report.processes)
+    if options.active or report.totals is not None or used or report.all_problems():
+        terminalreporter.section("compilecache")
+        for line in summary_lines(report):
+            terminalreporter.write_line(line)
 
 
 def is_controller(config: pytest.Config) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 from typing import Iterator
 
 from ..environment import SavedEnv
@@ -55,7 +56,27 @@ def reset_in_memory() -> None:
 
     clear = getattr(inductor_utils, "clear_caches", None) or getattr(inductor_utils, "clear_inductor_caches")
     clear()
-    torch._dynamo.reset()
+    with _fork_safe_cuda_check():
+        torch._dynamo.reset()
+
+
+@contextlib.contextmanager
+def _fork_safe_cuda_check() -> Iterator[None]:
+    """``torch.cuda.is_available()`` through NVML while active (torch's ``PYTORCH_NVML_BASED_CUDA_CHECK``).
+
+    ``torch._dynamo.reset()`` asks ``is_available()``, whose default check initialises the CUDA
+    driver and leaves forked children unable to use CUDA (seen on torch 2.11 on an H200).
+    """
+    name = "PYTORCH_NVML_BASED_CUDA_CHECK"
+    before = os.environ.get(name)
+    os.environ[name] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
 
 
 @contextlib.contextmanager
