@@ -71,6 +71,8 @@ def pytest_configure(config: pytest.Config) -> None:
         role = SingleProcess(config, options)
     config.stash[_ROLE] = role
     config.pluginmanager.register(role, "compilecache-role")
+    if not isinstance(role, Worker):
+        config.pluginmanager.register(role.collector, "compilecache-collector")
     if isinstance(role, Controller):
         return
     role.configure(_early_env)

@@ -5,7 +5,8 @@
 - :class:`Controller`: the xdist controller; checks PATH before workers start, merges once, reports.
 
 They share small components: :class:`TestSide` (caches for tests, bundle preparation, per-test
-counts) and :class:`Saver` (the end-of-session write to PATH).
+counts), :class:`Saver` (the end-of-session write to PATH) and :class:`Collector` (per-test counts
+from the reports and the terminal summary, registered beside the single process and the controller).
 """
 
 from __future__ import annotations
@@ -431,6 +432,7 @@ class SingleProcess(_RunsTests):
     def __init__(self, config: pytest.Config, options: Options) -> None:
         super().__init__(config, options, TestSide(config, options, Folders(config), "main"))
         self.report = SessionReport(bundle_path=str(options.bundle) if options.bundle else None)
+        self.collector = Collector(options, self.report)
         at_start, existed, problem = _describe_path(options.bundle)
         self.report.bundle_at_start = at_start
         self.side.bundle_existed = existed
@@ -447,11 +449,6 @@ class SingleProcess(_RunsTests):
         if failure:
             raise pytest.UsageError(failure)
 
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        stats = getattr(report, REPORT_ATTR, None)
-        if stats is not None and report.when == "teardown":
-            self.report.add_test(report.nodeid, stats)
-
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         process = self.side.process_report
@@ -465,8 +462,6 @@ class SingleProcess(_RunsTests):
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         return _header(self.options, self.report, self.side.process_report)
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        _summary(terminalreporter, self.options, self.report)
 
 
 class Worker(_RunsTests):
@@ -512,6 +507,7 @@ class Controller:
         self.options = options
         self.folders = Folders(config)
         self.report = SessionReport(bundle_path=str(options.bundle) if options.bundle else None)
+        self.collector = Collector(options, self.report)
         at_start, self.bundle_existed, self.start_problem = _describe_path(options.bundle)
         self.report.bundle_at_start = at_start
 
@@ -534,11 +530,6 @@ class Controller:
         if output is not None:
             self.report.processes.append(ProcessReport.from_json(output))
 
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        stats = getattr(report, REPORT_ATTR, None)
-        if stats is not None and report.when == "teardown":
-            self.report.add_test(report.nodeid, stats)
-
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         blobs = []
@@ -553,17 +544,29 @@ class Controller:
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         return _header(self.options, self.report, None)
 
+
+
+class Collector:
+    """Registered beside the roles that report (single process, controller): gathers per-test
+    counts from the reports (a worker's arrive on them too) and prints the summary."""
+
+    def __init__(self, options: Options, report: SessionReport) -> None:
+        self.options = options
+        self.report = report
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        stats = getattr(report, REPORT_ATTR, None)
+        if stats is not None and report.when == "teardown":
+            self.report.add_test(report.nodeid, stats)
+
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        _summary(terminalreporter, self.options, self.report)
-
-
-def _summary(terminalreporter: Any, options: Options, report: SessionReport) -> None:
-    """The ``compilecache`` section: when asked for, when tests were counted, or when something went wrong."""
-    used = any(p.status is not Status.UNUSED for p in report.processes)
-    if options.active or report.totals is not None or used or report.all_problems():
-        terminalreporter.section("compilecache")
-        for line in summary_lines(report):
-            terminalreporter.write_line(line)
+        """The ``compilecache`` section: when asked for, when tests were counted, or when something went wrong."""
+        report = self.report
+        used = any(p.status is not Status.UNUSED for p in report.processes)
+        if self.options.active or report.totals is not None or used or report.all_problems():
+            terminalreporter.section("compilecache")
+            for line in summary_lines(report):
+                terminalreporter.write_line(line)
 
 
 def is_controller(config: pytest.Config) -> bool:

@@ -50,3 +50,4 @@ def default_dir_of(private_tmp: Path) -> Path:
     return default_dir(private_tmp)
 
 
+

@@ -12,6 +12,7 @@ from typing import Callable
 import filelock
 import pytest
 
+from helpers import fingerprint_here
 from pytest_compilecache.bundle import Bundle, make_entry, read_manifest, write_bundle
 
 CONFTEST = '''
@@ -220,13 +221,9 @@ def test_two_concurrent_updating_runs_end_with_the_union(pytester: pytest.Pytest
 
 
 def test_a_matching_entry_torch_cannot_load_runs_cold(pytester: pytest.Pytester, run_inner: RunInner) -> None:
-    here = subprocess.run(
-        [sys.executable, "-c", "import json; from pytest_compilecache import _torchapi; "
-         "print(json.dumps(_torchapi.environment_fingerprint()))"],
-        capture_output=True, text=True, check=True, timeout=300,
-    ).stdout.splitlines()[-1]
+    here = fingerprint_here()
     bundle = pytester.path / "suite.bundle"
-    write_bundle(Bundle(bundle, [make_entry(json.loads(here), b"checksummed, but not Mega-Cache bytes", {})]))
+    write_bundle(Bundle(bundle, [make_entry(here, b"checksummed, but not Mega-Cache bytes", {})]))
     before = bundle.read_bytes()
     pytester.makepyfile("def test_w(warm_cache):\n    pass\n")
     result = run_inner(f"--compile-cache-bundle={bundle}", "-rs")

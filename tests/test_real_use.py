@@ -12,6 +12,7 @@ from typing import Callable
 
 import pytest
 
+from helpers import fingerprint_here
 from pytest_compilecache.bundle import Bundle, make_entry, read_manifest, write_bundle
 
 RunInner = Callable[..., pytest.RunResult]
@@ -311,13 +312,9 @@ def test_strict_problems_are_not_hidden_by_no_tests(pytester: pytest.Pytester, r
 
 def test_a_worker_problem_stops_a_strict_xdist_session(pytester: pytest.Pytester, run_inner: RunInner) -> None:
     """Item 11: under xdist, a bundle that only a worker can find unloadable stops a strict session."""
-    here = subprocess.run(
-        [sys.executable, "-c", "import json; from pytest_compilecache import _torchapi; "
-         "print(json.dumps(_torchapi.environment_fingerprint()))"],
-        capture_output=True, text=True, check=True, timeout=300,
-    ).stdout.splitlines()[-1]
+    here = fingerprint_here()
     bundle = pytester.path / "x.bundle"
-    write_bundle(Bundle(bundle, [make_entry(json.loads(here), b"checksummed, but not Mega-Cache bytes", {})]))
+    write_bundle(Bundle(bundle, [make_entry(here, b"checksummed, but not Mega-Cache bytes", {})]))
     for i in range(4):
         pytester.makepyfile(**{f"test_{i}": "import torch\n\n" + "\n".join(
             f"def test_{j}():\n    pass\n" for j in range(5))})

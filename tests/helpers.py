@@ -1,0 +1,17 @@
+"""Small helpers shared by the test modules."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def fingerprint_here() -> dict[str, str]:
+    """This machine's environment fingerprint, computed in a fresh process as the plugin would."""
+    out = subprocess.run(
+        [sys.executable, "-c", "import json; from pytest_compilecache import _torchapi; "
+         "print(json.dumps(_torchapi.environment_fingerprint()))"],
+        capture_output=True, text=True, check=True, timeout=300,
+    ).stdout
+    return dict(json.loads(out.splitlines()[-1]))
