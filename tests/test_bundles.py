@@ -64,7 +64,7 @@ def report_of(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
-@pytest.mark.parametrize("mode", [[], ["-n", "2"], ["-n", "4"]], ids=["plain", "n2", "n4"])
+@pytest.mark.parametrize("mode", [[], ["-n", "2"]], ids=["plain", "n2"])
 def test_warmup_runs_once_and_every_worker_hits(
     pytester: pytest.Pytester, run_inner: RunInner, warm_project: Path, default_dir_of: Path, mode: list[str]
 ) -> None:
@@ -84,8 +84,6 @@ def test_warmup_runs_once_and_every_worker_hits(
     assert data["bundle"]["saved"]["status"] == "saved", "a missing PATH is written at the end"
     first.stdout.fnmatch_lines(["*compilecache*", "*per-layer totals*", "*fx_graph*"])
     assert not default_dir_of.exists()
-    if mode == ["-n", "4"]:
-        return
     before = bundle.read_bytes()
     second = run_inner(*args)
     second.assert_outcomes(passed=8)

@@ -58,16 +58,16 @@ def warmups(log: Path) -> int:
     return len(log.read_text().split()) if log.exists() else 0
 
 
-def identities(bundle: Path) -> set[tuple[str, str, str]]:
-    """(type, key, content hash) of every artifact in the bundle's only entry, read in a subprocess."""
+def identities(*bundles: Path) -> list[set[tuple[str, str, str]]]:
+    """(type, key, content hash) of every artifact in each bundle's only entry, read in one subprocess."""
     code = (
         "import json, sys; from pytest_compilecache.bundle import read_manifest; "
-        "from pytest_compilecache import _torchapi; b = read_manifest(sys.argv[1]); "
-        "print(json.dumps(sorted(_torchapi.artifact_identities(b.payload(b.entries[0])))))"
+        "from pytest_compilecache import _torchapi; bs = [read_manifest(p) for p in sys.argv[1:]]; "
+        "print(json.dumps([sorted(_torchapi.artifact_identities(b.payload(b.entries[0]))) for b in bs]))"
     )
-    out = subprocess.run([sys.executable, "-c", code, str(bundle)], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-c", code, *map(str, bundles)], capture_output=True, text=True,
                          check=True, timeout=300).stdout
-    return {tuple(i) for i in json.loads(out.splitlines()[-1])}  # type: ignore[misc]
+    return [{tuple(i) for i in found} for found in json.loads(out.splitlines()[-1])]  # type: ignore[misc]
 
 
 DYNAMIC_TEST = '''
@@ -98,14 +98,13 @@ def test_merging_keeps_every_entry_under_one_key(
     cli = subprocess.run([sys.executable, "-m", "pytest_compilecache", "merge", str(a), str(b), "-o", str(merged)],
                          capture_output=True, text=True, timeout=300)
     assert cli.returncode == 0, cli.stderr
-    ia, ib = identities(a), identities(b)
+    ia, ib, in_merged, in_both = identities(a, b, merged, both)
     shared_keys = {(t, k) for t, k, _ in ia} & {(t, k) for t, k, _ in ib}
     assert {t for t, _ in shared_keys} >= {"inductor", "aot_autograd"}, "sizes 32 and 33 share their keys"
-    found = identities(merged)
-    assert ia | ib <= found, f"the CLI merge lost entries: {sorted((ia | ib) - found)}"
-    for result in (merged, both):
-        per_key = Counter((t, k) for t, k, _ in identities(result))
-        assert all(per_key[key] == 2 for key in shared_keys), (result.name, per_key)
+    assert ia | ib <= in_merged, f"the CLI merge lost entries: {sorted((ia | ib) - in_merged)}"
+    for name, found in (("merged", in_merged), ("both", in_both)):
+        per_key = Counter((t, k) for t, k, _ in found)
+        assert all(per_key[key] == 2 for key in shared_keys), (name, per_key)
 
 
 def test_dist_without_workers_runs_as_a_single_process(
