@@ -68,12 +68,14 @@ def main() -> None:
         subprocess.run([*base, "-k", "warm[0]"], cwd=project, check=True, capture_output=True)
         basetemp = project / "basetemp"
         peak = 0
+        samples = 0
         stop = threading.Event()
 
         def sample() -> None:
-            nonlocal peak
+            nonlocal peak, samples
             while not stop.is_set():
                 peak = max(peak, tree_size(basetemp) if basetemp.exists() else 0)
+                samples += 1
                 time.sleep(0.02)
 
         thread = threading.Thread(target=sample)
@@ -88,7 +90,7 @@ def main() -> None:
         loaded = int((project / "copy-size.txt").read_text())
         print(f"{n} warm_cache tests in {seconds:.1f} s; bundle {bundle.stat().st_size / 1e6:.2f} MB")
         print(f"one copy of the loaded bundle: {loaded / 1e6:.2f} MB")
-        print(f"peak under basetemp during the run: {peak / 1e6:.2f} MB")
+        print(f"peak under basetemp during the run: {peak / 1e6:.2f} MB ({samples} samples)")
         print(f"left under basetemp after the run: {left / 1e6:.2f} MB")
         print(f"keeping every test's copy until the end would need: {(n + 2) * loaded / 1e6:.2f} MB")
 

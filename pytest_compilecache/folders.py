@@ -35,7 +35,10 @@ class Folders:
         if self._root is None:
             factory = getattr(self._config, "_tmp_path_factory", None)
             if factory is not None:
-                self._root = factory.mktemp("compilecache", numbered=True)
+                try:
+                    self._root = factory.mktemp("compilecache", numbered=False)
+                except FileExistsError:
+                    self._root = factory.mktemp("compilecache", numbered=True)
             else:
                 self._root = Path(tempfile.mkdtemp(prefix="pytest-compilecache-"))
                 self._owned_root = True

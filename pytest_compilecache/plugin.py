@@ -60,7 +60,9 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
         defaultdir.install(_early_process_dir, headers_dir)
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
+    """Choose this process's role, once; after pytest's own set-up (basetemp) is in place."""
     options = Options.from_config(config)
     role: Role
     if hasattr(config, "workerinput"):
