@@ -69,7 +69,8 @@ def main() -> None:
             for mode in ("plain", "worker", "test"):
                 tmp = Path(d) / f"tmp-{mode}"
                 tmp.mkdir()
-                (root / "pytest.ini").write_text(f"[pytest]\ncompile_cache_home = {Path(d) / f"home-{mode}"}\n")
+                home = Path(d) / f"home-{mode}"
+                (root / "pytest.ini").write_text(f"[pytest]\ncompile_cache_home = {home}\n")
                 args = {"plain": [], "worker": ["--compile-cache-isolate=worker"],
                         "test": ["--compile-cache-isolate=test"]}[mode]
                 runs = ("first", "second") if mode != "test" else ("first",)
