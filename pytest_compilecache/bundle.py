@@ -10,9 +10,11 @@ Layout (format 1)::
 The manifest is ``{"format": 1, "entries": [ENTRY, ...]}``; each ENTRY is ``{"env": {...},
 "created": t, "updated": t, "offset": o, "size": n, "sha256": hex, "artifacts": {type: {"count",
 "bytes"}}, "history": {...}}`` with ``offset`` counted from the first payload byte; ``history`` keeps
-how long the session that first built the entry spent compiling. The manifest can be read without
-reading any payload, and a payload's checksum is checked before any byte of it reaches torch.
-This module never imports torch.
+how long the session that first built the entry spent compiling. An entry may also carry compiled
+C++ binaries, which Mega-Cache leaves out: ``"binaries": {"offset", "size", "sha256", "builds",
+"files"}`` (see :mod:`.binaries`), a second blob after its payload; a reader that does not know the
+key ignores it. The manifest can be read without reading any payload, and every checksum is checked
+before any byte reaches torch. This module never imports torch.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Mapping
+
+from .binaries import CarriedBinaries, check_section, unpack
 
 MAGIC = b"PYTEST-COMPILECACHE-BUNDLE\n"
 FORMAT = 1
@@ -53,6 +57,8 @@ class Entry:
     size: int = 0
     offset: int = 0
     history: dict[str, Any] = field(default_factory=dict)
+    binaries: CarriedBinaries | None = None
+    binaries_section: dict[str, Any] | None = None
 
     def describe(self) -> dict[str, Any]:
         """The manifest form of this entry (without its place in the file)."""
@@ -120,11 +126,35 @@ class Bundle:
         entry.payload = data
         return data
 
+    def carried(self, entry: Entry) -> tuple[CarriedBinaries, list[str]]:
+        """The entry's compiled binaries, each checked against its checksum, and one problem per
+        file left out. Raises :class:`BundleError` when the binaries' blob as a whole is unreadable."""
+        if entry.binaries is not None:
+            return entry.binaries, []
+        section = entry.binaries_section
+        if section is None:
+            return CarriedBinaries(), []
+        if self._file is None:
+            raise BundleError(f"{self.path}: the bundle was closed before the binaries for {env_label(entry.env)} were read")
+        try:
+            self._file.seek(self._start + section["offset"])
+            blob = self._file.read(section["size"])
+        except OSError as exc:
+            raise BundleError(f"{self.path}: cannot read: {exc.strerror or exc}") from None
+        if len(blob) != section["size"]:
+            raise BundleError(f"{self.path}: truncated: the binaries for {env_label(entry.env)} are cut short")
+        if hashlib.sha256(blob).hexdigest() != section["sha256"]:
+            raise BundleError(f"{self.path}: corrupt: the binaries for {env_label(entry.env)} fail their checksum")
+        carried, problems = unpack(blob, section)
+        entry.binaries = carried
+        return carried, [f"{self.path}: {p}" for p in problems]
+
     def read_all(self) -> None:
-        """Read and check every payload now, then close the file."""
+        """Read and check every payload (and carried binaries) now, then close the file."""
         try:
             for entry in self.entries:
                 self.payload(entry)
+                self.carried(entry)
         finally:
             self.close()
 
@@ -173,6 +203,9 @@ def _entry(raw: Any) -> Entry:
         raise TypeError("created, updated, size and offset must be finite numbers")
     if not isinstance(raw["size"], int) or not isinstance(raw["offset"], int):
         raise TypeError("size and offset must be integers")
+    binaries = raw.get("binaries")
+    if binaries is not None:
+        check_section(binaries)
     return Entry(
         env={str(k): str(v) for k, v in env.items()},
         artifacts=artifacts,
@@ -182,6 +215,7 @@ def _entry(raw: Any) -> Entry:
         size=raw["size"],
         offset=raw["offset"],
         history=dict(history),
+        binaries_section=binaries,
     )
 
 
@@ -237,11 +271,20 @@ def _parse(f: BinaryIO, path: Path) -> Bundle:
     for e in entries:
         if e.offset < 0 or e.size < 0 or start + e.offset + e.size > end:
             raise BundleError(f"{path}: truncated: the payload for {env_label(e.env)} lies past the end of the file")
+        section = e.binaries_section
+        if section is not None and start + section["offset"] + section["size"] > end:
+            raise BundleError(f"{path}: truncated: the binaries for {env_label(e.env)} lie past the end of the file")
     return Bundle(path, entries, f, start)
 
 
-def make_entry(env: Mapping[str, str], payload: bytes, artifacts: dict[str, dict[str, int]], created: float = 0.0) -> Entry:
-    """A new entry for ``payload``, stamped now."""
+def make_entry(
+    env: Mapping[str, str],
+    payload: bytes,
+    artifacts: dict[str, dict[str, int]],
+    created: float = 0.0,
+    binaries: CarriedBinaries | None = None,
+) -> Entry:
+    """A new entry for ``payload`` (and the compiled binaries it carries), stamped now."""
     now = time.time()
     return Entry(
         env=dict(env),
@@ -251,6 +294,7 @@ def make_entry(env: Mapping[str, str], payload: bytes, artifacts: dict[str, dict
         updated=now,
         sha256=hashlib.sha256(payload).hexdigest(),
         size=len(payload),
+        binaries=binaries if binaries else None,
     )
 
 
@@ -261,12 +305,21 @@ def write_bundle(bundle: Bundle) -> int:
     Readers see the old file or the new one, never a half-written one.
     """
     path = bundle.path
-    payloads = [bundle.payload(e) for e in bundle.entries]
+    blobs: list[bytes] = []
     offset = 0
     described = []
-    for entry, data in zip(bundle.entries, payloads):
-        described.append({**entry.describe(), "offset": offset})
+    for entry in bundle.entries:
+        data = bundle.payload(entry)
+        description = {**entry.describe(), "offset": offset}
+        blobs.append(data)
         offset += len(data)
+        carried, _ = bundle.carried(entry)
+        if carried:
+            blob, section = carried.pack()
+            description["binaries"] = {**section, "offset": offset}
+            blobs.append(blob)
+            offset += len(blob)
+        described.append(description)
     manifest = json.dumps({"format": FORMAT, "entries": described}, indent=1, sort_keys=True).encode()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -278,7 +331,7 @@ def write_bundle(bundle: Bundle) -> int:
             f.write(MAGIC)
             f.write(b"%d\n" % len(manifest))
             f.write(manifest)
-            for data in payloads:
+            for data in blobs:
                 f.write(data)
             f.flush()
             os.fsync(f.fileno())

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from . import _torchapi
+from .binaries import build_id, identity_differences
 from .bundle import Bundle, BundleError, Entry, differences, env_label, read_manifest
 from .store import BundleStore, union
 
@@ -36,6 +37,38 @@ def _here() -> dict[str, str]:
         raise UserError(str(exc)) from None
 
 
+def _binaries(bundle: Bundle, entry: Entry, check: bool) -> dict[str, Any]:
+    """What an entry carries in compiled binaries, and which builds fit this machine."""
+    section = entry.binaries_section
+    if section is None and entry.binaries is None:
+        return {}
+    problems: list[str] = []
+    if check or section is None:
+        try:
+            carried, problems = bundle.carried(entry)
+        except BundleError as exc:
+            raise UserError(str(exc)) from None
+        builds = carried.builds
+        files = [(f.build, f.path, f.size) for f in carried.files.values()]
+    else:
+        builds = section["builds"]
+        files = [(b, p, size) for b, p, _, size, _ in section["files"]]
+    try:
+        here = build_id(_torchapi.build_identity())
+        identity_here = _torchapi.build_identity()
+    except Exception:  # no compiler or no torch: binaries can still be listed
+        here, identity_here = "", {}
+    out: dict[str, Any] = {"problems": problems, "builds": []}
+    for build, identity in builds.items():
+        mine = [f for f in files if f[0] == build and f[1].endswith((".so", ".o"))]
+        out["builds"].append({
+            "build": build, "identity": identity, "binaries": len(mine), "bytes": sum(f[2] for f in mine),
+            "fits_here": build == here,
+            "differences": "" if build == here or not identity_here else identity_differences(identity, identity_here),
+        })
+    return out
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     with _read(args.path) as bundle:
         return _inspect(args, bundle)
@@ -55,7 +88,7 @@ def _inspect(args: argparse.Namespace, bundle: Bundle) -> int:
         "bytes": bundle.path.stat().st_size,
         "entries": [
             {**entry.describe(), "index": i, "matches_here": entry.env == here,
-             "differences": differences(entry.env, here)}
+             "differences": differences(entry.env, here), "binaries": _binaries(bundle, entry, args.check)}
             for i, entry in enumerate(bundle.entries)
         ],
     }
@@ -73,6 +106,13 @@ def _inspect(args: argparse.Namespace, bundle: Bundle) -> int:
         print(f"    created {created}, updated {updated}, payload {item['size']} bytes, sha256 {item['sha256'][:16]}...")
         for kind, counts in sorted(item["artifacts"].items()):
             print(f"    {kind:14} {counts['count']:5d} artifacts {counts['bytes']:>12,d} bytes")
+        for build in item["binaries"].get("builds", []):
+            fits = "fit this machine" if build["fits_here"] else f"do NOT fit this machine ({build['differences']})"
+            print(f"    {'cpp':14} {build['binaries']:5d} binaries {build['bytes']:>13,d} bytes, "
+                  f"built by {build['identity'].get('compiler_version', '?')} for {build['identity'].get('native', '?')}: "
+                  f"{fits}")
+        for problem in item["binaries"].get("problems", []):
+            print(f"    problem: {problem}")
         for diff in item["differences"]:
             print(f"    differs: {diff}")
     return 0
@@ -92,7 +132,13 @@ def _verify(bundle: Bundle) -> int:
         bundle.payload(entry)
     except BundleError as exc:
         raise UserError(str(exc)) from None
-    print(f"{bundle.path}: OK: intact entry for {env_label(entry.env)}")
+    binaries = _binaries(bundle, entry, check=True)
+    if binaries.get("problems"):
+        raise UserError(binaries["problems"][0])
+    fit = sum(b["binaries"] for b in binaries.get("builds", []) if b["fits_here"])
+    total = sum(b["binaries"] for b in binaries.get("builds", []))
+    carried = f"; {fit} of {total} carried C++ binaries fit this machine" if total else ""
+    print(f"{bundle.path}: OK: intact entry for {env_label(entry.env)}{carried}")
     return 0
 
 

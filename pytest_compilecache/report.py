@@ -55,6 +55,8 @@ class ProcessReport:
     env: dict[str, str] | None = None
     history: dict[str, Any] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    binaries: dict[str, int] = field(default_factory=dict)
+    binary_problems: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """A plain dict (for ``workeroutput`` and the JSON report)."""
@@ -114,6 +116,10 @@ class SessionReport:
         current = CacheStats.from_dict(stats)
         self.totals = current if self.totals is None else self.totals + current
 
+    def binary_problems(self) -> list[str]:
+        """Carried binaries that were not used (checksum, fit, load), once each; problems in strict mode."""
+        return list(dict.fromkeys(p for r in self.processes for p in r.binary_problems))
+
     def all_problems(self) -> list[str]:
         """Every problem seen in any process, once each."""
         return list(dict.fromkeys(self.problems + [p for r in self.processes for p in r.problems]))
@@ -128,17 +134,34 @@ class SessionReport:
         """The warmup's failure, if it failed anywhere."""
         return next((r.warmup_error for r in self.processes if r.warmup_error), None)
 
-    def built_compile_seconds(self) -> float | None:
-        """How long the run that built the loaded bundle spent compiling, if recorded."""
-        return next((r.history.get("built_compile_seconds") for r in self.processes
-                     if r.history.get("built_compile_seconds")), None)
+    def built_tests(self) -> dict[str, float]:
+        """``{test: compile seconds}`` in the run that built the loaded bundle, where recorded."""
+        for process in self.processes:
+            tests = process.history.get("tests")
+            if isinstance(tests, dict) and tests:
+                return {str(k): float(v) for k, v in tests.items() if isinstance(v, (int, float))}
+        return {}
+
+    def compared_with_build(self) -> tuple[float, float, int] | None:
+        """(compile seconds now, then, number of tests) over the tests run now and when the bundle was built."""
+        built = self.built_tests()
+        common = [n for n in self.tests if n in built]
+        if not common:
+            return None
+        now = sum(float(self.tests[n].get("compile_seconds", 0.0)) for n in common)
+        return now, sum(built[n] for n in common), len(common)
+
+    def _tests_json(self) -> dict[str, dict[str, Any]]:
+        built = self.built_tests()
+        return {n: {**stats, "built_compile_seconds": built[n]} if n in built else stats
+                for n, stats in self.tests.items()}
 
     def to_json(self) -> dict[str, Any]:
         """The ``--compile-cache-report`` document (format 1)."""
         return {
             "format": REPORT_FORMAT,
             "totals": {**(self.totals or CacheStats()).to_dict(), "compile_seconds": round(self.compile_seconds, 3)},
-            "tests": self.tests,
+            "tests": self._tests_json(),
             "bundle": {
                 "path": self.bundle_path,
                 "at_start": self.bundle_at_start,
@@ -149,28 +172,35 @@ class SessionReport:
         }
 
 
-def _compile_time_line(report: SessionReport) -> str:
-    """What torch counts as compile time (Dynamo and Inductor frames); not the wall time tests spent.
-
-    C++ builds deferred past the frame, Triton compiles in workers and kernel loading are not in it,
-    so no ratio against another run is printed.
-    """
-    line = (f"Dynamo/Inductor frame time in tests: {report.compile_seconds:.1f} s (summed over workers; "
-            "C++ builds and kernel loading not included)")
+def _compile_time_line(report: SessionReport) -> list[str]:
+    """Compile time as wall time, and the same tests in the run that built the bundle, when recorded."""
+    line = (f"compile time in tests: {report.compile_seconds:.1f} s of wall time (Dynamo, Inductor, C++ builds, "
+            "Triton, autotuning, loading compiled code; summed over workers)")
     warmup = report.warmup_seconds
     if warmup:
-        line += f", plus {warmup:.1f} s of wall time in the warmup"
-    built = report.built_compile_seconds()
-    if built and not warmup:
-        line += f"; in the run that built the bundle: {built:.1f} s (its tests' frame time plus its warmup)"
-    return line
+        line += f", plus {warmup:.1f} s in the warmup"
+    lines = [line]
+    compared = report.compared_with_build()
+    if compared is not None:
+        now, then, count = compared
+        ratio = f" ({then / now:.1f}x this run's)" if now > 0.05 and then > now else ""
+        warmup_then = next((float(p.history["warmup_seconds"]) for p in _loading_processes(report)
+                            if isinstance(p.history.get("warmup_seconds"), (int, float))), 0.0)
+        plus = f", plus {warmup_then:.1f} s in its warmup" if warmup_then else ""
+        lines.append(f"  the same {count} tests in the run that built the bundle: {then:.1f} s{ratio}{plus}")
+    return lines
+
+
+def _loading_processes(report: SessionReport) -> list[ProcessReport]:
+    """The processes that loaded a bundle."""
+    return [p for p in report.processes if p.status is Status.LOADED]
 
 
 def summary_lines(report: SessionReport) -> list[str]:
     """The terminal summary: per-layer totals, and what was loaded, warmed up and saved."""
     lines = ["per-layer totals over all tests (summed over workers):"]
     lines.append((report.totals or CacheStats()).table())
-    lines.append(_compile_time_line(report))
+    lines.extend(_compile_time_line(report))
     for process in report.processes:
         if process.status in (Status.UNUSED,):
             continue
@@ -180,6 +210,9 @@ def summary_lines(report: SessionReport) -> list[str]:
             lines.append(
                 f"  loaded {loaded} ({process.loaded_bytes / 1e6:.2f} MB in {process.load_seconds:.2f} s)"
             )
+        if process.binaries:
+            lines.append(f"  C++ binaries: {process.binaries.get('carried', 0)} carried, "
+                         f"{process.binaries.get('fit', 0)} fit this machine")
         if process.warmup_seconds is not None and not process.warmup_error:
             lines.append(f"  warmup ran here: {process.warmup_seconds:.1f} s")
     saved = report.saved
@@ -196,4 +229,5 @@ def summary_lines(report: SessionReport) -> list[str]:
         if failure and problem.startswith("the warmup hook failed"):
             continue
         lines.append(f"PROBLEM: {problem}")
+    lines.extend(f"C++ binary not used: {problem}" for problem in report.binary_problems())
     return lines

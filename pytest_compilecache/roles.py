@@ -23,6 +23,7 @@ from typing import Any, Generator, Iterator
 import pytest
 
 from . import _torchapi
+from .binaries import BinaryPool, pooled
 from .bundle import BundleError, NotABundle, make_entry, read_manifest
 from .cache import CompileCache
 from .environment import SavedEnv, caches_disabled_by_env, point_cache_dirs_at
@@ -120,6 +121,7 @@ class TestSide:
         self._worker_dir: WorkerDir | None = None
         self._preparer: Preparer | None = None
         self._prepared: bool | None = None
+        self._pool: BinaryPool | None = None
         self._test_start: dict[str, tuple[dict[str, int], float]] = {}
 
     # --- the process's environment ---
@@ -201,6 +203,7 @@ class TestSide:
             marker=self.folders.shared / "warmup-done",
             run_warmup=self._run_warmup if hook else None,
             process=self.process,
+            binaries=self._pool,
         )
 
     def prepare(self) -> bool:
@@ -208,12 +211,32 @@ class TestSide:
         if self._prepared is None:
             self._prepared = False
             _torchapi.bootstrap(str(self.folders.process))
+            self._pool = BinaryPool(self.folders.shared / "binaries", _torchapi.build_identity())
             hook = self.config.hook.pytest_compilecache_warmup.get_hookimpls()
             self._preparer = self._make_preparer(hook)
             self._prepared = self._preparer.prepare(_torchapi.environment_fingerprint())
-            if self._prepared and self._saved_env is not None and self.options.isolation is not Isolation.TEST:
-                shutil.copytree(self.folders.template, self.session_cache, dirs_exist_ok=True)
+            if self._saved_env is not None and self.options.isolation is not Isolation.TEST:
+                if self._prepared:
+                    shutil.copytree(self.folders.template, self.session_cache, dirs_exist_ok=True)
+                self._pool.seed(self.session_cache)
         return self._prepared
+
+    def harvest(self, folder: Path) -> None:
+        """Pool the binaries a cache folder holds, for the next ``warm_cache`` test and the bundle."""
+        if self._pool is not None:
+            try:
+                self._pool.add_from(folder)
+            except OSError as exc:
+                self.process_report.binary_problems.append(f"{folder}: could not pool its C++ binaries: {exc}")
+
+    def finish(self) -> ProcessReport:
+        """At the end of the session: pool what compiles outside fixtures built; this process's report."""
+        process = self.process_report
+        if self._saved_env is not None:
+            self.harvest(self.session_cache)
+        if "torch._dynamo" in sys.modules:
+            process.binary_problems.extend(_torchapi.rejected_binaries())
+        return process
 
     def _run_warmup(self, previous: Path | None) -> tuple[bytes | None, dict[str, Any], float]:
         hook = self.config.hook.pytest_compilecache_warmup
@@ -237,6 +260,7 @@ class TestSide:
                         ) from None
                 data = _torchapi.save_artifacts()
         finally:
+            self.harvest(cache.path)
             shutil.rmtree(cache.path, ignore_errors=True)
         return data, cache.stats.to_dict(), time.perf_counter() - start
 
@@ -262,6 +286,8 @@ class TestSide:
                         "pytest_compilecache_warmup hook"
                     )
                 shutil.copytree(template, cache.path, dirs_exist_ok=True)
+                if self._pool is not None:
+                    self._pool.seed(cache.path)
             cache.__enter__()
         except _torchapi.TorchUnavailable as exc:
             pytest.fail(str(exc), pytrace=False)
@@ -269,6 +295,7 @@ class TestSide:
             yield cache
         finally:
             cache.__exit__(None, None, None)
+            self.harvest(cache.path)
             if not self._keep(request.node):
                 shutil.rmtree(cache.path, ignore_errors=True)
 
@@ -332,12 +359,13 @@ class TestSide:
 class Saver:
     """The end of the session: merge every process's artifacts into PATH, once, under its lock."""
 
-    def __init__(self, options: Options, bundle_existed: bool) -> None:
+    def __init__(self, options: Options, bundle_existed: bool, pools: Path | None = None) -> None:
         self.options = options
         self.bundle_existed = bundle_existed
+        self.pools = pools
 
     def save(self, report: SessionReport, blobs: list[tuple[dict[str, str], bytes]]) -> None:
-        """Fill ``report.saved``; every problem names PATH."""
+        """Fill ``report.saved``; every problem names PATH. The pooled binaries go with every entry."""
         path = self.options.bundle
         if path is None:
             return
@@ -348,14 +376,22 @@ class Saver:
             report.saved = SaveResult(SaveStatus.NOTHING, "nothing was compiled or used")
             return
         start = time.perf_counter()
-        history = {"built_compile_seconds": round(report.compile_seconds + report.warmup_seconds, 3)}
+        binaries = pooled(self.pools) if self.pools is not None else None
+        history = {
+            "built_compile_seconds": round(report.compile_seconds + report.warmup_seconds, 3),
+            "tests": {nodeid: stats.get("compile_seconds", 0.0) for nodeid, stats in report.tests.items()},
+        }
         try:
-            additions = [make_entry(env, blob, _torchapi.describe_artifacts(blob)) for env, blob in blobs]
+            additions = [make_entry(env, blob, _torchapi.describe_artifacts(blob), binaries=binaries)
+                         for env, blob in blobs]
             merged = BundleStore(path, self.options.lock_timeout).add(additions, history)
             envs = {env_id(env): env for env, _ in blobs}
             artifacts: dict[str, dict[str, int]] = {}
             for entry in (merged.find(env) for env in envs.values()):
-                for kind, counts in (entry.artifacts if entry else {}).items():
+                kinds = dict(entry.artifacts) if entry else {}
+                if entry is not None and entry.binaries:
+                    kinds["cpp"] = entry.binaries.counts()
+                for kind, counts in kinds.items():
                     total = artifacts.setdefault(kind, {"count": 0, "bytes": 0})
                     total["count"] += counts["count"]
                     total["bytes"] += counts["bytes"]
@@ -376,7 +412,7 @@ class Saver:
 
 def _exit_status(options: Options, report: SessionReport, session: pytest.Session) -> None:
     """A warmup failure, or a strict-mode problem, makes the exit status non-zero (never 0 or 5)."""
-    bad = report.warmup_failed or (options.strict and report.all_problems())
+    bad = report.warmup_failed or (options.strict and (report.all_problems() or report.binary_problems()))
     if bad and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -451,11 +487,12 @@ class SingleProcess(_RunsTests):
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        process = self.side.process_report
+        process = self.side.finish()
         blob = self.side.own_artifacts(process)
         self.report.processes = [process]
         env = process.env
-        Saver(self.options, self.side.bundle_existed).save(self.report, [(env, blob)] if blob and env else [])
+        pools = self.side.folders.shared / "binaries"
+        Saver(self.options, self.side.bundle_existed, pools).save(self.report, [(env, blob)] if blob and env else [])
         _write_json(self.options.report, self.report)
         _exit_status(self.options, self.report, session)
 
@@ -490,7 +527,7 @@ class Worker(_RunsTests):
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        process = self.side.process_report
+        process = self.side.finish()
         blob = self.side.own_artifacts(process)
         if blob is not None:
             path = self.side.folders.shared / f"artifacts-{os.getpid()}-{uuid.uuid4().hex[:8]}.bin"
@@ -537,7 +574,7 @@ class Controller:
             file = process.artifacts_file
             if file and process.env and os.path.exists(file):
                 blobs.append((process.env, Path(file).read_bytes()))
-        Saver(self.options, self.bundle_existed).save(self.report, blobs)
+        Saver(self.options, self.bundle_existed, self.folders.shared / "binaries").save(self.report, blobs)
         _write_json(self.options.report, self.report)
         _exit_status(self.options, self.report, session)
 

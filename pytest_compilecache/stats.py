@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
 #: The cache layers a user can ask about, in the order they are printed.
-LAYERS: tuple[str, ...] = ("fx_graph", "aot_autograd", "autotune", "triton", "pgo", "precompile")
+LAYERS: tuple[str, ...] = ("fx_graph", "aot_autograd", "cpp", "autotune", "triton", "pgo", "precompile")
 
 #: The count kinds every layer has, as named in assertions and reports.
 KINDS: tuple[str, ...] = ("hits", "misses", "bypasses")
@@ -135,6 +135,8 @@ class CacheStats:
 
     fx_graph: LayerStats = field(default_factory=lambda: LayerStats("fx_graph"))
     aot_autograd: LayerStats = field(default_factory=lambda: LayerStats("aot_autograd"))
+    #: Compiled C++ kernels and wrappers (``.so``): a hit loads one that existed, a miss builds it.
+    cpp: LayerStats = field(default_factory=lambda: LayerStats("cpp"))
     autotune: LayerStats = field(default_factory=lambda: LayerStats("autotune"))
     triton: LayerStats = field(default_factory=lambda: LayerStats("triton"))
     pgo: LayerStats = field(default_factory=lambda: LayerStats("pgo"))

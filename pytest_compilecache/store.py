@@ -11,6 +11,7 @@ from typing import Callable, Iterable, Iterator, Mapping
 import filelock
 
 from . import _torchapi
+from .binaries import CarriedBinaries
 from .bundle import Bundle, BundleError, Entry, env_label, make_entry, read_manifest, write_bundle
 
 
@@ -22,9 +23,10 @@ def env_id(env: dict[str, str]) -> str:
 def union(entries: Iterable[Entry]) -> list[Entry]:
     """One entry per environment holding the union of the given entries' artifacts.
 
-    Artifacts are merged over (type, key, content), so guard variants kept under one key survive.
-    History: what an earlier entry recorded wins (it describes the run that first built the
-    entry); later entries only add keys. Every entry's payload must already be read.
+    Artifacts are merged over (type, key, content), so guard variants kept under one key survive;
+    carried binaries over (build, path). History: what an earlier entry recorded wins (it
+    describes the run that first built the entry); later entries only add keys, and tests.
+    Every entry's payload and binaries must already be read.
     """
     groups: dict[str, list[Entry]] = {}
     for entry in entries:
@@ -34,8 +36,13 @@ def union(entries: Iterable[Entry]) -> list[Entry]:
         group.sort(key=lambda e: e.created or float("inf"))
         payloads = list(dict.fromkeys(e.payload for e in group if e.payload is not None))
         history: dict[str, object] = {}
+        tests: dict[str, object] = {}
         for entry in reversed(group):
             history.update(entry.history)
+            if isinstance(entry.history.get("tests"), dict):
+                tests.update(entry.history["tests"])
+        if tests:
+            history["tests"] = tests
         if len(payloads) == 1 and len(group) == 1:
             merged.append(group[0])
             continue
@@ -45,7 +52,8 @@ def union(entries: Iterable[Entry]) -> list[Entry]:
         except _torchapi.MegaCacheError as exc:
             raise BundleError(f"cannot merge the entries for {env_label(group[0].env)}: {exc}") from None
         created = min((e.created for e in group if e.created), default=0.0)
-        entry = make_entry(group[0].env, payload, artifacts, created)
+        binaries = CarriedBinaries.union(e.binaries for e in group if e.binaries is not None)
+        entry = make_entry(group[0].env, payload, artifacts, created, binaries)
         entry.history = history
         merged.append(entry)
     return merged

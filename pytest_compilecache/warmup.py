@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import _torchapi
+from .binaries import BinaryPool, identity_differences, pooled
 from .bundle import Bundle, BundleError, Entry, NotABundle, env_label, make_entry
 from .report import ProcessReport, Status
 from .store import BundleStore
@@ -40,6 +41,7 @@ class Preparer:
         marker: Path,
         run_warmup: RunWarmup | None,
         process: str,
+        binaries: BinaryPool | None = None,
     ) -> None:
         self.source = source
         self.publish = publish
@@ -47,6 +49,7 @@ class Preparer:
         self.template = template
         self.marker = marker
         self.run_warmup = run_warmup
+        self.binaries = binaries
         self.report = ProcessReport(process=process)
 
     def prepare(self, env: dict[str, str]) -> bool:
@@ -105,8 +108,37 @@ class Preparer:
         self.report.history = dict(entry.history)
         self.report.loaded = loaded
         self.report.loaded_bytes = len(payload)
+        if self.binaries is not None:
+            self._load_binaries(bundle, entry)
         self.report.load_seconds = time.perf_counter() - start
         return True
+
+    def _load_binaries(self, bundle: Bundle, entry: Entry) -> None:
+        """Put the entry's binaries that fit this machine into the pool; say why others do not."""
+        assert self.binaries is not None
+        try:
+            carried, problems = bundle.carried(entry)
+        except BundleError as exc:
+            self.report.binary_problems.append(f"{exc}; no carried binary is used, kernels are built here")
+            return
+        self.report.binary_problems.extend(problems)
+        here = self.binaries.build
+        fitting = {path: f for (build, path), f in carried.files.items() if build == here}
+        for path, file in fitting.items():
+            self.binaries.add(path, file.data)
+        _torchapi.mark_carried({path.rsplit("/", 1)[-1] for path in fitting})
+        count = carried.counts()["count"]
+        fit = sum(1 for path in fitting if path.endswith((".so", ".o")))
+        self.report.binaries = {"carried": count, "fit": fit}
+        if count and not fit:
+            why = "; ".join(
+                f"{identity_differences(identity, self.binaries.identity)}"
+                for build, identity in carried.builds.items()
+            )
+            self.report.binary_problems.append(
+                f"{bundle.path}: none of its {count} carried binaries fits this machine ({why}); "
+                "their kernels are built here"
+            )
 
     def _marker(self) -> dict[str, Any] | None:
         try:
@@ -143,7 +175,8 @@ class Preparer:
             if data is None:
                 self._write_marker(published=False)
                 return False
-            addition = make_entry(env, data, _torchapi.describe_artifacts(data))
+            carried = pooled(self.binaries.path.parent) if self.binaries is not None else None
+            addition = make_entry(env, data, _torchapi.describe_artifacts(data), binaries=carried)
             published = self.publish.add([addition], {"warmup_seconds": round(seconds, 3)})
             self._write_marker(published=True)
             with published:

@@ -71,11 +71,19 @@ def test_verify_is_a_ci_gate(good_bundle: Path, foreign_bundle: Path, tmp_path: 
     ok = cli("verify", good_bundle)
     assert ok.returncode == 0 and "OK" in ok.stdout
     assert_user_error(cli("verify", foreign_bundle), 1, str(foreign_bundle), "no entry matches this machine", "device")
-    corrupt = tmp_path / "corrupt.bundle"
-    data = bytearray(good_bundle.read_bytes())
-    data[-10] ^= 0xFF
-    corrupt.write_bytes(bytes(data))
-    assert_user_error(cli("verify", corrupt), 1, str(corrupt), "fails its checksum")
+    with read_manifest(good_bundle) as bundle:
+        entry = bundle.entries[0]
+        payload_at = bundle._start + entry.offset
+        binaries = entry.binaries_section
+    assert binaries is not None and binaries["files"], "the bundle carries the C++ binaries its test built"
+    assert "fit this machine" in ok.stdout
+    for name, at, message in (("payload", payload_at + 5, "fails its checksum"),
+                              ("binaries", bundle._start + binaries["offset"] + 5, "binaries for")):
+        corrupt = tmp_path / f"corrupt-{name}.bundle"
+        data = bytearray(good_bundle.read_bytes())
+        data[at] ^= 0xFF
+        corrupt.write_bytes(bytes(data))
+        assert_user_error(cli("verify", corrupt), 1, str(corrupt), message)
     text = tmp_path / "notes.txt"
     text.write_text("hello")
     assert_user_error(cli("verify", text), 1, str(text), "not a pytest-compilecache bundle")

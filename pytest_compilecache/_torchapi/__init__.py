@@ -4,6 +4,8 @@ A torch upgrade that moves a private name should change this package and nothing
 imports torch lazily; importing the package is cheap. No private torch module is named outside it.
 """
 
+from .binaries import build_identity, mark_carried
+from .binaries import rejected as rejected_binaries
 from .core import MIN_TORCH, TorchUnavailable, torch_module
 from .counters import (
     compile_seconds,
@@ -26,9 +28,9 @@ from .megacache import (
 )
 
 __all__ = [
-    "MIN_TORCH", "MegaCacheError", "TorchUnavailable", "artifact_identities", "bootstrap",
+    "MIN_TORCH", "MegaCacheError", "TorchUnavailable", "artifact_identities", "bootstrap", "build_identity",
     "caches_disabled_by_config", "compile_seconds", "describe_artifacts", "environment_fingerprint",
-    "fresh_recording", "gpu_count", "headers_at", "load_artifacts", "merge_artifacts", "read_counts",
-    "record_bypass_reasons", "redirect", "reset_in_memory", "save_artifacts", "torch_module",
+    "fresh_recording", "gpu_count", "headers_at", "load_artifacts", "mark_carried", "merge_artifacts", "read_counts",
+    "record_bypass_reasons", "redirect", "rejected_binaries", "reset_in_memory", "save_artifacts", "torch_module",
     "unobservable_fields", "unobservable_layers", "without_remote_caches",
 ]

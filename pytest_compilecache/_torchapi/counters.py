@@ -8,6 +8,7 @@ import sys
 from collections import Counter
 from typing import Any
 
+from . import binaries, clock
 from .core import torch_module
 
 _own_counts: Counter[str] = Counter()
@@ -16,9 +17,14 @@ _unobservable_fields: dict[str, str] = {}
 
 
 def install() -> None:
-    """Count what torch does not: PGO lookups and saves, FX graph saves. Idempotent."""
+    """Count what torch does not: PGO lookups and saves, FX graph saves, C++ builds, compile wall time.
+
+    Idempotent.
+    """
     _install_pgo_counter()
     _install_fx_save_counter()
+    binaries.install()
+    clock.install()
 
 
 def _install_pgo_counter() -> None:
@@ -118,16 +124,13 @@ def read_counts() -> dict[str, int]:
         "precompile.hits": dynamo_cache.get("dynamo_cache_hit", 0),
         "precompile.misses": dynamo_cache.get("dynamo_cache_miss", 0),
         "precompile.bypasses": dynamo_cache.get("dynamo_cache_error", 0),
+        **binaries.counts(),
     }
 
 
 def compile_seconds() -> float:
-    """Seconds torch.compile has spent compiling frames (forward and backward) in this process."""
-    utils = sys.modules.get("torch._dynamo.utils")
-    spent = getattr(utils, "cumulative_time_spent_ns", None)
-    if not spent:
-        return 0.0
-    return float(spent.get("entire_frame_compile", 0) + spent.get("entire_backward_compile", 0)) / 1e9
+    """Wall seconds this process's main thread has spent compiling (see :mod:`.clock`)."""
+    return clock.seconds()
 
 
 def unobservable_layers() -> dict[str, str]:
@@ -152,6 +155,8 @@ def unobservable_layers() -> dict[str, str]:
         dynamo_config = importlib.import_module("torch._dynamo.config")
         if not hasattr(dynamo_config, "caching_precompile"):
             found["precompile"] = "this torch has no precompile cache"
+        if binaries.observable():
+            found["cpp"] = binaries.observable()
         _unobservable = found
     return dict(_unobservable)
 

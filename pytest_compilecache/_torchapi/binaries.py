@@ -1,0 +1,170 @@
+"""torch's C++ builds: what a binary's fit depends on, and counting, timing and guarding their loads.
+
+torch loads a built kernel through the function ``CppCodeCache.load_async`` returns; that function
+waits for the build (if any) and ``dlopen``\\ s the binary. Wrapping it tells, per load, whether the
+binary existed before torch asked for it (a hit: carried, pooled, or built earlier) or was built
+for it (a miss), how long the wait and load took on the calling thread, and lets a carried binary
+that cannot be loaded be removed and rebuilt instead of failing the compile.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable
+
+from . import clock
+
+_counts: Counter[str] = Counter()
+_carried_names: set[str] = set()
+_rejected: list[str] = []
+_lock = threading.Lock()
+
+
+def _run(args: list[str]) -> str:
+    try:
+        done = subprocess.run(args, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout + done.stderr
+
+
+def _native_flags(compiler: str) -> str:
+    """What ``-march=native`` means to this compiler on this CPU: the resolved target and a hash of its flags."""
+    out = _run([compiler, "-march=native", "-###", "-E", "-x", "c++", os.devnull])
+    line = next((ln for ln in out.splitlines() if "cc1" in ln), "")
+    flags = sorted(t.strip('"') for t in line.split() if t.strip('"').startswith(("-m", "-target-", "+", "-")) and
+                   ("=" in t or t.strip('"').startswith(("-m", "+", "-target-feature"))))
+    march = re.search(r'-march=([\w.-]+)|"-target-cpu" "([\w.-]+)"', line)
+    name = next((g for g in march.groups() if g), "") if march else ""
+    digest = hashlib.sha256(" ".join(flags).encode()).hexdigest()[:12] if flags else "unknown"
+    return f"{name or '?'} ({digest})"
+
+
+@functools.lru_cache(maxsize=1)
+def build_identity() -> dict[str, str]:
+    """Everything a C++ binary's fit depends on that torch's own key does not cover.
+
+    The compiler (resolved path and version), what ``-march=native`` resolves to on this CPU, the
+    machine, and the torch build. Two processes with equal identities may share binaries whose
+    torch keys (source plus full command line) are equal.
+    """
+    import torch
+    from torch._inductor import cpp_builder
+
+    name = cpp_builder.get_cpp_compiler()
+    path = shutil.which(name) or name
+    real = os.path.realpath(path)
+    version = next(iter(_run([real, "--version"]).splitlines()), "unknown")
+    return {
+        "compiler": real,
+        "compiler_version": version.strip(),
+        "native": _native_flags(real),
+        "machine": platform.machine(),
+        "torch": f"{torch.__version__} ({getattr(torch.version, 'git_version', '') or 'unknown'})",
+        "python": f"{sys.version_info.major}.{sys.version_info.minor}",
+    }
+
+
+def install() -> None:
+    """Wrap ``CppCodeCache.load_async`` (idempotent); without it the ``cpp`` layer cannot be observed."""
+    codecache = sys.modules.get("torch._inductor.codecache")
+    cache_class = getattr(codecache, "CppCodeCache", None)
+    original = getattr(cache_class, "load_async", None)
+    if original is None or getattr(original, "_compilecache", False):
+        return
+    function = original.__func__
+
+    def load_async(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        asked = time.time()
+        return _Load(function(cls, *args, **kwargs), asked)
+
+    load_async._compilecache = True  # type: ignore[attr-defined]
+    setattr(cache_class, "load_async", classmethod(load_async))
+
+
+def observable() -> str:
+    """Empty when loads are counted; else why the ``cpp`` layer cannot be observed."""
+    codecache = sys.modules.get("torch._inductor.codecache")
+    method = getattr(getattr(codecache, "CppCodeCache", None), "load_async", None)
+    if getattr(method, "_compilecache", False):
+        return ""
+    return "this torch has no CppCodeCache.load_async to count C++ builds at"
+
+
+def _binary_path(lib: Any) -> str | None:
+    return getattr(lib, "__file__", None) or getattr(lib, "_name", None)
+
+
+class _Load:
+    """Stands in for torch's load function: counts, times and guards the first load."""
+
+    def __init__(self, load: Callable[[], Any], asked: float) -> None:
+        self._load = load
+        self._asked = asked
+        self._done = False
+
+    def __call__(self) -> Any:
+        if self._done:
+            return self._load()
+        with clock.compiling():
+            try:
+                lib = self._load()
+            except (OSError, ImportError) as exc:
+                lib = self._rebuild(exc)
+        self._done = True
+        path = _binary_path(lib)
+        try:
+            existed = path is not None and os.stat(path).st_mtime < self._asked
+        except OSError:
+            existed = False
+        with _lock:
+            if existed:
+                _counts["cpp.hits"] += 1
+                if path is not None and os.path.basename(path) in _carried_names:
+                    _counts["cpp.from_bundle"] += 1
+            else:
+                _counts["cpp.misses"] += 1
+                _counts["cpp.saved"] += 1
+        return lib
+
+    def _rebuild(self, exc: BaseException) -> Any:
+        """A binary that exists but cannot be loaded: remove it if it was carried, and build it anew."""
+        match = re.search(r"(/[^:\s'\"]+\.so)", str(exc))
+        path = match.group(1) if match else None
+        if path is None or os.path.basename(path) not in _carried_names or not os.path.exists(path):
+            raise exc
+        with _lock:
+            _rejected.append(f"carried binary {os.path.basename(path)} could not be loaded ({exc}); rebuilt")
+        for stale in Path(path).parent.glob(Path(path).name.split(".")[0] + ".*"):
+            if stale.suffix in (".so", ".o"):
+                stale.unlink(missing_ok=True)
+        return self._load()
+
+
+def mark_carried(names: set[str]) -> None:
+    """Remember binaries placed from a bundle, to count their hits as ``from_bundle``."""
+    with _lock:
+        _carried_names.update(names)
+
+
+def counts() -> dict[str, int]:
+    """The ``cpp`` layer's counts so far in this process."""
+    with _lock:
+        return {key: _counts[key] for key in ("cpp.hits", "cpp.misses", "cpp.saved", "cpp.from_bundle")}
+
+
+def rejected() -> list[str]:
+    """Carried binaries that could not be loaded (each rebuilt), since the process started."""
+    with _lock:
+        return list(_rejected)

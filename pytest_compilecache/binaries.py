@@ -1,0 +1,265 @@
+"""Compiled C++ binaries, which Mega-Cache leaves out: found in cache folders, pooled, carried in bundles.
+
+torch builds a CPU kernel (or a C++ wrapper) into ``<cache>/<xx>/<key>[.main].so``, where ``key``
+hashes the C++ source and the whole compiler command line, and builds nothing when that file
+exists. A binary is therefore found only by the exact key torch computes for the code it needs.
+What the key does not cover (the compiler's version, what ``-march=native`` means on this CPU, the
+torch build) is the *build identity*: binaries are grouped by it, and a group is used only on a
+machine whose build identity is the same. This module never imports torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import uuid
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+#: What a carried file may be called, relative to a cache folder: ``<subdir>/<name>``.
+_PATH = re.compile(r"^[A-Za-z0-9_]{1,8}/[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}$")
+_BINARY = (".so", ".o")
+_SOURCE = ".cpp"
+
+
+def build_id(identity: Mapping[str, str]) -> str:
+    """A short name for a build identity (what a binary's fit depends on beyond torch's key)."""
+    return hashlib.sha256(json.dumps(dict(identity), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def valid_path(path: str) -> bool:
+    """Whether ``path`` is a name a carried file may have (inside a cache folder, nothing else)."""
+    return bool(_PATH.match(path)) and ".." not in path
+
+
+def find_binaries(folder: Path) -> dict[str, Path]:
+    """``{relative path: file}`` for every built binary in a cache folder, with its C++ sources.
+
+    Binaries lie in torch's two-character subfolders; a source is taken only beside a binary of
+    the same name.
+    """
+    found: dict[str, Path] = {}
+    try:
+        subdirs = [d for d in os.scandir(folder) if len(d.name) == 2 and d.is_dir(follow_symlinks=False)]
+    except OSError:
+        return found
+    for sub in subdirs:
+        try:
+            names = {e.name: e for e in os.scandir(sub.path) if e.is_file(follow_symlinks=False)}
+        except OSError:
+            continue
+        stems = {n.rsplit(".", 1)[0] for n in names if n.endswith(_BINARY)}
+        for name in names:
+            stem, _, ext = name.rpartition(".")
+            if ("." + ext in _BINARY or ("." + ext == _SOURCE and stem in stems)) and not name.startswith("."):
+                rel = f"{sub.name}/{name}"
+                if valid_path(rel):
+                    found[rel] = Path(sub.path) / name
+    return found
+
+
+def _place(source: Path, dest: Path) -> bool:
+    """Put ``source`` at ``dest`` (a hard link where possible), atomically; False if ``dest`` exists."""
+    if dest.exists():
+        return False
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        os.link(source, tmp)
+    except OSError:
+        shutil.copy2(source, tmp)
+    os.replace(tmp, dest)
+    return True
+
+
+class BinaryPool:
+    """The binaries built or loaded in a session, for one build identity, shared by its processes.
+
+    ``<root>/<build id>/<xx>/<name>``: each file written once, atomically, so a process reading
+    the pool never sees half a file. A test's cache folder is filled from it with hard links.
+    """
+
+    def __init__(self, root: Path, identity: Mapping[str, str]) -> None:
+        self.identity = dict(identity)
+        self.build = build_id(identity)
+        self.path = Path(root) / self.build
+        label = self.path / "identity.json"
+        if not label.exists():
+            self.path.mkdir(parents=True, exist_ok=True)
+            tmp = label.with_name(f".identity.{uuid.uuid4().hex[:8]}.tmp")
+            tmp.write_text(json.dumps(self.identity, sort_keys=True))
+            os.replace(tmp, label)
+
+    def files(self) -> dict[str, Path]:
+        """``{relative path: file}`` of everything in the pool."""
+        return find_binaries(self.path)
+
+    def add_from(self, folder: Path) -> int:
+        """Take every binary of a cache folder that the pool lacks; returns how many were taken."""
+        return sum(_place(file, self.path / rel) for rel, file in find_binaries(folder).items())
+
+    def add(self, rel: str, data: bytes) -> bool:
+        """Add one file's bytes under ``rel`` unless the pool has it."""
+        dest = self.path / rel
+        if dest.exists():
+            return False
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:8]}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, dest)
+        return True
+
+    def seed(self, folder: Path) -> int:
+        """Link every pooled binary into a cache folder where it is missing; returns how many."""
+        return sum(_place(file, Path(folder) / rel) for rel, file in self.files().items())
+
+
+
+def pooled(root: Path) -> "CarriedBinaries":
+    """Everything the pools under ``root`` hold (every build), ready to be written into a bundle."""
+    carried = CarriedBinaries()
+    try:
+        builds = sorted(d for d in Path(root).iterdir() if d.is_dir())
+    except OSError:
+        return carried
+    for folder in builds:
+        try:
+            identity = json.loads((folder / "identity.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(identity, dict) or build_id(identity) != folder.name:
+            continue
+        carried.builds[folder.name] = {str(k): str(v) for k, v in identity.items()}
+        for rel, file in sorted(find_binaries(folder).items()):
+            try:
+                carried.add(folder.name, rel, file.read_bytes())
+            except OSError:
+                continue
+    return carried
+
+
+@dataclass(frozen=True)
+class CarriedFile:
+    """One binary (or its source) inside a bundle; ``data`` is its uncompressed content."""
+
+    build: str
+    path: str
+    sha256: str
+    size: int
+    data: bytes = field(repr=False, default=b"")
+
+
+@dataclass
+class CarriedBinaries:
+    """The binaries a bundle entry carries, grouped by build identity."""
+
+    builds: dict[str, dict[str, str]] = field(default_factory=dict)
+    files: dict[tuple[str, str], CarriedFile] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.files)
+
+    def add(self, build: str, path: str, data: bytes) -> None:
+        """Add a file unless one with this build and path is there already (the first one wins)."""
+        self.files.setdefault(
+            (build, path), CarriedFile(build, path, hashlib.sha256(data).hexdigest(), len(data), data)
+        )
+
+    def counts(self) -> dict[str, int]:
+        """``{"count": binaries, "bytes": their size}`` (sources not counted)."""
+        binaries = [f for f in self.files.values() if f.path.endswith(_BINARY)]
+        return {"count": len(binaries), "bytes": sum(f.size for f in binaries)}
+
+    @staticmethod
+    def union(parts: Iterable["CarriedBinaries"]) -> "CarriedBinaries":
+        """Every build and file of ``parts``; for one build and path, the earliest part wins."""
+        merged = CarriedBinaries()
+        for part in parts:
+            for build, identity in part.builds.items():
+                merged.builds.setdefault(build, identity)
+            for key, file in part.files.items():
+                merged.files.setdefault(key, file)
+        return merged
+
+    def pack(self) -> tuple[bytes, dict[str, Any]]:
+        """The blob written into the bundle and its manifest section (without offset)."""
+        chunks: list[bytes] = []
+        listing = []
+        for file in sorted(self.files.values(), key=lambda f: (f.build, f.path)):
+            stored = zlib.compress(file.data, 6)
+            chunks.append(stored)
+            listing.append([file.build, file.path, file.sha256, file.size, len(stored)])
+        blob = b"".join(chunks)
+        used = {f.build for f in self.files.values()}
+        section = {
+            "size": len(blob),
+            "sha256": hashlib.sha256(blob).hexdigest(),
+            "builds": {b: i for b, i in self.builds.items() if b in used},
+            "files": listing,
+        }
+        return blob, section
+
+
+def check_section(section: Any) -> None:
+    """Raise :class:`TypeError` unless ``section`` is a well-formed binaries manifest section."""
+    if not isinstance(section, dict):
+        raise TypeError("binaries must be an object")
+    for name in ("offset", "size"):
+        if not isinstance(section.get(name), int) or isinstance(section.get(name), bool) or section[name] < 0:
+            raise TypeError(f"binaries.{name} must be a non-negative integer")
+    if not isinstance(section.get("sha256"), str):
+        raise TypeError("binaries.sha256 must be a string")
+    builds = section.get("builds")
+    if not isinstance(builds, dict) or not all(
+        isinstance(b, str) and isinstance(i, dict) and all(isinstance(v, str) for v in i.values())
+        for b, i in builds.items()
+    ):
+        raise TypeError("binaries.builds must map build ids to string fields")
+    files = section.get("files")
+    if not isinstance(files, list):
+        raise TypeError("binaries.files must be a list")
+    total = 0
+    for item in files:
+        if not (isinstance(item, list) and len(item) == 5 and all(isinstance(x, str) for x in item[:3])
+                and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in item[3:])):
+            raise TypeError("binaries.files entries must be [build, path, sha256, size, stored size]")
+        if item[0] not in builds:
+            raise TypeError(f"binaries.files names an unknown build {item[0]!r}")
+        total += item[4]
+    if total != section["size"]:
+        raise TypeError("binaries.files do not add up to binaries.size")
+
+
+def unpack(blob: bytes, section: Mapping[str, Any]) -> tuple["CarriedBinaries", list[str]]:
+    """The files of a checked blob, and one problem per file that is unusable (bad name, bad checksum)."""
+    carried = CarriedBinaries(builds={b: dict(i) for b, i in section["builds"].items()})
+    problems: list[str] = []
+    at = 0
+    for build, path, sha, size, stored in section["files"]:
+        chunk = blob[at:at + stored]
+        at += stored
+        if not valid_path(path):
+            problems.append(f"carried binary {path!r} has a name outside torch's cache layout; not used")
+            continue
+        try:
+            data = zlib.decompress(chunk)
+        except zlib.error:
+            data = b""
+        if len(data) != size or hashlib.sha256(data).hexdigest() != sha:
+            problems.append(f"carried binary {path} fails its checksum; not used")
+            continue
+        carried.files[(build, path)] = CarriedFile(build, path, sha, size, data)
+    return carried, problems
+
+
+def identity_differences(carried: Mapping[str, str], here: Mapping[str, str]) -> str:
+    """Which fields of two build identities differ, in words."""
+    keys = list(here) + [k for k in carried if k not in here]
+    diffs = [f"{k}: {carried.get(k, '(absent)')} there, {here.get(k, '(absent)')} here"
+             for k in keys if carried.get(k) != here.get(k)]
+    return "; ".join(diffs) or "identical"
