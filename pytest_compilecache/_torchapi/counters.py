@@ -8,7 +8,7 @@ import sys
 from collections import Counter
 from typing import Any
 
-from . import binaries, clock
+from . import autotune, binaries, clock
 from .core import torch_module
 
 _own_counts: Counter[str] = Counter()
@@ -25,6 +25,7 @@ def install() -> None:
     _install_fx_save_counter()
     binaries.install()
     clock.install()
+    autotune.install()
 
 
 def _install_pgo_counter() -> None:

@@ -1,0 +1,53 @@
+"""Three real models for GPU runs: timm's resnet18, a 2-layer BERT from transformers, a max-autotune MLP."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+import torch
+
+MODELS = ("resnet18", "bert", "mlp_max_autotune")
+
+
+def build(name: str) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
+    """(model, inputs, torch.compile keyword arguments) for a model name, seeded and on the GPU."""
+    torch.manual_seed(0)
+    if name == "resnet18":
+        import timm
+
+        model = timm.create_model("resnet18", pretrained=False).cuda().eval()
+        return model, (torch.randn(8, 3, 224, 224, device="cuda"),), {}
+    if name == "bert":
+        from transformers import BertConfig, BertModel
+
+        config = BertConfig(vocab_size=1000, hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
+                            intermediate_size=1024, max_position_embeddings=256)
+        model = BertModel(config).cuda().eval()
+        return model, (torch.randint(0, 1000, (4, 128), device="cuda"),), {}
+    if name == "mlp_max_autotune":
+        layers: list[torch.nn.Module] = []
+        for _ in range(3):
+            layers += [torch.nn.Linear(1024, 1024), torch.nn.GELU()]
+        model = torch.nn.Sequential(*layers).cuda().eval()
+        return model, (torch.randn(64, 1024, device="cuda"),), {"mode": "max-autotune-no-cudagraphs"}
+    raise ValueError(name)
+
+
+def compile_and_run(name: str) -> float:
+    """Compile a model and run it once; the seconds it took, GPU work included."""
+    import time
+
+    model, inputs, kwargs = build(name)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    with torch.no_grad():
+        torch.compile(model, **kwargs)(*inputs)
+    torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def warm_up_process() -> None:
+    """Pay the once-per-process start-up (CUDA context, Triton, Inductor imports) on a throwaway compile."""
+    torch.compile(lambda x: torch.relu(x) + float(os.getpid() % 7))(torch.randn(16, device="cuda"))
+    torch.cuda.synchronize()
