@@ -134,3 +134,29 @@ def test_the_plugin_never_initialises_cuda(
         result.assert_outcomes(passed=2)
     if mode == ["bundle"]:
         result.stdout.fnmatch_lines(["*bundle (main): loaded*"])
+
+
+def test_real_models_reload_with_no_autotune_miss(tmp_path: Path) -> None:
+    """timm resnet18, a BERT and a max-autotune MLP: built in one run, warm in the next (a new process).
+
+    Each test of the suite asserts ``fx_graph``, ``aot_autograd`` and ``autotune`` misses == 0, so
+    the second run passing means every autotune lookup hit after the reload from disk.
+    """
+    pytest.importorskip("timm")
+    pytest.importorskip("transformers")
+    import subprocess
+    import sys
+
+    suite = Path(__file__).parent.parent / "benchmarks" / "gpu_models"
+    bundle = tmp_path / "models.bundle"
+    args = [sys.executable, "-m", "pytest", str(suite), "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+            f"--compile-cache-bundle={bundle}", f"--rootdir={suite}"]
+    for run in ("built", "reloaded"):
+        done = subprocess.run(args + [f"--compile-cache-report={tmp_path / run}.json"], capture_output=True,
+                              text=True, timeout=900)
+        assert done.returncode == 0, f"{run} run failed:\n{done.stdout[-6000:]}\n{done.stderr[-3000:]}"
+    tests = json.loads((tmp_path / "reloaded.json").read_text())["tests"]
+    warm = {k: v for k, v in tests.items() if "is_warm" in k}
+    assert len(warm) == 3
+    assert all(v["autotune"]["misses"] == 0 for v in warm.values()), warm
+    assert sum(v["autotune"]["hits"] for v in warm.values()) > 0, warm
