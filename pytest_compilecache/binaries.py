@@ -21,8 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-#: What a carried file may be called, relative to a cache folder: ``<subdir>/<name>``.
-_PATH = re.compile(r"^[A-Za-z0-9_]{1,8}/[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}$")
+#: What a carried file may be called, relative to a cache folder: ``<subdir>/<name>`` (a C++
+#: binary or source) or ``triton/<key>/<name>`` (a file of Triton's own kernel cache).
+_PATH = re.compile(r"^([A-Za-z0-9_]{1,8}|triton/[A-Za-z0-9_-]{8,128})/[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}$")
+_TRITON = "triton"
 _BINARY = (".so", ".o")
 _SOURCE = ".cpp"
 
@@ -38,12 +40,14 @@ def valid_path(path: str) -> bool:
 
 
 def find_binaries(folder: Path) -> dict[str, Path]:
-    """``{relative path: file}`` for every built binary in a cache folder, with its C++ sources.
+    """``{relative path: file}`` for every built binary in a cache folder.
 
-    Binaries lie in torch's two-character subfolders; a source is taken only beside a binary of
-    the same name.
+    C++ binaries lie in torch's two-character subfolders, with their sources (a source is taken
+    only beside a binary of the same name); Triton's kernel cache lies in ``triton/``, one folder
+    per compiled kernel, keyed by Triton from the source, the options and the target GPU. It
+    holds the variants autotuning and coordinate descent compiled, which Mega-Cache leaves out.
     """
-    found: dict[str, Path] = {}
+    found = _triton_files(Path(folder) / _TRITON)
     try:
         subdirs = [d for d in os.scandir(folder) if len(d.name) == 2 and d.is_dir(follow_symlinks=False)]
     except OSError:
@@ -63,16 +67,58 @@ def find_binaries(folder: Path) -> dict[str, Path]:
     return found
 
 
+def _triton_files(root: Path) -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    try:
+        kernels = [d for d in os.scandir(root) if d.is_dir(follow_symlinks=False)]
+    except OSError:
+        return found
+    for kernel in kernels:
+        try:
+            files = [e for e in os.scandir(kernel.path) if e.is_file(follow_symlinks=False)]
+        except OSError:
+            continue
+        if not any(e.name.startswith("__grp__") for e in files):
+            continue
+        for entry in files:
+            rel = f"{_TRITON}/{kernel.name}/{entry.name}"
+            if valid_path(rel) and not entry.name.startswith("."):
+                found[rel] = Path(entry.path)
+    return found
+
+
+def is_cpp(path: str) -> bool:
+    """Whether a carried file is a C++ binary (not a source, not a Triton kernel file)."""
+    return path.endswith(_BINARY) and not path.startswith(_TRITON + "/")
+
+
+def _relocated_group(data: bytes, folder: Path) -> bytes:
+    """A Triton group file naming its kernel's files by absolute path, pointed at ``folder``."""
+    try:
+        group = json.loads(data)
+        paths = group["child_paths"]
+        group["child_paths"] = {name: str(folder / os.path.basename(str(path))) for name, path in paths.items()}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return data
+    return json.dumps(group).encode()
+
+
 def _place(source: Path, dest: Path) -> bool:
-    """Put ``source`` at ``dest`` (a hard link where possible), atomically; False if ``dest`` exists."""
+    """Put ``source`` at ``dest`` (a hard link where possible), atomically; False if ``dest`` exists.
+
+    A Triton group file is rewritten instead, so that it names the files beside it.
+    """
     if dest.exists():
         return False
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        os.link(source, tmp)
-    except OSError:
-        shutil.copy2(source, tmp)
+    if dest.name.startswith("__grp__"):
+        tmp.write_bytes(_relocated_group(source.read_bytes(), dest.parent))
+    else:
+        try:
+            os.link(source, tmp)
+        except OSError:
+            shutil.copy2(source, tmp)
     os.replace(tmp, dest)
     return True
 
@@ -171,9 +217,14 @@ class CarriedBinaries:
         )
 
     def counts(self) -> dict[str, int]:
-        """``{"count": binaries, "bytes": their size}`` (sources not counted)."""
-        binaries = [f for f in self.files.values() if f.path.endswith(_BINARY)]
+        """``{"count": C++ binaries, "bytes": their size}`` (sources and Triton files not counted)."""
+        binaries = [f for f in self.files.values() if is_cpp(f.path)]
         return {"count": len(binaries), "bytes": sum(f.size for f in binaries)}
+
+    def triton_counts(self) -> dict[str, int]:
+        """``{"count": Triton kernels, "bytes": size of their files}``."""
+        files = [f for f in self.files.values() if f.path.startswith(_TRITON + "/")]
+        return {"count": len({f.path.rsplit("/", 1)[0] for f in files}), "bytes": sum(f.size for f in files)}
 
     @staticmethod
     def union(parts: Iterable["CarriedBinaries"]) -> "CarriedBinaries":

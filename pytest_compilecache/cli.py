@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from . import _torchapi
-from .binaries import build_id, identity_differences
+from .binaries import build_id, identity_differences, is_cpp
 from .bundle import Bundle, BundleError, Entry, differences, env_label, read_manifest
 from .store import BundleStore, union
 
@@ -60,7 +60,7 @@ def _binaries(bundle: Bundle, entry: Entry, check: bool) -> dict[str, Any]:
         here, identity_here = "", {}
     out: dict[str, Any] = {"problems": problems, "builds": []}
     for build, identity in builds.items():
-        mine = [f for f in files if f[0] == build and f[1].endswith((".so", ".o"))]
+        mine = [f for f in files if f[0] == build and is_cpp(f[1])]
         out["builds"].append({
             "build": build, "identity": identity, "binaries": len(mine), "bytes": sum(f[2] for f in mine),
             "fits_here": build == here,

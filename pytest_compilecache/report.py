@@ -211,8 +211,10 @@ def summary_lines(report: SessionReport) -> list[str]:
                 f"  loaded {loaded} ({process.loaded_bytes / 1e6:.2f} MB in {process.load_seconds:.2f} s)"
             )
         if process.binaries:
+            kernels = process.binaries.get("triton_kernels", 0)
             lines.append(f"  C++ binaries: {process.binaries.get('carried', 0)} carried, "
-                         f"{process.binaries.get('fit', 0)} fit this machine")
+                         f"{process.binaries.get('fit', 0)} fit this machine"
+                         + (f"; {kernels} Triton kernels from Triton's own cache" if kernels else ""))
         if process.warmup_seconds is not None and not process.warmup_error:
             lines.append(f"  warmup ran here: {process.warmup_seconds:.1f} s")
     saved = report.saved

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import _torchapi
-from .binaries import BinaryPool, identity_differences, pooled
+from .binaries import BinaryPool, identity_differences, is_cpp, pooled
 from .bundle import Bundle, BundleError, Entry, NotABundle, env_label, make_entry
 from .report import ProcessReport, Status
 from .store import BundleStore
@@ -128,8 +128,9 @@ class Preparer:
             self.binaries.add(path, file.data)
         _torchapi.mark_carried({path.rsplit("/", 1)[-1] for path in fitting})
         count = carried.counts()["count"]
-        fit = sum(1 for path in fitting if path.endswith((".so", ".o")))
-        self.report.binaries = {"carried": count, "fit": fit}
+        fit = sum(1 for path in fitting if is_cpp(path))
+        kernels = carried.triton_counts()["count"]
+        self.report.binaries = {"carried": count, "fit": fit, "triton_kernels": kernels}
         if count and not fit:
             why = "; ".join(
                 f"{identity_differences(identity, self.binaries.identity)}"
