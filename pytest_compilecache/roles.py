@@ -391,6 +391,8 @@ class Saver:
                 kinds = dict(entry.artifacts) if entry else {}
                 if entry is not None and entry.binaries:
                     kinds["cpp"] = entry.binaries.counts()
+                    if entry.binaries.triton_counts()["count"]:
+                        kinds["triton_cache"] = entry.binaries.triton_counts()
                 for kind, counts in kinds.items():
                     total = artifacts.setdefault(kind, {"count": 0, "bytes": 0})
                     total["count"] += counts["count"]
