@@ -5,7 +5,7 @@ One run of this script, on a GPU machine with timm and transformers installed:
 1. The suite in ``gpu_models/`` builds the bundle (cold run: the warmup compiles the models).
 2. The same suite, REPEATS times, each a new pytest process loading the bundle from disk: each
    ``warm_cache`` test's compile-and-first-call seconds and its autotune, FX and Triton counts.
-3. The baseline, REPEATS times: a new plain process (no plugin) on a kept ``TORCHINDUCTOR_CACHE_DIR``
+3. The baseline, REPEATS times, each run right after a warm run of step 2: a new plain process (no plugin) on a kept ``TORCHINDUCTOR_CACHE_DIR``
    filled beforehand by compiling the same models; after the same throwaway compile, each model's
    compile-and-first-call seconds, with in-memory state reset before each (``reset_in_memory()``,
    what ``warm_cache`` does before a test), so no model reuses kernels another one loaded.
@@ -77,6 +77,8 @@ def main() -> None:
     pytest_args = [sys.executable, "-m", "pytest", str(SUITE), "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
                    f"--compile-cache-bundle={bundle}", "-W", "ignore::DeprecationWarning", "-W", "ignore::UserWarning"]
     rows: dict[str, dict[str, list[float]]] = {}
+    kept = work / "kept-dir"
+    run([sys.executable, "-c", BASELINE, str(SUITE), "fill"], {"TORCHINDUCTOR_CACHE_DIR": str(kept)})
     misses: dict[str, list[int]] = {}
     loads: list[float] = []
     for phase in ["built"] + [f"warm{i}" for i in range(repeats)]:
@@ -93,12 +95,9 @@ def main() -> None:
         if phase != "built":
             processes = json.loads(report.read_text())["bundle"]["processes"]
             loads.extend(p["load_seconds"] for p in processes if p.get("status") == "loaded")
-    kept = work / "kept-dir"
-    run([sys.executable, "-c", BASELINE, str(SUITE), "fill"], {"TORCHINDUCTOR_CACHE_DIR": str(kept)})
-    for _ in range(repeats):
-        out = run([sys.executable, "-c", BASELINE, str(SUITE), "warm"], {"TORCHINDUCTOR_CACHE_DIR": str(kept)})
-        for name, seconds in json.loads(out.stdout.strip().splitlines()[-1]).items():
-            rows[name].setdefault("local", []).append(seconds)
+            out = run([sys.executable, "-c", BASELINE, str(SUITE), "warm"], {"TORCHINDUCTOR_CACHE_DIR": str(kept)})
+            for name, seconds in json.loads(out.stdout.strip().splitlines()[-1]).items():
+                rows[name].setdefault("local", []).append(seconds)
     blob = work / "torch-api.bin"
     run([sys.executable, "-c", TORCH_API, str(SUITE), "save", str(blob)], {"TORCHINDUCTOR_CACHE_DIR": str(work / "api1")})
     api = run([sys.executable, "-c", TORCH_API, str(SUITE), "load", str(blob)], {"TORCHINDUCTOR_CACHE_DIR": str(work / "api2")})
@@ -113,6 +112,10 @@ def main() -> None:
         warm, local = statistics.median(row["warm"]), statistics.median(row["local"])
         print(f"{name:18} {statistics.median(row['built']):10.2f} {warm:12.2f} {local:11.2f} {warm / local:6.2f}  "
               f"{misses[name]}")
+    print("each run, in order (warm bundle and warm local runs alternate):")
+    for name, row in rows.items():
+        print(f"  {name:18} warm bundle {' '.join(f'{x:.2f}' for x in row['warm'])}; "
+              f"warm local {' '.join(f'{x:.2f}' for x in row['local'])}")
     print(f"torch's own API across two processes (resnet18), autotune: {api.stdout.strip().splitlines()[-1]}")
 
 
