@@ -160,6 +160,14 @@ class BinaryPool:
         os.replace(tmp, dest)
         return True
 
+    def drop(self, names: Iterable[str]) -> int:
+        """Remove the pooled files with these names (binaries that failed to load); returns how many."""
+        wanted = set(names)
+        gone = [file for rel, file in self.files().items() if rel.rsplit("/", 1)[-1] in wanted]
+        for file in gone:
+            file.unlink(missing_ok=True)
+        return len(gone)
+
     def seed(self, folder: Path) -> int:
         """Link every pooled binary into a cache folder where it is missing; returns how many."""
         return sum(_place(file, Path(folder) / rel) for rel, file in self.files().items())
@@ -288,12 +296,15 @@ def check_section(section: Any) -> None:
 
 def unpack(blob: bytes, section: Mapping[str, Any]) -> tuple["CarriedBinaries", list[str]]:
     """The files of a checked blob, and one problem per file that is unusable (bad name, bad checksum)."""
-    carried = CarriedBinaries(builds={b: dict(i) for b, i in section["builds"].items()})
-    problems: list[str] = []
+    forged = {b for b, i in section["builds"].items() if build_id(i) != b}
+    carried = CarriedBinaries(builds={b: dict(i) for b, i in section["builds"].items() if b not in forged})
+    problems = [f"carried binaries of build {b} do not match its build identity; not used" for b in sorted(forged)]
     at = 0
     for build, path, sha, size, stored in section["files"]:
         chunk = blob[at:at + stored]
         at += stored
+        if build in forged:
+            continue
         if not valid_path(path):
             problems.append(f"carried binary {path!r} has a name outside torch's cache layout; not used")
             continue

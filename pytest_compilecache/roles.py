@@ -122,6 +122,7 @@ class TestSide:
         self._preparer: Preparer | None = None
         self._prepared: bool | None = None
         self._pool: BinaryPool | None = None
+        self._dropped: set[str] = set()
         self._test_start: dict[str, tuple[dict[str, int], float]] = {}
 
     # --- the process's environment ---
@@ -225,6 +226,10 @@ class TestSide:
         """Pool the binaries a cache folder holds, for the next ``warm_cache`` test and the bundle."""
         if self._pool is not None:
             try:
+                if "torch._dynamo" in sys.modules:
+                    rejected = _torchapi.rejected_binary_names() - self._dropped
+                    self._pool.drop(rejected)
+                    self._dropped |= rejected
                 self._pool.add_from(folder)
             except OSError as exc:
                 self.process_report.binary_problems.append(f"{folder}: could not pool its C++ binaries: {exc}")
@@ -235,7 +240,7 @@ class TestSide:
         if self._saved_env is not None:
             self.harvest(self.session_cache)
         if "torch._dynamo" in sys.modules:
-            process.binary_problems.extend(_torchapi.rejected_binaries())
+            process.binary_problems.extend(f"{self.options.bundle}: {why}" for why in _torchapi.rejected_binaries())
         return process
 
     def _run_warmup(self, previous: Path | None) -> tuple[bytes | None, dict[str, Any], float]:

@@ -127,11 +127,12 @@ class Preparer:
         for path, file in fitting.items():
             self.binaries.add(path, file.data)
         _torchapi.mark_carried({path.rsplit("/", 1)[-1] for path in fitting})
-        count = carried.counts()["count"]
+        listed = (entry.binaries_section or {}).get("files") or [[b, p] for b, p in carried.files]
+        count = sum(1 for item in listed if is_cpp(item[1]))
         fit = sum(1 for path in fitting if is_cpp(path))
         kernels = carried.triton_counts()["count"]
         self.report.binaries = {"carried": count, "fit": fit, "triton_kernels": kernels}
-        if count and not fit:
+        if count and not fit and carried.builds:
             why = "; ".join(
                 f"{identity_differences(identity, self.binaries.identity)}"
                 for build, identity in carried.builds.items()

@@ -6,6 +6,7 @@ imports torch lazily; importing the package is cheap. No private torch module is
 
 from .binaries import build_identity, mark_carried
 from .binaries import rejected as rejected_binaries
+from .binaries import rejected_names as rejected_binary_names
 from .core import MIN_TORCH, TorchUnavailable, torch_module
 from .counters import (
     compile_seconds,
@@ -31,6 +32,6 @@ __all__ = [
     "MIN_TORCH", "MegaCacheError", "TorchUnavailable", "artifact_identities", "bootstrap", "build_identity",
     "caches_disabled_by_config", "compile_seconds", "describe_artifacts", "environment_fingerprint",
     "fresh_recording", "gpu_count", "headers_at", "load_artifacts", "mark_carried", "merge_artifacts", "read_counts",
-    "record_bypass_reasons", "redirect", "rejected_binaries", "reset_in_memory", "save_artifacts", "torch_module",
+    "record_bypass_reasons", "redirect", "rejected_binaries", "rejected_binary_names", "reset_in_memory", "save_artifacts", "torch_module",
     "unobservable_fields", "unobservable_layers", "without_remote_caches",
 ]

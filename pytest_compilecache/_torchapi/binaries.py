@@ -5,6 +5,11 @@ waits for the build (if any) and ``dlopen``\\ s the binary. Wrapping it tells, p
 binary existed before torch asked for it (a hit: carried, pooled, or built earlier) or was built
 for it (a miss), how long the wait and load took on the calling thread, and lets a carried binary
 that cannot be loaded be removed and rebuilt instead of failing the compile.
+
+torch also builds tiny probe binaries into the cache folder to learn which vector instructions this
+CPU supports (``VecISA.check_build``), and loads them in a child process. A carried probe that
+fails to load would make torch believe the instructions are missing and generate other code, so a
+failed probe of a carried binary is retried once with the binary removed and built here.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from . import clock
 _counts: Counter[str] = Counter()
 _carried_names: set[str] = set()
 _rejected: list[str] = []
+_rejected_names: set[str] = set()
 _lock = threading.Lock()
 
 
@@ -91,6 +97,48 @@ def install() -> None:
 
     load_async._compilecache = True  # type: ignore[attr-defined]
     setattr(cache_class, "load_async", classmethod(load_async))
+    _guard_probes()
+
+
+def _guard_probes() -> None:
+    try:
+        from torch._inductor import cpu_vec_isa
+    except ImportError:
+        return
+    isa_class = getattr(cpu_vec_isa, "VecISA", None)
+    original = getattr(isa_class, "check_build", None)
+    if original is None or getattr(original, "_compilecache", False):
+        return
+
+    def check_build(self: Any, code: str, *args: Any, **kwargs: Any) -> Any:
+        ok = original(self, code, *args, **kwargs)
+        if ok:
+            return ok
+        carried = [p for p in _probe_binaries(code) if p.name in _carried_names]
+        if not carried:
+            return ok
+        for path in carried:
+            path.unlink(missing_ok=True)
+            _reject(path.name, "(a CPU feature probe) could not be loaded; rebuilt")
+        return original(self, code, *args, **kwargs)
+
+    check_build._compilecache = True  # type: ignore[attr-defined]
+    setattr(isa_class, "check_build", check_build)
+
+
+def _probe_binaries(code: str) -> list[Path]:
+    """The binaries in the current cache folder built from the probe source ``code``."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    found = []
+    for source in Path(cache_dir()).glob("*/*.cpp"):
+        try:
+            same = source.read_text() == code
+        except (OSError, UnicodeDecodeError):
+            continue
+        if same:
+            found += [p for p in (source.with_suffix(".so"), source.with_suffix(".o")) if p.exists()]
+    return found
 
 
 def observable() -> str:
@@ -144,12 +192,18 @@ class _Load:
         path = match.group(1) if match else None
         if path is None or os.path.basename(path) not in _carried_names or not os.path.exists(path):
             raise exc
-        with _lock:
-            _rejected.append(f"carried binary {os.path.basename(path)} could not be loaded ({exc}); rebuilt")
+        _reject(os.path.basename(path), f"could not be loaded ({exc}); rebuilt")
         for stale in Path(path).parent.glob(Path(path).name.split(".")[0] + ".*"):
             if stale.suffix in (".so", ".o"):
                 stale.unlink(missing_ok=True)
         return self._load()
+
+
+def _reject(name: str, why: str) -> None:
+    with _lock:
+        _carried_names.discard(name)
+        _rejected_names.add(name)
+        _rejected.append(f"carried binary {name} {why}")
 
 
 def mark_carried(names: set[str]) -> None:
@@ -168,3 +222,9 @@ def rejected() -> list[str]:
     """Carried binaries that could not be loaded (each rebuilt), since the process started."""
     with _lock:
         return list(_rejected)
+
+
+def rejected_names() -> set[str]:
+    """The file names of the carried binaries :func:`rejected` reports."""
+    with _lock:
+        return set(_rejected_names)

@@ -1,0 +1,200 @@
+"""Compiled C++ binaries: built once per session, carried in bundles, and never used where they do not fit."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from pytest_compilecache.binaries import CarriedBinaries, CarriedFile, build_id
+from pytest_compilecache.bundle import Bundle, make_entry, read_manifest, write_bundle
+
+KERNELS = """
+import torch
+
+def sine(x):
+    return (x.sin() * 2 + 1).relu()
+
+def cosine(x):
+    return (x.cos() - 3).abs()
+
+def test_a_builds(warm_cache):
+    torch.compile(sine)(torch.randn(8))
+    torch.compile(cosine)(torch.randn(8))
+
+def test_b_reuses(warm_cache):
+    torch.compile(sine)(torch.randn(8))
+    torch.compile(cosine)(torch.randn(8))
+
+def test_c_is_cold(cold_cache):
+    torch.compile(sine)(torch.randn(8))
+"""
+
+WARMUP = """
+import torch
+
+def pytest_compilecache_warmup(cache):
+    torch.compile(lambda x: x * 3)(torch.randn(4))
+"""
+
+class Kernels:
+    """A project whose tests compile two kernels, run in subprocesses with a TMPDIR of their own."""
+
+    def __init__(self, root: Path, headers: Path) -> None:
+        self.root = root
+        (root / "test_kernels.py").write_text(KERNELS)
+        (root / "conftest.py").write_text(WARMUP)
+        (root / "tox.ini").write_text(f"[pytest]\ncompile_cache_headers_dir = {headers}\n")
+        (root / "tmp").mkdir()
+        self.env = {k: v for k, v in os.environ.items()
+                    if k not in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS")}
+        self.env["TMPDIR"] = str(root / "tmp")
+
+    def run(self, bundle: Path, *extra: str) -> dict[str, Any]:
+        """Run the project's tests on ``bundle``: ``{"ret", "out", test name: its counts}``."""
+        report = bundle.with_suffix(".json")
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider", "-s",
+             f"--compile-cache-bundle={bundle}", f"--compile-cache-report={report}", *extra],
+            cwd=self.root, env=self.env, capture_output=True, text=True, timeout=600,
+        )
+        assert "3 passed" in done.stdout, done.stdout + done.stderr
+        tests = json.loads(report.read_text())["tests"]
+        return {"ret": done.returncode, "out": done.stdout,
+                **{nodeid.split("::")[-1]: stats for nodeid, stats in tests.items()}}
+
+
+@pytest.fixture(scope="module")
+def kernels(tmp_path_factory: pytest.TempPathFactory, shared_headers_dir: Path) -> Kernels:
+    return Kernels(tmp_path_factory.mktemp("kernels"), shared_headers_dir)
+
+
+@pytest.fixture(scope="module")
+def built(kernels: Kernels) -> tuple[Path, dict[str, Any]]:
+    """A bundle saved by a cold run of the kernels' tests, and that run's per-test counts."""
+    bundle = kernels.root / "kernels.bundle"
+    return bundle, kernels.run(bundle)
+
+
+def rewrite(source: Path, target: Path, change: Callable[[CarriedBinaries], CarriedBinaries | None]) -> None:
+    """Copy a bundle with its one entry's carried binaries changed (or dropped, when ``change`` gives None)."""
+    with read_manifest(source) as bundle:
+        bundle.read_all()
+    entry = bundle.entries[0]
+    assert entry.binaries and entry.payload is not None
+    new = make_entry(entry.env, entry.payload, entry.artifacts, entry.created, binaries=change(entry.binaries))
+    new.history = entry.history
+    write_bundle(Bundle(target, [new]))
+
+
+def assert_lines(out: str, patterns: list[str]) -> None:
+    """Each pattern matches a line of ``out``, in this order."""
+    pytest.LineMatcher(out.splitlines()).fnmatch_lines(patterns)
+
+
+def shared_objects(carried: CarriedBinaries) -> list[tuple[str, str]]:
+    return sorted(key for key in carried.files if key[1].endswith(".so"))
+
+
+def test_a_kernel_is_built_once_per_session_and_cold_cache_stays_cold(built: tuple[Path, dict[str, Any]]) -> None:
+    _, run = built
+    assert run["test_a_builds"]["cpp"]["misses"] >= 2, run["test_a_builds"]
+    reused = run["test_b_reuses"]
+    assert reused["fx_graph"]["misses"] >= 2, "FX entries stay isolated between warm_cache tests"
+    assert reused["cpp"]["misses"] == 0 and reused["cpp"]["hits"] >= 2, f"a binary was built twice: {reused}"
+    assert run["test_c_is_cold"]["cpp"]["misses"] >= 1, "cold_cache must build its kernels itself"
+    with read_manifest(built[0]) as bundle:
+        bundle.read_all()
+    assert len(shared_objects(bundle.entries[0].binaries or CarriedBinaries())) >= 2
+
+
+def test_broken_binaries_are_rebuilt_and_reported_once(
+    built: tuple[Path, dict[str, Any]], kernels: Kernels
+) -> None:
+    source, _ = built
+    tampered = kernels.root / "tampered.bundle"
+    garbage = b"\x7fELF but not a shared object " * 64
+
+    def break_all(carried: CarriedBinaries) -> CarriedBinaries:
+        first, *rest = shared_objects(carried)
+        carried.files[first] = CarriedFile(*first, carried.files[first].sha256, len(garbage), garbage)
+        for key in rest:
+            carried.files[key] = CarriedFile(*key, hashlib.sha256(garbage).hexdigest(), len(garbage), garbage)
+        return carried
+
+    rewrite(source, tampered, break_all)
+    run = kernels.run(tampered, "--compile-cache-strict")
+    assert run["ret"] == 1, "strict mode makes an unusable carried binary a problem"
+    out = run["out"]
+    assert out.count("fails its checksum") == 1 and f"{tampered}: carried binary" in out, out
+    unloadable = [line for line in out.splitlines() if "could not be loaded" in line]
+    assert unloadable and all(f"{tampered}: carried binary" in line for line in unloadable), out
+    assert any("CPU feature probe" in line for line in unloadable), "probes torch loads in a child are guarded too"
+    assert len(unloadable) == len(set(unloadable)), "each unusable binary is reported once"
+    assert run["test_a_builds"]["cpp"]["misses"] >= 2 and run["test_a_builds"]["cpp"]["from_bundle"] == 0
+    assert run["test_b_reuses"]["cpp"]["misses"] == 0, "a rebuilt kernel is not rebuilt again"
+    assert run["test_a_builds"]["fx_graph"]["misses"] == 0
+
+
+def test_binaries_of_another_build_are_not_used(
+    built: tuple[Path, dict[str, Any]], kernels: Kernels
+) -> None:
+    source, _ = built
+    foreign = kernels.root / "foreign.bundle"
+
+    def elsewhere(carried: CarriedBinaries) -> CarriedBinaries:
+        (identity,) = carried.builds.values()
+        other = {**identity, "compiler_version": "g++ (Made Up) 1.0"}
+        moved = CarriedBinaries(builds={build_id(other): other})
+        for (_, path), file in carried.files.items():
+            moved.add(build_id(other), path, file.data)
+        return moved
+
+    rewrite(source, foreign, elsewhere)
+    run = kernels.run(foreign, "--compile-cache-strict")
+    assert run["ret"] == 1, "in strict mode, binaries that fit nowhere here are a problem"
+    assert_lines(run["out"], [
+        "*C++ binaries: * carried, 0 fit this machine*",
+        f"*{foreign}: none of its * carried binaries fits this machine (compiler_version: g++ (Made Up) 1.0 there*",
+    ])
+    assert run["test_a_builds"]["cpp"]["from_bundle"] == 0 and run["test_a_builds"]["cpp"]["misses"] >= 2
+    assert run["test_a_builds"]["fx_graph"]["misses"] == 0, "the rest of the bundle is still used"
+
+
+def test_a_build_id_that_does_not_name_its_identity_is_rejected(
+    built: tuple[Path, dict[str, Any]], kernels: Kernels
+) -> None:
+    source, _ = built
+    forged = kernels.root / "forged.bundle"
+
+    def relabel(carried: CarriedBinaries) -> CarriedBinaries:
+        (build,) = carried.builds
+        carried.builds[build] = {**carried.builds[build], "compiler_version": "g++ (Made Up) 1.0"}
+        return carried
+
+    rewrite(source, forged, relabel)
+    run = kernels.run(forged)
+    assert_lines(run["out"], [
+        "*C++ binaries: [1-9]* carried, 0 fit this machine*",
+        f"*{forged}: carried binaries of build * do not match its build identity; not used*",
+    ])
+    assert run["test_a_builds"]["cpp"]["from_bundle"] == 0
+
+
+def test_a_bundle_without_binaries_still_loads(
+    built: tuple[Path, dict[str, Any]], kernels: Kernels
+) -> None:
+    source, _ = built
+    old = kernels.root / "old.bundle"
+    rewrite(source, old, lambda carried: None)
+    assert "binaries" not in old.read_bytes().split(b"\n", 2)[2][:4096].decode(errors="replace")
+    run = kernels.run(old, "--compile-cache-strict")
+    assert run["ret"] == 0, run["out"]
+    assert run["test_a_builds"]["fx_graph"]["from_bundle"] >= 2
+    assert run["test_a_builds"]["cpp"]["misses"] >= 2
