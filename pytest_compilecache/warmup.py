@@ -126,7 +126,7 @@ class Preparer:
         fitting = {path: f for (build, path), f in carried.files.items() if build == here}
         for path, file in fitting.items():
             self.binaries.add(path, file.data)
-        _torchapi.mark_carried({path.rsplit("/", 1)[-1] for path in fitting})
+        _torchapi.mark_carried(fitting)
         listed = (entry.binaries_section or {}).get("files") or [[b, p] for b, p in carried.files]
         count = sum(1 for item in listed if is_cpp(item[1]))
         fit = sum(1 for path in fitting if is_cpp(path))

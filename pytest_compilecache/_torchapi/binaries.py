@@ -26,9 +26,9 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
-from . import clock
+from . import clock, tritoncache
 
 _counts: Counter[str] = Counter()
 _carried_names: set[str] = set()
@@ -206,10 +206,12 @@ def _reject(name: str, why: str) -> None:
         _rejected.append(f"carried binary {name} {why}")
 
 
-def mark_carried(names: set[str]) -> None:
-    """Remember binaries placed from a bundle, to count their hits as ``from_bundle``."""
+def mark_carried(paths: Iterable[str]) -> None:
+    """Remember the files (cache-relative paths) placed from a bundle, to count their hits as ``from_bundle``."""
+    paths = list(paths)
+    tritoncache.mark_carried({p.split("/")[1] for p in paths if p.startswith("triton/")})
     with _lock:
-        _carried_names.update(names)
+        _carried_names.update(p.rsplit("/", 1)[-1] for p in paths if not p.startswith("triton/"))
 
 
 def counts() -> dict[str, int]:

@@ -8,7 +8,7 @@ import sys
 from collections import Counter
 from typing import Any
 
-from . import autotune, binaries, clock
+from . import autotune, binaries, clock, tritoncache
 from .core import torch_module
 
 _own_counts: Counter[str] = Counter()
@@ -26,6 +26,7 @@ def install() -> None:
     binaries.install()
     clock.install()
     autotune.install()
+    tritoncache.install()
 
 
 def _install_pgo_counter() -> None:
@@ -101,6 +102,7 @@ def read_counts() -> dict[str, int]:
     aot = _group(counters, "aot_autograd")
     dynamo_cache = _group(counters, "dynamo_cache")
     stats = _cache_stats()
+    present = tritoncache.counts()
     fx_save_failed = inductor.get("fxgraph_cache_pickle_error", 0) + inductor.get("fxgraph_cache_write_error", 0)
     return {
         "fx_graph.hits": inductor.get("fxgraph_cache_hit", 0),
@@ -115,8 +117,8 @@ def read_counts() -> dict[str, int]:
         "autotune.hits": _sum_stats(stats, "AutotuneCache", "hit"),
         "autotune.misses": _sum_stats(stats, "AutotuneCache", "miss"),
         "autotune.saved": _sum_stats(stats, "AutotuneCache", "put"),
-        "triton.hits": inductor.get("triton_bundler_read_and_emit_kernel", 0),
-        "triton.from_bundle": inductor.get("triton_bundler_read_and_emit_kernel", 0),
+        "triton.hits": inductor.get("triton_bundler_read_and_emit_kernel", 0) + present["triton.hits"],
+        "triton.from_bundle": inductor.get("triton_bundler_read_and_emit_kernel", 0) + present["triton.from_bundle"],
         "triton.misses": inductor.get("triton_bundler_save_kernel", 0),
         "triton.saved": inductor.get("triton_bundler_save_kernel", 0),
         "pgo.hits": _own_counts["pgo.hits"],

@@ -36,7 +36,7 @@ def bootstrap(process_dir: str | None = None) -> None:
         defaultdir.install(None, None)
     saved = SavedEnv()
     try:
-        with defaultdir.redirect(process_dir):
+        with defaultdir.redirect(process_dir), _fork_safe_cuda_check():
             for name in ("torch._dynamo", "torch._inductor.codecache", "torch._inductor.utils"):
                 importlib.import_module(name)
             counters.install()
@@ -64,8 +64,9 @@ def reset_in_memory() -> None:
 def _fork_safe_cuda_check() -> Iterator[None]:
     """``torch.cuda.is_available()`` through NVML while active (torch's ``PYTORCH_NVML_BASED_CUDA_CHECK``).
 
-    ``torch._dynamo.reset()`` asks ``is_available()``, whose default check initialises the CUDA
-    driver and leaves forked children unable to use CUDA (seen on torch 2.11 on an H200).
+    ``torch._dynamo.reset()`` and importing ``torch._inductor.runtime.triton_heuristics`` ask
+    ``is_available()``, whose default check initialises the CUDA driver and leaves forked children
+    unable to use CUDA (seen on torch 2.11 on an H200).
     """
     name = "PYTORCH_NVML_BASED_CUDA_CHECK"
     before = os.environ.get(name)

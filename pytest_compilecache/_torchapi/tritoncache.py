@@ -1,0 +1,68 @@
+"""Triton kernels an FX cache hit finds already in Triton's own cache folder (carried or pooled).
+
+On an FX graph cache hit, torch's ``TritonBundler.read_and_emit`` writes the entry's Triton kernel
+files into Triton's cache folder and counts them, unless the kernel's folder already holds files:
+then it counts nothing and Triton uses the files there. With a bundle's Triton cache carried into
+each test's folder, that is the usual case, so those kernels are counted here as hits (``from
+bundle`` when a bundle carried them), file by file as torch counts its own.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+from collections import Counter
+from typing import Any
+
+_counts: Counter[str] = Counter()
+_carried_kernels: set[str] = set()
+_lock = threading.Lock()
+
+
+def install() -> None:
+    """Wrap ``TritonBundler.read_and_emit`` (idempotent; nothing to do where torch lacks it)."""
+    try:
+        module = importlib.import_module("torch._inductor.triton_bundler")
+    except ImportError:
+        return
+    bundler = getattr(module, "TritonBundler", None)
+    original = getattr(bundler, "read_and_emit", None)
+    cache_dir = getattr(module, "triton_cache_dir", None)
+    if original is None or cache_dir is None or getattr(original, "_compilecache", False):
+        return
+
+    def read_and_emit(bundle: Any, *args: Any, **kwargs: Any) -> Any:
+        if bundler.is_enabled():
+            _count_present(bundle, cache_dir)
+        return original(bundle, *args, **kwargs)
+
+    read_and_emit._compilecache = True  # type: ignore[attr-defined]
+    setattr(bundler, "read_and_emit", staticmethod(read_and_emit))
+
+
+def _count_present(bundle: Any, cache_dir: Any) -> None:
+    for artifacts in getattr(bundle, "kernel_artifacts", ()):
+        try:
+            folder = os.path.join(cache_dir(artifacts.device), artifacts.kernel_hash)
+            present = os.path.isdir(folder) and bool(os.listdir(folder))
+        except (OSError, AttributeError, TypeError):
+            continue
+        if present:
+            files = len(getattr(artifacts, "artifacts", ()))
+            with _lock:
+                _counts["triton.hits"] += files
+                if artifacts.kernel_hash in _carried_kernels:
+                    _counts["triton.from_bundle"] += files
+
+
+def mark_carried(kernel_hashes: set[str]) -> None:
+    """Remember Triton kernel folders placed from a bundle."""
+    with _lock:
+        _carried_kernels.update(kernel_hashes)
+
+
+def counts() -> dict[str, int]:
+    """Hits on kernels found in Triton's cache folder, so far in this process."""
+    with _lock:
+        return {"triton.hits": _counts["triton.hits"], "triton.from_bundle": _counts["triton.from_bundle"]}
