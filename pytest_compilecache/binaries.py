@@ -25,6 +25,7 @@ from typing import Any, Iterable, Mapping
 #: binary or source) or ``triton/<key>/<name>`` (a file of Triton's own kernel cache).
 _PATH = re.compile(r"^([A-Za-z0-9_]{1,8}|triton/[A-Za-z0-9_-]{8,128})/[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}$")
 _TRITON = "triton"
+_TIMINGS = "cache"
 _BINARY = (".so", ".o")
 _SOURCE = ".cpp"
 
@@ -46,8 +47,10 @@ def find_binaries(folder: Path) -> dict[str, Path]:
     only beside a binary of the same name); Triton's kernel cache lies in ``triton/``, one folder
     per compiled kernel, keyed by Triton from the source, the options and the target GPU. It
     holds the variants autotuning and coordinate descent compiled, which Mega-Cache leaves out.
+    The max-autotune GEMM timings lie in ``cache/<system hash>``, one JSON file per GPU/CPU kind.
     """
     found = _triton_files(Path(folder) / _TRITON)
+    found.update(_timing_files(Path(folder) / _TIMINGS))
     try:
         subdirs = [d for d in os.scandir(folder) if len(d.name) == 2 and d.is_dir(follow_symlinks=False)]
     except OSError:
@@ -85,6 +88,43 @@ def _triton_files(root: Path) -> dict[str, Path]:
             if valid_path(rel) and not entry.name.startswith("."):
                 found[rel] = Path(entry.path)
     return found
+
+
+def _timing_files(root: Path) -> dict[str, Path]:
+    try:
+        entries = [e for e in os.scandir(root) if e.is_file(follow_symlinks=False) and not e.name.startswith(".")]
+    except OSError:
+        return {}
+    return {f"{_TIMINGS}/{e.name}": Path(e.path) for e in entries if valid_path(f"{_TIMINGS}/{e.name}")}
+
+
+def is_timings(path: str) -> bool:
+    """Whether a carried file is torch's max-autotune GEMM timing cache (merged, never replaced)."""
+    return path.startswith(_TIMINGS + "/")
+
+
+def merge_timings(first: bytes, second: bytes) -> bytes:
+    """Two GEMM timing files as one: every timing of both, ``first``'s where both have one.
+
+    Either side that is not a timing file (JSON with a ``cache`` object) is left out of the result.
+    """
+    def load(data: bytes) -> dict[str, Any] | None:
+        try:
+            value = json.loads(data)
+        except ValueError:
+            return None
+        return value if isinstance(value, dict) and isinstance(value.get("cache"), dict) else None
+
+    def union(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+        merged = dict(b)
+        for key, value in a.items():
+            merged[key] = union(value, b[key]) if isinstance(value, dict) and isinstance(b.get(key), dict) else value
+        return merged
+
+    one, two = load(first), load(second)
+    if one is None or two is None:
+        return first if two is None else second
+    return json.dumps(union(one, two), indent=4).encode()
 
 
 def is_cpp(path: str) -> bool:
@@ -146,11 +186,35 @@ class BinaryPool:
         return find_binaries(self.path)
 
     def add_from(self, folder: Path) -> int:
-        """Take every binary of a cache folder that the pool lacks; returns how many were taken."""
-        return sum(_place(file, self.path / rel) for rel, file in find_binaries(folder).items())
+        """Take every binary of a cache folder that the pool lacks (timings are merged); returns how many."""
+        taken = 0
+        for rel, file in find_binaries(folder).items():
+            if is_timings(rel):
+                taken += self._merge(rel, file.read_bytes())
+            else:
+                taken += _place(file, self.path / rel)
+        return taken
+
+    def _merge(self, rel: str, data: bytes) -> bool:
+        """Merge a timing file into the pool's, under a lock: processes add timings concurrently."""
+        from filelock import FileLock
+
+        dest = self.path / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(dest.parent / ".timings.lock")):
+            old = dest.read_bytes() if dest.exists() else None
+            new = data if old is None else merge_timings(old, data)
+            if new == old:
+                return False
+            tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:8]}.tmp")
+            tmp.write_bytes(new)
+            os.replace(tmp, dest)
+        return True
 
     def add(self, rel: str, data: bytes) -> bool:
         """Add one file's bytes under ``rel`` unless the pool has it."""
+        if is_timings(rel):
+            return self._merge(rel, data)
         dest = self.path / rel
         if dest.exists():
             return False
@@ -169,8 +233,19 @@ class BinaryPool:
         return len(gone)
 
     def seed(self, folder: Path) -> int:
-        """Link every pooled binary into a cache folder where it is missing; returns how many."""
-        return sum(_place(file, Path(folder) / rel) for rel, file in self.files().items())
+        """Link every pooled binary into a cache folder where it is missing (timings are merged); how many."""
+        placed = 0
+        for rel, file in self.files().items():
+            dest = Path(folder) / rel
+            if is_timings(rel) and dest.exists():
+                merged = merge_timings(dest.read_bytes(), file.read_bytes())
+                tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:8]}.tmp")
+                tmp.write_bytes(merged)
+                os.replace(tmp, dest)
+                placed += 1
+            else:
+                placed += _place(file, dest)
+        return placed
 
 
 
@@ -219,10 +294,14 @@ class CarriedBinaries:
         return bool(self.files)
 
     def add(self, build: str, path: str, data: bytes) -> None:
-        """Add a file unless one with this build and path is there already (the first one wins)."""
-        self.files.setdefault(
-            (build, path), CarriedFile(build, path, hashlib.sha256(data).hexdigest(), len(data), data)
-        )
+        """Add a file unless one with this build and path is there already (the first one wins;
+        timing files are merged)."""
+        old = self.files.get((build, path))
+        if old is not None and is_timings(path):
+            data = merge_timings(old.data, data)
+        elif old is not None:
+            return
+        self.files[(build, path)] = CarriedFile(build, path, hashlib.sha256(data).hexdigest(), len(data), data)
 
     def counts(self) -> dict[str, int]:
         """``{"count": C++ binaries, "bytes": their size}`` (sources and Triton files not counted)."""
@@ -242,7 +321,10 @@ class CarriedBinaries:
             for build, identity in part.builds.items():
                 merged.builds.setdefault(build, identity)
             for key, file in part.files.items():
-                merged.files.setdefault(key, file)
+                if key in merged.files and is_timings(key[1]):
+                    merged.add(key[0], key[1], file.data)
+                else:
+                    merged.files.setdefault(key, file)
         return merged
 
     def pack(self) -> tuple[bytes, dict[str, Any]]:

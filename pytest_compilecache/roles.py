@@ -190,11 +190,15 @@ class TestSide:
             return "--compile-cache-strict: bundle problem at session start:\n  " + "\n  ".join(problems)
         return None
 
+    @property
+    def writes_bundle(self) -> bool:
+        """Whether this session writes PATH at its end (so its artifacts and binaries are worth saving)."""
+        return self.options.bundle is not None and (self.options.update or not self.bundle_existed)
+
     def _make_preparer(self, hook: Any) -> Preparer:
         bundle = self.options.bundle
         source = BundleStore(bundle, self.options.lock_timeout) if bundle is not None else None
-        may_write = bundle is not None and (self.options.update or not self.bundle_existed)
-        publish = source if may_write and source is not None else \
+        publish = source if self.writes_bundle and source is not None else \
             BundleStore(self.folders.shared / "session.bundle", self.options.lock_timeout)
         return Preparer(
             source=source,
@@ -237,7 +241,7 @@ class TestSide:
     def finish(self) -> ProcessReport:
         """At the end of the session: pool what compiles outside fixtures built; this process's report."""
         process = self.process_report
-        if self._saved_env is not None:
+        if self._saved_env is not None and self.writes_bundle:
             self.harvest(self.session_cache)
         if "torch._dynamo" in sys.modules:
             process.binary_problems.extend(f"{self.options.bundle}: {why}" for why in _torchapi.rejected_binaries())
@@ -336,7 +340,7 @@ class TestSide:
 
     def own_artifacts(self, report: ProcessReport) -> bytes | None:
         """This process's recorded Mega-Cache bytes (once), when a bundle path is set."""
-        if "torch._dynamo" not in sys.modules or self.options.bundle is None:
+        if "torch._dynamo" not in sys.modules or not self.writes_bundle:
             return None
         try:
             data = _torchapi.save_artifacts()

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import pytest
 
-from pytest_compilecache.binaries import CarriedBinaries, CarriedFile, build_id
+from pytest_compilecache.binaries import BinaryPool, CarriedBinaries, CarriedFile, build_id
 from pytest_compilecache.bundle import Bundle, make_entry, read_manifest, write_bundle
 
 KERNELS = """
@@ -198,3 +198,40 @@ def test_a_bundle_without_binaries_still_loads(
     assert run["ret"] == 0, run["out"]
     assert run["test_a_builds"]["fx_graph"]["from_bundle"] >= 2
     assert run["test_a_builds"]["cpp"]["misses"] >= 2
+
+
+def timings(*entries: tuple[str, str, float]) -> bytes:
+    cache: dict[str, Any] = {}
+    for op, choice, seconds in entries:
+        cache.setdefault(op, {}).setdefault("inputs", {}).setdefault("highest", {})[choice] = seconds
+    return json.dumps({"system": {"device": "x"}, "cache": cache}).encode()
+
+
+def test_gemm_timings_are_merged_in_the_pool_and_the_bundle(tmp_path: Path) -> None:
+    """torch keeps every GEMM timing of a machine in one file: pooling and bundling merge it, never replace it."""
+    pool = BinaryPool(tmp_path / "pool", {"compiler": "g++"})
+    first, second = tmp_path / "a", tmp_path / "b"
+    for folder, data in ((first, timings(("mm", "triton_1", 1.0))),
+                         (second, timings(("mm", "triton_1", 9.0), ("addmm", "aten", 2.0)))):
+        (folder / "cache").mkdir(parents=True)
+        (folder / "cache" / ("f" * 64)).write_bytes(data)
+    assert pool.add_from(first) == 1 and pool.add_from(second) == 1
+    assert pool.add_from(second) == 0, "nothing new: the pool's file is left alone"
+    pooled_file = json.loads((pool.path / "cache" / ("f" * 64)).read_text())["cache"]
+    assert pooled_file["mm"]["inputs"]["highest"] == {"triton_1": 1.0}, "a timing already pooled is kept"
+    assert pooled_file["addmm"]["inputs"]["highest"] == {"aten": 2.0}
+
+    test_folder = tmp_path / "test"
+    (test_folder / "cache").mkdir(parents=True)
+    (test_folder / "cache" / ("f" * 64)).write_bytes(timings(("bmm", "aten", 3.0)))
+    pool.seed(test_folder)
+    seeded = json.loads((test_folder / "cache" / ("f" * 64)).read_text())["cache"]
+    assert set(seeded) == {"mm", "addmm", "bmm"}, "seeding merges into a folder's own timings"
+
+    one, two = CarriedBinaries(), CarriedBinaries()
+    one.add("b", "cache/" + "f" * 64, timings(("mm", "x", 1.0)))
+    two.add("b", "cache/" + "f" * 64, timings(("bmm", "y", 2.0)))
+    two.add("b", "cache/" + "f" * 64, b"not json")
+    (merged,) = CarriedBinaries.union([one, two]).files.values()
+    assert set(json.loads(merged.data)["cache"]) == {"mm", "bmm"}
+    assert merged.sha256 == hashlib.sha256(merged.data).hexdigest()

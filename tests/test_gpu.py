@@ -82,6 +82,13 @@ def test_gpu_cold_and_warm(
     first = run_inner(*args)
     first.assert_outcomes(passed=3)
     assert len(log.read_text().split()) == 1
+    from pytest_compilecache.bundle import read_manifest
+
+    with read_manifest(bundle) as saved:
+        saved.read_all()
+    carried = {path for _, path in (saved.entries[0].binaries.files if saved.entries[0].binaries else {})}
+    assert any(p.startswith("triton/") for p in carried), "Triton's own kernel cache is carried"
+    assert any(p.startswith("cache/") for p in carried), "the max-autotune GEMM timings are carried"
     second = run_inner(*args)
     second.assert_outcomes(passed=3)
     assert len(log.read_text().split()) == 1

@@ -1,0 +1,5 @@
+import torch
+
+
+def f(x):
+    return torch.sin(x) + 1
