@@ -37,7 +37,8 @@ def bootstrap(process_dir: str | None = None) -> None:
     saved = SavedEnv()
     try:
         with defaultdir.redirect(process_dir), _fork_safe_cuda_check():
-            for name in ("torch._dynamo", "torch._inductor.codecache", "torch._inductor.utils"):
+            for name in ("torch._dynamo", "torch._inductor.codecache", "torch._inductor.utils",
+                         "torch._inductor.compile_fx"):
                 importlib.import_module(name)
             counters.install()
     finally:
