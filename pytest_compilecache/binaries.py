@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from filelock import FileLock
+
 #: What a carried file may be called, relative to a cache folder: ``<subdir>/<name>`` (a C++
 #: binary or source) or ``triton/<key>/<name>`` (a file of Triton's own kernel cache).
 _PATH = re.compile(r"^([A-Za-z0-9_]{1,8}|triton/[A-Za-z0-9_-]{8,128})/[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}$")
@@ -81,13 +83,29 @@ def _triton_files(root: Path) -> dict[str, Path]:
             files = [e for e in os.scandir(kernel.path) if e.is_file(follow_symlinks=False)]
         except OSError:
             continue
-        if not any(e.name.startswith("__grp__") for e in files):
+        groups = [e for e in files if e.name.startswith("__grp__")]
+        if not groups or not all(_complete(Path(g.path), {e.name for e in files}) for g in groups):
             continue
         for entry in files:
             rel = f"{_TRITON}/{kernel.name}/{entry.name}"
             if valid_path(rel) and not entry.name.startswith("."):
                 found[rel] = Path(entry.path)
     return found
+
+
+def _complete(group: Path, present: set[str]) -> bool:
+    """Whether every file a Triton group file names is in its folder (a kernel being written is not)."""
+    try:
+        children = json.loads(group.read_bytes())["child_paths"].values()
+        return all(os.path.basename(str(child)) in present for child in children)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+
+
+def in_order(files: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """``files`` with each Triton group file after the files it names, so a reader never sees a group
+    file whose kernel files are not there yet."""
+    return sorted(files.items(), key=lambda item: (item[0].rsplit("/", 1)[-1].startswith("__grp__"), item[0]))
 
 
 def _timing_files(root: Path) -> dict[str, Path]:
@@ -143,6 +161,16 @@ def _relocated_group(data: bytes, folder: Path) -> bytes:
     return json.dumps(group).encode()
 
 
+def _write_atomic(dest: Path, data: bytes) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def _place(source: Path, dest: Path) -> bool:
     """Put ``source`` at ``dest`` (a hard link where possible), atomically; False if ``dest`` exists.
 
@@ -152,14 +180,17 @@ def _place(source: Path, dest: Path) -> bool:
         return False
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:8]}.tmp")
-    if dest.name.startswith("__grp__"):
-        tmp.write_bytes(_relocated_group(source.read_bytes(), dest.parent))
-    else:
-        try:
-            os.link(source, tmp)
-        except OSError:
-            shutil.copy2(source, tmp)
-    os.replace(tmp, dest)
+    try:
+        if dest.name.startswith("__grp__"):
+            tmp.write_bytes(_relocated_group(source.read_bytes(), dest.parent))
+        else:
+            try:
+                os.link(source, tmp)
+            except OSError:
+                shutil.copy2(source, tmp)
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)
     return True
 
 
@@ -185,20 +216,21 @@ class BinaryPool:
         """``{relative path: file}`` of everything in the pool."""
         return find_binaries(self.path)
 
-    def add_from(self, folder: Path) -> int:
-        """Take every binary of a cache folder that the pool lacks (timings are merged); returns how many."""
+    def add_from(self, folder: Path, since: float = 0.0) -> int:
+        """Take every binary of a cache folder that the pool lacks (timings are merged), skipping
+        files older than ``since``; returns how many were taken. A file that cannot be read is skipped."""
         taken = 0
-        for rel, file in find_binaries(folder).items():
-            if is_timings(rel):
-                taken += self._merge(rel, file.read_bytes())
-            else:
-                taken += _place(file, self.path / rel)
+        for rel, file in in_order(find_binaries(folder)):
+            try:
+                if since and file.stat().st_mtime < since:
+                    continue
+                taken += self._merge(rel, file.read_bytes()) if is_timings(rel) else _place(file, self.path / rel)
+            except OSError:
+                continue
         return taken
 
     def _merge(self, rel: str, data: bytes) -> bool:
         """Merge a timing file into the pool's, under a lock: processes add timings concurrently."""
-        from filelock import FileLock
-
         dest = self.path / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(dest.parent / ".timings.lock")):
@@ -206,9 +238,7 @@ class BinaryPool:
             new = data if old is None else merge_timings(old, data)
             if new == old:
                 return False
-            tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:8]}.tmp")
-            tmp.write_bytes(new)
-            os.replace(tmp, dest)
+            _write_atomic(dest, new)
         return True
 
     def add(self, rel: str, data: bytes) -> bool:
@@ -218,10 +248,7 @@ class BinaryPool:
         dest = self.path / rel
         if dest.exists():
             return False
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:8]}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, dest)
+        _write_atomic(dest, data)
         return True
 
     def drop(self, names: Iterable[str]) -> int:
@@ -235,18 +262,17 @@ class BinaryPool:
     def seed(self, folder: Path) -> int:
         """Link every pooled binary into a cache folder where it is missing (timings are merged); how many."""
         placed = 0
-        for rel, file in self.files().items():
+        for rel, file in in_order(self.files()):
             dest = Path(folder) / rel
-            if is_timings(rel) and dest.exists():
-                merged = merge_timings(dest.read_bytes(), file.read_bytes())
-                tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:8]}.tmp")
-                tmp.write_bytes(merged)
-                os.replace(tmp, dest)
-                placed += 1
-            else:
-                placed += _place(file, dest)
+            try:
+                if is_timings(rel) and dest.exists():
+                    _write_atomic(dest, merge_timings(dest.read_bytes(), file.read_bytes()))
+                    placed += 1
+                else:
+                    placed += _place(file, dest)
+            except OSError:
+                continue
         return placed
-
 
 
 def pooled(root: Path) -> "CarriedBinaries":

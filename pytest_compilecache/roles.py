@@ -123,6 +123,7 @@ class TestSide:
         self._prepared: bool | None = None
         self._pool: BinaryPool | None = None
         self._dropped: set[str] = set()
+        self._started = time.time()
         self._test_start: dict[str, tuple[dict[str, int], float]] = {}
 
     # --- the process's environment ---
@@ -226,15 +227,16 @@ class TestSide:
                 self._pool.seed(self.session_cache)
         return self._prepared
 
-    def harvest(self, folder: Path) -> None:
-        """Pool the binaries a cache folder holds, for the next ``warm_cache`` test and the bundle."""
+    def harvest(self, folder: Path, since: float = 0.0) -> None:
+        """Pool the binaries a cache folder holds (those written since ``since``), for the next
+        ``warm_cache`` test and the bundle."""
         if self._pool is not None:
             try:
                 if "torch._dynamo" in sys.modules:
                     rejected = _torchapi.rejected_binary_names() - self._dropped
                     self._pool.drop(rejected)
                     self._dropped |= rejected
-                self._pool.add_from(folder)
+                self._pool.add_from(folder, since)
             except OSError as exc:
                 self.process_report.binary_problems.append(f"{folder}: could not pool its C++ binaries: {exc}")
 
@@ -242,9 +244,10 @@ class TestSide:
         """At the end of the session: pool what compiles outside fixtures built; this process's report."""
         process = self.process_report
         if self._saved_env is not None and self.writes_bundle:
-            self.harvest(self.session_cache)
+            self.harvest(self.session_cache, since=self._started)
         if "torch._dynamo" in sys.modules:
-            process.binary_problems.extend(f"{self.options.bundle}: {why}" for why in _torchapi.rejected_binaries())
+            source = self.options.bundle or "the session's warmup bundle"
+            process.binary_problems.extend(f"{source}: {why}" for why in _torchapi.rejected_binaries())
         return process
 
     def _run_warmup(self, previous: Path | None) -> tuple[bytes | None, dict[str, Any], float]:

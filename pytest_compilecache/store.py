@@ -52,7 +52,7 @@ def union(entries: Iterable[Entry]) -> list[Entry]:
         except _torchapi.MegaCacheError as exc:
             raise BundleError(f"cannot merge the entries for {env_label(group[0].env)}: {exc}") from None
         created = min((e.created for e in group if e.created), default=0.0)
-        binaries = CarriedBinaries.union(e.binaries for e in group if e.binaries is not None)
+        binaries = CarriedBinaries.union(e.binaries for e in reversed(group) if e.binaries is not None)
         entry = make_entry(group[0].env, payload, artifacts, created, binaries)
         entry.history = history
         merged.append(entry)

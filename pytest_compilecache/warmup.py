@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import _torchapi
-from .binaries import BinaryPool, identity_differences, is_cpp, pooled
+from .binaries import BinaryPool, identity_differences, in_order, is_cpp, pooled
 from .bundle import Bundle, BundleError, Entry, NotABundle, env_label, make_entry
 from .report import ProcessReport, Status
 from .store import BundleStore
@@ -124,8 +124,11 @@ class Preparer:
         self.report.binary_problems.extend(problems)
         here = self.binaries.build
         fitting = {path: f for (build, path), f in carried.files.items() if build == here}
-        for path, file in fitting.items():
-            self.binaries.add(path, file.data)
+        for path, file in in_order(fitting):
+            try:
+                self.binaries.add(path, file.data)
+            except OSError as exc:
+                self.report.binary_problems.append(f"{bundle.path}: carried binary {path} could not be pooled: {exc}")
         _torchapi.mark_carried(fitting)
         listed = (entry.binaries_section or {}).get("files") or [[b, p] for b, p in carried.files]
         count = sum(1 for item in listed if is_cpp(item[1]))
@@ -133,10 +136,7 @@ class Preparer:
         kernels = carried.triton_counts()["count"]
         self.report.binaries = {"carried": count, "fit": fit, "triton_kernels": kernels}
         if count and not fit and carried.builds:
-            why = "; ".join(
-                f"{identity_differences(identity, self.binaries.identity)}"
-                for build, identity in carried.builds.items()
-            )
+            why = "; ".join(identity_differences(identity, self.binaries.identity) for identity in carried.builds.values())
             self.report.binary_problems.append(
                 f"{bundle.path}: none of its {count} carried binaries fits this machine ({why}); "
                 "their kernels are built here"

@@ -235,3 +235,20 @@ def test_gemm_timings_are_merged_in_the_pool_and_the_bundle(tmp_path: Path) -> N
     (merged,) = CarriedBinaries.union([one, two]).files.values()
     assert set(json.loads(merged.data)["cache"]) == {"mm", "bmm"}
     assert merged.sha256 == hashlib.sha256(merged.data).hexdigest()
+
+
+def test_a_triton_kernel_still_being_written_is_not_pooled(tmp_path: Path) -> None:
+    """A kernel folder whose group file names a file not yet there is left alone, so no test gets half a kernel."""
+    kernel = tmp_path / "cache" / "triton" / ("k" * 20)
+    kernel.mkdir(parents=True)
+    group = {"child_paths": {"k.cubin": str(kernel / "k.cubin"), "k.json": str(kernel / "k.json")}}
+    (kernel / "__grp__k.json").write_text(json.dumps(group))
+    (kernel / "k.json").write_text("{}")
+    pool = BinaryPool(tmp_path / "pool", {"compiler": "g++"})
+    assert pool.add_from(tmp_path / "cache") == 0
+    (kernel / "k.cubin").write_bytes(b"\x00" * 16)
+    assert pool.add_from(tmp_path / "cache") == 3
+    seeded = tmp_path / "test"
+    pool.seed(seeded)
+    relocated = json.loads((seeded / "triton" / ("k" * 20) / "__grp__k.json").read_text())
+    assert relocated["child_paths"]["k.cubin"] == str(seeded / "triton" / ("k" * 20) / "k.cubin")

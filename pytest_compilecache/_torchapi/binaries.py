@@ -68,18 +68,34 @@ def build_identity() -> dict[str, str]:
     import torch
     from torch._inductor import cpp_builder
 
-    name = cpp_builder.get_cpp_compiler()
-    path = shutil.which(name) or name
-    real = os.path.realpath(path)
-    version = next(iter(_run([real, "--version"]).splitlines()), "unknown")
+    try:
+        name = cpp_builder.get_cpp_compiler()
+    except Exception:  # torch raises its own error when no C++ compiler is found
+        name = ""
+    real = os.path.realpath(shutil.which(name) or name) if name else "none"
+    version = next(iter(_run([real, "--version"]).splitlines()), "unknown") if name else "none"
+    native = _native_flags(real) if name else "none"
+    if native.startswith("?") or "(unknown)" in native:
+        native += f" cpu flags {_cpu_flags()}"
     return {
         "compiler": real,
         "compiler_version": version.strip(),
-        "native": _native_flags(real),
+        "native": native,
         "machine": platform.machine(),
+        "libc": " ".join(platform.libc_ver()) or "unknown",
         "torch": f"{torch.__version__} ({getattr(torch.version, 'git_version', '') or 'unknown'})",
         "python": f"{sys.version_info.major}.{sys.version_info.minor}",
     }
+
+
+def _cpu_flags() -> str:
+    """A hash of this CPU's feature flags, for when the compiler cannot say what ``-march=native`` means."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            line = next((ln for ln in f if ln.startswith(("flags", "Features"))), "")
+    except OSError:
+        line = ""
+    return hashlib.sha256(line.encode()).hexdigest()[:12] if line else f"unknown {os.getpid()}"
 
 
 def install() -> None:
@@ -119,8 +135,11 @@ def _guard_probes() -> None:
             return ok
         for path in carried:
             path.unlink(missing_ok=True)
-            _reject(path.name, "(a CPU feature probe) could not be loaded; rebuilt")
-        return original(self, code, *args, **kwargs)
+        ok = original(self, code, *args, **kwargs)
+        if ok:
+            for path in carried:
+                _reject(path.name, "(a CPU feature probe) could not be loaded; rebuilt")
+        return ok
 
     check_build._compilecache = True  # type: ignore[attr-defined]
     setattr(isa_class, "check_build", check_build)
@@ -187,11 +206,16 @@ class _Load:
         return lib
 
     def _rebuild(self, exc: BaseException) -> Any:
-        """A binary that exists but cannot be loaded: remove it if it was carried, and build it anew."""
-        match = re.search(r"(/[^:\s'\"]+\.so)", str(exc))
-        path = match.group(1) if match else None
-        if path is None or os.path.basename(path) not in _carried_names or not os.path.exists(path):
+        """A binary in the current cache folder that exists but cannot be loaded (carried, pooled or
+        half-written): remove it and build it anew; a second failure is torch's to report."""
+        from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+        root = os.path.realpath(cache_dir()) + os.sep
+        candidates = [p for p in re.findall(r"(/[^:\s'\"()]+\.so)\b", str(exc))
+                      if os.path.realpath(p).startswith(root) and os.path.exists(p)]
+        if not candidates:
             raise exc
+        path = candidates[-1]
         _reject(os.path.basename(path), f"could not be loaded ({exc}); rebuilt")
         for stale in Path(path).parent.glob(Path(path).name.split(".")[0] + ".*"):
             if stale.suffix in (".so", ".o"):
@@ -201,9 +225,10 @@ class _Load:
 
 def _reject(name: str, why: str) -> None:
     with _lock:
+        kind = "carried binary" if name in _carried_names else "binary"
         _carried_names.discard(name)
         _rejected_names.add(name)
-        _rejected.append(f"carried binary {name} {why}")
+        _rejected.append(f"{kind} {name} {why}")
 
 
 def mark_carried(paths: Iterable[str]) -> None:
