@@ -54,8 +54,8 @@ def _binaries(bundle: Bundle, entry: Entry, check: bool) -> dict[str, Any]:
         builds = section["builds"]
         files = [(b, p, size) for b, p, _, size, _ in section["files"]]
     try:
-        here = build_id(_torchapi.build_identity())
         identity_here = _torchapi.build_identity()
+        here = build_id(identity_here)
     except Exception:  # no compiler or no torch: binaries can still be listed
         here, identity_here = "", {}
     out: dict[str, Any] = {"problems": problems, "builds": []}

@@ -20,10 +20,15 @@ from typing import Any
 def _current(filename: str) -> str:
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 
-    folder = os.path.dirname(filename)
-    root = cache_dir()
-    if os.path.commonpath([os.path.abspath(folder), os.path.abspath(root)]) == os.path.abspath(root):
+    if not os.path.isabs(filename):
         return filename
+    folder = os.path.dirname(filename)
+    root = os.path.abspath(cache_dir())
+    try:
+        if os.path.commonpath([folder, root]) == root:
+            return filename
+    except ValueError:  # another drive
+        pass
     return os.path.join(root, os.path.basename(folder), os.path.basename(filename))
 
 
