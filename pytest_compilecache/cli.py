@@ -78,10 +78,7 @@ def _inspect(args: argparse.Namespace, bundle: Bundle) -> int:
     here = _here()
     if args.check:
         for entry in bundle.entries:
-            try:
-                bundle.payload(entry)
-            except BundleError as exc:
-                raise UserError(str(exc)) from None
+            _check_payload(bundle, entry)
     data: dict[str, Any] = {
         "path": str(bundle.path),
         "format": 1,
@@ -118,6 +115,16 @@ def _inspect(args: argparse.Namespace, bundle: Bundle) -> int:
     return 0
 
 
+def _check_payload(bundle: Bundle, entry: Entry) -> None:
+    """The entry's checksum, and that every artifact key stays inside the cache folder torch writes to."""
+    try:
+        _torchapi.check_keys(bundle.payload(entry))
+    except BundleError as exc:
+        raise UserError(str(exc)) from None
+    except _torchapi.MegaCacheError as exc:
+        raise UserError(f"{bundle.path}: the entry for {env_label(entry.env)}: {exc}") from None
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     with _read(args.path) as bundle:
         return _verify(bundle)
@@ -128,10 +135,7 @@ def _verify(bundle: Bundle) -> int:
     entry = bundle.find(here)
     if entry is None:
         raise UserError(bundle.mismatch(here))
-    try:
-        bundle.payload(entry)
-    except BundleError as exc:
-        raise UserError(str(exc)) from None
+    _check_payload(bundle, entry)
     binaries = _binaries(bundle, entry, check=True)
     if binaries.get("problems"):
         raise UserError(binaries["problems"][0])

@@ -153,3 +153,44 @@ def test_a_real_gpu_bundle_is_not_loaded_on_a_cpu_machine(pytester: pytest.Pytes
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*bundle (main): incompatible:*no entry matches this machine*device: bundle NVIDIA H200, here cpu*"])
     assert bundle.read_bytes() == H200_BUNDLE.read_bytes()
+
+
+def rekeyed(payload: bytes, kind: str, key: str) -> bytes:
+    """Mega-Cache bytes with the first artifact of ``kind`` under another key (what a crafted bundle holds)."""
+    import dataclasses
+
+    from torch.compiler._cache import _serialize_single_cache
+    from torch.utils._appending_byte_serializer import AppendingByteSerializer
+
+    from pytest_compilecache._torchapi import megacache
+
+    artifacts = megacache._deserialize(payload)
+    artifacts[kind][0] = dataclasses.replace(artifacts[kind][0], key=key)
+    serializer = AppendingByteSerializer(serialize_fn=_serialize_single_cache)
+    serializer.extend((k, list(v)) for k, v in artifacts.items() if v)
+    return bytes(serializer.to_bytes())
+
+
+def test_a_key_that_leaves_the_cache_folder_is_never_loaded(good_bundle: Path, tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    with read_manifest(good_bundle) as bundle:
+        bundle.read_all()
+    entry = bundle.entries[0]
+    assert entry.payload is not None
+    crafted = tmp_path / "project" / "crafted.bundle"
+    bad = rekeyed(entry.payload, "inductor", "../../../../escaped")
+    write_bundle(Bundle(crafted, [make_entry(entry.env, bad, entry.artifacts, entry.created)]))
+    assert_user_error(cli("verify", crafted), 1, str(crafted), "'../../../../escaped'", "outside the cache folder")
+    assert_user_error(cli("inspect", crafted, "--check"), 2, str(crafted), "'../../../../escaped'")
+
+    project = crafted.parent
+    (project / "test_uses_it.py").write_text(
+        "import torch\n\ndef test_warm(warm_cache):\n    torch.compile(lambda x: x.sin() + 1)(torch.randn(8))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-p", "no:randomly",
+         f"--compile-cache-bundle={crafted}", f"--basetemp={project / 'base'}"],
+        cwd=project, capture_output=True, text=True, timeout=300,
+    )
+    assert "could write outside the cache folder" in done.stdout and str(crafted) in done.stdout, done.stdout
+    assert not list(tmp_path.rglob("escaped*")), "a byte was written outside the cache folder"

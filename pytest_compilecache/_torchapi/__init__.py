@@ -21,6 +21,7 @@ from .isolation import bootstrap, caches_disabled_by_config, reset_in_memory, wi
 from .megacache import (
     MegaCacheError,
     artifact_identities,
+    check_keys,
     describe_artifacts,
     fresh_recording,
     load_artifacts,
@@ -30,7 +31,7 @@ from .megacache import (
 
 __all__ = [
     "MIN_TORCH", "MegaCacheError", "TorchUnavailable", "artifact_identities", "bootstrap", "build_identity",
-    "caches_disabled_by_config", "compile_seconds", "describe_artifacts", "environment_fingerprint",
+    "caches_disabled_by_config", "check_keys", "compile_seconds", "describe_artifacts", "environment_fingerprint",
     "fresh_recording", "gpu_count", "headers_at", "load_artifacts", "mark_carried", "merge_artifacts", "read_counts",
     "record_bypass_reasons", "redirect", "rejected_binaries", "rejected_binary_names", "reset_in_memory", "save_artifacts", "torch_module",
     "unobservable_fields", "unobservable_layers", "without_remote_caches",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import re
 from typing import Any
 
 from ..environment import SavedEnv, point_cache_dirs_at
@@ -59,6 +60,36 @@ def _deserialize(data: bytes) -> dict[str, list[Any]]:
     return dict(artifacts)
 
 
+_KEY_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}$")
+_KEY_SHAPES = {"inductor": re.compile(r"^f[a-z0-9]{20,100}$"), "aot_autograd": re.compile(r"^a[a-z0-9]{20,100}$")}
+
+
+def unsafe_keys(data: bytes) -> list[str]:
+    """One problem, in words, per artifact key that torch would join onto the cache folder and that
+    could reach outside it (absolute, ``..``, NUL, odd characters, too long or deep), or that is not of
+    the form torch gives keys of its type."""
+    problems = []
+    for kind, items in _deserialize(data).items():
+        shape = _KEY_SHAPES.get(kind)
+        for artifact in items:
+            key = getattr(artifact, "key", None)
+            parts = key.replace("\\", "/").split("/") if isinstance(key, str) else []
+            if not isinstance(key, str) or not key or len(key) > 512 or len(parts) > 4 \
+                    or not all(_KEY_PART.match(part) for part in parts):
+                problems.append(f"{kind} artifact key {key!r} could write outside the cache folder")
+            elif shape is not None and not shape.match(key):
+                problems.append(f"{kind} artifact key {key!r} is not of the form torch gives {kind} keys")
+    return problems
+
+
+def check_keys(data: bytes) -> None:
+    """Raise :class:`MegaCacheError` naming the bad keys unless every artifact key is safe (see :func:`unsafe_keys`)."""
+    problems = unsafe_keys(data)
+    if problems:
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        raise MegaCacheError("rejected, nothing of it loaded: " + "; ".join(problems[:3]) + more)
+
+
 def describe_artifacts(data: bytes) -> dict[str, dict[str, int]]:
     """``{artifact type: {"count": n, "bytes": n}}`` for Mega-Cache bytes."""
     return {
@@ -106,6 +137,7 @@ def load_artifacts(data: bytes, into: str) -> dict[str, int]:
     """Write Mega-Cache bytes into the cache folder ``into``; ``{artifact type: count}`` loaded."""
     torch = torch_module()
     _manager()
+    check_keys(data)
     saved = SavedEnv()
     point_cache_dirs_at(into)
     try:
