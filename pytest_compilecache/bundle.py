@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Mapping
 
+from . import signing
 from .binaries import CarriedBinaries, check_section, unpack
 
 MAGIC = b"PYTEST-COMPILECACHE-BUNDLE\n"
@@ -59,6 +60,7 @@ class Entry:
     history: dict[str, Any] = field(default_factory=dict)
     binaries: CarriedBinaries | None = None
     binaries_section: dict[str, Any] | None = None
+    signature: str = ""
 
     def describe(self) -> dict[str, Any]:
         """The manifest form of this entry (without its place in the file)."""
@@ -125,6 +127,13 @@ class Bundle:
             raise BundleError(f"{self.path}: corrupt: the payload for {env_label(entry.env)} fails its checksum")
         entry.payload = data
         return data
+
+    def signature_problem(self, entry: Entry, secret: bytes) -> str:
+        """``""`` when the entry's signature is valid for ``secret``; otherwise the problem, naming the file."""
+        why = signing.check(entry.describe(), entry.binaries_section, entry.signature, secret)
+        if not why:
+            return ""
+        return f"{self.path}: the entry for {env_label(entry.env)}: {why} ({signing.KEY_ENV} is set); it is not used"
 
     def carried(self, entry: Entry) -> tuple[CarriedBinaries, list[str]]:
         """The entry's compiled binaries, each checked against its checksum, and one problem per
@@ -206,6 +215,9 @@ def _entry(raw: Any) -> Entry:
     binaries = raw.get("binaries")
     if binaries is not None:
         check_section(binaries)
+    signature = raw.get("signature", "")
+    if not isinstance(signature, str):
+        raise TypeError("signature must be a string")
     return Entry(
         env={str(k): str(v) for k, v in env.items()},
         artifacts=artifacts,
@@ -216,6 +228,7 @@ def _entry(raw: Any) -> Entry:
         offset=raw["offset"],
         history=dict(history),
         binaries_section=binaries,
+        signature=signature,
     )
 
 
@@ -305,6 +318,7 @@ def write_bundle(bundle: Bundle) -> int:
     Readers see the old file or the new one, never a half-written one.
     """
     path = bundle.path
+    secret = signing.key()
     blobs: list[bytes] = []
     offset = 0
     described = []
@@ -314,11 +328,15 @@ def write_bundle(bundle: Bundle) -> int:
         blobs.append(data)
         offset += len(data)
         carried, _ = bundle.carried(entry)
+        section = None
         if carried:
             blob, section = carried.pack()
             description["binaries"] = {**section, "offset": offset}
             blobs.append(blob)
             offset += len(blob)
+        signature = signing.sign(entry.describe(), section, secret) if secret else entry.signature
+        if signature:
+            description["signature"] = signature
         described.append(description)
     manifest = json.dumps({"format": FORMAT, "entries": described}, indent=1, sort_keys=True).encode()
     try:

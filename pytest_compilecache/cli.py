@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import _torchapi
+from . import _torchapi, signing
 from .binaries import build_id, identity_differences, is_cpp
 from .bundle import Bundle, BundleError, Entry, differences, env_label, read_manifest
 from .store import BundleStore, union
@@ -85,7 +85,8 @@ def _inspect(args: argparse.Namespace, bundle: Bundle) -> int:
         "bytes": bundle.path.stat().st_size,
         "entries": [
             {**entry.describe(), "index": i, "matches_here": entry.env == here,
-             "differences": differences(entry.env, here), "binaries": _binaries(bundle, entry, args.check)}
+             "differences": differences(entry.env, here), "binaries": _binaries(bundle, entry, args.check),
+             "signed": bool(entry.signature), "signature": _signature(entry)}
             for i, entry in enumerate(bundle.entries)
         ],
     }
@@ -101,6 +102,7 @@ def _inspect(args: argparse.Namespace, bundle: Bundle) -> int:
         for key, value in item["env"].items():
             print(f"    {key:14} {value}")
         print(f"    created {created}, updated {updated}, payload {item['size']} bytes, sha256 {item['sha256'][:16]}...")
+        print(f"    signature      {item['signature']}")
         for kind, counts in sorted(item["artifacts"].items()):
             print(f"    {kind:14} {counts['count']:5d} artifacts {counts['bytes']:>12,d} bytes")
         for build in item["binaries"].get("builds", []):
@@ -115,8 +117,23 @@ def _inspect(args: argparse.Namespace, bundle: Bundle) -> int:
     return 0
 
 
+def _signature(entry: Entry) -> str:
+    """Whether an entry is signed and, with the key in the environment, whether the signature is valid."""
+    secret = signing.key()
+    if not entry.signature:
+        return "none (unsigned)"
+    if secret is None:
+        return f"signed; not checked ({signing.KEY_ENV} is not set)"
+    why = signing.check(entry.describe(), entry.binaries_section, entry.signature, secret)
+    return f"signed; {why}" if why else f"signed; valid for {signing.KEY_ENV}"
+
+
 def _check_payload(bundle: Bundle, entry: Entry) -> None:
-    """The entry's checksum, and that every artifact key stays inside the cache folder torch writes to."""
+    """The entry's signature (with the key set), its checksum, and that every artifact key stays
+    inside the cache folder torch writes to."""
+    secret = signing.key()
+    if secret and bundle.signature_problem(entry, secret):
+        raise UserError(bundle.signature_problem(entry, secret))
     try:
         _torchapi.check_keys(bundle.payload(entry))
     except BundleError as exc:

@@ -22,7 +22,7 @@ from typing import Any, Generator, Iterator
 
 import pytest
 
-from . import _torchapi
+from . import _torchapi, signing
 from .binaries import BinaryPool, pooled
 from .bundle import BundleError, NotABundle, make_entry, read_manifest
 from .cache import CompileCache
@@ -61,6 +61,8 @@ def _header(options: Options, report: SessionReport, process: ProcessReport | No
     lines = [f"compilecache: isolation: {mode}"]
     if options.bundle is not None:
         lines.append(f"compilecache: bundle {report.bundle_at_start}")
+        lines.append(f"compilecache: bundles are signed and checked with {signing.KEY_ENV}" if signing.key()
+                     else f"compilecache: bundles are unsigned (set {signing.KEY_ENV} to sign and check them)")
         if process is not None and process.status is not Status.UNUSED:
             lines.append(f"compilecache: bundle {process.status.value}: {process.reason}")
     lines.extend(
@@ -78,6 +80,9 @@ def _entry_problems(path: Path, process_dir: Path) -> list[str]:
             entry = bundle.find(here)
             if entry is None:
                 return [bundle.mismatch(here)]
+            secret = signing.key()
+            if secret and bundle.signature_problem(entry, secret):
+                return [bundle.signature_problem(entry, secret)]
             bundle.payload(entry)
     except (BundleError, _torchapi.TorchUnavailable) as exc:
         return [str(exc)]

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import _torchapi
+from . import signing
 from .binaries import BinaryPool, identity_differences, in_order, is_cpp, pooled
 from .bundle import Bundle, BundleError, Entry, NotABundle, env_label, make_entry
 from .report import ProcessReport, Status
@@ -94,6 +95,11 @@ class Preparer:
 
     def _load(self, bundle: Bundle, entry: Entry) -> bool:
         start = time.perf_counter()
+        secret = signing.key()
+        unsigned = bundle.signature_problem(entry, secret) if secret else ""
+        if unsigned:
+            self._problem(Status.UNUSABLE, unsigned)
+            return False
         try:
             payload = bundle.payload(entry)
             shutil.rmtree(self.template, ignore_errors=True)

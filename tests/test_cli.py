@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -194,3 +195,72 @@ def test_a_key_that_leaves_the_cache_folder_is_never_loaded(good_bundle: Path, t
     )
     assert "could write outside the cache folder" in done.stdout and str(crafted) in done.stdout, done.stdout
     assert not list(tmp_path.rglob("escaped*")), "a byte was written outside the cache folder"
+
+
+def with_key(secret: str | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_COMPILE_CACHE_KEY"}
+    if secret is not None:
+        env["PYTEST_COMPILE_CACHE_KEY"] = secret
+    return env
+
+
+def cli_env(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([CLI, *map(str, args)], capture_output=True, text=True, timeout=300, env=env)
+
+
+def rewrite_manifest(source: Path, target: Path, change: Callable[[dict], None]) -> None:
+    """Copy a bundle with its manifest JSON changed and every byte after it kept."""
+    data = source.read_bytes()
+    magic, length, rest = data.split(b"\n", 2)
+    manifest = json.loads(rest[:int(length)])
+    change(manifest)
+    new = json.dumps(manifest).encode()
+    target.write_bytes(magic + b"\n" + b"%d\n" % len(new) + new + rest[int(length):])
+
+
+def test_signed_bundles(good_bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With PYTEST_COMPILE_CACHE_KEY set, only entries signed with it are used, in sessions and in verify."""
+    signed = tmp_path / "project" / "signed.bundle"
+    monkeypatch.setenv("PYTEST_COMPILE_CACHE_KEY", "right")
+    with read_manifest(good_bundle) as bundle:
+        bundle.read_all()
+    write_bundle(Bundle(signed, bundle.entries))
+    monkeypatch.delenv("PYTEST_COMPILE_CACHE_KEY")
+    assert read_manifest(signed).entries[0].signature, "a bundle written with the key set is signed"
+    assert "PYTEST_COMPILE_CACHE_KEY" not in signed.read_bytes().decode(errors="replace")
+    assert b"right" not in signed.read_bytes()[:200_000]
+
+    ok = cli_env(with_key("right"), "verify", signed)
+    assert ok.returncode == 0 and "OK" in ok.stdout, ok.stderr
+    assert "signed; valid" in cli_env(with_key("right"), "inspect", signed).stdout
+    assert "not checked" in cli_env(with_key(None), "inspect", signed).stdout
+    assert_user_error(cli_env(with_key("wrong"), "verify", signed), 1, str(signed), "signature does not match")
+    assert_user_error(cli_env(with_key("right"), "verify", good_bundle), 1, str(good_bundle), "unsigned")
+    assert cli_env(with_key(None), "verify", good_bundle).returncode == 0, "without the key, as before"
+
+    forged = tmp_path / "project" / "forged.bundle"
+    rewrite_manifest(signed, forged, lambda m: m["entries"][0]["history"].update(tests={"x": 1.0}))
+    assert_user_error(cli_env(with_key("right"), "verify", forged), 1, str(forged), "signature does not match")
+
+    project = signed.parent
+    (project / "test_uses_it.py").write_text(
+        "import torch\n\ndef test_warm(warm_cache):\n    torch.compile(lambda x: x.sin() + 1)(torch.randn(8))\n"
+    )
+
+    def session(bundle: Path, secret: str | None, *extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "pytest", "-rs", "-p", "no:cacheprovider", "-p", "no:randomly",
+             f"--compile-cache-bundle={bundle}", f"--basetemp={project / 'base'}", *extra],
+            cwd=project, capture_output=True, text=True, timeout=300, env=with_key(secret),
+        )
+
+    good = session(signed, "right")
+    assert good.returncode == 0 and "bundles are signed and checked with PYTEST_COMPILE_CACHE_KEY" in good.stdout
+    assert "bundle (main): loaded" in good.stdout, good.stdout
+    refused = session(forged, "right", "--compile-cache-strict")
+    assert refused.returncode != 0, refused.stdout
+    said = refused.stdout + refused.stderr
+    assert f"{forged}: the entry for" in said and "signature does not match" in said, said
+    unsigned = session(good_bundle, "right")
+    assert "unsigned (PYTEST_COMPILE_CACHE_KEY is set); it is not used" in unsigned.stdout, unsigned.stdout
+    assert "bundles are unsigned" in session(signed, None).stdout
