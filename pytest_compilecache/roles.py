@@ -81,8 +81,9 @@ def _entry_problems(path: Path, process_dir: Path) -> list[str]:
             if entry is None:
                 return [bundle.mismatch(here)]
             secret = signing.key()
-            if secret and bundle.signature_problem(entry, secret):
-                return [bundle.signature_problem(entry, secret)]
+            refused = bundle.signature_problem(entry, secret) if secret else ""
+            if refused:
+                return [refused]
             bundle.payload(entry)
     except (BundleError, _torchapi.TorchUnavailable) as exc:
         return [str(exc)]

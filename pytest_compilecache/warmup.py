@@ -14,8 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from . import _torchapi
-from . import signing
+from . import _torchapi, signing
 from .binaries import BinaryPool, identity_differences, in_order, is_cpp, pooled
 from .bundle import Bundle, BundleError, Entry, NotABundle, env_label, make_entry
 from .report import ProcessReport, Status
@@ -96,9 +95,9 @@ class Preparer:
     def _load(self, bundle: Bundle, entry: Entry) -> bool:
         start = time.perf_counter()
         secret = signing.key()
-        unsigned = bundle.signature_problem(entry, secret) if secret else ""
-        if unsigned:
-            self._problem(Status.UNUSABLE, unsigned)
+        refused = bundle.signature_problem(entry, secret) if secret else ""
+        if refused:
+            self._problem(Status.UNUSABLE, refused)
             return False
         try:
             payload = bundle.payload(entry)
