@@ -182,7 +182,9 @@ class Preparer:
             if data is None:
                 self._write_marker(published=False)
                 return False
-            carried = pooled(self.binaries.path.parent) if self.binaries is not None else None
+            # The session's own bundle needs no binaries: its readers share the pool on disk already.
+            to_path = self.binaries is not None and self.publish is self.source
+            carried = pooled(self.binaries.path.parent) if to_path else None
             addition = make_entry(env, data, _torchapi.describe_artifacts(data), binaries=carried)
             published = self.publish.add([addition], {"warmup_seconds": round(seconds, 3)})
             self._write_marker(published=True)
