@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import uuid
 import zlib
 from dataclasses import dataclass, field
@@ -22,6 +23,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from filelock import FileLock
+
+from . import files
 
 #: What a carried file may be called, relative to a cache folder: ``<subdir>/<name>`` (a C++
 #: binary or source) or ``triton/<key>/<name>`` (a file of Triton's own kernel cache).
@@ -163,12 +166,7 @@ def _relocated_group(data: bytes, folder: Path) -> bytes:
 
 def _write_atomic(dest: Path, data: bytes) -> None:
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, dest)
-    finally:
-        tmp.unlink(missing_ok=True)
+    files.write_atomic(dest, data, fsync=False)
 
 
 def _place(source: Path, dest: Path) -> bool:
@@ -179,16 +177,16 @@ def _place(source: Path, dest: Path) -> bool:
     if dest.exists():
         return False
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:8]}.tmp")
+    if dest.name.startswith("__grp__"):
+        files.write_atomic(dest, _relocated_group(source.read_bytes(), dest.parent), fsync=False)
+        return True
+    tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex}.tmp")
     try:
-        if dest.name.startswith("__grp__"):
-            tmp.write_bytes(_relocated_group(source.read_bytes(), dest.parent))
-        else:
-            try:
-                os.link(source, tmp)
-            except OSError:
-                shutil.copy2(source, tmp)
-        os.replace(tmp, dest)
+        try:
+            os.link(source, tmp)
+        except OSError:
+            shutil.copy2(source, tmp)
+        files.replace(tmp, dest)
     finally:
         tmp.unlink(missing_ok=True)
     return True
@@ -208,9 +206,7 @@ class BinaryPool:
         label = self.path / "identity.json"
         if not label.exists():
             self.path.mkdir(parents=True, exist_ok=True)
-            tmp = label.with_name(f".identity.{uuid.uuid4().hex[:8]}.tmp")
-            tmp.write_text(json.dumps(self.identity, sort_keys=True))
-            os.replace(tmp, label)
+            files.write_atomic(label, json.dumps(self.identity, sort_keys=True).encode(), fsync=False)
 
     def files(self) -> dict[str, Path]:
         """``{relative path: file}`` of everything in the pool."""
@@ -417,7 +413,7 @@ def unpack(blob: bytes, section: Mapping[str, Any]) -> tuple["CarriedBinaries", 
             problems.append(f"carried binary {path!r} has a name outside torch's cache layout; not used")
             continue
         try:
-            data = zlib.decompress(chunk)
+            data = zlib.decompressobj().decompress(chunk, min(size, sys.maxsize - 1) + 1)
         except zlib.error:
             data = b""
         if len(data) != size or hashlib.sha256(data).hexdigest() != sha:

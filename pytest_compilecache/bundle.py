@@ -20,21 +20,24 @@ before any byte reaches torch. This module never imports torch.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import math
 import os
-import tempfile
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Mapping
 
-from . import signing
+from . import files, signing
 from .binaries import CarriedBinaries, check_section, unpack
 
 MAGIC = b"PYTEST-COMPILECACHE-BUNDLE\n"
 FORMAT = 1
 _MAX_MANIFEST = 64 * 1024 * 1024
+#: Keep a bundle open while its payloads are read; on Windows an open file blocks a writer's rename.
+HOLD_OPEN = os.name != "nt"
 
 
 class BundleError(Exception):
@@ -168,16 +171,25 @@ class Bundle:
             self.close()
 
 
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters, line breaks, direction overrides and lone surrogates escaped
+    (``\\n``, ``\\u202e``), so a hostile manifest can neither break a line nor fail to print."""
+    return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape", "backslashreplace").decode("ascii"), text)
+
+
 def env_label(env: Mapping[str, str]) -> str:
     """A short human name for an environment, e.g. ``torch 2.13.0+cpu on cpu``."""
-    return f"torch {env.get('torch', '?')} on {env.get('device', '?')}"
+    return printable(f"torch {env.get('torch', '?')} on {env.get('device', '?')}")
 
 
 def differences(bundle_env: Mapping[str, str], here: Mapping[str, str]) -> list[str]:
     """``field: bundle X, here Y`` for every field where two environments differ."""
     keys = list(here) + [k for k in bundle_env if k not in here]
     return [
-        f"{k}: bundle {bundle_env.get(k, '(absent)')!s}, here {here.get(k, '(absent)')!s}"
+        printable(f"{k}: bundle {bundle_env.get(k, '(absent)')!s}, here {here.get(k, '(absent)')!s}")
         for k in keys
         if bundle_env.get(k) != here.get(k)
     ]
@@ -195,6 +207,16 @@ def _payload_start(f: Any, path: Path) -> int:
     return len(MAGIC) + len(line) + int(line)
 
 
+def _finite(value: Any) -> bool:
+    """Whether ``value`` is a JSON number a float can hold (not NaN, infinite, boolean or too large)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def _entry(raw: Any) -> Entry:
     env = raw["env"]
     artifacts = raw.get("artifacts", {})
@@ -208,7 +230,7 @@ def _entry(raw: Any) -> Entry:
     if not isinstance(sha, str):
         raise TypeError("sha256 must be a string")
     numbers = [raw.get("created", 0), raw.get("updated", 0), raw["size"], raw["offset"]]
-    if not all(isinstance(n, (int, float)) and not isinstance(n, bool) and math.isfinite(n) for n in numbers):
+    if not all(_finite(n) for n in numbers):
         raise TypeError("created, updated, size and offset must be finite numbers")
     if not isinstance(raw["size"], int) or not isinstance(raw["offset"], int):
         raise TypeError("size and offset must be integers")
@@ -236,7 +258,8 @@ def read_manifest(path: Path) -> Bundle:
     """Open a bundle and read its manifest, not its payloads. Raises :class:`BundleError` naming ``path``.
 
     The returned :class:`Bundle` keeps the file open (close it, or use it as a context manager), so
-    payloads read later come from the version whose manifest was read.
+    payloads read later come from the version whose manifest was read. Where an open file blocks
+    the writers' rename (Windows), the whole file is read at once instead, with the same effect.
     """
     path = Path(path)
     try:
@@ -247,10 +270,17 @@ def read_manifest(path: Path) -> Bundle:
         raise BundleError(f"{path}: is a directory, not a bundle file") from None
     except OSError as exc:
         raise BundleError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    source: BinaryIO = f
+    if not HOLD_OPEN:
+        try:
+            with f:
+                source = io.BytesIO(f.read())
+        except OSError as exc:
+            raise BundleError(f"{path}: cannot read: {exc.strerror or exc}") from None
     try:
-        return _parse(f, path)
+        return _parse(source, path)
     except BaseException:
-        f.close()
+        source.close()
         raise
 
 
@@ -341,38 +371,6 @@ def write_bundle(bundle: Bundle) -> int:
     manifest = json.dumps({"format": FORMAT, "entries": described}, indent=1, sort_keys=True).encode()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        return files.write_atomic(path, [MAGIC, b"%d\n" % len(manifest), manifest, *blobs])
     except OSError as exc:
-        raise BundleError(f"{path}: cannot write: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(MAGIC)
-            f.write(b"%d\n" % len(manifest))
-            f.write(manifest)
-            for data in blobs:
-                f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-            size = f.tell()
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except OSError as exc:
-        _remove(tmp)
-        raise BundleError(f"{path}: cannot write: {exc.strerror or exc}") from None
-    except BaseException:
-        _remove(tmp)
-        raise
-    return size
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def _remove(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
+        raise BundleError(f"{path}: cannot write: {exc.strerror or exc}; the file there is unchanged") from None

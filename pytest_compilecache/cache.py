@@ -8,7 +8,7 @@ from typing import Mapping
 
 from . import _torchapi
 from .environment import SavedEnv, caches_disabled_by_env, point_cache_dirs_at
-from .stats import CacheStats, check_layer_names, stats_from_counts
+from .stats import DYNAMO_COUNTS, CacheStats, DynamoStats, check_layer_names, stats_from_counts
 
 
 class CompileCache:
@@ -117,6 +117,38 @@ class CompileCache:
         if wrong:
             raise AssertionError(failure_message(kind, expected, stats, wrong))
 
+    def assert_compiles(
+        self,
+        *,
+        frames: int | None = None,
+        graphs: int | None = None,
+        recompiles: int | None = None,
+        graph_breaks: int | None = None,
+    ) -> None:
+        """Check Dynamo's exact counts, e.g. ``assert_compiles(graphs=1, recompiles=0, graph_breaks=0)``.
+
+        Counts left out are not checked. A failure shows every count, expected against actual, and the
+        recompile and graph-break reasons torch gave.
+        """
+        __tracebackhide__ = True
+        given = {"frames": frames, "graphs": graphs, "recompiles": recompiles, "graph_breaks": graph_breaks}
+        expected = {kind: want for kind, want in given.items() if want is not None}
+        if not expected:
+            raise TypeError(f"assert_compiles() needs at least one of {', '.join(f'{k}=' for k in DYNAMO_COUNTS)}")
+        for kind, want in expected.items():
+            if isinstance(want, bool) or not isinstance(want, int) or want < 0:
+                raise TypeError(f"assert_compiles({kind}=...) needs a non-negative int, got {want!r}")
+        dynamo = self.stats.dynamo
+        wrong = []
+        for kind, want in expected.items():
+            why = dynamo.unobservable.get(kind)
+            if why:
+                wrong.append(f"{kind} cannot be observed here ({why})")
+            elif dynamo.count(kind) != want:
+                wrong.append(f"{kind} expected {want}, got {dynamo.count(kind)}")
+        if wrong:
+            raise AssertionError(dynamo_failure_message(expected, dynamo, wrong))
+
 
 def failure_message(kind: str, expected: Mapping[str, int], stats: CacheStats, wrong: list[str]) -> str:
     """The text of a failed ``assert_<kind>``: what differs, every layer side by side, and warnings."""
@@ -126,6 +158,11 @@ def failure_message(kind: str, expected: Mapping[str, int], stats: CacheStats, w
         lines.append("  note: cache assertions are meaningless here:")
         lines.extend(f"    {line}" for line in disabled)
     return "\n".join(lines)
+
+
+def dynamo_failure_message(expected: Mapping[str, int], dynamo: DynamoStats, wrong: list[str]) -> str:
+    """The text of a failed ``assert_compiles``: what differs, every count, and torch's reasons."""
+    return "\n".join(["Dynamo compile counts differ: " + "; ".join(wrong), dynamo.table(expected)])
 
 
 def disabled_caches() -> list[str]:

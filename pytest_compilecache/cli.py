@@ -7,11 +7,11 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Sequence, TextIO
 
 from . import _torchapi, signing
 from .binaries import build_id, identity_differences, is_cpp
-from .bundle import Bundle, BundleError, Entry, differences, env_label, read_manifest
+from .bundle import Bundle, BundleError, Entry, differences, env_label, printable, read_manifest
 from .store import BundleStore, union
 
 LOCK_TIMEOUT = 60.0
@@ -28,6 +28,11 @@ def _read(path: str) -> Bundle:
         raise UserError(f"{path}: no such file") from None
     except BundleError as exc:
         raise UserError(str(exc)) from None
+
+
+def _say(text: str, stream: TextIO | None = None) -> None:
+    """Print one line of output that may hold a manifest's text, escaped so it stays one printable line."""
+    print(printable(text), file=stream or sys.stdout)
 
 
 def _here() -> dict[str, str]:
@@ -93,28 +98,35 @@ def _inspect(args: argparse.Namespace, bundle: Bundle) -> int:
     if args.json:
         print(json.dumps(data, indent=1, sort_keys=True))
         return 0
-    print(f"{bundle.path}: bundle format 1, {data['bytes'] / 1e6:.2f} MB, {len(bundle.entries)} environment(s)")
+    _say(f"{bundle.path}: bundle format 1, {data['bytes'] / 1e6:.2f} MB, {len(bundle.entries)} environment(s)")
     for item in data["entries"]:
-        created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(item["created"]))
-        updated = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(item["updated"]))
+        created, updated = _when(item["created"]), _when(item["updated"])
         match = "matches this machine" if item["matches_here"] else "does NOT match this machine"
-        print(f"[{item['index']}] {env_label(item['env'])}: {match}")
+        _say(f"[{item['index']}] {env_label(item['env'])}: {match}")
         for key, value in item["env"].items():
-            print(f"    {key:14} {value}")
-        print(f"    created {created}, updated {updated}, payload {item['size']} bytes, sha256 {item['sha256'][:16]}...")
-        print(f"    signature      {item['signature']}")
+            _say(f"    {key:14} {value}")
+        _say(f"    created {created}, updated {updated}, payload {item['size']} bytes, sha256 {item['sha256'][:16]}...")
+        _say(f"    signature      {item['signature']}")
         for kind, counts in sorted(item["artifacts"].items()):
-            print(f"    {kind:14} {counts['count']:5d} artifacts {counts['bytes']:>12,d} bytes")
+            _say(f"    {kind:14} {counts['count']:5d} artifacts {counts['bytes']:>12,d} bytes")
         for build in item["binaries"].get("builds", []):
             fits = "fit this machine" if build["fits_here"] else f"do NOT fit this machine ({build['differences']})"
-            print(f"    {'cpp':14} {build['binaries']:5d} binaries {build['bytes']:>13,d} bytes, "
-                  f"built by {build['identity'].get('compiler_version', '?')} for {build['identity'].get('native', '?')}: "
-                  f"{fits}")
+            _say(f"    {'cpp':14} {build['binaries']:5d} binaries {build['bytes']:>13,d} bytes, "
+                 f"built by {build['identity'].get('compiler_version', '?')} for {build['identity'].get('native', '?')}: "
+                 f"{fits}")
         for problem in item["binaries"].get("problems", []):
-            print(f"    problem: {problem}")
+            _say(f"    problem: {problem}")
         for diff in item["differences"]:
-            print(f"    differs: {diff}")
+            _say(f"    differs: {diff}")
     return 0
+
+
+def _when(stamp: float) -> str:
+    """A manifest date as local time; one no calendar can show is given as the number it is."""
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(stamp))
+    except (OverflowError, OSError, ValueError):
+        return f"{stamp!r} (not a date)"
 
 
 def _signature(entry: Entry) -> str:
@@ -159,7 +171,7 @@ def _verify(bundle: Bundle) -> int:
     fit = sum(b["binaries"] for b in binaries.get("builds", []) if b["fits_here"])
     total = sum(b["binaries"] for b in binaries.get("builds", []))
     carried = f"; {fit} of {total} carried C++ binaries fit this machine" if total else ""
-    print(f"{bundle.path}: OK: intact entry for {env_label(entry.env)}{carried}")
+    _say(f"{bundle.path}: OK: intact entry for {env_label(entry.env)}{carried}")
     return 0
 
 
@@ -189,14 +201,17 @@ def cmd_merge(args: argparse.Namespace) -> int:
     def change(current: Bundle | None) -> list[Entry]:
         if reads_output and current is None:
             raise UserError(f"{out}: no such file")
-        return union([*(current.entries if reads_output and current else []), *others])
+        try:
+            return union([*(current.entries if reads_output and current else []), *others])
+        except BundleError as exc:
+            raise UserError(f"{', '.join(args.inputs)}: {exc}; {out} is unchanged") from None
 
     try:
         result = _update(out, change)
     except (_torchapi.MegaCacheError, _torchapi.TorchUnavailable) as exc:
         raise UserError(str(exc)) from None
     assert result is not None
-    print(f"{args.output}: {len(result.entries)} environment(s) from {count + reads_output} bundle(s)")
+    _say(f"{args.output}: {len(result.entries)} environment(s) from {count + reads_output} bundle(s)")
     return 0
 
 
@@ -237,7 +252,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
         return kept
 
     _update(Path(args.path), change)
-    print(f"{args.path}: kept {counts[0]} of {counts[1]} environment(s)")
+    _say(f"{args.path}: kept {counts[0]} of {counts[1]} environment(s)")
     return 0
 
 
@@ -272,10 +287,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.run(args))
     except UserError as exc:
-        print(f"pytest-compilecache {args.command}: error: {exc}", file=sys.stderr)
+        _say(f"pytest-compilecache {args.command}: error: {exc}", sys.stderr)
         return 1 if args.command == "verify" else 2
     except BundleError as exc:
-        print(f"pytest-compilecache {args.command}: error: {exc}", file=sys.stderr)
+        _say(f"pytest-compilecache {args.command}: error: {exc}", sys.stderr)
         return 2
 
 

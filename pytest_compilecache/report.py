@@ -6,6 +6,7 @@ The model is filled by the plugin's roles and rendered by :func:`summary_lines` 
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -191,6 +192,23 @@ def _compile_time_line(report: SessionReport) -> list[str]:
     return lines
 
 
+#: Reasons of each kind the summary prints; the JSON report has them all, per test.
+SUMMARY_REASONS = 5
+
+
+def _dynamo_lines(totals: CacheStats) -> list[str]:
+    """Dynamo's counts over all tests, with the first few reasons (first lines only)."""
+    dynamo = totals.dynamo
+    shown = dataclasses.replace(dynamo, recompile_reasons=dynamo.recompile_reasons[:SUMMARY_REASONS],
+                                graph_break_reasons=dynamo.graph_break_reasons[:SUMMARY_REASONS])
+    lines = ["Dynamo over all tests (summed over workers):", shown.table(brief=True)]
+    hidden = (len(dynamo.recompile_reasons) + len(dynamo.graph_break_reasons)
+              - len(shown.recompile_reasons) - len(shown.graph_break_reasons))
+    if hidden:
+        lines.append(f"  ... and {hidden} more reasons, per test in --compile-cache-report")
+    return lines
+
+
 def _loading_processes(report: SessionReport) -> list[ProcessReport]:
     """The processes that loaded a bundle."""
     return [p for p in report.processes if p.status is Status.LOADED]
@@ -200,6 +218,8 @@ def summary_lines(report: SessionReport) -> list[str]:
     """The terminal summary: per-layer totals, and what was loaded, warmed up and saved."""
     lines = ["per-layer totals over all tests (summed over workers):"]
     lines.append((report.totals or CacheStats()).table())
+    if report.totals is not None:
+        lines.extend(_dynamo_lines(report.totals))
     lines.extend(_compile_time_line(report))
     for process in report.processes:
         if process.status in (Status.UNUSED,):

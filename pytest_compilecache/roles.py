@@ -22,7 +22,7 @@ from typing import Any, Generator, Iterator
 
 import pytest
 
-from . import _torchapi, signing
+from . import _torchapi, files, signing
 from .binaries import BinaryPool, pooled
 from .bundle import BundleError, NotABundle, make_entry, read_manifest
 from .cache import CompileCache
@@ -32,7 +32,7 @@ from .options import Isolation, Options
 from .report import ProcessReport, SaveResult, SaveStatus, SessionReport, Status, summary_lines
 from .stats import stats_from_counts
 from .store import BundleStore, env_id
-from .warmup import Preparer, WarmupFailed
+from .warmup import Preparer, WarmupFailed, died_in_warmup
 
 WORKER_OUTPUT_KEY = "compilecache"
 REPORT_ATTR = "compilecache"
@@ -441,14 +441,10 @@ def _write_json(path: Path | None, report: SessionReport) -> None:
     if path is None:
         return
     import json
-    import tempfile
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "w") as f:
-            json.dump(report.to_json(), f, indent=1, sort_keys=True)
-        os.replace(tmp, path)
+        files.write_atomic(path, json.dumps(report.to_json(), indent=1, sort_keys=True).encode(), fsync=False)
     except OSError as exc:
         report.problems.append(f"{path}: cannot write the report: {exc.strerror or exc}")
 
@@ -550,8 +546,8 @@ class Worker(_RunsTests):
         process = self.side.finish()
         blob = self.side.own_artifacts(process)
         if blob is not None:
-            path = self.side.folders.shared / f"artifacts-{os.getpid()}-{uuid.uuid4().hex[:8]}.bin"
-            path.write_bytes(blob)
+            path = self.side.folders.shared / f"artifacts-{os.getpid()}-{uuid.uuid4().hex}.bin"
+            files.write_atomic(path, blob, fsync=False)
             process.artifacts_file = str(path)
         self.config.workeroutput[WORKER_OUTPUT_KEY] = process.to_json()  # type: ignore[attr-defined]
 
@@ -567,6 +563,7 @@ class Controller:
         self.collector = Collector(options, self.report)
         at_start, self.bundle_existed, self.start_problem = _describe_path(options.bundle)
         self.report.bundle_at_start = at_start
+        self._died_in_warmup: dict[str, str] = {}
 
     def close(self) -> None:
         """Remove the shared folder."""
@@ -582,10 +579,24 @@ class Controller:
         node.workerinput["compilecache_bundle_existed"] = self.bundle_existed
 
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
-        """Collect a worker's bundle story."""
+        """Collect a worker's bundle story; for a worker that died in the warmup, say so."""
         output = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT_KEY)
         if output is not None:
             self.report.processes.append(ProcessReport.from_json(output))
+        if error is not None:
+            worker = str(node.gateway.id)
+            why = died_in_warmup(self.folders.shared / "warmup-done", worker)
+            if why:
+                self._died_in_warmup[worker] = why
+                self.report.problems.append(why)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
+        """xdist blames the test it had handed a dead worker; say when the warmup killed it instead."""
+        node = getattr(report, "node", None)
+        why = self._died_in_warmup.get(str(node.gateway.id)) if node is not None else None
+        if why:
+            report.longrepr = f"{report.longrepr}\ncompilecache: {why}; this test had not started"
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:

@@ -44,4 +44,5 @@ def check(described: Mapping[str, Any], binaries: Mapping[str, Any] | None, sign
     """``""`` when ``signature`` is valid for the entry, otherwise why not (:data:`UNSIGNED` or :data:`MISMATCH`)."""
     if not signature:
         return UNSIGNED
-    return "" if hmac.compare_digest(sign(described, binaries, secret), signature) else MISMATCH
+    given = signature.encode("utf-8", "surrogatepass")
+    return "" if hmac.compare_digest(sign(described, binaries, secret).encode(), given) else MISMATCH

@@ -1,4 +1,4 @@
-"""Per-layer compile-cache statistics: what hit, missed or was bypassed, and how to print it."""
+"""Per-layer compile-cache statistics (what hit, missed or was bypassed), Dynamo's counts, and how to print them."""
 
 from __future__ import annotations
 
@@ -10,6 +10,13 @@ LAYERS: tuple[str, ...] = ("fx_graph", "aot_autograd", "cpp", "autotune", "trito
 
 #: The count kinds every layer has, as named in assertions and reports.
 KINDS: tuple[str, ...] = ("hits", "misses", "bypasses")
+
+#: The counts of ``stats.dynamo``, as named in ``assert_compiles`` and reports.
+DYNAMO_COUNTS: tuple[str, ...] = ("frames", "graphs", "recompiles", "graph_breaks")
+
+#: Prefixes of the flat counts that carry one reason each: ``prefix + reason`` counts that reason.
+RECOMPILE_REASON = "dynamo.recompile_reason/"
+GRAPH_BREAK_REASON = "dynamo.graph_break_reason/"
 
 
 class UnobservableLayerError(LookupError):
@@ -130,6 +137,126 @@ def _unique(items: tuple[str, ...]) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
+class DynamoStats:
+    """What Dynamo did over a span of time (a test, a session); not cache counts, a warm cache changes none.
+
+    ``frames``: frames Dynamo converted (resume functions after a graph break included); ``graphs``:
+    graphs it handed to the backend; ``recompiles``: compiles of a frame whose earlier compiles'
+    guards failed; ``graph_breaks``: breaks met while compiling, each compile counting its own.
+    ``recompile_reasons`` (function, then the failed guards) and ``graph_break_reasons`` are torch's
+    texts, once each. A count this torch cannot keep is in :attr:`unobservable` with the reason, and
+    reading it raises :class:`UnobservableLayerError`.
+    """
+
+    _frames: int = 0
+    _graphs: int = 0
+    _recompiles: int = 0
+    _graph_breaks: int = 0
+    recompile_reasons: tuple[str, ...] = ()
+    graph_break_reasons: tuple[str, ...] = ()
+    _unobservable: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def unobservable(self) -> dict[str, str]:
+        """``{count: reason}`` for each count this torch cannot keep."""
+        return dict(self._unobservable)
+
+    def count(self, kind: str) -> int:
+        """The count called ``kind`` (one of :data:`DYNAMO_COUNTS`)."""
+        if kind not in DYNAMO_COUNTS:
+            raise TypeError(f"unknown Dynamo count {kind!r}; the counts are {', '.join(DYNAMO_COUNTS)}")
+        reason = self.unobservable.get(kind)
+        if reason:
+            raise UnobservableLayerError(f"dynamo.{kind} cannot be observed here: {reason}")
+        return int(getattr(self, "_" + kind))
+
+    @property
+    def frames(self) -> int:
+        """Frames Dynamo converted."""
+        return self.count("frames")
+
+    @property
+    def graphs(self) -> int:
+        """Graphs Dynamo compiled (handed to the backend)."""
+        return self.count("graphs")
+
+    @property
+    def recompiles(self) -> int:
+        """Compiles caused by failed guards of an earlier compile of the same frame."""
+        return self.count("recompiles")
+
+    @property
+    def graph_breaks(self) -> int:
+        """Graph breaks met while compiling."""
+        return self.count("graph_breaks")
+
+    def cell(self, kind: str) -> str:
+        """The count as printed in a table, or ``-`` when unobservable."""
+        return "-" if kind in self.unobservable else str(getattr(self, "_" + kind))
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready form: the counts (``None`` where unobservable), then reasons and unobservable ones if any."""
+        out: dict[str, Any] = {k: None if k in self.unobservable else getattr(self, "_" + k) for k in DYNAMO_COUNTS}
+        if self.recompile_reasons:
+            out["recompile_reasons"] = list(self.recompile_reasons)
+        if self.graph_break_reasons:
+            out["graph_break_reasons"] = list(self.graph_break_reasons)
+        if self._unobservable:
+            out["unobservable"] = self.unobservable
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "DynamoStats":
+        """The inverse of :meth:`to_dict`; missing counts are zero."""
+        return _dynamo(
+            {k: int(data.get(k) or 0) for k in DYNAMO_COUNTS},
+            tuple(data.get("recompile_reasons", ())),
+            tuple(data.get("graph_break_reasons", ())),
+            dict(data.get("unobservable", {})),
+        )
+
+    def __add__(self, other: "DynamoStats") -> "DynamoStats":
+        return _dynamo(
+            {k: int(getattr(self, "_" + k)) + int(getattr(other, "_" + k)) for k in DYNAMO_COUNTS},
+            _unique(self.recompile_reasons + other.recompile_reasons),
+            _unique(self.graph_break_reasons + other.graph_break_reasons),
+            {**other.unobservable, **self.unobservable},
+        )
+
+    def table(self, expected: Mapping[str, int] | None = None, brief: bool = False) -> str:
+        """The counts side by side (checked ones as ``got (expected N)``), then every reason.
+
+        ``brief`` prints only the first line of each graph-break reason.
+        """
+        expected = expected or {}
+        header, cells = [], []
+        for kind in DYNAMO_COUNTS:
+            cell = self.cell(kind)
+            if kind in expected:
+                ok = kind not in self.unobservable and self.count(kind) == expected[kind]
+                cell = f"{cell} (ok)" if ok else f"{cell} (expected {expected[kind]})"
+            width = max(len(kind), len(cell))
+            header.append(kind.ljust(width))
+            cells.append(cell.ljust(width))
+        lines = ["  " + "  ".join(header).rstrip(), "  " + "  ".join(cells).rstrip()]
+        lines += [f"  {kind} not observable: {why}" for kind, why in self._unobservable]
+        lines += [f"  recompile: {r}" for r in self.recompile_reasons]
+        for reason in self.graph_break_reasons:
+            text = reason.strip().splitlines() or [""]
+            lines.append(f"  graph break: {text[0]}")
+            if not brief:
+                lines.extend(f"  {line}".rstrip() for line in text[1:])
+        return "\n".join(lines)
+
+
+def _dynamo(counts: Mapping[str, int], recompile_reasons: tuple[str, ...], graph_break_reasons: tuple[str, ...],
+            unobservable: Mapping[str, str]) -> DynamoStats:
+    return DynamoStats(counts.get("frames", 0), counts.get("graphs", 0), counts.get("recompiles", 0),
+                       counts.get("graph_breaks", 0), recompile_reasons, graph_break_reasons,
+                       tuple(unobservable.items()))
+
+
+@dataclass(frozen=True)
 class CacheStats:
     """The statistics of every layer, as attributes named after the layers."""
 
@@ -141,6 +268,8 @@ class CacheStats:
     triton: LayerStats = field(default_factory=lambda: LayerStats("triton"))
     pgo: LayerStats = field(default_factory=lambda: LayerStats("pgo"))
     precompile: LayerStats = field(default_factory=lambda: LayerStats("precompile"))
+    #: Dynamo's counts; not a cache layer, so not among the layers iterated, tabled or named in ``assert_hits``.
+    dynamo: DynamoStats = field(default_factory=DynamoStats)
 
     def __iter__(self) -> Iterator[LayerStats]:
         return (getattr(self, name) for name in LAYERS)
@@ -151,16 +280,20 @@ class CacheStats:
         return getattr(self, name)  # type: ignore[no-any-return]
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
-        """``{layer: LayerStats.to_dict()}`` for every layer."""
-        return {s.layer: s.to_dict() for s in self}
+        """``{layer: LayerStats.to_dict()}`` for every layer, and ``"dynamo": DynamoStats.to_dict()``."""
+        return {**{s.layer: s.to_dict() for s in self}, "dynamo": self.dynamo.to_dict()}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Mapping[str, Any]]) -> "CacheStats":
-        """The inverse of :meth:`to_dict`; missing layers count zero."""
-        return cls(**{name: LayerStats.from_dict(name, data.get(name, {})) for name in LAYERS})
+        """The inverse of :meth:`to_dict`; missing layers (and missing Dynamo counts) count zero."""
+        dynamo = data.get("dynamo")
+        return cls(
+            **{name: LayerStats.from_dict(name, data.get(name, {})) for name in LAYERS},
+            dynamo=DynamoStats.from_dict(dynamo if isinstance(dynamo, Mapping) else {}),
+        )
 
     def __add__(self, other: "CacheStats") -> "CacheStats":
-        return CacheStats(**{a.layer: a + b for a, b in zip(self, other)})
+        return CacheStats(**{a.layer: a + b for a, b in zip(self, other)}, dynamo=self.dynamo + other.dynamo)
 
     def table(self, expected: Mapping[str, int] | None = None, kind: str = "") -> str:
         """All layers side by side; ``expected`` marks the checked ``kind`` cells as ``got (expected N)``."""
@@ -189,7 +322,7 @@ def stats_from_counts(
     bypass_reasons: Mapping[str, tuple[str, ...]] | None = None,
     unobservable_fields: Mapping[str, str] | None = None,
 ) -> CacheStats:
-    """Build :class:`CacheStats` from flat ``"layer.kind"`` counts (see ``_torchapi.LAYER_KEYS``)."""
+    """Build :class:`CacheStats` from flat ``"layer.kind"`` counts (see ``_torchapi.read_counts``)."""
     bypass_reasons = bypass_reasons or {}
     layers = {}
     for name in LAYERS:
@@ -206,7 +339,21 @@ def stats_from_counts(
             bypass_reasons=tuple(bypass_reasons.get(name, ())),
             saved_unobservable=(unobservable_fields or {}).get(f"{name}.saved", ""),
         )
-    return CacheStats(**layers)
+    return CacheStats(**layers, dynamo=dynamo_from_counts(counts, unobservable_fields or {}))
+
+
+def dynamo_from_counts(counts: Mapping[str, int], unobservable_fields: Mapping[str, str]) -> DynamoStats:
+    """Build :class:`DynamoStats` from flat ``"dynamo.<count>"`` counts and per-reason counts (those above zero)."""
+
+    def reasons(prefix: str) -> tuple[str, ...]:
+        return tuple(k[len(prefix):] for k, n in counts.items() if k.startswith(prefix) and n > 0)
+
+    return _dynamo(
+        {kind: counts.get(f"dynamo.{kind}", 0) for kind in DYNAMO_COUNTS},
+        reasons(RECOMPILE_REASON),
+        reasons(GRAPH_BREAK_REASON),
+        {k[len("dynamo."):]: why for k, why in unobservable_fields.items() if k.startswith("dynamo.") and why},
+    )
 
 
 def check_layer_names(names: Iterator[str] | list[str] | Mapping[str, Any]) -> None:

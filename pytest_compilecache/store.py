@@ -10,7 +10,7 @@ from typing import Callable, Iterable, Iterator, Mapping
 
 import filelock
 
-from . import _torchapi
+from . import _torchapi, files
 from .binaries import CarriedBinaries
 from .bundle import Bundle, BundleError, Entry, env_label, make_entry, read_manifest, write_bundle
 
@@ -86,9 +86,11 @@ class BundleStore:
             folder.mkdir(parents=True, exist_ok=True)
             self._lock.acquire(timeout=self.lock_timeout)
         except filelock.Timeout:
+            holders = files.lock_holders(lock_file)
+            who = f"held by {', '.join(holders)}" if holders else "another process holds it"
             raise BundleError(
                 f"{lock_file}: could not take the lock within {self.lock_timeout:g} s "
-                "(another pytest process holds it; raise --compile-cache-lock-timeout)"
+                f"({who}; raise --compile-cache-lock-timeout)"
             ) from None
         except OSError as exc:
             raise BundleError(f"{lock_file}: cannot create the lock file: {exc.strerror or exc}") from None

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from . import _torchapi, signing
+from . import _torchapi, files, signing
 from .binaries import BinaryPool, identity_differences, in_order, is_cpp, pooled
 from .bundle import Bundle, BundleError, Entry, NotABundle, env_label, make_entry
 from .report import ProcessReport, Status
@@ -27,6 +27,26 @@ RunWarmup = Callable[[Path | None], "tuple[bytes | None, dict[str, Any], float]"
 
 class WarmupFailed(Exception):
     """The warmup hook raised; the message holds the hook's location and the traceback."""
+
+
+def running_note(marker: Path, process: str) -> Path:
+    """The note a process keeps beside the session's marker while it runs the warmup hook."""
+    return marker.with_name(f"warmup-running-{process}.json")
+
+
+def died_in_warmup(marker: Path, process: str) -> str:
+    """Why a process that is gone left its warmup unfinished (naming the lock it held), or ``""``."""
+    try:
+        note = json.loads(running_note(marker, process).read_text())
+    except (OSError, ValueError):
+        return ""
+    if not isinstance(note, dict):
+        return ""
+    return (
+        f"{process} (pid {note.get('pid', '?')}) died while running the warmup hook (or publishing its result), holding "
+        f"{note.get('lock', 'the bundle lock')}; the OS released the lock and the next process to take it "
+        "ran the warmup again"
+    )
 
 
 class Preparer:
@@ -155,9 +175,8 @@ class Preparer:
         return data if isinstance(data, dict) else None
 
     def _write_marker(self, **data: Any) -> None:
-        tmp = self.marker.with_name(f".{self.marker.name}.{os.getpid()}")
-        tmp.write_text(json.dumps({"pid": os.getpid(), "process": self.report.process, **data}))
-        os.replace(tmp, self.marker)
+        note = {"pid": os.getpid(), "process": self.report.process, **data}
+        files.write_atomic(self.marker, json.dumps(note).encode(), fsync=False)
 
     def _warm_up_once(self, env: dict[str, str], have_previous: bool) -> bool:
         assert self.run_warmup is not None
@@ -171,26 +190,37 @@ class Preparer:
                 appeared = entry is not None and not self.update and self.publish is self.source
                 if marker is not None or appeared:
                     return entry is not None and self._load(current, entry)
+            note = running_note(self.marker, self.report.process)
+            lock = f"{self.publish.path}.lock"
+            files.write_atomic(note, json.dumps({"pid": os.getpid(), "lock": lock}).encode(), fsync=False)
             try:
-                data, stats, seconds = self.run_warmup(self.template if have_previous else None)
-            except WarmupFailed as exc:
-                self._write_marker(failed=str(exc))
-                self._warmup_failed(str(exc))
-                return False
-            self.report.warmup_seconds = seconds
-            self.report.warmup_stats = stats
-            if data is None:
-                self._write_marker(published=False)
-                return False
-            # The session's own bundle needs no binaries: its readers share the pool on disk already.
-            to_path = self.binaries is not None and self.publish is self.source
-            carried = pooled(self.binaries.path.parent) if to_path else None
-            addition = make_entry(env, data, _torchapi.describe_artifacts(data), binaries=carried)
-            published = self.publish.add([addition], {"warmup_seconds": round(seconds, 3)})
-            self._write_marker(published=True)
-            with published:
-                entry = published.find(env)
-                return entry is not None and self._load(published, entry)
+                return self._warm_up_and_publish(env, have_previous)
+            finally:
+                note.unlink(missing_ok=True)
+
+    def _warm_up_and_publish(self, env: dict[str, str], have_previous: bool) -> bool:
+        """Run the warmup hook and publish what it compiled; the caller holds the lock."""
+        assert self.run_warmup is not None
+        try:
+            data, stats, seconds = self.run_warmup(self.template if have_previous else None)
+        except WarmupFailed as exc:
+            self._write_marker(failed=str(exc))
+            self._warmup_failed(str(exc))
+            return False
+        self.report.warmup_seconds = seconds
+        self.report.warmup_stats = stats
+        if data is None:
+            self._write_marker(published=False)
+            return False
+        # The session's own bundle needs no binaries: its readers share the pool on disk already.
+        to_path = self.binaries is not None and self.publish is self.source
+        carried = pooled(self.binaries.path.parent) if to_path and self.binaries is not None else None
+        addition = make_entry(env, data, _torchapi.describe_artifacts(data), binaries=carried)
+        published = self.publish.add([addition], {"warmup_seconds": round(seconds, 3)})
+        self._write_marker(published=True)
+        with published:
+            entry = published.find(env)
+            return entry is not None and self._load(published, entry)
 
     def _warmup_failed(self, message: str, elsewhere: str = "") -> None:
         where = f" (in {elsewhere})" if elsewhere and elsewhere != self.report.process else ""

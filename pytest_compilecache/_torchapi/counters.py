@@ -1,4 +1,4 @@
-"""torch's cache counters read as flat per-layer counts, plus the few counts torch does not keep."""
+"""torch's cache and Dynamo counters read as flat counts, plus the few counts torch does not keep."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 from collections import Counter
 from typing import Any
 
-from . import autotune, binaries, clock, tritoncache
+from . import autotune, binaries, clock, dynamo, tritoncache
 from .core import torch_module
 
 _own_counts: Counter[str] = Counter()
@@ -17,7 +17,8 @@ _unobservable_fields: dict[str, str] = {}
 
 
 def install() -> None:
-    """Count what torch does not: PGO lookups and saves, FX graph saves, C++ builds, compile wall time.
+    """Count what torch does not: PGO lookups and saves, FX graph saves, C++ builds, compile wall time,
+    Dynamo recompiles.
 
     Idempotent.
     """
@@ -27,6 +28,7 @@ def install() -> None:
     clock.install()
     autotune.install()
     tritoncache.install()
+    dynamo.install()
 
 
 def _install_pgo_counter() -> None:
@@ -128,6 +130,7 @@ def read_counts() -> dict[str, int]:
         "precompile.misses": dynamo_cache.get("dynamo_cache_miss", 0),
         "precompile.bypasses": dynamo_cache.get("dynamo_cache_error", 0),
         **binaries.counts(),
+        **dynamo.counts(),
     }
 
 
@@ -165,8 +168,8 @@ def unobservable_layers() -> dict[str, str]:
 
 
 def unobservable_fields() -> dict[str, str]:
-    """``{"layer.field": reason}`` for single counts this torch cannot keep (e.g. FX saves)."""
-    return dict(_unobservable_fields)
+    """``{"layer.field": reason}`` for single counts this torch cannot keep (e.g. FX saves, recompiles)."""
+    return {**_unobservable_fields, **dynamo.unobservable_fields()}
 
 
 # --- bypass reasons: torch gives them only to its loggers, at INFO level ---------------------

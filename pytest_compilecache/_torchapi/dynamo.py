@@ -1,0 +1,95 @@
+"""Dynamo's own counts: frames converted, graphs compiled, recompiles and graph breaks, with reasons.
+
+Frames, graphs and graph breaks are read from ``torch._dynamo.utils.counters``, which torch keeps
+itself. torch counts no recompiles, so the function Dynamo calls to learn why a frame it already
+compiled must be compiled again (``get_and_maybe_log_recompilation_reason(s)`` as
+``torch._dynamo.convert_frame`` names it) is wrapped: each call is one recompile, and the guard
+failures it returns are the reasons, as ``TORCH_LOGS=recompiles`` would print them.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections import Counter
+from typing import Any
+
+from ..stats import GRAPH_BREAK_REASON, RECOMPILE_REASON
+
+_REASON_FUNCTIONS = ("get_and_maybe_log_recompilation_reasons", "get_and_maybe_log_recompilation_reason")
+
+_recompiles: Counter[str] = Counter()
+_lock = threading.Lock()
+_unobservable: dict[str, str] = {}
+
+
+def install() -> None:
+    """Wrap Dynamo's recompilation-reason function (idempotent); without it ``recompiles`` is unobservable."""
+    convert_frame = sys.modules.get("torch._dynamo.convert_frame")
+    if convert_frame is None:
+        import importlib
+
+        convert_frame = importlib.import_module("torch._dynamo.convert_frame")
+    name = next((n for n in _REASON_FUNCTIONS if callable(getattr(convert_frame, n, None))), None)
+    if name is None:
+        _unobservable["dynamo.recompiles"] = (
+            "this torch's Dynamo has no recompilation-reason function to count recompiles at"
+        )
+        return
+    original = getattr(convert_frame, name)
+    if getattr(original, "_compilecache", False):
+        return
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        reasons = original(*args, **kwargs)
+        frame = kwargs.get("frame", args[1] if len(args) > 1 else None)
+        with _lock:
+            _recompiles[_describe(frame, reasons)] += 1
+        return reasons
+
+    counted._compilecache = True  # type: ignore[attr-defined]
+    setattr(convert_frame, name, counted)
+    _unobservable.pop("dynamo.recompiles", None)
+
+
+def _describe(frame: Any, reasons: Any) -> str:
+    """``function (file:line): guard failure; ...`` for one recompile."""
+    code = getattr(frame, "f_code", None)
+    where = f"{code.co_name} ({code.co_filename}:{code.co_firstlineno})" if code is not None else "a frame"
+    failures = [str(r) for r in reasons] if isinstance(reasons, (list, tuple)) else [str(reasons)] if reasons else []
+    return f"{where}: {'; '.join(failures) or 'torch found no guard failure'}"
+
+
+def counts() -> dict[str, int]:
+    """Dynamo's counts so far in this process, with one ``"<prefix><reason>"`` key per reason.
+
+    Graph breaks add torch's ``graph_break`` counter (breaks Dynamo resumed after) and its
+    ``unimplemented`` counter (breaks it could not resume from: a data-dependent branch, a break
+    in a loop; the rest of the frame runs eagerly). An ``unimplemented`` entry that becomes a
+    ``graph_break`` moves between them, so the sum counts it once.
+    """
+    install()
+    from torch._dynamo.utils import counters
+
+    stats = counters["stats"] if "stats" in counters else {}
+    frames = counters["frames"] if "frames" in counters else {}
+    breaks: Counter[str] = Counter()
+    for group in ("graph_break", "unimplemented"):
+        if group in counters:
+            for reason, n in counters[group].items():
+                breaks[str(reason)] += int(n)
+    out = {
+        "dynamo.frames": int(frames.get("ok", 0)),
+        "dynamo.graphs": int(stats.get("unique_graphs", 0)),
+        "dynamo.graph_breaks": sum(breaks.values()),
+        **{GRAPH_BREAK_REASON + reason: n for reason, n in breaks.items()},
+    }
+    with _lock:
+        out["dynamo.recompiles"] = sum(_recompiles.values())
+        out.update({RECOMPILE_REASON + reason: n for reason, n in _recompiles.items()})
+    return out
+
+
+def unobservable_fields() -> dict[str, str]:
+    """``{"dynamo.<count>": reason}`` for the Dynamo counts this torch cannot keep."""
+    return dict(_unobservable)

@@ -1,0 +1,147 @@
+"""How the plugin writes and locks files: atomic, with the user's umask, never through a planted symlink."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_compilecache import bundle as bundle_module
+from pytest_compilecache import files
+from pytest_compilecache.bundle import Bundle, BundleError, make_entry, read_manifest, write_bundle
+from pytest_compilecache.store import BundleStore
+
+ENV = {"torch": "2.13.0+cpu", "device": "cpu"}
+
+
+def _bundle(path: Path, payload: bytes) -> Path:
+    write_bundle(Bundle(path, [make_entry(ENV, payload, {"inductor": {"count": 1, "bytes": len(payload)}})]))
+    return path
+
+
+def test_a_bundle_written_over_a_planted_symlink_replaces_the_link_not_its_target(tmp_path: Path) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    path = tmp_path / "cache.bundle"
+    path.symlink_to(victim)
+    _bundle(path, b"payload")
+    assert victim.read_text() == "precious"
+    assert not path.is_symlink() and read_manifest(path).entries[0].size == len(b"payload")
+
+
+def test_a_saved_bundle_keeps_the_users_umask(tmp_path: Path) -> None:
+    old = os.umask(0o027)
+    try:
+        path = _bundle(tmp_path / "cache.bundle", b"payload")
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == 0o640
+    assert [p.name for p in tmp_path.iterdir()] == ["cache.bundle"], "no temporary file left"
+
+
+@pytest.mark.parametrize("hold_open", [True, False], ids=["posix", "read-whole-file"])
+def test_a_reader_sees_one_version_while_a_writer_replaces_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hold_open: bool
+) -> None:
+    """Manifest and payload come from the version the reader opened, in both reading modes."""
+    monkeypatch.setattr(bundle_module, "HOLD_OPEN", hold_open)
+    path = _bundle(tmp_path / "cache.bundle", b"old payload")
+    with read_manifest(path) as reader:
+        _bundle(path, b"the new payload, longer")
+        assert reader.payload(reader.entries[0]) == b"old payload"
+    with read_manifest(path) as reader:
+        assert reader.payload(reader.entries[0]) == b"the new payload, longer"
+
+
+def test_a_symlink_planted_at_the_lock_file_is_refused_and_its_target_untouched(tmp_path: Path) -> None:
+    """CVE-2025-68146: a lock file that is a symlink must not truncate what it points at."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    path = tmp_path / "cache.bundle"
+    Path(str(path) + ".lock").symlink_to(victim)
+    store = BundleStore(path, lock_timeout=1)
+    with pytest.raises(BundleError) as info:
+        with store.locked():
+            pass
+    assert str(path) + ".lock" in str(info.value)
+    assert victim.read_text() == "precious"
+
+
+def test_the_lock_timeout_names_the_process_holding_the_lock(tmp_path: Path) -> None:
+    path = tmp_path / "cache.bundle"
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         f"import filelock, time; lock = filelock.FileLock({str(path) + '.lock'!r}); lock.acquire(); print('held', flush=True); "
+         "time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        start = time.monotonic()
+        with pytest.raises(BundleError) as info:
+            with BundleStore(path, lock_timeout=0.5).locked():
+                pass
+        assert time.monotonic() - start < 5
+    finally:
+        holder.kill()
+        holder.wait()
+    message = str(info.value)
+    assert f"{path}.lock: could not take the lock within 0.5 s" in message
+    if Path("/proc/locks").exists():
+        assert f"held by pid {holder.pid} (" in message and "filelock" in message, message
+
+
+def test_a_failed_write_leaves_the_old_bundle_and_no_temporary_file(tmp_path: Path) -> None:
+    path = _bundle(tmp_path / "cache.bundle", b"old payload")
+    before = path.read_bytes()
+    entry = make_entry(ENV, b"x" * 4096, {})
+    script = (
+        "import resource, signal, sys\n"
+        "from pathlib import Path\n"
+        "from pytest_compilecache.bundle import Bundle, BundleError, make_entry, write_bundle\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))\n"
+        f"entry = make_entry({ENV!r}, {entry.payload!r}, {{}})\n"
+        "try:\n"
+        f"    write_bundle(Bundle(Path({str(path)!r}), [entry]))\n"
+        "except BundleError as exc:\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith(f"{path}: cannot write: File too large"), out.stdout
+    assert "unchanged" in out.stdout
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache.bundle"]
+
+
+def test_a_rename_blocked_by_a_reader_on_windows_is_retried_then_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On Windows ``os.replace`` fails while another process has the target open; retry, then raise."""
+    source, target = tmp_path / "new", tmp_path / "old"
+    source.write_text("new")
+    target.write_text("old")
+    real = os.replace
+    attempts = []
+
+    def blocked_twice(a: object, b: object) -> None:
+        attempts.append(1)
+        if len(attempts) <= 2:
+            raise PermissionError(13, "The process cannot access the file", str(b))
+        real(a, b)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "name", "nt")
+    monkeypatch.setattr(os, "replace", blocked_twice)
+    slept: list[float] = []
+    files.replace(source, target, sleep=slept.append)
+    assert target.read_text() == "new" and len(attempts) == 3 and len(slept) == 2
+
+    monkeypatch.setattr(os, "replace", lambda a, b: (_ for _ in ()).throw(PermissionError(13, "held", str(b))))
+    with pytest.raises(PermissionError):
+        files.replace(source, target, sleep=slept.append)
+    assert sum(slept) >= files.REPLACE_RETRY_SECONDS
