@@ -66,3 +66,18 @@ def test_missing_or_old_torch_is_a_clear_error(
     result = pytester.runpytest_subprocess()
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines([f"*{message}*"])
+
+
+def test_the_wheel_ships_every_module(tmp_path: Path) -> None:
+    """A regular (non-editable) install gets every module of the package, subpackages included."""
+    import zipfile
+
+    root = Path(__file__).resolve().parents[1]
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(root)],
+        check=True, capture_output=True, timeout=300,
+    )
+    (wheel,) = tmp_path.glob("pytest_compilecache-*.whl")
+    shipped = set(zipfile.ZipFile(wheel).namelist())
+    sources = {p.relative_to(root).as_posix() for p in (root / "pytest_compilecache").rglob("*.py")}
+    assert sources - shipped == set()
