@@ -4,11 +4,13 @@ Every file the plugin writes goes through :func:`write_atomic`: a temporary file
 name is created beside the target with ``O_EXCL`` (so a planted file or symlink is never opened or
 followed), given the user's umask, fsynced, and renamed over the target. A reader sees the old file
 or the new one. Where the rename fails because another process holds the target open (Windows),
-it is retried for a short while before the error is reported. Nothing is left behind on failure.
+it is retried for a short while before the error is reported. Nothing is left behind on failure;
+what a killed writer left is removed by the next writer that holds the target's lock.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import tempfile
 import time
@@ -30,7 +32,8 @@ def write_atomic(path: Path, chunks: bytes | Iterable[bytes], fsync: bool = True
     """Write ``chunks`` to ``path`` atomically; return the size. Raises :class:`OSError` (with
     ``filename`` set to ``path``) after removing the temporary file."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    prefix, suffix = temporary_name(path)
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             for chunk in [chunks] if isinstance(chunks, bytes) else chunks:
@@ -50,6 +53,28 @@ def write_atomic(path: Path, chunks: bytes | Iterable[bytes], fsync: bool = True
             exc.filename = str(path)
         raise
     return size
+
+
+def temporary_name(path: Path) -> tuple[str, str]:
+    """The prefix and suffix of :func:`write_atomic`'s temporary files for ``path``."""
+    return f".{path.name}.", ".tmp"
+
+
+def remove_leftovers(path: Path) -> list[Path]:
+    """Remove temporary files a killed writer of ``path`` left beside it; the removed ones.
+
+    Call it only while holding the lock every writer of ``path`` takes: then no temporary file of
+    ``path`` can belong to a writer still at work.
+    """
+    prefix, suffix = temporary_name(path)
+    removed = []
+    for leftover in path.parent.glob(f"{glob.escape(prefix)}*{suffix}"):
+        try:
+            leftover.unlink()
+            removed.append(leftover)
+        except OSError:
+            pass
+    return removed
 
 
 def replace(source: str | Path, target: str | Path, sleep: Callable[[float], None] = time.sleep) -> None:
@@ -93,5 +118,7 @@ def lock_holders(lock_file: str | Path) -> list[str]:
             command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
         except OSError:
             command = ""
-        holders.append(f"pid {pid} ({command[:120]})" if command else f"pid {pid}")
+        if len(command) > 120:
+            command = command[:117] + "..."
+        holders.append(f"pid {pid} ({command})" if command else f"pid {pid}")
     return list(dict.fromkeys(holders))

@@ -105,6 +105,7 @@ class BundleStore:
         ``change`` returns ``None`` to leave PATH as it is. Returns the bundle now at PATH.
         """
         with self.locked():
+            files.remove_leftovers(self.path)
             current = self.read()
             try:
                 if current is not None:

@@ -100,9 +100,13 @@ class Preparer:
         try:
             return self._warm_up_once(env, loaded) or loaded
         except BundleError as exc:
-            self._problem(Status.UNUSABLE, str(exc))
+            problem = str(exc)
         except _torchapi.MegaCacheError as exc:
-            self._problem(Status.UNUSABLE, f"{self.publish.path}: could not publish the warmup's artifacts: {exc}")
+            problem = f"{self.publish.path}: could not publish the warmup's artifacts: {exc}"
+        if loaded:
+            self.report.problems.append(f"the bundle loaded, but the warmup did not run: {problem}")
+        else:
+            self._problem(Status.UNUSABLE, problem)
         return loaded
 
     def _status(self, status: Status, reason: str) -> None:

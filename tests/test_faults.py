@@ -500,3 +500,45 @@ def test_a_folder_the_user_cannot_write_leaves_the_old_bundle(
     finally:
         folder.chmod(0o755)
     check_refused(bundle, old_bytes, session, merge, "Permission denied")
+
+
+SIMPLE_WARMUP_CONFTEST = '''
+import pytest
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_compilecache_warmup(cache):
+    import torch
+    torch.compile(lambda x: x.tanh() * 2)(torch.randn(8))
+'''
+
+
+def test_a_bundle_that_loaded_stays_loaded_when_the_warmup_cannot_take_the_lock(
+    tmp_path: Path, old_bundle: Path, shared_headers_dir: Path
+) -> None:
+    """An updating session loads PATH, then finds PATH.lock held by another process for longer than
+    its lock timeout: its tests still run warm, the summary says the bundle loaded, and the lock
+    problem is reported as what it is, naming the lock and its holder."""
+    import filelock
+
+    project = make_project(tmp_path / "project", shared_headers_dir, test_chain=CHAIN_TEST,
+                           conftest=SIMPLE_WARMUP_CONFTEST)
+    bundle = tmp_path / "cache" / "x.bundle"
+    bundle.parent.mkdir()
+    shutil.copy(old_bundle, bundle)
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time, filelock; lock = filelock.FileLock(sys.argv[1]); lock.acquire(); "
+        "print('held', flush=True); time.sleep(120)"), f"{bundle}.lock"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        out = subprocess.run(pytest_args(f"--compile-cache-bundle={bundle}", "--compile-cache-update",
+                                         "--compile-cache-lock-timeout=1"), cwd=project, capture_output=True,
+                             text=True, timeout=300, env=clean_env(tmp_path / "tmp", CHAIN="0")).stdout
+    finally:
+        holder.kill()
+        holder.wait()
+    assert "1 passed" in out, out
+    assert f"bundle (main): loaded: {bundle}" in out, out
+    assert "unusable" not in out, out
+    assert any(line.startswith("PROBLEM: ") and "the warmup did not run" in line and f"{bundle}.lock" in line
+               and f"pid {holder.pid}" in line for line in out.splitlines()), out
+    assert filelock.FileLock(f"{bundle}.lock").acquire(timeout=1)

@@ -145,3 +145,24 @@ def test_a_rename_blocked_by_a_reader_on_windows_is_retried_then_reported(
     with pytest.raises(PermissionError):
         files.replace(source, target, sleep=slept.append)
     assert sum(slept) >= files.REPLACE_RETRY_SECONDS
+
+
+def test_a_writer_killed_mid_write_leaves_nothing_after_the_next_update(tmp_path: Path) -> None:
+    """kill -9 while the bundle's temporary file is being written: the next writer of PATH (under
+    its lock, so no other writer can be in flight) removes what the dead one left."""
+    path = _bundle(tmp_path / "cache.bundle", b"old payload")
+    code = (
+        "import sys, time; from pathlib import Path; from pytest_compilecache import files\n"
+        "def chunks():\n    yield b'half of a new bundle'\n    print('writing', flush=True)\n    time.sleep(60)\n"
+        f"files.write_atomic(Path({str(path)!r}), chunks())\n"
+    )
+    writer = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert writer.stdout is not None and writer.stdout.readline().strip() == "writing"
+    writer.kill()
+    writer.wait()
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    assert leftovers, "the killed writer should have left its temporary file"
+
+    BundleStore(path, lock_timeout=5).add([make_entry({**ENV, "device": "other"}, b"new", {})])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache.bundle", "cache.bundle.lock"]
+    assert len(read_manifest(path).entries) == 2
