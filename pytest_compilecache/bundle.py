@@ -13,7 +13,10 @@ The manifest is ``{"format": 1, "entries": [ENTRY, ...]}``; each ENTRY is ``{"en
 how long the session that first built the entry spent compiling. An entry may also carry compiled
 C++ binaries, which Mega-Cache leaves out: ``"binaries": {"offset", "size", "sha256", "builds",
 "files"}`` (see :mod:`.binaries`), a second blob after its payload; a reader that does not know the
-key ignores it. The manifest can be read without reading any payload, and every checksum is checked
+key ignores it. An entry may also carry a key index (see :mod:`.keyindex`: what torch built each
+artifact key from, and when each artifact was last used): ``"index": {"offset", "size", "sha256"}``,
+a compressed blob after the binaries; it serves explanations and pruning, never torch, and an
+unreadable one loses only those. The manifest can be read without reading any payload, and every checksum is checked
 before any byte reaches torch. This module never imports torch.
 """
 
@@ -32,6 +35,7 @@ from typing import Any, BinaryIO, Mapping
 
 from . import files, signing
 from .binaries import CarriedBinaries, check_section, unpack
+from .keyindex import KeyIndex, KeyIndexError
 
 MAGIC = b"PYTEST-COMPILECACHE-BUNDLE\n"
 FORMAT = 1
@@ -64,6 +68,23 @@ class Entry:
     binaries: CarriedBinaries | None = None
     binaries_section: dict[str, Any] | None = None
     signature: str = ""
+    index: KeyIndex | None = None
+    index_section: dict[str, Any] | None = None
+    #: Read from a bundle file (its signature, if any, is what vouches for it), not made in this process.
+    from_file: bool = False
+    _index_blob: bytes | None = field(default=None, repr=False)
+    _binaries_blob: bytes | None = field(default=None, repr=False)
+
+    def vouched(self, secret: bytes) -> str:
+        """``""`` when this entry may be signed with ``secret``: made here, or read with a valid signature;
+        otherwise why not (``unsigned``, ``signature does not match``)."""
+        return "" if not self.from_file else signing.check(self.describe(), self.binaries_section, self.signature, secret)
+
+    def index_blob(self) -> bytes | None:
+        """The key index as stored: as read from the bundle, or packed from :attr:`index`."""
+        if self._index_blob is None and self.index is not None:
+            self._index_blob = self.index.pack()
+        return self._index_blob
 
     def describe(self) -> dict[str, Any]:
         """The manifest form of this entry (without its place in the file)."""
@@ -75,7 +96,16 @@ class Entry:
             "size": self.size,
             "sha256": self.sha256,
             "artifacts": self.artifacts,
+            **self._index_description(),
         }
+
+    def _index_description(self) -> dict[str, Any]:
+        blob = self.index_blob()
+        if blob is not None:
+            return {"index": {"size": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}}
+        if self.index_section is not None:
+            return {"index": {k: self.index_section[k] for k in ("size", "sha256")}}
+        return {}
 
 
 @dataclass
@@ -159,14 +189,44 @@ class Bundle:
             raise BundleError(f"{self.path}: corrupt: the binaries for {env_label(entry.env)} fail their checksum")
         carried, problems = unpack(blob, section)
         entry.binaries = carried
+        entry._binaries_blob = blob
         return carried, [f"{self.path}: {p}" for p in problems]
 
+    def key_index(self, entry: Entry) -> tuple[KeyIndex | None, str]:
+        """The entry's key index (``None`` when it has none or it is unusable) and the problem, if any.
+
+        A key index that fails its checksum or is malformed is a problem for explanations and pruning
+        only; the entry's artifacts stay usable. Raises :class:`BundleError` if the file cannot be read.
+        """
+        section = entry.index_section
+        if entry.index is not None or section is None:
+            return entry.index, ""
+        if self._file is None:
+            raise BundleError(f"{self.path}: the bundle was closed before the key index for {env_label(entry.env)} was read")
+        try:
+            self._file.seek(self._start + section["offset"])
+            blob = self._file.read(section["size"])
+        except OSError as exc:
+            raise BundleError(f"{self.path}: cannot read: {exc.strerror or exc}") from None
+        where = f"{self.path}: the key index of {env_label(entry.env)}"
+        if len(blob) != section["size"] or hashlib.sha256(blob).hexdigest() != section["sha256"]:
+            entry.index_section = None
+            return None, f"{where} fails its checksum; misses cannot be explained from it"
+        try:
+            entry.index = KeyIndex.unpack(blob)
+        except KeyIndexError as exc:
+            entry.index_section = None
+            return None, f"{where} is unusable ({exc}); misses cannot be explained from it"
+        entry._index_blob = blob
+        return entry.index, ""
+
     def read_all(self) -> None:
-        """Read and check every payload (and carried binaries) now, then close the file."""
+        """Read and check every payload (carried binaries, key index) now, then close the file."""
         try:
             for entry in self.entries:
                 self.payload(entry)
                 self.carried(entry)
+                self.key_index(entry)
         finally:
             self.close()
 
@@ -240,6 +300,12 @@ def _entry(raw: Any) -> Entry:
     signature = raw.get("signature", "")
     if not isinstance(signature, str):
         raise TypeError("signature must be a string")
+    index = raw.get("index")
+    if index is not None:
+        if not isinstance(index, dict) or not isinstance(index.get("sha256"), str) or not all(
+                isinstance(index.get(k), int) and not isinstance(index.get(k), bool) and index[k] >= 0
+                for k in ("offset", "size")):
+            raise TypeError("index must hold a non-negative offset and size and a sha256")
     return Entry(
         env={str(k): str(v) for k, v in env.items()},
         artifacts=artifacts,
@@ -251,6 +317,8 @@ def _entry(raw: Any) -> Entry:
         history=dict(history),
         binaries_section=binaries,
         signature=signature,
+        index_section=index,
+        from_file=True,
     )
 
 
@@ -317,6 +385,9 @@ def _parse(f: BinaryIO, path: Path) -> Bundle:
         section = e.binaries_section
         if section is not None and start + section["offset"] + section["size"] > end:
             raise BundleError(f"{path}: truncated: the binaries for {env_label(e.env)} lie past the end of the file")
+        index = e.index_section
+        if index is not None and start + index["offset"] + index["size"] > end:
+            raise BundleError(f"{path}: truncated: the key index for {env_label(e.env)} lies past the end of the file")
     return Bundle(path, entries, f, start)
 
 
@@ -326,6 +397,7 @@ def make_entry(
     artifacts: dict[str, dict[str, int]],
     created: float = 0.0,
     binaries: CarriedBinaries | None = None,
+    index: KeyIndex | None = None,
 ) -> Entry:
     """A new entry for ``payload`` (and the compiled binaries it carries), stamped now."""
     now = time.time()
@@ -338,6 +410,7 @@ def make_entry(
         sha256=hashlib.sha256(payload).hexdigest(),
         size=len(payload),
         binaries=binaries if binaries else None,
+        index=index if index else None,
     )
 
 
@@ -345,13 +418,16 @@ def write_bundle(bundle: Bundle) -> int:
     """Write ``bundle`` atomically: a temporary file beside it, fsynced, then renamed into place.
 
     Every entry's payload is read (and checked) before anything is written. Returns the file size.
-    Readers see the old file or the new one, never a half-written one.
+    Readers see the old file or the new one, never a half-written one. With the signing key set, an
+    entry is signed only if it was made in this process or read with a valid signature; any other
+    keeps the signature it had (or none), so a write never vouches for what it did not check.
     """
     path = bundle.path
     secret = signing.key()
     blobs: list[bytes] = []
     offset = 0
     described = []
+    placed = []
     for entry in bundle.entries:
         data = bundle.payload(entry)
         description = {**entry.describe(), "offset": offset}
@@ -359,18 +435,37 @@ def write_bundle(bundle: Bundle) -> int:
         offset += len(data)
         carried, _ = bundle.carried(entry)
         section = None
-        if carried:
+        if entry._binaries_blob is not None and entry.binaries_section is not None:
+            blob = entry._binaries_blob
+            section = {k: v for k, v in entry.binaries_section.items() if k != "offset"}
+        elif carried:
             blob, section = carried.pack()
+        if section is not None:
             description["binaries"] = {**section, "offset": offset}
             blobs.append(blob)
             offset += len(blob)
-        signature = signing.sign(entry.describe(), section, secret) if secret else entry.signature
+        bundle.key_index(entry)
+        index = entry.index_blob()
+        if index is not None:
+            description["index"] = {**description["index"], "offset": offset}
+            blobs.append(index)
+            offset += len(index)
+        else:
+            description.pop("index", None)
+        sign = secret is not None and not entry.vouched(secret)
+        signature = signing.sign(entry.describe(), section, secret) if sign and secret else entry.signature
         if signature:
             description["signature"] = signature
         described.append(description)
+        placed.append((entry, signature, description))
     manifest = json.dumps({"format": FORMAT, "entries": described}, indent=1, sort_keys=True).encode()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        return files.write_atomic(path, [MAGIC, b"%d\n" % len(manifest), manifest, *blobs])
+        size = files.write_atomic(path, [MAGIC, b"%d\n" % len(manifest), manifest, *blobs])
     except OSError as exc:
         raise BundleError(f"{path}: cannot write: {exc.strerror or exc}; the file there is unchanged") from None
+    for entry, signature, description in placed:
+        entry.signature = signature
+        entry.binaries_section = description.get("binaries")
+        entry.index_section = description.get("index")
+    return size

@@ -152,6 +152,8 @@ def _check_payload(bundle: Bundle, entry: Entry) -> None:
         raise UserError(str(exc)) from None
     except _torchapi.MegaCacheError as exc:
         raise UserError(f"{bundle.path}: the entry for {env_label(entry.env)}: {exc}") from None
+    except _torchapi.TorchUnavailable as exc:
+        raise UserError(str(exc)) from None
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -194,6 +196,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
                 bundle.read_all()
             except BundleError as exc:
                 raise UserError(str(exc)) from None
+            for entry in bundle.entries:
+                _check_payload(bundle, entry)
             others.extend(bundle.entries)
             count += 1
     reads_output = any(_same_file(Path(name), out) for name in args.inputs)

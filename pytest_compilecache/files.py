@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -22,7 +23,15 @@ REPLACE_RETRY_SECONDS = 2.0
 
 
 def umask() -> int:
-    """The process's umask (read without changing it for longer than a moment)."""
+    """The process's umask: read from ``/proc`` where the OS tells it, else set and restored at once
+    (which other threads could see for a moment)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
     mask = os.umask(0)
     os.umask(mask)
     return mask
@@ -67,8 +76,11 @@ def remove_leftovers(path: Path) -> list[Path]:
     ``path`` can belong to a writer still at work.
     """
     prefix, suffix = temporary_name(path)
+    exact = re.compile(re.escape(prefix) + "[a-z0-9_]{8}" + re.escape(suffix))
     removed = []
     for leftover in path.parent.glob(f"{glob.escape(prefix)}*{suffix}"):
+        if not exact.fullmatch(leftover.name):
+            continue
         try:
             leftover.unlink()
             removed.append(leftover)

@@ -402,7 +402,9 @@ class Saver:
         try:
             additions = [make_entry(env, blob, _torchapi.describe_artifacts(blob), binaries=binaries)
                          for env, blob in blobs]
-            merged = BundleStore(path, self.options.lock_timeout).add(additions, history)
+            store = BundleStore(path, self.options.lock_timeout)
+            merged = store.add(additions, history)
+            report.problems.extend(f"{path}: {why}" for why in store.dropped)
             envs = {env_id(env): env for env, _ in blobs}
             artifacts: dict[str, dict[str, int]] = {}
             for entry in (merged.find(env) for env in envs.values()):

@@ -3,7 +3,8 @@
 The key is read only from ``PYTEST_COMPILE_CACHE_KEY``: never from the command line, never written
 anywhere. The signature covers every manifest field of an entry except where it lies in the file
 (so rewriting a bundle keeps it valid): its environment, artifact counts, dates, history, the
-payload's size and SHA-256, and the carried binaries' listing and blob checksum. Since every payload
+payload's size and SHA-256, the carried binaries' listing and blob checksum, and the key index's
+size and checksum. Since every payload
 and binary is checked against those checksums before use, a valid signature vouches for the bytes
 too.
 """
@@ -29,6 +30,8 @@ def key() -> bytes | None:
 
 def _signed_fields(described: Mapping[str, Any], binaries: Mapping[str, Any] | None) -> bytes:
     fields = {k: v for k, v in described.items() if k not in ("offset", "signature", "binaries")}
+    if isinstance(fields.get("index"), Mapping):
+        fields["index"] = {k: v for k, v in fields["index"].items() if k != "offset"}
     if binaries is not None:
         fields["binaries"] = {k: v for k, v in binaries.items() if k != "offset"}
     return json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()

@@ -10,7 +10,7 @@ from typing import Callable, Iterable, Iterator, Mapping
 
 import filelock
 
-from . import _torchapi, files
+from . import _torchapi, files, signing
 from .binaries import CarriedBinaries
 from .bundle import Bundle, BundleError, Entry, env_label, make_entry, read_manifest, write_bundle
 
@@ -20,19 +20,34 @@ def env_id(env: dict[str, str]) -> str:
     return json.dumps(env, sort_keys=True)
 
 
-def union(entries: Iterable[Entry]) -> list[Entry]:
+def union(entries: Iterable[Entry], dropped: list[str] | None = None) -> list[Entry]:
     """One entry per environment holding the union of the given entries' artifacts.
 
     Artifacts are merged over (type, key, content), so guard variants kept under one key survive;
     carried binaries over (build, path). History: what an earlier entry recorded wins (it
     describes the run that first built the entry); later entries only add keys, and tests.
     Every entry's payload and binaries must already be read.
+
+    With the signing key set, an entry read without a valid signature is never merged into one
+    that will be signed: beside a vouched-for entry of its environment it is dropped (and said in
+    ``dropped``); with none, it is kept as it is, unmerged and unsigned.
     """
+    secret = signing.key()
     groups: dict[str, list[Entry]] = {}
     for entry in entries:
         groups.setdefault(env_id(entry.env), []).append(entry)
     merged = []
     for group in groups.values():
+        if secret is not None:
+            refused = [(e, why) for e in group if (why := e.vouched(secret))]
+            if len(refused) == len(group):
+                merged.extend(group)
+                continue
+            for entry, why in refused:
+                if dropped is not None:
+                    dropped.append(f"dropped a bundle entry for {env_label(entry.env)}: {why} "
+                                   f"({signing.KEY_ENV} is set); it was not merged into the signed one")
+            group = [e for e in group if not e.vouched(secret)]
         group.sort(key=lambda e: e.created or float("inf"))
         payloads = list(dict.fromkeys(e.payload for e in group if e.payload is not None))
         history: dict[str, object] = {}
@@ -66,6 +81,8 @@ class BundleStore:
         self.path = Path(path)
         self.lock_timeout = lock_timeout
         self._lock = filelock.FileLock(str(self.path) + ".lock")
+        #: What the last :meth:`add` left out (entries not vouched for), in words.
+        self.dropped: list[str] = []
 
     def read(self) -> Bundle | None:
         """The bundle as it is now (its file kept open for payload reads), or ``None`` if missing."""
@@ -128,7 +145,8 @@ class BundleStore:
             for entry in additions:
                 entry.history = {**(history or {}), **entry.history}
                 entry.created = entry.created or now
-            return union([*(current.entries if current else []), *additions])
+            self.dropped = []
+            return union([*(current.entries if current else []), *additions], self.dropped)
 
         result = self.update(change)
         assert result is not None

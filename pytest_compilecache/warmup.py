@@ -101,6 +101,8 @@ class Preparer:
             return self._warm_up_once(env, loaded) or loaded
         except BundleError as exc:
             problem = str(exc)
+        except OSError as exc:
+            problem = f"{exc.filename or self.marker.parent}: {exc.strerror or exc}"
         except _torchapi.MegaCacheError as exc:
             problem = f"{self.publish.path}: could not publish the warmup's artifacts: {exc}"
         if loaded:
@@ -221,6 +223,7 @@ class Preparer:
         carried = pooled(self.binaries.path.parent) if to_path and self.binaries is not None else None
         addition = make_entry(env, data, _torchapi.describe_artifacts(data), binaries=carried)
         published = self.publish.add([addition], {"warmup_seconds": round(seconds, 3)})
+        self.report.problems.extend(f"{self.publish.path}: {why}" for why in self.publish.dropped)
         self._write_marker(published=True)
         with published:
             entry = published.find(env)

@@ -119,8 +119,10 @@ class Seeds:
         folder.mkdir(parents=True, exist_ok=True)
         with read_manifest(real) as bundle:
             bundle.read_all()
-        entry = bundle.entries[0]
-        assert entry.payload is not None and entry.binaries, f"{real}: the real run carried no binaries"
+        read = bundle.entries[0]
+        assert read.payload is not None and read.binaries, f"{real}: the real run carried no binaries"
+        entry = make_entry(read.env, read.payload, read.artifacts, read.created, read.binaries)
+        entry.history = read.history
         part = {kind: items[:1] for kind, items in _deserialize(entry.payload).items()}
         sub = serialize(part)
         foreign = make_entry({**entry.env, "device": FOREIGN_DEVICE}, sub, _torchapi.describe_artifacts(sub),

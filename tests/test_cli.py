@@ -224,7 +224,8 @@ def test_signed_bundles(good_bundle: Path, tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setenv("PYTEST_COMPILE_CACHE_KEY", "right")
     with read_manifest(good_bundle) as bundle:
         bundle.read_all()
-    write_bundle(Bundle(signed, bundle.entries))
+    adopted = [make_entry(e.env, bundle.payload(e), e.artifacts, e.created, bundle.carried(e)[0]) for e in bundle.entries]
+    write_bundle(Bundle(signed, adopted))
     monkeypatch.delenv("PYTEST_COMPILE_CACHE_KEY")
     assert read_manifest(signed).entries[0].signature, "a bundle written with the key set is signed"
     assert "PYTEST_COMPILE_CACHE_KEY" not in signed.read_bytes().decode(errors="replace")
@@ -264,3 +265,57 @@ def test_signed_bundles(good_bundle: Path, tmp_path: Path, monkeypatch: pytest.M
     unsigned = session(good_bundle, "right")
     assert "unsigned (PYTEST_COMPILE_CACHE_KEY is set); it is not used" in unsigned.stdout, unsigned.stdout
     assert "bundles are unsigned" in session(signed, None).stdout
+
+
+def test_writing_with_the_key_never_signs_what_it_did_not_verify(
+    good_bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unsigned (or forged) entry that reaches a write made with the key set (merge, prune, an
+    updating session) is never signed: merge refuses it, prune keeps it refused, and an updating
+    session drops it instead of merging it into the entry it signs."""
+    work = tmp_path / "work"
+    work.mkdir()
+    unsigned = work / "fork.bundle"
+    shutil.copy(good_bundle, unsigned)
+
+    merged = cli_env(with_key("right"), "merge", unsigned, "-o", work / "out.bundle")
+    assert_user_error(merged, 2, str(unsigned), "unsigned")
+    assert not (work / "out.bundle").exists()
+
+    pruned = cli_env(with_key("right"), "prune", unsigned, "--drop", "device=nothing-matches")
+    assert pruned.returncode == 0, pruned.stderr
+    assert_user_error(cli_env(with_key("right"), "verify", unsigned), 1, str(unsigned), "unsigned")
+
+    (work / "test_update.py").write_text(
+        "import torch\n\ndef test_other():\n    torch.compile(lambda x: x.tan() - 1)(torch.randn(8))\n"
+    )
+    updated = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "test_update.py",
+         f"--compile-cache-bundle={unsigned}", "--compile-cache-update", f"--basetemp={work / 'base'}"],
+        cwd=work, capture_output=True, text=True, timeout=300, env=with_key("right"),
+    )
+    assert updated.returncode == 0, updated.stdout + updated.stderr
+    assert "dropped" in updated.stdout and "unsigned" in updated.stdout, updated.stdout
+    assert cli_env(with_key("right"), "verify", unsigned).returncode == 0, "the session's own entry is signed"
+    with read_manifest(unsigned) as bundle:
+        (entry,) = bundle.entries
+        assert entry.artifacts["inductor"]["count"] == 1, "only the session's own graph, not the fork's two"
+
+
+def test_a_warmup_with_the_key_set_uses_what_it_published(tmp_path: Path) -> None:
+    """The process that runs the warmup loads the entry it just signed (no 'unsigned' refusal)."""
+    (tmp_path / "conftest.py").write_text(
+        "import pytest\n\n@pytest.hookimpl(optionalhook=True)\ndef pytest_compilecache_warmup(cache):\n"
+        "    import torch\n    torch.compile(lambda x: x.sin() + 1)(torch.randn(8))\n"
+    )
+    (tmp_path / "test_warm.py").write_text(
+        "import torch\n\ndef test_warm(warm_cache):\n    torch.compile(lambda x: x.sin() + 1)(torch.randn(8))\n"
+        "    warm_cache.assert_hits(fx_graph=1)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "--compile-cache-strict",
+         f"--compile-cache-bundle={tmp_path / 'w.bundle'}", f"--basetemp={tmp_path / 'base'}"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, env=with_key("right"),
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 passed" in result.stdout and "unsigned" not in result.stdout, result.stdout

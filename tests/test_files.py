@@ -166,3 +166,13 @@ def test_a_writer_killed_mid_write_leaves_nothing_after_the_next_update(tmp_path
     BundleStore(path, lock_timeout=5).add([make_entry({**ENV, "device": "other"}, b"new", {})])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache.bundle", "cache.bundle.lock"]
     assert len(read_manifest(path).entries) == 2
+
+
+def test_leftovers_of_one_bundle_never_touch_another_files_temporary(tmp_path: Path) -> None:
+    path = tmp_path / "ci.bundle"
+    mine = tmp_path / ".ci.bundle.abcd1234.tmp"
+    others = [tmp_path / ".ci.bundle.gpu.abcd1234.tmp", tmp_path / ".ci.bundle.json.x1y2z3w4.tmp"]
+    for p in [mine, *others]:
+        p.write_bytes(b"partial")
+    assert files.remove_leftovers(path) == [mine]
+    assert all(p.exists() for p in others)

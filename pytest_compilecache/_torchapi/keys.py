@@ -1,0 +1,217 @@
+"""The components of every FX graph and AOTAutograd cache key this process computes, and why its lookups missed.
+
+torch builds each key from a list of components and can print them as debug lines
+(``compiled_fx_graph_hash`` always returns them; ``autograd_cache_key`` only while its logger is at
+DEBUG). Both functions are wrapped: when a key has no entry in the current cache folder (a miss
+is coming), its components are parsed and recorded in this process's :class:`KeyIndex` (so that a
+saved bundle can carry them), and, while explaining is on, the miss is explained against the
+bundle's index and this process's earlier keys (:mod:`..explain`). A key whose folder exists
+costs one ``os.path.exists``; nothing more is done for hits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import re
+import sys
+import threading
+from collections import Counter
+from typing import Any, Callable, Iterator
+
+from ..explain import Explanation, Known, explain
+from ..keyindex import KeyIndex
+
+EXPLANATION = "explanation/"
+MISS_KIND = "miss_kind/"
+
+_LINE = re.compile(r"^\[([A-Za-z0-9]+)\] ([^\s:\[]+(?:\[[^\]]*\])?): (.*)$", re.DOTALL)
+_TRACE = re.compile(r'File "([^"]+)", line \d+, in (\S+)')
+
+_lock = threading.RLock()
+_recorded = KeyIndex()
+_counts: Counter[str] = Counter()
+_explaining = 0
+_bundle: Known | None = None
+_cannot = ""
+_installed = False
+
+
+def install() -> None:
+    """Wrap torch's two key functions (idempotent); a torch without them records nothing."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    import importlib
+
+    try:
+        codecache = importlib.import_module("torch._inductor.codecache")
+    except ImportError:
+        return
+    _recorded.torch = str(getattr(sys.modules.get("torch"), "__version__", ""))
+    fx_hash = getattr(codecache, "compiled_fx_graph_hash", None)
+    fx_cache = getattr(codecache, "FxGraphCache", None)
+    if callable(fx_hash) and not getattr(fx_hash, "_compilecache", False):
+        setattr(codecache, "compiled_fx_graph_hash", _wrap_fx(fx_hash, _folder_of(fx_cache)))
+    try:
+        autograd_cache = importlib.import_module("torch._functorch._aot_autograd.autograd_cache")
+    except ImportError:
+        return
+    aot_key = getattr(autograd_cache, "autograd_cache_key", None)
+    aot_cache = getattr(autograd_cache, "AOTAutogradCache", None)
+    if callable(aot_key) and not getattr(aot_key, "_compilecache", False):
+        logger = logging.getLogger(autograd_cache.__name__)
+        setattr(autograd_cache, "autograd_cache_key", _wrap_aot(aot_key, _folder_of(aot_cache), logger))
+
+
+def _folder_of(cache_class: Any) -> Callable[[str], str | None]:
+    finder = getattr(cache_class, "_get_tmp_dir_for_key", None)
+
+    def folder(key: str) -> str | None:
+        try:
+            return str(finder(key)) if finder is not None else None
+        except Exception:
+            return None
+
+    return folder
+
+
+def _missing(folder: Callable[[str], str | None], key: str) -> bool:
+    """Whether the current cache folder has no entry under ``key`` (unknown counts as missing)."""
+    path = folder(key)
+    return path is None or not os.path.exists(path)
+
+
+def _wrap_fx(original: Callable[..., Any], folder: Callable[[str], str | None]) -> Callable[..., Any]:
+    def hashed(gm: Any, *args: Any, **kwargs: Any) -> Any:
+        key, lines = original(gm, *args, **kwargs)
+        with contextlib.suppress(Exception):
+            if _missing(folder, key):
+                _seen("fx_graph", key, gm, lines)
+        return key, lines
+
+    hashed._compilecache = True  # type: ignore[attr-defined]
+    return hashed
+
+
+def _wrap_aot(original: Callable[..., Any], folder: Callable[[str], str | None],
+              logger: logging.Logger) -> Callable[..., Any]:
+    def keyed(*args: Any, **kwargs: Any) -> Any:
+        key, lines = original(*args, **kwargs)
+        with contextlib.suppress(Exception):
+            if _missing(folder, key):
+                if not lines:
+                    lines = _debug_lines(original, logger, args, kwargs)
+                gm = args[0] if args else kwargs.get("mod")
+                _seen("aot_autograd", key, getattr(gm, "gm", gm), lines, _functorch_config())
+        return key, lines
+
+    keyed._compilecache = True  # type: ignore[attr-defined]
+    return keyed
+
+
+def _debug_lines(original: Callable[..., Any], logger: logging.Logger, args: Any, kwargs: Any) -> list[str]:
+    """The key's components, from torch computing the key again with its logger at DEBUG (printing nothing)."""
+    silent = logging.Filter("\0")
+    level = logger.level
+    logger.addFilter(silent)
+    logger.setLevel(logging.DEBUG)
+    try:
+        _, lines = original(*args, **kwargs)
+    finally:
+        logger.setLevel(level)
+        logger.removeFilter(silent)
+    return list(lines or [])
+
+
+def _functorch_config() -> dict[str, tuple[str, str]]:
+    """functorch's config values (hashed into AOTAutograd keys as one opaque blob), one component each."""
+    try:
+        from torch._functorch import config
+
+        values = config.save_config_portable()
+    except Exception:
+        return {}
+    out = {}
+    for name, value in values.items():
+        text = repr(value)
+        out[f"functorch_config[{name}]"] = (hashlib.sha256(text.encode()).hexdigest()[:20], text)
+    return out
+
+
+def parse(lines: list[str]) -> dict[str, tuple[str, str]]:
+    """``{component: (hash, text)}`` from torch's debug lines (``[hash] name: text``)."""
+    out = {}
+    for line in lines:
+        match = _LINE.match(str(line))
+        if match:
+            out[match.group(2)] = (match.group(1), match.group(3))
+    return out
+
+
+def code_of(gm: Any) -> str:
+    """The function Dynamo compiled, ``name (file)``, from the first node with a stack trace."""
+    graph = getattr(gm, "graph", None)
+    for node in getattr(graph, "nodes", ()):
+        trace = getattr(node, "meta", {}).get("stack_trace")
+        if trace:
+            match = _TRACE.search(trace)
+            if match:
+                return f"{match.group(2)} ({os.path.basename(match.group(1))})"
+    return "unknown code"
+
+
+def _seen(layer: str, key: str, gm: Any, lines: list[str], extra: dict[str, tuple[str, str]] | None = None) -> None:
+    """A key with no entry in the current cache folder: explain it (while explaining), then record it."""
+    components = {**parse(lines), **(extra or {})}
+    code = code_of(gm)
+    with _lock:
+        if _explaining:
+            known = [*([_bundle] if _bundle is not None else []), Known("this session's earlier compiles", _recorded)]
+            found = explain(layer, key, code, components, known, "" if _bundle is not None else _cannot)
+            _count(layer, found)
+        if components:
+            _recorded.add(key, layer, code, components)
+
+
+def _count(layer: str, found: Explanation) -> None:
+    _counts[f"{layer}.{EXPLANATION}{found.text}"] += 1
+    for kind in found.kinds:
+        _counts[f"{layer}.{MISS_KIND}{kind}"] += 1
+
+
+def counts() -> dict[str, int]:
+    """Explanations so far, as flat counts: ``<layer>.explanation/<text>`` and ``<layer>.miss_kind/<kind>``."""
+    install()
+    with _lock:
+        return dict(_counts)
+
+
+@contextlib.contextmanager
+def explaining() -> Iterator[None]:
+    """Explain every FX graph and AOTAutograd miss inside."""
+    global _explaining
+    with _lock:
+        _explaining += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _explaining -= 1
+
+
+def use_bundle_index(index: KeyIndex | None, name: str, undocumented: int = 0, cannot: str = "") -> None:
+    """Explain misses against ``index`` (the loaded bundle's), or say ``cannot`` when there is none."""
+    global _bundle, _cannot
+    with _lock:
+        _bundle = Known(name, index, undocumented) if index is not None else None
+        _cannot = cannot
+
+
+def recorded(keys: set[str] | None = None) -> KeyIndex:
+    """The components of the keys this process computed and missed (only ``keys``, if given)."""
+    with _lock:
+        return _recorded.restricted(keys) if keys is not None else KeyIndex.union([_recorded])

@@ -1,0 +1,179 @@
+"""Why a cache lookup missed: the nearest known entry for the same code, and the key components that differ, in words.
+
+An FX graph or AOTAutograd key hashes many components; a miss means at least one of them differs
+from every entry the cache holds. :func:`explain` compares the missed key's components with the
+entries a :class:`~.keyindex.KeyIndex` knows for the same code (the function Dynamo compiled), picks
+the one with the fewest differences, and names them: a config value, an input's shape, dtype, stride
+or device, the graph's nodes, the torch build, ``cache_key_tag``. This module never imports torch.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from .keyindex import KeyIndex
+
+#: Differences named one by one in an explanation; the rest are counted.
+SHOWN = 4
+_TENSOR_FIELDS = ("dtype", "shape", "stride", "device", "layout", "requires_grad", "storage_offset", "is_coalesced")
+_FIELD = re.compile(r"(\w+)=((?:torch\.Size\(\[[^\]]*\]\))|(?:\([^()]*\))|(?:device\([^()]*\))|[^,()]+)")
+_INPUT = re.compile(r"^example_inputs\[(\d+)\]$")
+_CONFIG = re.compile(r"^(inductor_config|inductor_config_comms|functorch_config)\[(.+)\]$")
+_KWARG = re.compile(r"^fx_kwargs\[(.+)\]$")
+_CODE_NOISE = re.compile(r";\s+[\w, ]+= None$")
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """One miss explained: ``text`` for people, ``kinds`` (short, countable) for the summary."""
+
+    text: str
+    kinds: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Known:
+    """A place entries are known from (the bundle, or this session's earlier compiles) and why it may be blind."""
+
+    name: str
+    index: KeyIndex
+    undocumented: int = 0
+
+
+def explain(layer: str, key: str, code: str, components: Mapping[str, tuple[str, str]],
+            known: Sequence[Known], cannot: str = "") -> Explanation:
+    """Why ``key`` (of ``layer``, compiled from ``code``) missed, against the entries ``known`` holds.
+
+    ``cannot`` is said instead when no source can explain (e.g. the bundle holds no key details).
+    """
+    where = f"{_layer_name(layer)} miss in {code or 'unknown code'}"
+    for source in known:
+        if key in source.index.keys:
+            return Explanation(f"{where}: {source.name} holds an entry with this very key, but it was not in "
+                               "the cache folder of this lookup", ("entry not in the cache folder",))
+    candidates = [(s, k) for s in known for k in s.index.of_layer(layer) if s.index.keys[k]["code"] == code]
+    if not candidates:
+        blind = [s for s in known if s.undocumented]
+        if cannot and not any(s.index.of_layer(layer) for s in known):
+            return Explanation(f"{where}: cannot explain: {cannot}", ("cannot explain",))
+        if blind:
+            names = ", ".join(f"{s.name} holds {s.undocumented} entries without key details" for s in blind)
+            return Explanation(f"{where}: cannot explain: no entry with key details for this code ({names})",
+                               ("cannot explain",))
+        return Explanation(f"{where}: no entry for this code at all (new code)", ("new code",))
+    scored = []
+    for source, other in candidates:
+        theirs = source.index.components(other)
+        scored.append((len(_differing(theirs, components)), source.name, other, theirs))
+    _, source_name, nearest, theirs = min(scored, key=lambda s: s[0])
+    reasons = _reasons(theirs, components)
+    shown = reasons[:SHOWN]
+    more = f"; and {len(reasons) - SHOWN} more differences" if len(reasons) > SHOWN else ""
+    text = (f"{where}: nearest entry in {source_name} ({nearest[:12]}...) differs: "
+            + "; ".join(r.text for r in shown) + more)
+    kinds = tuple(dict.fromkeys(k for r in reasons for k in r.kinds)) or ("no component differs",)
+    return Explanation(text, kinds)
+
+
+def _layer_name(layer: str) -> str:
+    return {"fx_graph": "FX graph", "aot_autograd": "AOTAutograd"}.get(layer, layer)
+
+
+def _differing(theirs: Mapping[str, tuple[str, str]], ours: Mapping[str, tuple[str, str]]) -> list[str]:
+    names = list(ours) + [n for n in theirs if n not in ours]
+    return [n for n in names if theirs.get(n, ("", ""))[0] != ours.get(n, ("", ""))[0]]
+
+
+def _reasons(theirs: Mapping[str, tuple[str, str]], ours: Mapping[str, tuple[str, str]]) -> list[Explanation]:
+    names = _differing(theirs, ours)
+    if any(n.startswith("functorch_config[") for n in names):
+        names = [n for n in names if n != "autograd_config"]
+    inputs = [n for n in names if _INPUT.match(n)]
+    out = [_reason(n, theirs.get(n), ours.get(n)) for n in names if not _INPUT.match(n)]
+    if inputs:
+        out.insert(0, _inputs(inputs, theirs, ours))
+    graph = [r for r in out if "graph changed" in r.kinds]
+    return graph + [r for r in out if "graph changed" not in r.kinds]
+
+
+def _value(pair: tuple[str, str] | None) -> str:
+    return "(absent)" if pair is None else pair[1]
+
+
+def _reason(name: str, theirs: tuple[str, str] | None, ours: tuple[str, str] | None) -> Explanation:
+    was, now = _value(theirs), _value(ours)
+    config = _CONFIG.match(name)
+    if config:
+        family = "functorch config" if config.group(1) == "functorch_config" else "config"
+        return Explanation(f"{family} `{config.group(2)}` changed (was {was}, now {now})",
+                           (f"{family} `{config.group(2)}` changed",))
+    kwarg = _KWARG.match(name)
+    if kwarg:
+        return Explanation(f"compile option `{kwarg.group(1)}` changed (was {was}, now {now})",
+                           (f"compile option `{kwarg.group(1)}` changed",))
+    if name == "gm":
+        return Explanation(f"the graph changed ({_graph_diff(was, now)})", ("graph changed",))
+    if name == "torch_version":
+        return Explanation("the torch build differs (torch hashes its own source files into every key)",
+                           ("torch build changed",))
+    if name.startswith("system_info"):
+        return Explanation("torch, Triton, CUDA or GPU versions differ (system_info)",
+                           ("torch/Triton/CUDA/GPU version changed",))
+    if name == "cache_key_tag":
+        return Explanation(f"cache_key_tag changed (was {was!r}, now {now!r})", ("cache_key_tag changed",))
+    return Explanation(f"`{name}` changed (was {_brief(was)}, now {_brief(now)})", (f"`{name}` changed",))
+
+
+def _brief(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _tensor(text: str) -> dict[str, str]:
+    return {m.group(1): m.group(2).strip() for m in _FIELD.finditer(text)}
+
+
+def _inputs(names: list[str], theirs: Mapping[str, tuple[str, str]], ours: Mapping[str, tuple[str, str]]) -> Explanation:
+    count_then = sum(1 for n in theirs if _INPUT.match(n))
+    count_now = sum(1 for n in ours if _INPUT.match(n))
+    if count_then != count_now:
+        return Explanation(f"the graph takes {count_now} inputs, the entry {count_then}", ("inputs changed",))
+    parts, kinds = [], []
+    for name in sorted(names, key=lambda n: int(_INPUT.match(n).group(1))):  # type: ignore[union-attr]
+        index = _INPUT.match(name).group(1)  # type: ignore[union-attr]
+        was, now = _tensor(_value(theirs.get(name))), _tensor(_value(ours.get(name)))
+        fields = [f for f in _TENSOR_FIELDS if was.get(f) != now.get(f) and (f in was or f in now)]
+        if not fields:
+            parts.append(f"input {index} (was {_brief(_value(theirs.get(name)))}, now {_brief(_value(ours.get(name)))})")
+            kinds.append("input changed")
+            continue
+        for f in fields:
+            parts.append(f"input {index} {f} {_plain(was.get(f, '?'))} -> {_plain(now.get(f, '?'))}")
+            kinds.append(f"input {f}s changed" if not f.endswith("s") else f"input {f} changed")
+    return Explanation("; ".join(parts), tuple(dict.fromkeys(kinds)))
+
+
+def _plain(value: str) -> str:
+    match = re.match(r"torch\.Size\((\[.*\])\)", value)
+    return match.group(1) if match else value
+
+
+def _graph_lines(text: str) -> list[str]:
+    lines = [line.strip() for line in text.replace("\\n", "\n").splitlines()]
+    return [_CODE_NOISE.sub("", line) for line in lines if "=" in line and not line.startswith(("def ", "return"))]
+
+
+def _graph_diff(was: str, now: str) -> str:
+    before, after = _graph_lines(was), _graph_lines(now)
+    gone = [line[2:] for line in difflib.ndiff(before, after) if line.startswith("- ")]
+    new = [line[2:] for line in difflib.ndiff(before, after) if line.startswith("+ ")]
+    parts = []
+    if gone:
+        parts.append("only in the entry: " + ", ".join(f"`{_brief(g, 80)}`" for g in gone[:2])
+                     + (f" and {len(gone) - 2} more" if len(gone) > 2 else ""))
+    if new:
+        parts.append("only now: " + ", ".join(f"`{_brief(n, 80)}`" for n in new[:2])
+                     + (f" and {len(new) - 2} more" if len(new) > 2 else ""))
+    return "; ".join(parts) or "the same nodes, other details"

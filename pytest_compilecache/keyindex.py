@@ -1,0 +1,208 @@
+"""What a bundle knows about each artifact key: the components torch built the key from, and when it was last used.
+
+torch computes an FX graph or AOTAutograd cache key by hashing a list of components (the graph, each
+input's metadata, every Inductor and functorch config value, the torch build, ...). A
+:class:`KeyIndex` keeps those components per key, ``name -> (hash, text)``, so that a later miss can
+be compared with what the bundle holds (see :mod:`.explain`). Config values are the bulk of every
+key and nearly always the same, so each distinct set of them is stored once and keys refer to it.
+
+The index also records usage: the times of the updating runs that wrote the entry, and per artifact
+the last of them that used it, so that unused artifacts can be dropped (``compile_cache_max_unused_runs``,
+``prune --max-size``). It travels as an optional, zlib-compressed JSON section of a bundle entry.
+This module never imports torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+FORMAT = 1
+#: Components whose names start so are config values, stored once per distinct set.
+CONFIG_PREFIXES = ("inductor_config[", "inductor_config_comms[", "functorch_config[")
+#: Longest text kept for one component (a graph's code gets more, for showing which nodes differ).
+MAX_TEXT = 2000
+MAX_GRAPH_TEXT = 30000
+#: How many updating runs are remembered per entry.
+MAX_RUNS = 200
+#: Largest index accepted when decompressed (a bomb is refused, not inflated).
+MAX_UNPACKED = 256 * 1024 * 1024
+
+Components = Mapping[str, "tuple[str, str] | list[str]"]
+
+
+class KeyIndexError(ValueError):
+    """A bundle's key index is malformed; the entry's artifacts stay usable, only explanations are lost."""
+
+
+def clip(name: str, text: str) -> str:
+    """``text`` cut to the length kept for the component ``name``."""
+    limit = MAX_GRAPH_TEXT if name == "gm" else MAX_TEXT
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def artifact_id(kind: str, key: str) -> str:
+    """How an artifact is named in usage records: ``<artifact type>/<key>``."""
+    return f"{kind}/{key}"
+
+
+@dataclass
+class KeyIndex:
+    """Key components per artifact key, config sets stored once, and usage."""
+
+    torch: str = ""
+    configs: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    keys: dict[str, dict[str, Any]] = field(default_factory=dict)
+    runs: list[float] = field(default_factory=list)
+    used: dict[str, float] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.keys or self.runs or self.used)
+
+    def add(self, key: str, layer: str, code: str, components: Components) -> None:
+        """Record the components of ``key`` (a key already recorded is kept as it was)."""
+        if key in self.keys:
+            return
+        config = {n: [str(v[0]), clip(n, str(v[1]))] for n, v in components.items() if n.startswith(CONFIG_PREFIXES)}
+        rest = {n: [str(v[0]), clip(n, str(v[1]))] for n, v in components.items() if not n.startswith(CONFIG_PREFIXES)}
+        cid = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+        self.configs.setdefault(cid, config)
+        self.keys[key] = {"layer": layer, "code": code, "config": cid, "components": rest}
+
+    def components(self, key: str) -> dict[str, tuple[str, str]]:
+        """Every component of ``key``: its own and its config set's."""
+        record = self.keys[key]
+        both = {**self.configs.get(record["config"], {}), **record["components"]}
+        return {n: (v[0], v[1]) for n, v in both.items()}
+
+    def of_layer(self, layer: str) -> list[str]:
+        """The keys recorded for ``layer``."""
+        return [k for k, r in self.keys.items() if r["layer"] == layer]
+
+    def restricted(self, keys: Iterable[str]) -> "KeyIndex":
+        """A copy holding only ``keys`` (and the config sets they use); usage kept for the artifacts of those keys."""
+        wanted = set(keys)
+        kept = {k: r for k, r in self.keys.items() if k in wanted}
+        configs = {c: v for c, v in self.configs.items() if c in {r["config"] for r in kept.values()}}
+        used = {a: t for a, t in self.used.items() if a.split("/", 1)[-1] in wanted}
+        return KeyIndex(self.torch, configs, kept, list(self.runs), used)
+
+    def note_run(self, when: float, used: Iterable[str]) -> None:
+        """An updating run at ``when`` used the artifacts ``used`` (as :func:`artifact_id` names them)."""
+        if when not in self.runs:
+            self.runs = sorted([*self.runs, when])[-MAX_RUNS:]
+        for name in used:
+            self.used[name] = max(self.used.get(name, 0.0), when)
+
+    def unused_for(self, runs: int, artifacts: Iterable[str]) -> set[str]:
+        """Those of ``artifacts`` that none of the last ``runs`` updating runs used.
+
+        An artifact with no usage record counts as used when recording began (the first run noted),
+        so a bundle written before usage was recorded loses nothing at once.
+        """
+        if runs <= 0 or len(self.runs) < runs:
+            return set()
+        since = self.runs[-runs]
+        first = self.runs[0]
+        return {a for a in artifacts if self.used.get(a, first) < since}
+
+    @staticmethod
+    def union(parts: Iterable["KeyIndex"]) -> "KeyIndex":
+        """All keys, config sets and runs of ``parts``; for each artifact its latest use. Earlier parts win on a key."""
+        out = KeyIndex()
+        for part in parts:
+            out.torch = out.torch or part.torch
+            for cid, config in part.configs.items():
+                out.configs.setdefault(cid, config)
+            for key, record in part.keys.items():
+                out.keys.setdefault(key, record)
+            out.runs = sorted(set(out.runs) | set(part.runs))[-MAX_RUNS:]
+            for name, when in part.used.items():
+                out.used[name] = max(out.used.get(name, 0.0), when)
+        return out
+
+    def pack(self) -> bytes:
+        """The compressed form stored in a bundle."""
+        data = {"format": FORMAT, "torch": self.torch, "configs": self.configs, "keys": self.keys,
+                "runs": self.runs, "used": self.used}
+        return zlib.compress(json.dumps(data, sort_keys=True, separators=(",", ":")).encode(), 6)
+
+    @classmethod
+    def unpack(cls, blob: bytes) -> "KeyIndex":
+        """The inverse of :meth:`pack`; raises :class:`KeyIndexError` on anything malformed."""
+        try:
+            inflater = zlib.decompressobj()
+            raw = inflater.decompress(blob, MAX_UNPACKED)
+            if inflater.unconsumed_tail:
+                raise KeyIndexError(f"the key index is larger than {MAX_UNPACKED} bytes unpacked")
+            data = json.loads(raw.decode("utf-8"))
+        except (zlib.error, UnicodeDecodeError, ValueError, RecursionError) as exc:
+            if isinstance(exc, KeyIndexError):
+                raise
+            raise KeyIndexError("the key index is not valid compressed JSON") from None
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise KeyIndexError(f"the key index has an unknown format ({_short(data.get('format') if isinstance(data, dict) else data)})")
+        try:
+            return cls(
+                torch=_str(data.get("torch", "")),
+                configs={_str(c): _components(v) for c, v in _dict(data.get("configs", {})).items()},
+                keys={_str(k): _record(r) for k, r in _dict(data.get("keys", {})).items()},
+                runs=sorted(_number(t) for t in _list(data.get("runs", [])))[-MAX_RUNS:],
+                used={_str(a): _number(t) for a, t in _dict(data.get("used", {})).items()},
+            )
+        except TypeError as exc:
+            raise KeyIndexError(f"the key index is malformed: {exc}") from None
+
+
+def _short(value: Any) -> str:
+    return repr(value)[:40]
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {_short(value)}")
+    return value
+
+
+def _dict(value: Any) -> dict[Any, Any]:
+    if not isinstance(value, dict):
+        raise TypeError(f"expected an object, got {_short(value)}")
+    return value
+
+
+def _list(value: Any) -> list[Any]:
+    if not isinstance(value, list):
+        raise TypeError(f"expected a list, got {_short(value)}")
+    return value
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"expected a number, got {_short(value)}")
+    try:
+        number = float(value)
+    except OverflowError:
+        raise TypeError(f"expected a finite number, got {_short(value)}") from None
+    if not math.isfinite(number):
+        raise TypeError(f"expected a finite number, got {_short(value)}")
+    return number
+
+
+def _components(value: Any) -> dict[str, list[str]]:
+    out = {}
+    for name, pair in _dict(value).items():
+        pair = _list(pair)
+        if len(pair) != 2:
+            raise TypeError(f"component {_short(name)} must be [hash, text]")
+        out[_str(name)] = [_str(pair[0]), _str(pair[1])]
+    return out
+
+
+def _record(value: Any) -> dict[str, Any]:
+    record = _dict(value)
+    return {"layer": _str(record.get("layer")), "code": _str(record.get("code", "")),
+            "config": _str(record.get("config", "")), "components": _components(record.get("components", {}))}
