@@ -80,6 +80,11 @@ class Entry:
         otherwise why not (``unsigned``, ``signature does not match``)."""
         return "" if not self.from_file else signing.check(self.describe(), self.binaries_section, self.signature, secret)
 
+    def reset_index(self) -> None:
+        """Forget the packed key index after :attr:`index` changed."""
+        self._index_blob = None
+        self.index_section = None
+
     def index_blob(self) -> bytes | None:
         """The key index as stored: as read from the bundle, or packed from :attr:`index`."""
         if self._index_blob is None and self.index is not None:

@@ -20,9 +20,11 @@ class CompileCache:
     active. :attr:`stats` counts from entry.
     """
 
-    def __init__(self, path: Path, process_dir: Path, headers_dir: Path, kind: str = "cold") -> None:
+    def __init__(self, path: Path, process_dir: Path, headers_dir: Path, kind: str = "cold",
+                 explain: bool = False) -> None:
         self.path = Path(path)
         self.kind = kind
+        self.explain = explain or kind == "warm"
         self._process_dir = process_dir
         self._headers_dir = headers_dir
         self._stack: ExitStack | None = None
@@ -46,6 +48,8 @@ class CompileCache:
             stack.callback(_torchapi.reset_in_memory)
             _torchapi.reset_in_memory()
             self._bypass = stack.enter_context(_torchapi.record_bypass_reasons())
+            if self.explain:
+                stack.enter_context(_torchapi.explaining())
             self.restart_counting()
             self._stack = stack.pop_all()
         return self
@@ -153,6 +157,7 @@ class CompileCache:
 def failure_message(kind: str, expected: Mapping[str, int], stats: CacheStats, wrong: list[str]) -> str:
     """The text of a failed ``assert_<kind>``: what differs, every layer side by side, and warnings."""
     lines = [f"compile cache {kind} differ: " + "; ".join(wrong), stats.table(expected, kind)]
+    lines.extend(stats.explanations(list(expected)))
     disabled = disabled_caches()
     if disabled:
         lines.append("  note: cache assertions are meaningless here:")

@@ -54,6 +54,9 @@ class Options:
     isolation: Isolation = Isolation.OFF
     bundle: Path | None = None
     update: bool = False
+    rebuild: bool = False
+    explain: bool = False
+    max_unused_runs: int = 0
     strict: bool = False
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT
     report: Path | None = None
@@ -104,10 +107,19 @@ class Options:
         if lock_timeout < 0:
             raise pytest.UsageError(f"compile_cache_lock_timeout must not be negative, got {lock_timeout:g}")
         home = path("compile_cache_home") or user_cache_dir()
+        unused = str(pick("compile_cache_max_unused_runs")[0] or "0").strip()
+        if not unused.isdigit():
+            raise pytest.UsageError(
+                f"compile_cache_max_unused_runs must be a whole number of updating runs (0: keep everything), "
+                f"not {unused!r}")
+        rebuild = _bool(pick("compile_cache_rebuild")[0])
         return cls(
             isolation=_ISOLATION_WORDS[word],
             bundle=path("compile_cache_bundle", BUNDLE_ENV),
-            update=_bool(pick("compile_cache_update")[0]),
+            update=_bool(pick("compile_cache_update")[0]) or rebuild,
+            rebuild=rebuild,
+            explain=_bool(pick("compile_cache_explain")[0]),
+            max_unused_runs=int(unused),
             strict=_bool(pick("compile_cache_strict")[0]),
             lock_timeout=lock_timeout,
             report=path("compile_cache_report"),
@@ -131,10 +143,17 @@ def add_options(parser: pytest.Parser) -> None:
     option("compile-cache-bundle", f"Mega-Cache bundle to load at session start and save at the end "
            f"(env: {BUNDLE_ENV}; an ini path is relative to the ini file)", metavar="PATH")
     option("compile-cache-update", "merge this session's artifacts into an existing bundle", action="store_true")
+    option("compile-cache-rebuild", "ignore what the bundle at PATH holds for this machine and write a fresh "
+           "entry for it (other machines' entries are kept)", action="store_true")
+    option("compile-cache-explain", "explain every FX graph and AOTAutograd miss in every cold_cache and "
+           "warm_cache test (warm_cache always explains its misses)", action="store_true")
     option("compile-cache-strict", "fail the session when the bundle cannot be loaded, warmed up or saved",
            action="store_true")
     option("compile-cache-lock-timeout", "seconds to wait for the bundle lock (default 900)", metavar="SECONDS")
     option("compile-cache-report", "write per-test and total cache counts as JSON to FILE", metavar="FILE")
+    parser.addini("compile_cache_max_unused_runs", type="string",
+                  help="with --compile-cache-update: drop artifacts that none of the last N updating runs "
+                       "used (default 0: keep everything)")
     parser.addini("compile_cache_home", type="string",
                   help="per-user folder for precompiled C++ headers and per-worker caches "
                        "(default: the platform's user cache folder, e.g. ~/.cache/pytest-compilecache)")

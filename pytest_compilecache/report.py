@@ -25,6 +25,7 @@ class Status(enum.Enum):
     MISSING = "missing"
     INCOMPATIBLE = "incompatible"
     UNUSABLE = "unusable"
+    IGNORED = "ignored"
     NOT_A_BUNDLE = "not a bundle"
     WARMUP_FAILED = "warmup failed"
 
@@ -53,6 +54,7 @@ class ProcessReport:
     warmup_stats: dict[str, Any] | None = None
     warmup_error: str | None = None
     artifacts_file: str | None = None
+    index_file: str | None = None
     env: dict[str, str] | None = None
     history: dict[str, Any] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
@@ -84,6 +86,8 @@ class SaveResult:
     artifacts: dict[str, dict[str, int]] = field(default_factory=dict)
     bytes: int = 0
     seconds: float = 0.0
+    #: ``{artifact type: count}`` dropped because none of the last updating runs used them.
+    dropped_unused: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form; empty when nothing was asked."""
@@ -91,7 +95,8 @@ class SaveResult:
             return {}
         data: dict[str, Any] = {"status": self.status.value}
         if self.status is SaveStatus.SAVED:
-            data.update(path=self.path, artifacts=self.artifacts, bytes=self.bytes, seconds=self.seconds)
+            data.update(path=self.path, artifacts=self.artifacts, bytes=self.bytes, seconds=self.seconds,
+                        dropped_unused=self.dropped_unused)
         else:
             data["reason"] = self.reason
         return data
@@ -154,14 +159,31 @@ class SessionReport:
 
     def _tests_json(self) -> dict[str, dict[str, Any]]:
         built = self.built_tests()
-        return {n: {**stats, "built_compile_seconds": built[n]} if n in built else stats
-                for n, stats in self.tests.items()}
+        out = {}
+        for nodeid, stats in self.tests.items():
+            if nodeid in built:
+                now = float(stats.get("compile_seconds", 0.0))
+                stats = {**stats, "built_compile_seconds": built[nodeid],
+                         "compile_seconds_saved": round(built[nodeid] - now, 4)}
+            out[nodeid] = stats
+        return out
+
+    def _totals_json(self) -> dict[str, Any]:
+        totals: dict[str, Any] = {**(self.totals or CacheStats()).to_dict(),
+                                  "compile_seconds": round(self.compile_seconds, 3)}
+        compared = self.compared_with_build()
+        if compared is not None:
+            now, then, count = compared
+            totals["compared_with_build"] = {"tests": count, "compile_seconds": round(now, 3),
+                                             "built_compile_seconds": round(then, 3),
+                                             "compile_seconds_saved": round(then - now, 3)}
+        return totals
 
     def to_json(self) -> dict[str, Any]:
         """The ``--compile-cache-report`` document (format 1)."""
         return {
             "format": REPORT_FORMAT,
-            "totals": {**(self.totals or CacheStats()).to_dict(), "compile_seconds": round(self.compile_seconds, 3)},
+            "totals": self._totals_json(),
             "tests": self._tests_json(),
             "bundle": {
                 "path": self.bundle_path,
@@ -188,7 +210,8 @@ def _compile_time_line(report: SessionReport) -> list[str]:
         warmup_then = next((float(p.history["warmup_seconds"]) for p in _loading_processes(report)
                             if isinstance(p.history.get("warmup_seconds"), (int, float))), 0.0)
         plus = f", plus {warmup_then:.1f} s in its warmup" if warmup_then else ""
-        lines.append(f"  the same {count} tests in the run that built the bundle: {then:.1f} s{ratio}{plus}")
+        saved = f"; {then - now:.1f} s less now" if then > now else f"; {now - then:.1f} s MORE now"
+        lines.append(f"  the same {count} tests in the run that built the bundle: {then:.1f} s{ratio}{plus}{saved}")
     return lines
 
 
@@ -209,6 +232,22 @@ def _dynamo_lines(totals: CacheStats) -> list[str]:
     return lines
 
 
+def _explained_lines(totals: CacheStats | None) -> list[str]:
+    """Explained misses per layer, by kind, and the first few explanations (all in the JSON report)."""
+    if totals is None:
+        return []
+    layers = [s for s in totals if s.observable and s.explained]
+    if not layers:
+        return []
+    lines = ["misses explained (the nearest known entry for the same code, and what differs):"]
+    for layer in layers:
+        lines.append(f"  {layer.explained_summary()}")
+        lines.extend(f"    {text}" for text in layer.explanations[:SUMMARY_REASONS])
+        if len(layer.explanations) > SUMMARY_REASONS:
+            lines.append(f"    ... and {len(layer.explanations) - SUMMARY_REASONS} more, per test in --compile-cache-report")
+    return lines
+
+
 def _loading_processes(report: SessionReport) -> list[ProcessReport]:
     """The processes that loaded a bundle."""
     return [p for p in report.processes if p.status is Status.LOADED]
@@ -220,6 +259,7 @@ def summary_lines(report: SessionReport) -> list[str]:
     lines.append((report.totals or CacheStats()).table())
     if report.totals is not None:
         lines.extend(_dynamo_lines(report.totals))
+    lines.extend(_explained_lines(report.totals))
     lines.extend(_compile_time_line(report))
     for process in report.processes:
         if process.status in (Status.UNUSED,):
@@ -241,6 +281,9 @@ def summary_lines(report: SessionReport) -> list[str]:
     if saved.status is SaveStatus.SAVED:
         arts = ", ".join(f"{v['count']} {k}" for k, v in saved.artifacts.items())
         lines.append(f"bundle saved: {saved.path}: {arts} ({saved.bytes / 1e6:.2f} MB in {saved.seconds:.2f} s)")
+        if saved.dropped_unused:
+            gone = ", ".join(f"{n} {kind}" for kind, n in saved.dropped_unused.items())
+            lines.append(f"  dropped as unused in the last updating runs (compile_cache_max_unused_runs): {gone}")
     elif saved.status is not SaveStatus.NOT_ASKED:
         lines.append(f"bundle {saved.status.value}: {saved.reason}")
     failure = report.warmup_failed

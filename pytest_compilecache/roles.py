@@ -28,6 +28,7 @@ from .bundle import BundleError, NotABundle, make_entry, read_manifest
 from .cache import CompileCache
 from .environment import SavedEnv, caches_disabled_by_env, point_cache_dirs_at
 from .folders import Folders, WorkerDir
+from .keyindex import KeyIndex, KeyIndexError
 from .options import Isolation, Options
 from .report import ProcessReport, SaveResult, SaveStatus, SessionReport, Status, summary_lines
 from .stats import stats_from_counts
@@ -117,11 +118,13 @@ def _from_hook(exc: BaseException, hook: Any) -> Any:
 class TestSide:
     """What a process that runs tests does: caches for fixtures, the bundle, per-test counts."""
 
-    def __init__(self, config: pytest.Config, options: Options, folders: Folders, process: str) -> None:
+    def __init__(self, config: pytest.Config, options: Options, folders: Folders, process: str,
+                 run: float) -> None:
         self.config = config
         self.options = options
         self.folders = folders
         self.process = process
+        self.run = run
         self.bundle_existed = False
         self._saved_env: SavedEnv | None = None
         self._worker_dir: WorkerDir | None = None
@@ -216,6 +219,9 @@ class TestSide:
             run_warmup=self._run_warmup if hook else None,
             process=self.process,
             binaries=self._pool,
+            run=self.run,
+            rebuild=self.options.rebuild,
+            max_unused_runs=self.options.max_unused_runs,
         )
 
     def prepare(self) -> bool:
@@ -285,7 +291,8 @@ class TestSide:
     # --- caches for tests ---
 
     def _new_cache(self, nodeid: str, kind: str) -> CompileCache:
-        return CompileCache(self.folders.for_test(nodeid), self.folders.process, self.options.headers_dir, kind)
+        return CompileCache(self.folders.for_test(nodeid), self.folders.process, self.options.headers_dir, kind,
+                            explain=self.options.explain)
 
     def open_cache(self, request: pytest.FixtureRequest, kind: str) -> Iterator[CompileCache]:
         """The body of the ``cold_cache`` / ``warm_cache`` fixtures (and of per-test isolation)."""
@@ -347,15 +354,18 @@ class TestSide:
         result["compile_seconds"] = round(_torchapi.compile_seconds() - seconds, 4)
         return result
 
-    def own_artifacts(self, report: ProcessReport) -> bytes | None:
-        """This process's recorded Mega-Cache bytes (once), when a bundle path is set."""
+    def own_artifacts(self, report: ProcessReport) -> tuple[bytes, KeyIndex] | None:
+        """This process's recorded Mega-Cache bytes (once) and what it knows of their keys, when a
+        bundle path is set."""
         if "torch._dynamo" not in sys.modules or not self.writes_bundle:
             return None
         try:
             data = _torchapi.save_artifacts()
-            if data is not None and report.env is None:
+            if data is None:
+                return None
+            if report.env is None:
                 report.env = _torchapi.environment_fingerprint()
-            return data
+            return data, _torchapi.index_for(data)
         except Exception as exc:  # torch failing to serialize must not lose the session's results
             report.problems.append(f"could not save this process's compile artifacts: {exc}")
             return None
@@ -377,12 +387,13 @@ class TestSide:
 class Saver:
     """The end of the session: merge every process's artifacts into PATH, once, under its lock."""
 
-    def __init__(self, options: Options, bundle_existed: bool, pools: Path | None = None) -> None:
+    def __init__(self, options: Options, bundle_existed: bool, run: float, pools: Path | None = None) -> None:
         self.options = options
         self.bundle_existed = bundle_existed
+        self.run = run
         self.pools = pools
 
-    def save(self, report: SessionReport, blobs: list[tuple[dict[str, str], bytes]]) -> None:
+    def save(self, report: SessionReport, blobs: list[tuple[dict[str, str], bytes, KeyIndex | None]]) -> None:
         """Fill ``report.saved``; every problem names PATH. The pooled binaries go with every entry."""
         path = self.options.bundle
         if path is None:
@@ -400,12 +411,13 @@ class Saver:
             "tests": {nodeid: stats.get("compile_seconds", 0.0) for nodeid, stats in report.tests.items()},
         }
         try:
-            additions = [make_entry(env, blob, _torchapi.describe_artifacts(blob), binaries=binaries)
-                         for env, blob in blobs]
+            additions = [make_entry(env, blob, _torchapi.describe_artifacts(blob), binaries=binaries, index=index)
+                         for env, blob, index in blobs]
             store = BundleStore(path, self.options.lock_timeout)
-            merged = store.add(additions, history)
+            merged = store.add(additions, history, run=self.run, max_unused_runs=self.options.max_unused_runs,
+                               rebuild=self.options.rebuild)
             report.problems.extend(f"{path}: {why}" for why in store.dropped)
-            envs = {env_id(env): env for env, _ in blobs}
+            envs = {env_id(env): env for env, _, _ in blobs}
             artifacts: dict[str, dict[str, int]] = {}
             for entry in (merged.find(env) for env in envs.values()):
                 kinds = dict(entry.artifacts) if entry else {}
@@ -424,7 +436,8 @@ class Saver:
             self._problem(report, str(exc) if str(path) in str(exc) else f"{path}: {exc}")
             return
         report.saved = SaveResult(SaveStatus.SAVED, path=str(path), artifacts=artifacts,
-                                  bytes=path.stat().st_size, seconds=round(time.perf_counter() - start, 3))
+                                  bytes=path.stat().st_size, seconds=round(time.perf_counter() - start, 3),
+                                  dropped_unused=dict(store.unused))
 
     @staticmethod
     def _problem(report: SessionReport, message: str) -> None:
@@ -484,7 +497,8 @@ class SingleProcess(_RunsTests):
     """A pytest run without xdist."""
 
     def __init__(self, config: pytest.Config, options: Options) -> None:
-        super().__init__(config, options, TestSide(config, options, Folders(config), "main"))
+        self.run = time.time()
+        super().__init__(config, options, TestSide(config, options, Folders(config), "main", self.run))
         self.report = SessionReport(bundle_path=str(options.bundle) if options.bundle else None)
         self.collector = Collector(options, self.report)
         at_start, existed, problem = _describe_path(options.bundle)
@@ -506,11 +520,12 @@ class SingleProcess(_RunsTests):
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         process = self.side.finish()
-        blob = self.side.own_artifacts(process)
+        own = self.side.own_artifacts(process)
         self.report.processes = [process]
         env = process.env
         pools = self.side.folders.shared / "binaries"
-        Saver(self.options, self.side.bundle_existed, pools).save(self.report, [(env, blob)] if blob and env else [])
+        Saver(self.options, self.side.bundle_existed, self.run, pools).save(
+            self.report, [(env, *own)] if own and env else [])
         _write_json(self.options.report, self.report)
         _exit_status(self.options, self.report, session)
 
@@ -526,7 +541,9 @@ class Worker(_RunsTests):
         workerinput: dict[str, Any] = config.workerinput  # type: ignore[attr-defined]
         shared = workerinput.get("compilecache_shared")
         folders = Folders(config, Path(shared) if shared else None)
-        super().__init__(config, options, TestSide(config, options, folders, str(workerinput.get("workerid", "worker"))))
+        run = float(workerinput.get("compilecache_run", time.time()))
+        super().__init__(config, options, TestSide(config, options, folders, str(workerinput.get("workerid", "worker")),
+                                                   run))
         self.side.bundle_existed = bool(workerinput.get("compilecache_bundle_existed", False))
         self.strict_failure: str | None = None
 
@@ -546,11 +563,15 @@ class Worker(_RunsTests):
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         process = self.side.finish()
-        blob = self.side.own_artifacts(process)
-        if blob is not None:
-            path = self.side.folders.shared / f"artifacts-{os.getpid()}-{uuid.uuid4().hex}.bin"
-            files.write_atomic(path, blob, fsync=False)
+        own = self.side.own_artifacts(process)
+        if own is not None:
+            name = f"{os.getpid()}-{uuid.uuid4().hex}"
+            path = self.side.folders.shared / f"artifacts-{name}.bin"
+            files.write_atomic(path, own[0], fsync=False)
             process.artifacts_file = str(path)
+            index = self.side.folders.shared / f"index-{name}.bin"
+            files.write_atomic(index, own[1].pack(), fsync=False)
+            process.index_file = str(index)
         self.config.workeroutput[WORKER_OUTPUT_KEY] = process.to_json()  # type: ignore[attr-defined]
 
 
@@ -561,6 +582,7 @@ class Controller:
         self.config = config
         self.options = options
         self.folders = Folders(config)
+        self.run = time.time()
         self.report = SessionReport(bundle_path=str(options.bundle) if options.bundle else None)
         self.collector = Collector(options, self.report)
         at_start, self.bundle_existed, self.start_problem = _describe_path(options.bundle)
@@ -579,6 +601,7 @@ class Controller:
         """Tell a new worker where the session's shared folder is and whether PATH existed at start."""
         node.workerinput["compilecache_shared"] = str(self.folders.shared)
         node.workerinput["compilecache_bundle_existed"] = self.bundle_existed
+        node.workerinput["compilecache_run"] = self.run
 
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         """Collect a worker's bundle story; for a worker that died in the warmup, say so."""
@@ -606,8 +629,8 @@ class Controller:
         for process in self.report.processes:
             file = process.artifacts_file
             if file and process.env and os.path.exists(file):
-                blobs.append((process.env, Path(file).read_bytes()))
-        Saver(self.options, self.bundle_existed, self.folders.shared / "binaries").save(self.report, blobs)
+                blobs.append((process.env, Path(file).read_bytes(), _read_index(process.index_file)))
+        Saver(self.options, self.bundle_existed, self.run, self.folders.shared / "binaries").save(self.report, blobs)
         _write_json(self.options.report, self.report)
         _exit_status(self.options, self.report, session)
 
@@ -637,6 +660,14 @@ class Collector:
             terminalreporter.section("compilecache")
             for line in summary_lines(report):
                 terminalreporter.write_line(line)
+
+
+def _read_index(file: str | None) -> KeyIndex | None:
+    """A worker's key index, or ``None`` when it wrote none (or it cannot be read: explanations only)."""
+    try:
+        return KeyIndex.unpack(Path(file).read_bytes()) if file else None
+    except (OSError, KeyIndexError):
+        return None
 
 
 def is_controller(config: pytest.Config) -> bool:

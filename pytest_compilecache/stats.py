@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
@@ -17,6 +18,9 @@ DYNAMO_COUNTS: tuple[str, ...] = ("frames", "graphs", "recompiles", "graph_break
 #: Prefixes of the flat counts that carry one reason each: ``prefix + reason`` counts that reason.
 RECOMPILE_REASON = "dynamo.recompile_reason/"
 GRAPH_BREAK_REASON = "dynamo.graph_break_reason/"
+#: ``<layer>`` + these: one count per explained miss (its text), and per kind of difference it names.
+EXPLANATION = ".explanation/"
+MISS_KIND = ".miss_kind/"
 
 
 class UnobservableLayerError(LookupError):
@@ -32,6 +36,11 @@ class LayerStats:
     rather than a local compile. A layer that cannot be observed here (for example Triton on a
     machine with no GPU) has ``observable == False`` and ``reason`` says why; reading its counts
     raises :class:`UnobservableLayerError` rather than pretending they are zero.
+
+    ``explanations`` says, for each FX graph or AOTAutograd miss that was explained (inside
+    ``warm_cache``, or everywhere with ``--compile-cache-explain``), the nearest known entry for the
+    same code and the key components that differ; ``miss_kinds`` counts those differences by kind
+    (``config `fallback_random` changed``, ``new code``, ...).
     """
 
     layer: str
@@ -44,6 +53,14 @@ class LayerStats:
     reason: str = ""
     bypass_reasons: tuple[str, ...] = ()
     saved_unobservable: str = ""
+    explanations: tuple[str, ...] = ()
+    _miss_kinds: tuple[tuple[str, int], ...] = ()
+    explained: int = 0
+
+    @property
+    def miss_kinds(self) -> dict[str, int]:
+        """``{kind of difference: misses}`` over the explained misses, most frequent first."""
+        return dict(sorted(self._miss_kinds, key=lambda kv: (-kv[1], kv[0])))
 
     @property
     def saved(self) -> int:
@@ -93,6 +110,10 @@ class LayerStats:
             out["saved_unobservable"] = self.saved_unobservable
         if self.bypass_reasons:
             out["bypass_reasons"] = list(self.bypass_reasons)
+        if self.explanations:
+            out["explanations"] = list(self.explanations)
+            out["miss_kinds"] = self.miss_kinds
+            out["explained"] = self.explained
         return out
 
     @classmethod
@@ -109,6 +130,9 @@ class LayerStats:
             from_bundle=int(data.get("from_bundle", 0)),
             bypass_reasons=tuple(data.get("bypass_reasons", ())),
             saved_unobservable=str(data.get("saved_unobservable", "")),
+            explanations=tuple(data.get("explanations", ())),
+            _miss_kinds=tuple((str(k), int(n)) for k, n in dict(data.get("miss_kinds", {})).items()),
+            explained=int(data.get("explained", 0)),
         )
 
     def __add__(self, other: "LayerStats") -> "LayerStats":
@@ -123,7 +147,17 @@ class LayerStats:
             from_bundle=self.from_bundle + other.from_bundle,
             bypass_reasons=_unique(self.bypass_reasons + other.bypass_reasons),
             saved_unobservable=self.saved_unobservable or other.saved_unobservable,
+            explanations=_unique(self.explanations + other.explanations),
+            _miss_kinds=tuple((Counter(self.miss_kinds) + Counter(other.miss_kinds)).items()),
+            explained=self.explained + other.explained,
         )
+
+    def explained_summary(self) -> str:
+        """``fx_graph: 3 misses explained: 2 config `x` changed, 1 new code``, or ``""`` when none was."""
+        if not self.explained:
+            return ""
+        kinds = ", ".join(f"{n} {kind}" for kind, n in self.miss_kinds.items())
+        return f"{self.layer}: {self.explained} miss{'es' if self.explained > 1 else ''} explained: {kinds}"
 
     def cell(self, kind: str) -> str:
         """The count as printed in a table, or ``-`` when unobservable."""
@@ -315,6 +349,11 @@ class CacheStats:
         reasons = [f"  {s.layer} bypassed: {r}" for s in self if s.observable for r in s.bypass_reasons]
         return "\n".join(["  " + line for line in lines] + reasons)
 
+    def explanations(self, layers: Iterator[str] | list[str] | None = None) -> list[str]:
+        """One line per explained miss of the given layers (all by default)."""
+        return [f"  {s.layer} miss: {text}" for s in self if layers is None or s.layer in layers
+                for text in s.explanations]
+
 
 def stats_from_counts(
     counts: Mapping[str, int],
@@ -338,6 +377,10 @@ def stats_from_counts(
             from_bundle=counts.get(f"{name}.from_bundle", 0),
             bypass_reasons=tuple(bypass_reasons.get(name, ())),
             saved_unobservable=(unobservable_fields or {}).get(f"{name}.saved", ""),
+            explanations=_reasons(counts, name + EXPLANATION),
+            _miss_kinds=tuple((k[len(name + MISS_KIND):], n) for k, n in counts.items()
+                              if k.startswith(name + MISS_KIND) and n > 0),
+            explained=sum(n for k, n in counts.items() if k.startswith(name + EXPLANATION) and n > 0),
         )
     return CacheStats(**layers, dynamo=dynamo_from_counts(counts, unobservable_fields or {}))
 
@@ -345,15 +388,17 @@ def stats_from_counts(
 def dynamo_from_counts(counts: Mapping[str, int], unobservable_fields: Mapping[str, str]) -> DynamoStats:
     """Build :class:`DynamoStats` from flat ``"dynamo.<count>"`` counts and per-reason counts (those above zero)."""
 
-    def reasons(prefix: str) -> tuple[str, ...]:
-        return tuple(k[len(prefix):] for k, n in counts.items() if k.startswith(prefix) and n > 0)
-
     return _dynamo(
         {kind: counts.get(f"dynamo.{kind}", 0) for kind in DYNAMO_COUNTS},
-        reasons(RECOMPILE_REASON),
-        reasons(GRAPH_BREAK_REASON),
+        _reasons(counts, RECOMPILE_REASON),
+        _reasons(counts, GRAPH_BREAK_REASON),
         {k[len("dynamo."):]: why for k, why in unobservable_fields.items() if k.startswith("dynamo.") and why},
     )
+
+
+def _reasons(counts: Mapping[str, int], prefix: str) -> tuple[str, ...]:
+    """The texts of the flat counts ``prefix + text`` that are above zero."""
+    return tuple(k[len(prefix):] for k, n in counts.items() if k.startswith(prefix) and n > 0)
 
 
 def check_layer_names(names: Iterator[str] | list[str] | Mapping[str, Any]) -> None:

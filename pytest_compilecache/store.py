@@ -13,6 +13,7 @@ import filelock
 from . import _torchapi, files, signing
 from .binaries import CarriedBinaries
 from .bundle import Bundle, BundleError, Entry, env_label, make_entry, read_manifest, write_bundle
+from .keyindex import KeyIndex, artifact_id
 
 
 def env_id(env: dict[str, str]) -> str:
@@ -64,11 +65,13 @@ def union(entries: Iterable[Entry], dropped: list[str] | None = None) -> list[En
         try:
             payload = _torchapi.merge_artifacts(payloads) if len(payloads) > 1 else payloads[0]
             artifacts = _torchapi.describe_artifacts(payload)
+            keys = {key for _, key, _ in _torchapi.artifact_sizes(payload)}
         except _torchapi.MegaCacheError as exc:
             raise BundleError(f"cannot merge the entries for {env_label(group[0].env)}: {exc}") from None
         created = min((e.created for e in group if e.created), default=0.0)
         binaries = CarriedBinaries.union(e.binaries for e in reversed(group) if e.binaries is not None)
-        entry = make_entry(group[0].env, payload, artifacts, created, binaries)
+        index = KeyIndex.union(e.index for e in group if e.index is not None).restricted(keys)
+        entry = make_entry(group[0].env, payload, artifacts, created, binaries, index)
         entry.history = history
         merged.append(entry)
     return merged
@@ -83,6 +86,8 @@ class BundleStore:
         self._lock = filelock.FileLock(str(self.path) + ".lock")
         #: What the last :meth:`add` left out (entries not vouched for), in words.
         self.dropped: list[str] = []
+        #: ``{artifact type: count}`` the last :meth:`add` dropped as unused in too many updating runs.
+        self.unused: dict[str, int] = {}
 
     def read(self) -> Bundle | None:
         """The bundle as it is now (its file kept open for payload reads), or ``None`` if missing."""
@@ -137,17 +142,62 @@ class BundleStore:
                 if current is not None:
                     current.close()
 
-    def add(self, additions: list[Entry], history: Mapping[str, object] | None = None) -> Bundle:
-        """Merge ``additions`` (new payloads, each with its environment) into PATH: the union."""
+    def add(self, additions: list[Entry], history: Mapping[str, object] | None = None, run: float | None = None,
+            max_unused_runs: int = 0, rebuild: bool = False) -> Bundle:
+        """Merge ``additions`` (new payloads, each with its environment) into PATH: the union.
+
+        ``run`` (the session's start) is noted as an updating run that used every artifact of the
+        additions; with ``max_unused_runs``, artifacts of those environments that none of their last
+        that many runs used are dropped. With ``rebuild``, what PATH holds for the additions'
+        environments is replaced, unless this same run wrote it (a rebuilding session's first
+        write replaces, its later writes merge).
+        """
 
         def change(current: Bundle | None) -> list[Entry]:
             now = time.time()
+            touched = {env_id(e.env) for e in additions}
+            existing = list(current.entries) if current else []
+            if rebuild:
+                existing = [e for e in existing if env_id(e.env) not in touched or e.history.get("run") == run]
             for entry in additions:
-                entry.history = {**(history or {}), **entry.history}
+                entry.history = {**(history or {}), **({"run": run} if run is not None else {}), **entry.history}
                 entry.created = entry.created or now
-            self.dropped = []
-            return union([*(current.entries if current else []), *additions], self.dropped)
+                if run is not None:
+                    used = [artifact_id(kind, key) for kind, key, _ in _torchapi.artifact_sizes(bundle_payload(entry))]
+                    entry.index = KeyIndex.union([entry.index or KeyIndex()])
+                    entry.index.note_run(run, used)
+                    entry.reset_index()
+            self.dropped, self.unused = [], {}
+            merged = union([*existing, *additions], self.dropped)
+            if max_unused_runs > 0:
+                merged = [self._without_unused(e, max_unused_runs) if env_id(e.env) in touched else e for e in merged]
+            return merged
 
         result = self.update(change)
         assert result is not None
         return result
+
+    def _without_unused(self, entry: Entry, runs: int) -> Entry:
+        """``entry`` without the artifacts none of its last ``runs`` updating runs used."""
+        if entry.index is None:
+            return entry
+        sizes = _torchapi.artifact_sizes(bundle_payload(entry))
+        unused = entry.index.unused_for(runs, [artifact_id(kind, key) for kind, key, _ in sizes])
+        if not unused:
+            return entry
+        payload, dropped = _torchapi.select_artifacts(bundle_payload(entry),
+                                                      lambda kind, key: artifact_id(kind, key) not in unused)
+        for kind, n in dropped.items():
+            self.unused[kind] = self.unused.get(kind, 0) + n
+        kept = {key for kind, key, _ in sizes if artifact_id(kind, key) not in unused}
+        smaller = make_entry(entry.env, payload, _torchapi.describe_artifacts(payload), entry.created,
+                             entry.binaries, entry.index.restricted(kept))
+        smaller.history = entry.history
+        return smaller
+
+
+def bundle_payload(entry: Entry) -> bytes:
+    """The payload of an entry already read (or made here)."""
+    if entry.payload is None:
+        raise BundleError(f"the payload for {env_label(entry.env)} was not read")
+    return entry.payload

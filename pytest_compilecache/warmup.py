@@ -62,6 +62,9 @@ class Preparer:
         run_warmup: RunWarmup | None,
         process: str,
         binaries: BinaryPool | None = None,
+        run: float | None = None,
+        rebuild: bool = False,
+        max_unused_runs: int = 0,
     ) -> None:
         self.source = source
         self.publish = publish
@@ -70,6 +73,9 @@ class Preparer:
         self.marker = marker
         self.run_warmup = run_warmup
         self.binaries = binaries
+        self.run = run
+        self.rebuild = rebuild
+        self.max_unused_runs = max_unused_runs
         self.report = ProcessReport(process=process)
 
     def prepare(self, env: dict[str, str]) -> bool:
@@ -77,8 +83,11 @@ class Preparer:
         self.report.env = env
         loaded = False
         try:
-            bundle = self.source.read() if self.source is not None else None
-            if bundle is None and self.source is not None:
+            bundle = self.source.read() if self.source is not None and not self.rebuild else None
+            if self.rebuild and self.source is not None:
+                self._status(Status.IGNORED, f"{self.source.path}: not read (--compile-cache-rebuild); "
+                                             "this session writes a fresh entry for this machine")
+            elif bundle is None and self.source is not None:
                 self._status(Status.MISSING, f"{self.source.path}: does not exist yet")
             elif bundle is not None:
                 with bundle:
@@ -137,12 +146,29 @@ class Preparer:
             return False
         self._status(Status.LOADED, f"{bundle.path}: {env_label(entry.env)}")
         self.report.history = dict(entry.history)
-        self.report.loaded = loaded
+        self.report.loaded = {kind: len(keys) for kind, keys in loaded.items()}
+        self._use_index(bundle, entry, loaded)
         self.report.loaded_bytes = len(payload)
         if self.binaries is not None:
             self._load_binaries(bundle, entry)
         self.report.load_seconds = time.perf_counter() - start
         return True
+
+    def _use_index(self, bundle: Bundle, entry: Entry, loaded: dict[str, list[str]]) -> None:
+        """Explain later misses against the entry's key index (or say why they cannot be)."""
+        index, problem = bundle.key_index(entry)
+        if problem:
+            self.report.problems.append(problem)
+        keys = {k for kind in ("inductor", "aot_autograd") for k in loaded.get(kind, [])}
+        name = f"the bundle {bundle.path}"
+        if index is not None and index.torch and index.torch != entry.env.get("torch", index.torch):
+            _torchapi.use_bundle_index(None, name, cannot=f"the bundle's key details were recorded by torch "
+                                                          f"{index.torch}, not {entry.env.get('torch')}")
+        elif index is None or not index.keys:
+            _torchapi.use_bundle_index(None, name, cannot="the bundle holds no key details for this entry (it "
+                                                          "was written before pytest-compilecache recorded them)")
+        else:
+            _torchapi.use_bundle_index(index, name, undocumented=len(keys - set(index.keys)))
 
     def _load_binaries(self, bundle: Bundle, entry: Entry) -> None:
         """Put the entry's binaries that fit this machine into the pool; say why others do not."""
@@ -221,8 +247,11 @@ class Preparer:
         # The session's own bundle needs no binaries: its readers share the pool on disk already.
         to_path = self.binaries is not None and self.publish is self.source
         carried = pooled(self.binaries.path.parent) if to_path and self.binaries is not None else None
-        addition = make_entry(env, data, _torchapi.describe_artifacts(data), binaries=carried)
-        published = self.publish.add([addition], {"warmup_seconds": round(seconds, 3)})
+        addition = make_entry(env, data, _torchapi.describe_artifacts(data), binaries=carried,
+                              index=_torchapi.index_for(data))
+        rebuilding = self.rebuild and self.publish is self.source
+        published = self.publish.add([addition], {"warmup_seconds": round(seconds, 3)}, run=self.run,
+                                     max_unused_runs=self.max_unused_runs, rebuild=rebuilding)
         self.report.problems.extend(f"{self.publish.path}: {why}" for why in self.publish.dropped)
         self._write_marker(published=True)
         with published:

@@ -8,7 +8,7 @@ import sys
 from collections import Counter
 from typing import Any
 
-from . import autotune, binaries, clock, dynamo, tritoncache
+from . import autotune, binaries, clock, dynamo, keys, tritoncache
 from .core import torch_module
 
 _own_counts: Counter[str] = Counter()
@@ -29,6 +29,7 @@ def install() -> None:
     autotune.install()
     tritoncache.install()
     dynamo.install()
+    keys.install()
 
 
 def _install_pgo_counter() -> None:
@@ -131,6 +132,7 @@ def read_counts() -> dict[str, int]:
         "precompile.bypasses": dynamo_cache.get("dynamo_cache_error", 0),
         **binaries.counts(),
         **dynamo.counts(),
+        **keys.counts(),
     }
 
 

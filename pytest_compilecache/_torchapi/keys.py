@@ -23,9 +23,7 @@ from typing import Any, Callable, Iterator
 
 from ..explain import Explanation, Known, explain
 from ..keyindex import KeyIndex
-
-EXPLANATION = "explanation/"
-MISS_KIND = "miss_kind/"
+from ..stats import EXPLANATION, MISS_KIND
 
 _LINE = re.compile(r"^\[([A-Za-z0-9]+)\] ([^\s:\[]+(?:\[[^\]]*\])?): (.*)$", re.DOTALL)
 _TRACE = re.compile(r'File "([^"]+)", line \d+, in (\S+)')
@@ -178,9 +176,9 @@ def _seen(layer: str, key: str, gm: Any, lines: list[str], extra: dict[str, tupl
 
 
 def _count(layer: str, found: Explanation) -> None:
-    _counts[f"{layer}.{EXPLANATION}{found.text}"] += 1
+    _counts[f"{layer}{EXPLANATION}{found.text}"] += 1
     for kind in found.kinds:
-        _counts[f"{layer}.{MISS_KIND}{kind}"] += 1
+        _counts[f"{layer}{MISS_KIND}{kind}"] += 1
 
 
 def counts() -> dict[str, int]:
@@ -211,7 +209,12 @@ def use_bundle_index(index: KeyIndex | None, name: str, undocumented: int = 0, c
         _cannot = cannot
 
 
-def recorded(keys: set[str] | None = None) -> KeyIndex:
-    """The components of the keys this process computed and missed (only ``keys``, if given)."""
+def index_for(payload: bytes) -> KeyIndex:
+    """What this process knows about the artifact keys in Mega-Cache bytes: the components it
+    recorded for them, or those the loaded bundle's index holds."""
+    from .megacache import artifact_identities
+
+    wanted = {key for _, key, _ in artifact_identities(payload)}
     with _lock:
-        return _recorded.restricted(keys) if keys is not None else KeyIndex.union([_recorded])
+        known = [_recorded, *([_bundle.index] if _bundle is not None else [])]
+        return KeyIndex.union(known).restricted(wanted)

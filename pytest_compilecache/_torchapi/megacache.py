@@ -6,7 +6,7 @@ import contextlib
 import hashlib
 import logging
 import re
-from typing import Any
+from typing import Any, Callable
 
 from ..environment import SavedEnv, point_cache_dirs_at
 from .core import torch_module
@@ -108,6 +108,35 @@ def artifact_identities(data: bytes) -> set[tuple[str, str, str]]:
     }
 
 
+def _serialize(groups: dict[str, list[Any]]) -> bytes:
+    try:
+        from torch.compiler._cache import _serialize_single_cache
+        from torch.utils._appending_byte_serializer import AppendingByteSerializer
+    except ImportError:
+        raise MegaCacheError("this torch has no Mega-Cache serializer to rewrite artifacts with (torch >= 2.8 has)") from None
+    serializer = AppendingByteSerializer(serialize_fn=_serialize_single_cache)
+    serializer.extend((kind, items) for kind, items in groups.items() if items)
+    return bytes(serializer.to_bytes())
+
+
+def select_artifacts(data: bytes, keep: Callable[[str, str], bool]) -> tuple[bytes, dict[str, int]]:
+    """Mega-Cache bytes holding only the artifacts ``keep(type, key)`` accepts, and ``{type: dropped}``."""
+    kept: dict[str, list[Any]] = {}
+    dropped: dict[str, int] = {}
+    for kind, items in _deserialize(data).items():
+        for artifact in items:
+            if keep(kind, str(artifact.key)):
+                kept.setdefault(kind, []).append(artifact)
+            else:
+                dropped[kind] = dropped.get(kind, 0) + 1
+    return (_serialize(kept) if dropped else data), dropped
+
+
+def artifact_sizes(data: bytes) -> list[tuple[str, str, int]]:
+    """``(type, key, bytes of content)`` of every artifact in Mega-Cache bytes."""
+    return [(kind, str(a.key), len(bytes(a.content))) for kind, items in _deserialize(data).items() for a in items]
+
+
 def merge_artifacts(blobs: list[bytes]) -> bytes:
     """One Mega-Cache byte string holding the union of ``blobs`` over (type, key, content).
 
@@ -115,12 +144,6 @@ def merge_artifacts(blobs: list[bytes]) -> bytes:
     variant), so two artifacts with one key and different contents are both kept.
     """
     _manager()
-    try:
-        from torch.compiler._cache import _serialize_single_cache
-        from torch.utils._appending_byte_serializer import AppendingByteSerializer
-    except ImportError:
-        raise MegaCacheError("this torch has no Mega-Cache serializer to merge artifacts with (torch >= 2.8 has)") from None
-
     merged: dict[str, dict[tuple[str, bytes], Any]] = {}
     for blob in blobs:
         for kind, items in _deserialize(blob).items():
@@ -128,13 +151,11 @@ def merge_artifacts(blobs: list[bytes]) -> bytes:
             for artifact in items:
                 content = bytes(artifact.content)
                 bucket.setdefault((str(artifact.key), hashlib.sha256(content).digest()), artifact)
-    serializer = AppendingByteSerializer(serialize_fn=_serialize_single_cache)
-    serializer.extend((kind, list(items.values())) for kind, items in merged.items() if items)
-    return bytes(serializer.to_bytes())
+    return _serialize({kind: list(items.values()) for kind, items in merged.items()})
 
 
-def load_artifacts(data: bytes, into: str) -> dict[str, int]:
-    """Write Mega-Cache bytes into the cache folder ``into``; ``{artifact type: count}`` loaded."""
+def load_artifacts(data: bytes, into: str) -> dict[str, list[str]]:
+    """Write Mega-Cache bytes into the cache folder ``into``; ``{artifact type: keys}`` loaded."""
     torch = torch_module()
     _manager()
     check_keys(data)
@@ -149,4 +170,4 @@ def load_artifacts(data: bytes, into: str) -> dict[str, int]:
     if info is None:
         raise MegaCacheError("torch could not deserialize the artifacts (load_cache_artifacts returned None)")
     artifacts = getattr(info, "artifacts", {}) or {}
-    return {kind: len(keys) for kind, keys in artifacts.items() if keys}
+    return {kind: [str(k) for k in keys] for kind, keys in artifacts.items() if keys}
