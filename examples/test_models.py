@@ -43,6 +43,18 @@ def test_a_config_change_misses(cold_cache):
     cold_cache.assert_hits(fx_graph=1)
 
 
+def test_explains_why_a_bundle_entry_missed(warm_cache):
+    """A config value the bundle was not built with: the miss says which one, and how it changed."""
+    from torch._inductor import config
+
+    with warm_cache.not_saved(), config.patch(max_fusion_size=32):  # not_saved: stays a miss next run
+        run_mlp_no_grad()
+    warm_cache.assert_misses(fx_graph=1)
+    (why,) = warm_cache.stats.fx_graph.explanations
+    print(why)
+    assert "config `max_fusion_size` changed (was 64, now 32)" in why
+
+
 def test_a_warm_hit_per_layer(warm_cache):
     run_inference()
     stats = warm_cache.stats

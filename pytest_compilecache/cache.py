@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Mapping
+from typing import Iterator, Mapping
+
+import pytest
 
 from . import _torchapi
 from .environment import SavedEnv, caches_disabled_by_env, point_cache_dirs_at
@@ -68,6 +71,15 @@ class CompileCache:
         self._start = _torchapi.read_counts()
         if self._bypass is not None:
             self._bypass.reasons.clear()
+
+    @contextlib.contextmanager
+    def not_saved(self) -> Iterator[None]:
+        """Compiles inside are left out of the session's bundle (a test that compiles a variant on
+        purpose, to show a miss, keeps it from becoming a hit in the next run). Needs torch >= 2.8."""
+        if not _torchapi.can_leave_out():
+            pytest.skip("not_saved() needs a torch whose Mega-Cache can record apart (torch >= 2.8)")
+        with _torchapi.fresh_recording():
+            yield
 
     def reset_in_memory(self) -> None:
         """Forget every compiled result held in memory (Dynamo's code cache, loaded kernels).

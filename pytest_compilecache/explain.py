@@ -47,14 +47,18 @@ def explain(layer: str, key: str, code: str, components: Mapping[str, tuple[str,
             known: Sequence[Known], cannot: str = "") -> Explanation:
     """Why ``key`` (of ``layer``, compiled from ``code``) missed, against the entries ``known`` holds.
 
+    The first source is the one the cache folder was filled from (the bundle): only there does
+    holding the very same key mean something went wrong. Later sources (this session's earlier
+    compiles) only offer entries to compare with.
+
     ``cannot`` is said instead when no source can explain (e.g. the bundle holds no key details).
     """
     where = f"{_layer_name(layer)} miss in {code or 'unknown code'}"
-    for source in known:
-        if key in source.index.keys:
-            return Explanation(f"{where}: {source.name} holds an entry with this very key, but it was not in "
-                               "the cache folder of this lookup", ("entry not in the cache folder",))
-    candidates = [(s, k) for s in known for k in s.index.of_layer(layer) if s.index.keys[k]["code"] == code]
+    if known and key in known[0].index.keys:
+        return Explanation(f"{where}: {known[0].name} holds an entry with this very key, but it was not in "
+                           "the cache folder of this lookup", ("entry not in the cache folder",))
+    candidates = [(s, k) for s in known for k in s.index.of_layer(layer)
+                  if s.index.keys[k]["code"] == code and k != key]
     if not candidates:
         blind = [s for s in known if s.undocumented]
         if cannot and not any(s.index.of_layer(layer) for s in known):

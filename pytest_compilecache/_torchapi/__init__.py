@@ -27,6 +27,7 @@ from .megacache import (
     fresh_recording,
     load_artifacts,
     artifact_sizes,
+    can_leave_out,
     merge_artifacts,
     save_artifacts,
     select_artifacts,
@@ -35,7 +36,7 @@ from .megacache import (
 __all__ = [
     "MIN_TORCH", "MegaCacheError", "TorchUnavailable", "artifact_identities", "bootstrap", "build_identity",
     "caches_disabled_by_config", "check_keys", "explaining", "index_for", "use_bundle_index", "compile_seconds", "describe_artifacts", "environment_fingerprint",
-    "fresh_recording", "gpu_count", "headers_at", "load_artifacts", "mark_carried", "merge_artifacts", "read_counts", "select_artifacts", "artifact_sizes",
+    "fresh_recording", "gpu_count", "headers_at", "load_artifacts", "mark_carried", "merge_artifacts", "read_counts", "select_artifacts", "artifact_sizes", "can_leave_out",
     "record_bypass_reasons", "redirect", "rejected_binaries", "rejected_binary_names", "reset_in_memory", "save_artifacts", "torch_module",
     "unobservable_fields", "unobservable_layers", "without_remote_caches",
 ]

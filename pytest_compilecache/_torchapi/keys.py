@@ -151,14 +151,21 @@ def parse(lines: list[str]) -> dict[str, tuple[str, str]]:
 
 
 def code_of(gm: Any) -> str:
-    """The function Dynamo compiled, ``name (file)``, from the first node with a stack trace."""
-    graph = getattr(gm, "graph", None)
-    for node in getattr(graph, "nodes", ()):
+    """What Dynamo compiled: ``function (file)`` from the first node with a stack trace into user
+    code, else ``the Module module`` from the outermost module a node came from."""
+    nodes = list(getattr(getattr(gm, "graph", None), "nodes", ()))
+    for node in nodes:
         trace = getattr(node, "meta", {}).get("stack_trace")
-        if trace:
-            match = _TRACE.search(trace)
-            if match:
-                return f"{match.group(2)} ({os.path.basename(match.group(1))})"
+        match = _TRACE.search(trace) if isinstance(trace, str) else None
+        if match:
+            return f"{match.group(2)} ({os.path.basename(match.group(1))})"
+    for node in nodes:
+        stack = getattr(node, "meta", {}).get("nn_module_stack")
+        if isinstance(stack, dict) and stack:
+            first = next(iter(stack.values()))
+            kind = first[1] if isinstance(first, tuple) and len(first) > 1 else first
+            name = getattr(kind, "__qualname__", None) or str(kind).rsplit(".", 1)[-1].strip("'>")
+            return f"the {name} module"
     return "unknown code"
 
 

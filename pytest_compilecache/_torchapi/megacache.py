@@ -33,6 +33,11 @@ def fresh_recording() -> Any:
     return fresh() if fresh is not None else contextlib.nullcontext()
 
 
+def can_leave_out() -> bool:
+    """Whether :func:`fresh_recording` really records apart on this torch."""
+    return getattr(_manager(), "with_fresh_cache", None) is not None
+
+
 def save_artifacts() -> bytes | None:
     """``torch.compiler.save_cache_artifacts()`` as bytes, or ``None`` when nothing was recorded."""
     torch = torch_module()
