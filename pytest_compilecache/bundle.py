@@ -80,6 +80,19 @@ class Entry:
         otherwise why not (``unsigned``, ``signature does not match``)."""
         return "" if not self.from_file else signing.check(self.describe(), self.binaries_section, self.signature, secret)
 
+    def with_payload(self, payload: bytes, artifacts: dict[str, dict[str, int]], index: KeyIndex | None,
+                     binaries: bool = True) -> "Entry":
+        """This entry with fewer artifacts (or no carried binaries), as trusted as it was: with the key
+        set, an entry that was vouched for is signed again when written; one that was not stays
+        unsigned (or mismatched)."""
+        smaller = make_entry(self.env, payload, artifacts, self.created, self.binaries if binaries else None, index)
+        smaller.history = self.history
+        secret = signing.key()
+        trusted = not self.from_file or (secret is not None and not self.vouched(secret))
+        smaller.from_file = not trusted
+        smaller.signature = "" if trusted else self.signature
+        return smaller
+
     def reset_index(self) -> None:
         """Forget the packed key index after :attr:`index` changed."""
         self._index_blob = None
@@ -428,6 +441,26 @@ def write_bundle(bundle: Bundle) -> int:
     keeps the signature it had (or none), so a write never vouches for what it did not check.
     """
     path = bundle.path
+    chunks, placed = _encode(bundle)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        size = files.write_atomic(path, chunks)
+    except OSError as exc:
+        raise BundleError(f"{path}: cannot write: {exc.strerror or exc}; the file there is unchanged") from None
+    for entry, signature, description in placed:
+        entry.signature = signature
+        entry.binaries_section = description.get("binaries")
+        entry.index_section = description.get("index")
+    return size
+
+
+def encoded_size(bundle: Bundle) -> int:
+    """How many bytes :func:`write_bundle` would write for ``bundle``."""
+    return sum(len(chunk) for chunk in _encode(bundle)[0])
+
+
+def _encode(bundle: Bundle) -> tuple[list[bytes], list[tuple[Entry, str, dict[str, Any]]]]:
+    """The file's bytes, and per entry the signature and manifest description they give it."""
     secret = signing.key()
     blobs: list[bytes] = []
     offset = 0
@@ -464,13 +497,4 @@ def write_bundle(bundle: Bundle) -> int:
         described.append(description)
         placed.append((entry, signature, description))
     manifest = json.dumps({"format": FORMAT, "entries": described}, indent=1, sort_keys=True).encode()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        size = files.write_atomic(path, [MAGIC, b"%d\n" % len(manifest), manifest, *blobs])
-    except OSError as exc:
-        raise BundleError(f"{path}: cannot write: {exc.strerror or exc}; the file there is unchanged") from None
-    for entry, signature, description in placed:
-        entry.signature = signature
-        entry.binaries_section = description.get("binaries")
-        entry.index_section = description.get("index")
-    return size
+    return [MAGIC, b"%d\n" % len(manifest), manifest, *blobs], placed

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -11,7 +12,8 @@ from typing import Any, Sequence, TextIO
 
 from . import _torchapi, signing
 from .binaries import build_id, identity_differences, is_cpp
-from .bundle import Bundle, BundleError, Entry, differences, env_label, printable, read_manifest
+from .bundle import Bundle, BundleError, Entry, differences, encoded_size, env_label, printable, read_manifest
+from .keyindex import KeyIndex, artifact_id
 from .store import BundleStore, union
 
 LOCK_TIMEOUT = 60.0
@@ -235,12 +237,71 @@ def _dropped(spec: str, index: int, entry: Entry) -> bool:
     return entry.env.get(key) == value
 
 
+def parse_size(text: str) -> int:
+    """``5MB``, ``500k``, ``1.5G`` or a number of bytes, as bytes (k, M, G are powers of 1000; KiB, MiB, GiB of 1024)."""
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([kKmMgG]?)(i?)[bB]?\s*", text)
+    if not match:
+        raise UserError(f"--max-size {text!r}: give a size such as 50MB, 500k or 2GiB")
+    base = 1024 if match.group(3) else 1000
+    return int(float(match.group(1)) * base ** " kmg".index(match.group(2).lower() or " "))
+
+
+def _fit(path: Path, entries: list[Entry], limit: int, said: list[str]) -> list[Entry]:
+    """``entries`` without their least recently used artifacts (then carried binaries, largest first)
+    until the bundle they make is at most ``limit`` bytes."""
+    candidates = []
+    for number, entry in enumerate(entries):
+        index = entry.index or KeyIndex()
+        first = index.runs[0] if index.runs else 0.0
+        for kind, key, size in _torchapi.artifact_sizes(entry.payload or b""):
+            candidates.append((index.used.get(artifact_id(kind, key), first), number, kind, key, size))
+    candidates.sort()
+    dropped: dict[int, set[str]] = {}
+    size = encoded_size(Bundle(path, entries))
+    start = size
+    while size > limit and candidates:
+        excess = size - limit
+        while excess > 0 and candidates:
+            _, number, kind, key, n = candidates.pop(0)
+            dropped.setdefault(number, set()).add(artifact_id(kind, key))
+            excess -= n
+        entries = [_without(e, dropped.get(i, set())) for i, e in enumerate(entries)]
+        dropped = {}
+        size = encoded_size(Bundle(path, entries))
+    by_size = sorted(range(len(entries)), key=lambda i: -(entries[i].binaries.counts()["bytes"] if entries[i].binaries else 0))
+    for number in by_size:
+        entry = entries[number]
+        if size <= limit:
+            break
+        if entry.binaries:
+            entries[number] = entry.with_payload(entry.payload or b"", entry.artifacts, entry.index, binaries=False)
+            size = encoded_size(Bundle(path, entries))
+            said.append(f"dropped the carried binaries of {env_label(entry.env)}")
+    if size > limit:
+        raise UserError(f"{path}: cannot fit in {limit:,d} bytes: with every artifact and binary dropped it "
+                        f"still takes {size:,d}; {path} is unchanged")
+    said.insert(0, f"{start:,d} -> {size:,d} bytes")
+    return [e for e in entries if e.artifacts or e.binaries]
+
+
+def _without(entry: Entry, names: set[str]) -> Entry:
+    """``entry`` without the artifacts called ``names`` (see :func:`artifact_id`)."""
+    if not names:
+        return entry
+    payload, _ = _torchapi.select_artifacts(entry.payload or b"", lambda kind, key: artifact_id(kind, key) not in names)
+    kept = {key for _, key, _ in _torchapi.artifact_sizes(payload)}
+    return entry.with_payload(payload, _torchapi.describe_artifacts(payload),
+                              entry.index.restricted(kept) if entry.index else None)
+
+
 def cmd_prune(args: argparse.Namespace) -> int:
-    if not args.keep_matching and not args.drop:
-        raise UserError("prune needs --keep-matching or --drop ENV")
+    if not args.keep_matching and not args.drop and args.max_size is None:
+        raise UserError("prune needs --keep-matching, --drop ENV or --max-size SIZE")
+    limit = parse_size(args.max_size) if args.max_size is not None else None
     _read(args.path).close()
     here = _here() if args.keep_matching else None
     counts = [0, 0]
+    said: list[str] = []
 
     def change(current: Bundle | None) -> list[Entry]:
         if current is None:
@@ -253,10 +314,15 @@ def cmd_prune(args: argparse.Namespace) -> int:
                 continue
             kept.append(entry)
         counts[:] = [len(kept), len(current.entries)]
+        if limit is not None:
+            try:
+                kept = _fit(current.path, kept, limit, said)
+            except (_torchapi.MegaCacheError, _torchapi.TorchUnavailable) as exc:
+                raise UserError(f"{args.path}: {exc}") from None
         return kept
 
     _update(Path(args.path), change)
-    _say(f"{args.path}: kept {counts[0]} of {counts[1]} environment(s)")
+    _say(f"{args.path}: kept {counts[0]} of {counts[1]} environment(s)" + (f"; {'; '.join(said)}" if said else ""))
     return 0
 
 
@@ -281,6 +347,9 @@ def parser() -> argparse.ArgumentParser:
     prune.add_argument("--keep-matching", action="store_true", help="keep only this machine's entry")
     prune.add_argument("--drop", action="append", default=[], metavar="ENV",
                        help="drop entry number N (from inspect) or entries with FIELD=VALUE; repeatable")
+    prune.add_argument("--max-size", metavar="SIZE",
+                       help="drop the least recently used artifacts (then carried binaries) until the bundle "
+                            "takes at most SIZE (e.g. 50MB, 2GiB)")
     prune.set_defaults(run=cmd_prune)
     return p
 

@@ -190,10 +190,7 @@ class BundleStore:
         for kind, n in dropped.items():
             self.unused[kind] = self.unused.get(kind, 0) + n
         kept = {key for kind, key, _ in sizes if artifact_id(kind, key) not in unused}
-        smaller = make_entry(entry.env, payload, _torchapi.describe_artifacts(payload), entry.created,
-                             entry.binaries, entry.index.restricted(kept))
-        smaller.history = entry.history
-        return smaller
+        return entry.with_payload(payload, _torchapi.describe_artifacts(payload), entry.index.restricted(kept))
 
 
 def bundle_payload(entry: Entry) -> bytes:

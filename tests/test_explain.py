@@ -1,0 +1,227 @@
+"""Explained misses: each kind of key difference this machine can produce, through real compiles
+against a real bundle, and the reasoning on its own (no torch) for the cases a machine cannot stage."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from pytest_compilecache.bundle import Bundle, read_manifest, write_bundle
+from pytest_compilecache.explain import Known, explain
+from pytest_compilecache.keyindex import KeyIndex
+
+FNS = '''
+import torch
+
+MODE = "a"
+
+def f_config(x): return torch.sin(x) * 2 + 1
+def f_shape(x): return torch.cos(x) - 1
+def f_dtype(x): return torch.tanh(x) * 3
+def f_stride(x): return (x * 2).relu() + 1
+def f_graph(x): return torch.exp(x) + 1 if MODE == "a" else torch.exp(x) - x
+def f_tag(x): return torch.sigmoid(x) + 4
+def f_hit(x): return torch.erf(x) + 5
+
+def run(f, x):
+    with torch.no_grad():
+        return torch.compile(f, dynamic=False)(x)
+
+def warm_all():
+    for f in (f_config, f_shape, f_dtype, f_graph, f_tag, f_hit):
+        run(f, torch.randn(8))
+    run(f_stride, torch.randn(8, 8))
+'''
+
+CONFTEST = '''
+import pytest
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_compilecache_warmup(cache):
+    import fns
+    fns.warm_all()
+'''
+
+TESTS = '''
+import torch
+import fns
+from torch._inductor import config
+
+def only_fx(cache):
+    cache.assert_misses(fx_graph=1)
+    (why,) = cache.stats.fx_graph.explanations
+    print(why)
+    return why
+
+def test_config(warm_cache):
+    with warm_cache.not_saved(), config.patch(max_fusion_size=32):
+        fns.run(fns.f_config, torch.randn(8))
+    why = only_fx(warm_cache)
+    assert "FX graph miss in f_config (fns.py)" in why
+    assert "config `max_fusion_size` changed (was 64, now 32)" in why
+
+def test_shape(warm_cache):
+    with warm_cache.not_saved():
+        fns.run(fns.f_shape, torch.randn(9))
+    assert "input 0 shape [8] -> [9]" in only_fx(warm_cache)
+
+def test_dtype(warm_cache):
+    with warm_cache.not_saved():
+        fns.run(fns.f_dtype, torch.randn(8, dtype=torch.float64))
+    assert "input 0 dtype torch.float32 -> torch.float64" in only_fx(warm_cache)
+
+def test_stride(warm_cache):
+    with warm_cache.not_saved():
+        fns.run(fns.f_stride, torch.randn(8, 8).t())
+    assert "input 0 stride (8, 1) -> (1, 8)" in only_fx(warm_cache)
+
+def test_graph(warm_cache):
+    fns.MODE = "b"
+    try:
+        with warm_cache.not_saved():
+            fns.run(fns.f_graph, torch.randn(8))
+    finally:
+        fns.MODE = "a"
+    why = only_fx(warm_cache)
+    assert "the graph changed (only in the entry: `add" in why and "only now: `sub" in why, why
+
+def test_tag(warm_cache):
+    with warm_cache.not_saved(), torch.compiler.config.patch(cache_key_tag="another-tag"):
+        fns.run(fns.f_tag, torch.randn(8))
+    assert "cache_key_tag changed (was '', now 'another-tag')" in only_fx(warm_cache)
+
+def test_hit(warm_cache):
+    fns.run(fns.f_hit, torch.randn(8))
+    warm_cache.assert_hits(fx_graph=1)
+    assert warm_cache.stats.fx_graph.explanations == ()
+    assert warm_cache.stats.aot_autograd.explanations == ()
+
+def test_new_code(warm_cache):
+    with warm_cache.not_saved():
+        fns.run(lambda x: x.abs() + 7, torch.randn(8))
+    assert "no entry for this code at all (new code)" in only_fx(warm_cache)
+'''
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makepyfile(fns=FNS, test_kinds=TESTS)
+    pytester.makeconftest(CONFTEST)
+    return pytester
+
+
+def test_each_kind_of_difference_is_named(project: pytest.Pytester, run_inner: Callable[..., pytest.RunResult]) -> None:
+    bundle = project.path / "kinds.bundle"
+    report = project.path / "report.json"
+    args = (f"--compile-cache-bundle={bundle}", f"--compile-cache-report={report}", "-p", "no:randomly")
+    run_inner(*args, "-k", "hit").assert_outcomes(passed=1)
+    warm = run_inner(*args)
+    warm.assert_outcomes(passed=8)
+    warm.stdout.fnmatch_lines([
+        "misses explained (the nearest known entry for the same code, and what differs):",
+        "*fx_graph: 7 misses explained:*",
+    ])
+    summary = next(line for line in warm.stdout.lines if "fx_graph: 7 misses explained" in line)
+    for kind in ("config `max_fusion_size` changed", "input shapes changed", "input dtypes changed",
+                 "input strides changed", "graph changed", "cache_key_tag changed", "new code"):
+        assert kind in summary, summary
+    tests = json.loads(report.read_text())["tests"]
+    config = tests["test_kinds.py::test_config"]["fx_graph"]
+    assert config["explained"] == 1 and config["miss_kinds"] == {"config `max_fusion_size` changed": 1}
+    assert "explanations" not in tests["test_kinds.py::test_hit"]["fx_graph"]
+    aot = tests["test_kinds.py::test_shape"]["aot_autograd"]["explanations"]
+    assert len(aot) == 1 and "AOTAutograd miss in f_shape (fns.py)" in aot[0] and "shape [8] -> [9]" in aot[0]
+
+    with read_manifest(bundle) as b:
+        b.read_all()
+        (entry,) = b.entries
+        index, problem = b.key_index(entry)
+    assert not problem and index is not None
+    assert {r["code"] for r in index.keys.values()} >= {"f_config (fns.py)", "f_stride (fns.py)", "f_hit (fns.py)"}
+    assert len(index.configs) == 2, "the FX keys share one config set, the AOTAutograd keys (functorch's too) another"
+
+    entry.index, entry.index_section, entry._index_blob = None, None, None
+    write_bundle(Bundle(bundle, [entry]))
+    old = run_inner(*args, "-k", "config")
+    old.assert_outcomes(failed=1)
+    old.stdout.fnmatch_lines(["*cannot explain: the bundle holds no key details for this entry*"])
+
+
+def test_explain_on_request_in_a_cold_test(pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult]) -> None:
+    """--compile-cache-explain: a cold_cache test's miss is explained against what it compiled before."""
+    pytester.makepyfile(fns=FNS, test_cold='''
+import torch, fns
+from torch._inductor import config
+
+def test_cold(cold_cache):
+    fns.run(fns.f_config, torch.randn(8))
+    cold_cache.reset_in_memory()
+    with config.patch(max_fusion_size=16):
+        fns.run(fns.f_config, torch.randn(8))
+    (first, second) = cold_cache.stats.fx_graph.explanations
+    assert "new code" in first
+    assert "nearest entry in this session's earlier compiles" in second
+    assert "config `max_fusion_size` changed (was 64, now 16)" in second
+''')
+    run_inner("--compile-cache-explain").assert_outcomes(passed=1)
+    run_inner().assert_outcomes(failed=1)
+
+
+def _index(**records: tuple[str, str, dict[str, tuple[str, str]]]) -> KeyIndex:
+    index = KeyIndex(torch="2.13.0+cpu")
+    for key, (layer, code, components) in records.items():
+        index.add(key, layer, code, components)
+    return index
+
+
+BASE = {
+    "gm": ("g1", "GraphModule()\\n\\ndef forward(self, x):\\n    sin = torch.ops.aten.sin.default(x);  x = None\\n"),
+    "example_inputs[0]": ("i1", "TensorMetadata(dtype=torch.float32, shape=torch.Size([8]), stride=(1,), "
+                                "device=device(type='cpu'), layout=torch.strided)"),
+    "inductor_config[fallback_random]": ("c1", "False"),
+    "torch_version": ("t1", "\x00binary"),
+    "system_info[hash]": ("s1", "abc"),
+}
+
+
+def test_explanations_for_what_a_cpu_machine_cannot_stage() -> None:
+    bundle = Known("the bundle b", _index(fold=("fx_graph", "f (x.py)", BASE)))
+    torch_changed = {**BASE, "torch_version": ("t2", "\x00other"), "system_info[hash]": ("s2", "def")}
+    why = explain("fx_graph", "fnew", "f (x.py)", torch_changed, [bundle])
+    assert "the torch build differs" in why.text and "torch, Triton, CUDA or GPU versions differ" in why.text
+    assert set(why.kinds) == {"torch build changed", "torch/Triton/CUDA/GPU version changed"}
+
+    device = {**BASE, "example_inputs[0]": ("i2", BASE["example_inputs[0]"][1].replace("'cpu'", "'cuda', index=0"))}
+    assert "input 0 device" in explain("fx_graph", "fnew", "f (x.py)", device, [bundle]).text
+
+    same_key = explain("fx_graph", "fold", "f (x.py)", BASE, [bundle])
+    assert "holds an entry with this very key" in same_key.text
+
+    blind = Known("the bundle b", KeyIndex(), undocumented=3)
+    assert "cannot explain" in explain("fx_graph", "fnew", "f (x.py)", BASE, [blind]).text
+    nothing = explain("fx_graph", "fnew", "f (x.py)", BASE, [], cannot="the bundle holds no key details")
+    assert nothing.text.endswith("cannot explain: the bundle holds no key details")
+
+
+def test_a_malformed_key_index_loses_explanations_only(tmp_path: Path) -> None:
+    """A key index that fails its checksum: the entry still reads, the problem is said, nothing crashes."""
+    from pytest_compilecache.bundle import make_entry
+
+    path = tmp_path / "x.bundle"
+    index = _index(fold=("fx_graph", "f (x.py)", BASE))
+    write_bundle(Bundle(path, [make_entry({"torch": "t"}, b"payload", {}, index=index)]))
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with read_manifest(path) as b:
+        entry = b.entries[0]
+        assert b.payload(entry) == b"payload"
+        found, problem = b.key_index(entry)
+    assert found is None and "fails its checksum" in problem and str(path) in problem
+    round_trip = KeyIndex.unpack(index.pack())
+    assert round_trip.components("fold") == index.components("fold")
+    shutil.rmtree(tmp_path)
