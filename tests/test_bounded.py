@@ -1,0 +1,131 @@
+"""Bounded bundles and a fresh start: unused artifacts dropped after N updating runs, ``prune
+--max-size`` by least recent use, and ``--compile-cache-rebuild``; real compiles, real bundles."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from pytest_compilecache.bundle import Bundle, make_entry, read_manifest, write_bundle
+
+TESTS = '''
+import torch
+
+def test_kept():
+    with torch.no_grad():
+        torch.compile(lambda x: torch.sin(x) * 3, dynamic=False)(torch.randn(8))
+
+def test_once():
+    with torch.no_grad():
+        torch.compile(lambda x: torch.cos(x) - 3, dynamic=False)(torch.randn(8))
+'''
+
+
+def codes(bundle: Path) -> dict[str, int]:
+    """Per compiled function (by its line in test_b.py), how many keys the bundle's index holds."""
+    with read_manifest(bundle) as b:
+        b.read_all()
+        out: dict[str, int] = {}
+        for entry in b.entries:
+            index, _ = b.key_index(entry)
+            for record in (index.keys.values() if index else []):
+                out[record["code"]] = out.get(record["code"], 0) + 1
+    return out
+
+
+def inductor_count(bundle: Path) -> int:
+    with read_manifest(bundle) as b:
+        return sum(e.artifacts.get("inductor", {}).get("count", 0) for e in b.entries)
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makepyfile(test_b=TESTS)
+    return pytester
+
+
+def test_artifacts_no_updating_run_used_are_dropped(project: pytest.Pytester,
+                                                    run_inner: Callable[..., pytest.RunResult]) -> None:
+    bundle = project.path / "b.bundle"
+    ini = "compile_cache_max_unused_runs = 1"
+    args = (f"--compile-cache-bundle={bundle}",)
+    run_inner(*args, ini=ini).assert_outcomes(passed=2)
+    assert inductor_count(bundle) == 2
+    assert set(codes(bundle)) == {"<lambda> (test_b.py)"} and codes(bundle)["<lambda> (test_b.py)"] == 4
+
+    before = bundle.read_bytes()
+    run_inner(*args, "-k", "kept", ini=ini).assert_outcomes(passed=1)
+    assert bundle.read_bytes() == before, "a run that does not update PATH never rewrites it"
+
+    update = run_inner(*args, "--compile-cache-update", "-k", "kept", ini=ini)
+    update.assert_outcomes(passed=1)
+    update.stdout.fnmatch_lines(["*dropped as unused in the last updating runs (compile_cache_max_unused_runs): "
+                                 "1 inductor, 1 aot_autograd*"])
+    assert inductor_count(bundle) == 1
+    with read_manifest(bundle) as b:
+        b.read_all()
+        index, _ = b.key_index(b.entries[0])
+    assert index is not None and len(index.runs) == 2 and len(index.keys) == 2
+
+
+
+def test_prune_max_size_drops_the_least_recently_used(project: pytest.Pytester,
+                                                      run_inner: Callable[..., pytest.RunResult]) -> None:
+    bundle = project.path / "b.bundle"
+    args = (f"--compile-cache-bundle={bundle}",)
+    run_inner(*args).assert_outcomes(passed=2)
+    run_inner(*args, "--compile-cache-update", "-k", "kept").assert_outcomes(passed=1)
+    with read_manifest(bundle) as b:
+        b.read_all()
+        (entry,) = b.entries
+        index, _ = b.key_index(entry)
+    assert index is not None
+    before = set(index.keys)
+    newest = max(index.used.values())
+    recent = {name.split("/", 1)[1] for name, when in index.used.items() if when == newest}
+    assert len(recent) == 2, "the update run used the kept test's FX and AOTAutograd entries"
+    size = bundle.stat().st_size
+    binaries = entry.binaries.counts()["bytes"] if entry.binaries else 0
+
+    cli = [sys.executable, "-m", "pytest_compilecache", "prune", str(bundle)]
+    result = subprocess.run([*cli, "--max-size", str(size - 1)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "kept 1 of 1 environment(s)" in result.stdout and " -> " in result.stdout, result.stdout
+    assert bundle.stat().st_size <= size - 1
+    with read_manifest(bundle) as b:
+        b.read_all()
+        (entry,) = b.entries
+        index, _ = b.key_index(entry)
+        assert entry.binaries is not None and entry.binaries.counts()["bytes"] == binaries, "binaries go last"
+    assert index is not None and recent <= set(index.keys) < before, "only what the last run did not use went"
+
+    too_small = subprocess.run([*cli, "--max-size", "1k"], capture_output=True, text=True, timeout=300)
+    assert too_small.returncode == 2 and "cannot fit in 1,000 bytes" in too_small.stderr, too_small.stderr
+    bad = subprocess.run([*cli, "--max-size", "lots"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "give a size such as 50MB" in bad.stderr, bad.stderr
+
+
+def test_rebuild_replaces_this_machines_entry_and_keeps_others(project: pytest.Pytester,
+                                                               run_inner: Callable[..., pytest.RunResult]) -> None:
+    bundle = project.path / "b.bundle"
+    args = (f"--compile-cache-bundle={bundle}",)
+    run_inner(*args).assert_outcomes(passed=2)
+    with read_manifest(bundle) as b:
+        b.read_all()
+        (mine,) = b.entries
+    foreign = make_entry({**mine.env, "device": "NVIDIA H200"}, b.payload(mine), mine.artifacts)
+    write_bundle(Bundle(bundle, [mine, foreign]))
+
+    rebuilt = run_inner(*args, "--compile-cache-rebuild", "-k", "once")
+    rebuilt.assert_outcomes(passed=1)
+    rebuilt.stdout.fnmatch_lines(["*bundle (main): ignored: *not read (--compile-cache-rebuild)*",
+                                  "*bundle saved:*b.bundle*"])
+    with read_manifest(bundle) as b:
+        entries = {e.env["device"]: e for e in b.entries}
+    assert set(entries) == {mine.env["device"], "NVIDIA H200"}, "the other machine's entry is kept"
+    assert entries[mine.env["device"]].artifacts["inductor"]["count"] == 1, "only what this run compiled"
+    assert entries["NVIDIA H200"].artifacts == mine.artifacts
