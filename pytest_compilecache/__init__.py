@@ -4,7 +4,7 @@ Importing this package never imports torch.
 """
 
 from .cache import CompileCache
-from .stats import CacheStats, LayerStats, UnobservableLayerError
+from .stats import CacheStats, DynamoStats, LayerStats, UnobservableLayerError
 
-__all__ = ["CacheStats", "CompileCache", "LayerStats", "UnobservableLayerError"]
+__all__ = ["CacheStats", "CompileCache", "DynamoStats", "LayerStats", "UnobservableLayerError"]
 __version__ = "0.1.0"

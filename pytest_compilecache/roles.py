@@ -11,6 +11,7 @@ from the reports and the terminal summary, registered beside the single process 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -92,8 +93,9 @@ def _entry_problems(path: Path, process_dir: Path) -> list[str]:
 
 
 def _check_at_start(options: Options, start_problem: str, existed: bool, process_dir: Path) -> None:
-    """In strict mode, stop before any test when PATH is unreadable or has no intact entry for here."""
-    if not options.strict or options.bundle is None:
+    """In strict mode, stop before any test when PATH is unreadable or has no intact entry for here
+    (unless the session rebuilds it)."""
+    if not options.strict or options.bundle is None or options.rebuild:
         return
     problems = [start_problem] if start_problem else []
     if not problems and existed:
@@ -134,6 +136,7 @@ class TestSide:
         self._dropped: set[str] = set()
         self._started = time.time()
         self._test_start: dict[str, tuple[dict[str, int], float]] = {}
+        self._explaining = contextlib.ExitStack()
 
     # --- the process's environment ---
 
@@ -141,7 +144,10 @@ class TestSide:
         """Point compiles outside fixtures at a folder of this process's own, before collection.
 
         ``saved`` is the environment from before the first conftest was loaded, if it was taken.
+        With ``--compile-cache-explain``, misses are explained in every test from now on.
         """
+        if self.options.explain:
+            self._explaining.enter_context(_torchapi.explaining())
         if not self.options.session_wide:
             return
         self._saved_env = saved or SavedEnv()
@@ -158,6 +164,7 @@ class TestSide:
 
     def close(self) -> None:
         """Restore the environment and let go of the worker folder."""
+        self._explaining.close()
         if self._saved_env is not None:
             self._saved_env.restore()
             self._saved_env = None

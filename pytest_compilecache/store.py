@@ -12,7 +12,7 @@ import filelock
 
 from . import _torchapi, files, signing
 from .binaries import CarriedBinaries
-from .bundle import Bundle, BundleError, Entry, env_label, make_entry, read_manifest, write_bundle
+from .bundle import Bundle, BundleError, Entry, NotABundle, env_label, make_entry, read_manifest, write_bundle
 from .keyindex import KeyIndex, artifact_id
 
 
@@ -121,17 +121,28 @@ class BundleStore:
         finally:
             self._lock.release()
 
-    def update(self, change: Callable[[Bundle | None], list[Entry] | None]) -> Bundle | None:
+    def update(self, change: Callable[[Bundle | None], list[Entry] | None],
+               replace_unreadable: bool = False) -> Bundle | None:
         """Under the lock: read PATH, let ``change`` compute the new entries, write them atomically.
 
-        ``change`` returns ``None`` to leave PATH as it is. Returns the bundle now at PATH.
+        ``change`` returns ``None`` to leave PATH as it is. Returns the bundle now at PATH. With
+        ``replace_unreadable``, a PATH that is a bundle but cannot be read (corrupt, truncated) counts
+        as empty, and :attr:`dropped` says so; a file that is not a bundle is never replaced.
         """
         with self.locked():
             files.remove_leftovers(self.path)
-            current = self.read()
             try:
+                current = self.read()
                 if current is not None:
                     current.read_all()
+            except NotABundle:
+                raise
+            except BundleError as exc:
+                if not replace_unreadable:
+                    raise
+                self.dropped.append(f"it could not be read ({exc}); its entries were dropped and a fresh one written")
+                current = None
+            try:
                 entries = change(current)
                 if entries is None:
                     return current
@@ -153,6 +164,8 @@ class BundleStore:
         write replaces, its later writes merge).
         """
 
+        self.dropped, self.unused = [], {}
+
         def change(current: Bundle | None) -> list[Entry]:
             now = time.time()
             touched = {env_id(e.env) for e in additions}
@@ -167,13 +180,12 @@ class BundleStore:
                     entry.index = KeyIndex.union([entry.index or KeyIndex()])
                     entry.index.note_run(run, used)
                     entry.reset_index()
-            self.dropped, self.unused = [], {}
             merged = union([*existing, *additions], self.dropped)
             if max_unused_runs > 0:
                 merged = [self._without_unused(e, max_unused_runs) if env_id(e.env) in touched else e for e in merged]
             return merged
 
-        result = self.update(change)
+        result = self.update(change, replace_unreadable=rebuild)
         assert result is not None
         return result
 

@@ -129,3 +129,11 @@ def test_rebuild_replaces_this_machines_entry_and_keeps_others(project: pytest.P
     assert set(entries) == {mine.env["device"], "NVIDIA H200"}, "the other machine's entry is kept"
     assert entries[mine.env["device"]].artifacts["inductor"]["count"] == 1, "only what this run compiled"
     assert entries["NVIDIA H200"].artifacts == mine.artifacts
+
+    data = bundle.read_bytes()
+    bundle.write_bytes(data[: len(data) // 2])
+    healed = run_inner(*args, "--compile-cache-rebuild", "--compile-cache-strict", "-k", "kept")
+    healed.assert_outcomes(passed=1)
+    healed.stdout.fnmatch_lines(["*b.bundle: it could not be read (*truncated*); its entries were dropped*"])
+    with read_manifest(bundle) as b:
+        assert [e.env["device"] for e in b.entries] == [mine.env["device"]]
