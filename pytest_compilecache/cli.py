@@ -198,8 +198,11 @@ def cmd_merge(args: argparse.Namespace) -> int:
                 bundle.read_all()
             except BundleError as exc:
                 raise UserError(str(exc)) from None
+            secret = signing.key()
             for entry in bundle.entries:
-                _check_payload(bundle, entry)
+                refused = bundle.signature_problem(entry, secret) if secret else ""
+                if refused:
+                    raise UserError(f"{refused}; merge refuses it")
             others.extend(bundle.entries)
             count += 1
     reads_output = any(_same_file(Path(name), out) for name in args.inputs)

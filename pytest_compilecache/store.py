@@ -63,6 +63,8 @@ def union(entries: Iterable[Entry], dropped: list[str] | None = None) -> list[En
             merged.append(group[0])
             continue
         try:
+            for data in payloads:
+                _torchapi.check_keys(data)
             payload = _torchapi.merge_artifacts(payloads) if len(payloads) > 1 else payloads[0]
             artifacts = _torchapi.describe_artifacts(payload)
             keys = {key for _, key, _ in _torchapi.artifact_sizes(payload)}

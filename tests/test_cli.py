@@ -119,7 +119,7 @@ def test_merge_errors_leave_no_output(good_bundle: Path, tmp_path: Path) -> None
     blocker.write_text("x")
     assert_user_error(cli("merge", good_bundle, "-o", blocker / "out.bundle"), 2, "is not a folder")
     assert list(tmp_path.iterdir()) == [blocker]
-    assert_user_error(cli("prune", good_bundle), 2, "--keep-matching or --drop")
+    assert_user_error(cli("prune", good_bundle), 2, "--keep-matching, --drop ENV or --max-size SIZE")
 
 
 def test_python_m_runs_the_same_command(good_bundle: Path) -> None:
