@@ -40,15 +40,16 @@ def union(entries: Iterable[Entry], dropped: list[str] | None = None) -> list[En
     merged = []
     for group in groups.values():
         if secret is not None:
-            refused = [(e, why) for e in group if (why := e.vouched(secret))]
-            if len(refused) == len(group):
+            why = {id(e): e.vouched(secret) for e in group}
+            trusted = [e for e in group if not why[id(e)]]
+            if not trusted:
                 merged.extend(group)
                 continue
-            for entry, why in refused:
-                if dropped is not None:
-                    dropped.append(f"dropped a bundle entry for {env_label(entry.env)}: {why} "
+            for entry in group:
+                if why[id(entry)] and dropped is not None:
+                    dropped.append(f"dropped a bundle entry for {env_label(entry.env)}: {why[id(entry)]} "
                                    f"({signing.KEY_ENV} is set); it was not merged into the signed one")
-            group = [e for e in group if not e.vouched(secret)]
+            group = trusted
         group.sort(key=lambda e: e.created or float("inf"))
         payloads = list(dict.fromkeys(e.payload for e in group if e.payload is not None))
         history: dict[str, object] = {}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -11,13 +13,38 @@ from pathlib import Path
 
 import pytest
 
+from pytest_compilecache import signing
 from pytest_compilecache.bundle import Bundle, make_entry, read_manifest, write_bundle
+from pytest_compilecache.cli import main
 
 CLI = shutil.which("pytest-compilecache", path=str(Path(sys.executable).parent)) or "pytest-compilecache"
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
+def cli_process(*args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI through its installed entry point, in a new process."""
     return subprocess.run([CLI, *map(str, args)], capture_output=True, text=True, timeout=300)
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The CLI's ``main`` in this process (as the entry point calls it), output captured, with the
+    signing key of ``env`` (as :func:`with_key` makes it) while it runs."""
+    before = os.environ.get(signing.KEY_ENV)
+    if env is not None:
+        os.environ.pop(signing.KEY_ENV, None)
+        if signing.KEY_ENV in env:
+            os.environ[signing.KEY_ENV] = env[signing.KEY_ENV]
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main([str(a) for a in args])
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 2
+    finally:
+        os.environ.pop(signing.KEY_ENV, None)
+        if before is not None:
+            os.environ[signing.KEY_ENV] = before
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
 
 
 def assert_user_error(result: subprocess.CompletedProcess[str], code: int, *words: str) -> None:
@@ -69,7 +96,7 @@ def test_inspect_shows_environments_and_layers(good_bundle: Path, foreign_bundle
 
 
 def test_verify_is_a_ci_gate(good_bundle: Path, foreign_bundle: Path, tmp_path: Path) -> None:
-    ok = cli("verify", good_bundle)
+    ok = cli_process("verify", good_bundle)
     assert ok.returncode == 0 and "OK" in ok.stdout
     assert_user_error(cli("verify", foreign_bundle), 1, str(foreign_bundle), "no entry matches this machine", "device")
     with read_manifest(good_bundle) as bundle:
@@ -205,7 +232,7 @@ def with_key(secret: str | None) -> dict[str, str]:
 
 
 def cli_env(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([CLI, *map(str, args)], capture_output=True, text=True, timeout=300, env=env)
+    return cli(*args, env=env)
 
 
 def rewrite_manifest(source: Path, target: Path, change: Callable[[dict], None]) -> None:
@@ -264,7 +291,7 @@ def test_signed_bundles(good_bundle: Path, tmp_path: Path, monkeypatch: pytest.M
     assert f"{forged}: the entry for" in said and "signature does not match" in said, said
     unsigned = session(good_bundle, "right")
     assert "unsigned (PYTEST_COMPILE_CACHE_KEY is set); it is not used" in unsigned.stdout, unsigned.stdout
-    assert "bundles are unsigned" in session(signed, None).stdout
+    assert "bundles are unsigned" in session(signed, None, "--co").stdout
 
 
 def test_writing_with_the_key_never_signs_what_it_did_not_verify(

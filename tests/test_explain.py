@@ -144,6 +144,13 @@ def test_each_kind_of_difference_is_named(project: pytest.Pytester, run_inner: C
     assert {r["code"] for r in index.keys.values()} >= {"f_config (fns.py)", "f_stride (fns.py)", "f_hit (fns.py)"}
     assert len(index.configs) == 2, "the FX keys share one config set, the AOTAutograd keys (functorch's too) another"
 
+    index.torch = "2.9.0+cpu"
+    entry.reset_index()
+    write_bundle(Bundle(bundle, [entry]))
+    other = run_inner(*args, "-k", "config")
+    other.assert_outcomes(failed=1)
+    other.stdout.fnmatch_lines(["*cannot explain: the bundle's key details were recorded by torch 2.9.0+cpu, not *"])
+
     entry.index, entry.index_section, entry._index_blob = None, None, None
     write_bundle(Bundle(bundle, [entry]))
     old = run_inner(*args, "-k", "config")

@@ -72,9 +72,17 @@ def test_the_wheel_ships_every_module(tmp_path: Path) -> None:
     """A regular (non-editable) install gets every module of the package, subpackages included."""
     import zipfile
 
+    import shutil
+
     root = Path(__file__).resolve().parents[1]
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(root / name, source / name)
+    shutil.copytree(root / "pytest_compilecache", source / "pytest_compilecache",
+                    ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(root)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(source)],
         check=True, capture_output=True, timeout=300,
     )
     (wheel,) = tmp_path.glob("pytest_compilecache-*.whl")
