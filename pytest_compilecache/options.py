@@ -11,8 +11,11 @@ from typing import Any
 
 import pytest
 
+from .remote import check_url
+
 DEFAULT_LOCK_TIMEOUT = 900.0
 BUNDLE_ENV = "PYTEST_COMPILE_CACHE_BUNDLE"
+REMOTE_ENV = "PYTEST_COMPILE_CACHE_REMOTE"
 
 
 class Isolation(enum.Enum):
@@ -57,6 +60,7 @@ class Options:
     rebuild: bool = False
     explain: bool = False
     max_unused_runs: int = 0
+    remote: str | None = None
     strict: bool = False
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT
     report: Path | None = None
@@ -71,7 +75,7 @@ class Options:
     @property
     def active(self) -> bool:
         """Whether anything session-wide was asked for (else only fixtures do work)."""
-        return self.session_wide or self.report is not None
+        return self.session_wide or self.report is not None or self.remote is not None
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> "Options":
@@ -113,6 +117,9 @@ class Options:
                 f"compile_cache_max_unused_runs must be a whole number of updating runs (0: keep everything), "
                 f"not {unused!r}")
         rebuild = _bool(pick("compile_cache_rebuild")[0])
+        remote = str(pick("compile_cache_remote", REMOTE_ENV)[0] or "").strip() or None
+        if remote is not None and check_url(remote):
+            raise pytest.UsageError(f"compile_cache_remote: {check_url(remote)}")
         return cls(
             isolation=_ISOLATION_WORDS[word],
             bundle=path("compile_cache_bundle", BUNDLE_ENV),
@@ -120,6 +127,7 @@ class Options:
             rebuild=rebuild,
             explain=_bool(pick("compile_cache_explain")[0]),
             max_unused_runs=int(unused),
+            remote=remote,
             strict=_bool(pick("compile_cache_strict")[0]),
             lock_timeout=lock_timeout,
             report=path("compile_cache_report"),
@@ -147,6 +155,9 @@ def add_options(parser: pytest.Parser) -> None:
            "entry for it (other machines' entries are kept)", action="store_true")
     option("compile-cache-explain", "explain every FX graph and AOTAutograd miss in every cold_cache and "
            "warm_cache test (warm_cache always explains its misses)", action="store_true")
+    option("compile-cache-remote", f"turn on torch's remote (Redis) FX graph, AOTAutograd and autotune "
+           f"caches at URL for this session, check that the server answers, and count remote lookups "
+           f"(env: {REMOTE_ENV}; needs pytest-compilecache[redis])", metavar="redis://HOST:PORT[/DB]")
     option("compile-cache-strict", "fail the session when the bundle cannot be loaded, warmed up or saved",
            action="store_true")
     option("compile-cache-lock-timeout", "seconds to wait for the bundle lock (default 900)", metavar="SECONDS")

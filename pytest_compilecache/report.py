@@ -102,6 +102,22 @@ class SaveResult:
         return data
 
 
+@dataclass(frozen=True)
+class Comparison:
+    """Compile seconds of the tests a run shares with the run that built its bundle, and both warmups."""
+
+    tests: int
+    now: float
+    then: float
+    warmup_now: float
+    warmup_then: float
+
+    @property
+    def saved(self) -> float:
+        """What this run's compiling took less than the building run's, warmups included (negative: more)."""
+        return (self.then + self.warmup_then) - (self.now + self.warmup_now)
+
+
 @dataclass
 class SessionReport:
     """Everything the summary and the JSON report show, for one pytest session."""
@@ -114,6 +130,7 @@ class SessionReport:
     processes: list[ProcessReport] = field(default_factory=list)
     saved: SaveResult = field(default_factory=SaveResult)
     problems: list[str] = field(default_factory=list)
+    remote_problem: str = ""
 
     def add_test(self, nodeid: str, stats: dict[str, Any]) -> None:
         """Record one test's counts (from this process or from a worker's report)."""
@@ -148,14 +165,16 @@ class SessionReport:
                 return {str(k): float(v) for k, v in tests.items() if isinstance(v, (int, float))}
         return {}
 
-    def compared_with_build(self) -> tuple[float, float, int] | None:
-        """(compile seconds now, then, number of tests) over the tests run now and when the bundle was built."""
+    def compared_with_build(self) -> "Comparison | None":
+        """This run's compile time against the run that built the loaded bundle, over the tests both had."""
         built = self.built_tests()
         common = [n for n in self.tests if n in built]
         if not common:
             return None
         now = sum(float(self.tests[n].get("compile_seconds", 0.0)) for n in common)
-        return now, sum(built[n] for n in common), len(common)
+        warmup_then = next((float(p.history["warmup_seconds"]) for p in self.processes if p.status is Status.LOADED
+                            and isinstance(p.history.get("warmup_seconds"), (int, float))), 0.0)
+        return Comparison(len(common), now, sum(built[n] for n in common), self.warmup_seconds, warmup_then)
 
     def _tests_json(self) -> dict[str, dict[str, Any]]:
         built = self.built_tests()
@@ -173,10 +192,11 @@ class SessionReport:
                                   "compile_seconds": round(self.compile_seconds, 3)}
         compared = self.compared_with_build()
         if compared is not None:
-            now, then, count = compared
-            totals["compared_with_build"] = {"tests": count, "compile_seconds": round(now, 3),
-                                             "built_compile_seconds": round(then, 3),
-                                             "compile_seconds_saved": round(then - now, 3)}
+            totals["compared_with_build"] = {
+                "tests": compared.tests, "compile_seconds": round(compared.now, 3),
+                "built_compile_seconds": round(compared.then, 3), "warmup_seconds": round(compared.warmup_now, 3),
+                "built_warmup_seconds": round(compared.warmup_then, 3),
+                "compile_seconds_saved": round(compared.saved, 3)}
         return totals
 
     def to_json(self) -> dict[str, Any]:
@@ -205,13 +225,13 @@ def _compile_time_line(report: SessionReport) -> list[str]:
     lines = [line]
     compared = report.compared_with_build()
     if compared is not None:
-        now, then, count = compared
-        ratio = f" ({then / now:.1f}x this run's)" if now > 0.05 and then > now else ""
-        warmup_then = next((float(p.history["warmup_seconds"]) for p in _loading_processes(report)
-                            if isinstance(p.history.get("warmup_seconds"), (int, float))), 0.0)
-        plus = f", plus {warmup_then:.1f} s in its warmup" if warmup_then else ""
-        saved = f"; {then - now:.1f} s less now" if then > now else f"; {now - then:.1f} s MORE now"
-        lines.append(f"  the same {count} tests in the run that built the bundle: {then:.1f} s{ratio}{plus}{saved}")
+        c = compared
+        ratio = f" ({c.then / c.now:.1f}x this run's)" if c.now > 0.05 and c.then > c.now else ""
+        plus = f", plus {c.warmup_then:.1f} s in its warmup" if c.warmup_then else ""
+        lines.append(f"  the same {c.tests} tests in the run that built the bundle: {c.then:.1f} s{ratio}{plus}")
+        total_then, total_now = c.then + c.warmup_then, c.now + c.warmup_now
+        verdict = f"{c.saved:.1f} s saved" if c.saved >= 0 else f"{-c.saved:.1f} s MORE this run"
+        lines.append(f"  compiling, warmups included: {total_then:.1f} s then, {total_now:.1f} s now: {verdict}")
     return lines
 
 
@@ -246,11 +266,6 @@ def _explained_lines(totals: CacheStats | None) -> list[str]:
         if len(layer.explanations) > SUMMARY_REASONS:
             lines.append(f"    ... and {len(layer.explanations) - SUMMARY_REASONS} more, per test in --compile-cache-report")
     return lines
-
-
-def _loading_processes(report: SessionReport) -> list[ProcessReport]:
-    """The processes that loaded a bundle."""
-    return [p for p in report.processes if p.status is Status.LOADED]
 
 
 def summary_lines(report: SessionReport) -> list[str]:

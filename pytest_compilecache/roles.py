@@ -23,7 +23,7 @@ from typing import Any, Generator, Iterator
 
 import pytest
 
-from . import _torchapi, files, signing
+from . import _torchapi, files, remote, signing
 from .binaries import BinaryPool, pooled
 from .bundle import BundleError, NotABundle, make_entry, read_manifest
 from .cache import CompileCache
@@ -61,6 +61,9 @@ def _header(options: Options, report: SessionReport, process: ProcessReport | No
     mode = {Isolation.OFF: "off", Isolation.TEST: "a cache per test",
             Isolation.WORKER: "a kept cache per worker"}[options.isolation]
     lines = [f"compilecache: isolation: {mode}"]
+    if options.remote is not None:
+        state = f"UNREACHABLE: {report.remote_problem}" if report.remote_problem else "reachable"
+        lines.append(f"compilecache: remote cache {options.remote} (FX graph, AOTAutograd, autotune): {state}")
     if options.bundle is not None:
         lines.append(f"compilecache: bundle {report.bundle_at_start}")
         lines.append(f"compilecache: bundles are signed and checked with {signing.KEY_ENV}" if signing.key()
@@ -92,6 +95,18 @@ def _entry_problems(path: Path, process_dir: Path) -> list[str]:
     return []
 
 
+def _check_remote(options: Options, report: SessionReport) -> None:
+    """Ask the remote cache's server for a PING before any test: torch hides a server it cannot reach."""
+    if options.remote is None:
+        return
+    why = remote.unreachable(options.remote)
+    if why:
+        report.remote_problem = why
+        report.problems.append(f"remote cache {options.remote} is unreachable ({why}); torch switches its remote "
+                               "cache off in silence, so every remote lookup misses")
+    _strict_failure(options, report.problems[-1:] if why else [], "at session start", "remote cache")
+
+
 def _check_at_start(options: Options, start_problem: str, existed: bool, process_dir: Path) -> None:
     """In strict mode, stop before any test when PATH is unreadable or has no intact entry for here
     (unless the session rebuilds it)."""
@@ -103,9 +118,9 @@ def _check_at_start(options: Options, start_problem: str, existed: bool, process
     _strict_failure(options, problems, "at session start")
 
 
-def _strict_failure(options: Options, problems: list[str], when: str) -> None:
+def _strict_failure(options: Options, problems: list[str], when: str, what: str = "bundle") -> None:
     if options.strict and problems:
-        raise pytest.UsageError(f"--compile-cache-strict: bundle problem {when}:\n  " + "\n  ".join(problems))
+        raise pytest.UsageError(f"--compile-cache-strict: {what} problem {when}:\n  " + "\n  ".join(problems))
 
 
 def _from_hook(exc: BaseException, hook: Any) -> Any:
@@ -137,6 +152,7 @@ class TestSide:
         self._started = time.time()
         self._test_start: dict[str, tuple[dict[str, int], float]] = {}
         self._explaining = contextlib.ExitStack()
+        self._remote_before: dict[str, str | None] | None = None
 
     # --- the process's environment ---
 
@@ -148,6 +164,10 @@ class TestSide:
         """
         if self.options.explain:
             self._explaining.enter_context(_torchapi.explaining())
+        if self.options.remote is not None:
+            self._remote_before = remote.switch_on(self.options.remote)
+            if "torch._inductor.config" in sys.modules:
+                _torchapi.remote_caches_on()
         if not self.options.session_wide:
             return
         self._saved_env = saved or SavedEnv()
@@ -165,6 +185,9 @@ class TestSide:
     def close(self) -> None:
         """Restore the environment and let go of the worker folder."""
         self._explaining.close()
+        if self._remote_before is not None:
+            remote.restore(self._remote_before)
+            self._remote_before = None
         if self._saved_env is not None:
             self._saved_env.restore()
             self._saved_env = None
@@ -514,8 +537,9 @@ class SingleProcess(_RunsTests):
         self.start_problem = problem
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        """In strict mode, check PATH before any test (not in runs that only collect)."""
+        """Check the remote cache; in strict mode, check PATH before any test (not in runs that only collect)."""
         if not self.config.option.collectonly:
+            _check_remote(self.options, self.report)
             _check_at_start(self.options, self.start_problem, self.side.bundle_existed, self.side.folders.process)
 
     @pytest.hookimpl(tryfirst=True)
@@ -601,7 +625,8 @@ class Controller:
         self.folders.remove(keep_root=False)
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        """In strict mode, check PATH before workers start."""
+        """Check the remote cache; in strict mode, check PATH before workers start."""
+        _check_remote(self.options, self.report)
         _check_at_start(self.options, self.start_problem, self.bundle_existed, self.folders.process)
 
     def pytest_configure_node(self, node: Any) -> None:

@@ -85,12 +85,22 @@ def _cache_stats() -> dict[str, Any]:
     return dict(getattr(stats, "_stats", {}) or {})
 
 
-def _sum_stats(stats: dict[str, Any], suffix: str, field: str) -> int:
+def _sum_stats(stats: dict[str, Any], suffix: str, field: str, remote: bool = False) -> int:
     return sum(
         int(getattr(stat, field, 0))
         for name, stat in stats.items()
-        if name.endswith(suffix) and not name.startswith("backend:")
+        if name.endswith(suffix) and not name.startswith("backend:") and name.startswith("Remote") == remote
     )
+
+
+def _remote_counts(stats: dict[str, Any]) -> dict[str, int]:
+    """Lookups of torch's remote caches (``Remote*`` in ``cache_stats``): hit, miss, put, exception."""
+    out = {}
+    for layer, suffix in (("remote_fx_graph", "FxGraphCache"), ("remote_aot_autograd", "AOTAutogradCache"),
+                          ("remote_autotune", "AutotuneCache")):
+        for kind, field in (("hits", "hit"), ("misses", "miss"), ("saved", "put"), ("bypasses", "exception")):
+            out[f"{layer}.{kind}"] = _sum_stats(stats, suffix, field, remote=True)
+    return out
 
 
 def read_counts() -> dict[str, int]:
@@ -130,6 +140,7 @@ def read_counts() -> dict[str, int]:
         "precompile.hits": dynamo_cache.get("dynamo_cache_hit", 0),
         "precompile.misses": dynamo_cache.get("dynamo_cache_miss", 0),
         "precompile.bypasses": dynamo_cache.get("dynamo_cache_error", 0),
+        **_remote_counts(stats),
         **binaries.counts(),
         **dynamo.counts(),
         **keys.counts(),
@@ -166,7 +177,18 @@ def unobservable_layers() -> dict[str, str]:
         if binaries.observable():
             found["cpp"] = binaries.observable()
         _unobservable = found
-    return dict(_unobservable)
+    return {**_unobservable, **_remote_unobservable()}
+
+
+def _remote_unobservable() -> dict[str, str]:
+    """The remote layers, unobservable unless torch's remote caches are on right now."""
+    inductor_config = importlib.import_module("torch._inductor.config")
+    functorch_config = importlib.import_module("torch._functorch.config")
+    on = {"remote_fx_graph": getattr(inductor_config, "fx_graph_remote_cache", None),
+          "remote_aot_autograd": getattr(functorch_config, "enable_remote_autograd_cache", None),
+          "remote_autotune": getattr(inductor_config, "autotune_remote_cache", None)}
+    return {layer: "torch's remote cache is off here (--compile-cache-remote turns it on; cold_cache and "
+                   "warm_cache switch it off)" for layer, value in on.items() if not value}
 
 
 def unobservable_fields() -> dict[str, str]:

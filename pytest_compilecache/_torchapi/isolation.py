@@ -101,6 +101,18 @@ def without_remote_caches() -> Iterator[None]:
         yield
 
 
+def remote_caches_on() -> None:
+    """Switch torch's remote FX graph, AOTAutograd and autotune caches on (for a torch already
+    imported: the environment variables are read only at import)."""
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    for config, name in ((inductor_config, "fx_graph_remote_cache"), (inductor_config, "autotune_remote_cache"),
+                         (functorch_config, "enable_remote_autograd_cache")):
+        if hasattr(config, name):
+            setattr(config, name, True)
+
+
 def caches_disabled_by_config() -> list[str]:
     """One line per torch config value that switches a cache layer off right now."""
     torch = torch_module()

@@ -1,0 +1,102 @@
+"""torch's Redis remote cache through ``--compile-cache-remote``, against a real redis-server this
+test starts on loopback: remote lookups counted as their own layers, a server that does not answer
+reported (and fatal in strict mode), and cold_cache never reading it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+PLAIN = '''
+import torch
+
+def test_plain():
+    with torch.no_grad():
+        torch.compile(lambda x: torch.sin(x) * 5 + 2, dynamic=False)(torch.randn(16))
+
+def test_cold(cold_cache):
+    with torch.no_grad():
+        torch.compile(lambda x: torch.sin(x) * 5 + 2, dynamic=False)(torch.randn(16))
+    cold_cache.assert_misses(fx_graph=1)
+    assert not cold_cache.stats.remote_fx_graph.observable
+'''
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real redis-server on a free loopback port, without persistence, stopped afterwards."""
+    server = shutil.which("redis-server")
+    if server is None:
+        pytest.skip("redis-server is not installed (Debian: apt-get install redis-server; .ci/run installs it)")
+    pytest.importorskip("redis", reason="the redis package is not installed (pip install 'pytest-compilecache[redis]')")
+    import redis
+
+    port = free_port()
+    folder = tmp_path_factory.mktemp("redis")
+    proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                             "--dir", str(folder)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                redis.Redis.from_url(url, socket_connect_timeout=1).ping()
+                break
+            except redis.exceptions.ConnectionError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise AssertionError(f"redis-server did not start on port {port}") from None
+                time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def test_a_second_machine_hits_what_the_first_put(pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult],
+                                                  redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two runs with empty local caches of their own (two CI shards) sharing one Redis."""
+    pytester.makepyfile(test_r=PLAIN)
+    totals = []
+    for shard in ("one", "two"):
+        monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(pytester.path / f"local-{shard}"))
+        report = pytester.path / f"{shard}.json"
+        result = run_inner(f"--compile-cache-remote={redis_url}", f"--compile-cache-report={report}", "-p",
+                           "no:randomly", "--compile-cache-strict")
+        result.assert_outcomes(passed=2)
+        result.stdout.fnmatch_lines([f"compilecache: remote cache {redis_url} (FX graph, AOTAutograd, autotune): reachable"])
+        totals.append(json.loads(report.read_text())["tests"]["test_r.py::test_plain"])
+    first, second = totals
+    assert first["remote_fx_graph"]["misses"] == 1 and first["remote_fx_graph"]["saved"] == 1, first
+    assert first["fx_graph"]["misses"] == 1
+    assert second["remote_fx_graph"]["hits"] == 1 and second["remote_fx_graph"]["misses"] == 0, second
+    assert second["fx_graph"]["hits"] == 1, "a remote hit is an FX graph hit too"
+    assert second["remote_aot_autograd"]["hits"] == 1, second
+
+
+def test_a_server_that_does_not_answer_is_said_and_fatal_when_strict(
+        pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult]) -> None:
+    pytester.makepyfile(test_r="def test_nothing():\n    pass\n")
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    loose = run_inner(f"--compile-cache-remote={url}")
+    loose.assert_outcomes(passed=1)
+    loose.stdout.fnmatch_lines([f"compilecache: remote cache {url} (FX graph, AOTAutograd, autotune): UNREACHABLE: *",
+                                f"PROBLEM: remote cache {url} is unreachable (*); torch switches its remote cache off*"])
+    strict = run_inner(f"--compile-cache-remote={url}", "--compile-cache-strict")
+    assert strict.ret != 0
+    assert "--compile-cache-strict: remote cache problem at session start" in strict.stderr.str() + strict.stdout.str()
+    bad = run_inner("--compile-cache-remote=http://example.invalid/")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    assert "is not a Redis URL" in bad.stderr.str()
