@@ -74,6 +74,7 @@ class Entry:
     from_file: bool = False
     _index_blob: bytes | None = field(default=None, repr=False)
     _binaries_blob: bytes | None = field(default=None, repr=False)
+    _index_problem: str = field(default="", repr=False)
 
     def vouched(self, secret: bytes) -> str:
         """``""`` when this entry may be signed with ``secret``: made here, or read with a valid signature;
@@ -90,7 +91,7 @@ class Entry:
         secret = signing.key()
         trusted = not self.from_file or (secret is not None and not self.vouched(secret))
         smaller.from_file = not trusted
-        smaller.signature = "" if trusted else self.signature
+        smaller.signature = ""
         return smaller
 
     def reset_index(self) -> None:
@@ -118,11 +119,12 @@ class Entry:
         }
 
     def _index_description(self) -> dict[str, Any]:
+        """The index as read (even one unusable here, copied as it is), else as packed now."""
+        if self.index_section is not None:
+            return {"index": {k: self.index_section[k] for k in ("size", "sha256")}}
         blob = self.index_blob()
         if blob is not None:
             return {"index": {"size": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}}
-        if self.index_section is not None:
-            return {"index": {k: self.index_section[k] for k in ("size", "sha256")}}
         return {}
 
 
@@ -219,6 +221,8 @@ class Bundle:
         section = entry.index_section
         if entry.index is not None or section is None:
             return entry.index, ""
+        if entry._index_blob is not None:
+            return None, entry._index_problem
         if self._file is None:
             raise BundleError(f"{self.path}: the bundle was closed before the key index for {env_label(entry.env)} was read")
         try:
@@ -227,15 +231,18 @@ class Bundle:
         except OSError as exc:
             raise BundleError(f"{self.path}: cannot read: {exc.strerror or exc}") from None
         where = f"{self.path}: the key index of {env_label(entry.env)}"
-        if len(blob) != section["size"] or hashlib.sha256(blob).hexdigest() != section["sha256"]:
+        if len(blob) != section["size"]:
             entry.index_section = None
-            return None, f"{where} fails its checksum; misses cannot be explained from it"
+            return None, f"{where} is cut short; misses cannot be explained from it"
+        entry._index_blob = blob
+        if hashlib.sha256(blob).hexdigest() != section["sha256"]:
+            entry._index_problem = f"{where} fails its checksum; misses cannot be explained from it (kept as it is)"
+            return None, entry._index_problem
         try:
             entry.index = KeyIndex.unpack(blob)
         except KeyIndexError as exc:
-            entry.index_section = None
-            return None, f"{where} is unusable ({exc}); misses cannot be explained from it"
-        entry._index_blob = blob
+            entry._index_problem = f"{where} is unusable ({exc}); misses cannot be explained from it (kept as it is)"
+            return None, entry._index_problem
         return entry.index, ""
 
     def read_all(self) -> None:

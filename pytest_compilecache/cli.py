@@ -250,41 +250,64 @@ def parse_size(text: str) -> int:
 
 
 def _fit(path: Path, entries: list[Entry], limit: int, said: list[str]) -> list[Entry]:
-    """``entries`` without their least recently used artifacts (then carried binaries, largest first)
-    until the bundle they make is at most ``limit`` bytes."""
+    """``entries`` made to fit in ``limit`` bytes: the least recently used artifacts go first, and
+    carried binaries (largest first) only when artifacts alone cannot make it fit; then the binaries
+    go first and as few artifacts as possible follow."""
+    start = encoded_size(Bundle(path, entries))
+    plan = _plan(path, entries, limit, binaries_first=False)
+    if plan[3] and plan[3][-1].startswith("dropped the carried binaries"):
+        plan = _plan(path, entries, limit, binaries_first=True)
+    kept, size, _, lines = plan
+    if size > limit:
+        raise UserError(f"{path}: cannot fit in {limit:,d} bytes: with every artifact and binary dropped it "
+                        f"still takes {size:,d}; {path} is unchanged")
+    said.extend([f"{start:,d} -> {size:,d} bytes", *lines])
+    return [e for e in kept if e.artifacts or e.binaries]
+
+
+def _plan(path: Path, entries: list[Entry], limit: int,
+          binaries_first: bool) -> tuple[list[Entry], int, int, list[str]]:
+    """One way to fit: (entries, size, artifacts kept, what was dropped in words)."""
+    entries, lines = list(entries), []
+    size = encoded_size(Bundle(path, entries))
+
+    def drop_binaries() -> None:
+        nonlocal size
+        order = sorted(range(len(entries)),
+                       key=lambda i: -(entries[i].binaries.counts()["bytes"] if entries[i].binaries else 0))
+        for number in order:
+            entry = entries[number]
+            if size <= limit:
+                return
+            if entry.binaries:
+                entries[number] = entry.with_payload(entry.payload or b"", entry.artifacts, entry.index,
+                                                     binaries=False)
+                size = encoded_size(Bundle(path, entries))
+                lines.append(f"dropped the carried binaries of {env_label(entry.env)}")
+
+    if binaries_first:
+        drop_binaries()
     candidates = []
     for number, entry in enumerate(entries):
         index = entry.index or KeyIndex()
         first = index.runs[0] if index.runs else 0.0
-        for kind, key, size in _torchapi.artifact_sizes(entry.payload or b""):
-            candidates.append((index.used.get(artifact_id(kind, key), first), number, kind, key, size))
+        for kind, key, n in _torchapi.artifact_sizes(entry.payload or b""):
+            candidates.append((index.used.get(artifact_id(kind, key), first), number, kind, key, n))
+    total = len(candidates)
     candidates.sort()
-    dropped: dict[int, set[str]] = {}
-    size = encoded_size(Bundle(path, entries))
-    start = size
     while size > limit and candidates:
+        dropped: dict[int, set[str]] = {}
         excess = size - limit
         while excess > 0 and candidates:
             _, number, kind, key, n = candidates.pop(0)
             dropped.setdefault(number, set()).add(artifact_id(kind, key))
             excess -= n
         entries = [_without(e, dropped.get(i, set())) for i, e in enumerate(entries)]
-        dropped = {}
         size = encoded_size(Bundle(path, entries))
-    by_size = sorted(range(len(entries)), key=lambda i: -(entries[i].binaries.counts()["bytes"] if entries[i].binaries else 0))
-    for number in by_size:
-        entry = entries[number]
-        if size <= limit:
-            break
-        if entry.binaries:
-            entries[number] = entry.with_payload(entry.payload or b"", entry.artifacts, entry.index, binaries=False)
-            size = encoded_size(Bundle(path, entries))
-            said.append(f"dropped the carried binaries of {env_label(entry.env)}")
-    if size > limit:
-        raise UserError(f"{path}: cannot fit in {limit:,d} bytes: with every artifact and binary dropped it "
-                        f"still takes {size:,d}; {path} is unchanged")
-    said.insert(0, f"{start:,d} -> {size:,d} bytes")
-    return [e for e in entries if e.artifacts or e.binaries]
+    if total - len(candidates):
+        lines.append(f"dropped {total - len(candidates)} least recently used artifacts")
+    drop_binaries()
+    return entries, size, len(candidates), lines
 
 
 def _without(entry: Entry, names: set[str]) -> Entry:

@@ -36,29 +36,37 @@ class Explanation:
 
 @dataclass(frozen=True)
 class Known:
-    """A place entries are known from (the bundle, or this session's earlier compiles) and why it may be blind."""
+    """A place entries are known from (the bundle, or this session's earlier compiles) and why it may be blind.
+
+    ``fills`` says whether the cache folder of a lookup was filled from it (a loaded bundle): only
+    then does holding the very key that missed mean something went wrong.
+    """
 
     name: str
     index: KeyIndex
     undocumented: int = 0
+    fills: bool = False
 
 
 def explain(layer: str, key: str, code: str, components: Mapping[str, tuple[str, str]],
             known: Sequence[Known], cannot: str = "") -> Explanation:
     """Why ``key`` (of ``layer``, compiled from ``code``) missed, against the entries ``known`` holds.
 
-    The first source is the one the cache folder was filled from (the bundle): only there does
-    holding the very same key mean something went wrong. Later sources (this session's earlier
-    compiles) only offer entries to compare with.
+    A source that filled the cache folder (the bundle) holding the very key that missed means the
+    entry did not reach the folder; other sources (this session's earlier compiles) only offer
+    entries to compare with. Entries of the same code that share no graph node with this one are
+    not compared with: it is new code under an old name.
 
     ``cannot`` is said instead when no source can explain (e.g. the bundle holds no key details).
     """
     where = f"{_layer_name(layer)} miss in {code or 'unknown code'}"
-    if known and key in known[0].index.keys:
-        return Explanation(f"{where}: {known[0].name} holds an entry with this very key, but it was not in "
-                           "the cache folder of this lookup", ("entry not in the cache folder",))
+    for source in known:
+        if source.fills and key in source.index.keys:
+            return Explanation(f"{where}: {source.name} holds an entry with this very key, but it was not in "
+                               "the cache folder of this lookup", ("entry not in the cache folder",))
+    ours = set(_graph_lines(components.get("gm", ("", ""))[1]))
     candidates = [(s, k) for s in known for k in s.index.of_layer(layer)
-                  if s.index.keys[k]["code"] == code and k != key]
+                  if s.index.keys[k]["code"] == code and k != key and _related(s.index.components(k), ours)]
     if not candidates:
         blind = [s for s in known if s.undocumented]
         if cannot and not any(s.index.of_layer(layer) for s in known):
@@ -80,6 +88,12 @@ def explain(layer: str, key: str, code: str, components: Mapping[str, tuple[str,
             + "; ".join(r.text for r in shown) + more)
     kinds = tuple(dict.fromkeys(k for r in reasons for k in r.kinds)) or ("no component differs",)
     return Explanation(text, kinds)
+
+
+def _related(theirs: Mapping[str, tuple[str, str]], our_lines: set[str]) -> bool:
+    """Whether an entry's graph shares a node with ours (or either graph is unknown)."""
+    their_lines = set(_graph_lines(theirs.get("gm", ("", ""))[1]))
+    return not our_lines or not their_lines or bool(our_lines & their_lines)
 
 
 def _layer_name(layer: str) -> str:

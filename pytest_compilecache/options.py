@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import os
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,7 +113,7 @@ class Options:
             raise pytest.UsageError(f"compile_cache_lock_timeout must not be negative, got {lock_timeout:g}")
         home = path("compile_cache_home") or user_cache_dir()
         unused = str(pick("compile_cache_max_unused_runs")[0] or "0").strip()
-        if not unused.isdigit():
+        if not re.fullmatch(r"[0-9]+", unused):
             raise pytest.UsageError(
                 f"compile_cache_max_unused_runs must be a whole number of updating runs (0: keep everything), "
                 f"not {unused!r}")

@@ -251,7 +251,6 @@ class TestSide:
             binaries=self._pool,
             run=self.run,
             rebuild=self.options.rebuild,
-            max_unused_runs=self.options.max_unused_runs,
         )
 
     def prepare(self) -> bool:

@@ -64,7 +64,6 @@ class Preparer:
         binaries: BinaryPool | None = None,
         run: float | None = None,
         rebuild: bool = False,
-        max_unused_runs: int = 0,
     ) -> None:
         self.source = source
         self.publish = publish
@@ -75,7 +74,6 @@ class Preparer:
         self.binaries = binaries
         self.run = run
         self.rebuild = rebuild
-        self.max_unused_runs = max_unused_runs
         self.report = ProcessReport(process=process)
 
     def prepare(self, env: dict[str, str]) -> bool:
@@ -102,6 +100,9 @@ class Preparer:
             self._problem(Status.NOT_A_BUNDLE, str(exc))
         except BundleError as exc:
             self._problem(Status.UNUSABLE, str(exc))
+        if not loaded and self.source is not None:
+            _torchapi.use_bundle_index(None, "", cannot=f"no bundle entry was loaded ({self.report.status.value}: "
+                                                        f"{self.report.reason})")
         if self.run_warmup is None:
             if self.source is None:
                 self._status(Status.NONE, "no --compile-cache-bundle and no pytest_compilecache_warmup hook")
@@ -220,6 +221,9 @@ class Preparer:
             with self.publish.read() or Bundle(self.publish.path, []) as current:
                 entry = current.find(env)
                 appeared = entry is not None and not self.update and self.publish is self.source
+                if entry is not None and self.rebuild and self.publish is self.source \
+                        and entry.history.get("run") != self.run:
+                    entry = None
                 if marker is not None or appeared:
                     return entry is not None and self._load(current, entry)
             note = running_note(self.marker, self.report.process)
@@ -251,7 +255,7 @@ class Preparer:
                               index=_torchapi.index_for(data))
         rebuilding = self.rebuild and self.publish is self.source
         published = self.publish.add([addition], {"warmup_seconds": round(seconds, 3)}, run=self.run,
-                                     max_unused_runs=self.max_unused_runs, rebuild=rebuilding)
+                                     rebuild=rebuilding)
         self.report.problems.extend(f"{self.publish.path}: {why}" for why in self.publish.dropped)
         self._write_marker(published=True)
         with published:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -87,8 +88,28 @@ def test_artifacts_no_updating_run_used_are_dropped(project: pytest.Pytester,
 
 
 
-def test_prune_max_size_drops_the_least_recently_used(project: pytest.Pytester,
+def test_prune_max_size_drops_the_least_recently_used(project: pytest.Pytester, built: Path,
                                                       run_inner: Callable[..., pytest.RunResult]) -> None:
+    cli = [sys.executable, "-m", "pytest_compilecache", "prune"]
+    spare = project.path / "spare.bundle"
+    with read_manifest(built) as b:
+        b.read_all()
+        (real,) = b.entries
+        carried, _ = b.carried(real)
+    build = next(iter(carried.builds))
+    carried.add(build, "zz/padding.so", os.urandom(2_000_000))  # binaries far larger than the artifacts
+    padded = make_entry(real.env, b.payload(real), real.artifacts, real.created, carried, real.index)
+    write_bundle(Bundle(spare, [padded]))
+    with read_manifest(spare) as b:
+        binaries_bytes = b.entries[0].binaries_section["size"]  # type: ignore[index]
+    fits_without_binaries = spare.stat().st_size - binaries_bytes + 64
+    result = subprocess.run([*cli, str(spare), "--max-size", str(fits_without_binaries)], capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert inductor_count(spare) == 2, "dropping the binaries fits: no artifact is lost"
+    with read_manifest(spare) as b:
+        assert b.entries[0].binaries_section is None and "dropped the carried binaries" in result.stdout
+
     bundle = project.path / "b.bundle"
     args = (f"--compile-cache-bundle={bundle}",)
     run_inner(*args, "--compile-cache-update", "-k", "kept").assert_outcomes(passed=1)
@@ -104,7 +125,7 @@ def test_prune_max_size_drops_the_least_recently_used(project: pytest.Pytester,
     size = bundle.stat().st_size
     binaries = entry.binaries.counts()["bytes"] if entry.binaries else 0
 
-    cli = [sys.executable, "-m", "pytest_compilecache", "prune", str(bundle)]
+    cli = [*cli, str(bundle)]
     result = subprocess.run([*cli, "--max-size", str(size - 1)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "kept 1 of 1 environment(s)" in result.stdout and " -> " in result.stdout, result.stdout

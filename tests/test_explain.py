@@ -195,7 +195,7 @@ BASE = {
 
 
 def test_explanations_for_what_a_cpu_machine_cannot_stage() -> None:
-    bundle = Known("the bundle b", _index(fold=("fx_graph", "f (x.py)", BASE)))
+    bundle = Known("the bundle b", _index(fold=("fx_graph", "f (x.py)", BASE)), fills=True)
     torch_changed = {**BASE, "torch_version": ("t2", "\x00other"), "system_info[hash]": ("s2", "def")}
     why = explain("fx_graph", "fnew", "f (x.py)", torch_changed, [bundle])
     assert "the torch build differs" in why.text and "torch, Triton, CUDA or GPU versions differ" in why.text
@@ -207,16 +207,26 @@ def test_explanations_for_what_a_cpu_machine_cannot_stage() -> None:
     same_key = explain("fx_graph", "fold", "f (x.py)", BASE, [bundle])
     assert "holds an entry with this very key" in same_key.text
 
+    session = Known("this session's earlier compiles", _index(fold=("fx_graph", "f (x.py)", BASE)))
+    assert "very key" not in explain("fx_graph", "fold", "f (x.py)", BASE, [session]).text, \
+        "only a source that filled the folder can be missing the very key"
+    other_code = {**BASE, "gm": ("g9", "GraphModule()\\n\\ndef forward(self, x):\\n    cos = torch.ops.aten.cos.default(x)\\n")}
+    renamed = explain("fx_graph", "fnew", "f (x.py)", other_code, [bundle])
+    assert "new code" in renamed.text, "a graph sharing no node with the entries of its name is new code"
+
     blind = Known("the bundle b", KeyIndex(), undocumented=3)
     assert "cannot explain" in explain("fx_graph", "fnew", "f (x.py)", BASE, [blind]).text
     nothing = explain("fx_graph", "fnew", "f (x.py)", BASE, [], cannot="the bundle holds no key details")
     assert nothing.text.endswith("cannot explain: the bundle holds no key details")
 
 
-def test_a_malformed_key_index_loses_explanations_only(tmp_path: Path) -> None:
-    """A key index that fails its checksum: the entry still reads, the problem is said, nothing crashes."""
+def test_a_malformed_key_index_loses_explanations_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key index that fails its checksum: the entry still reads, the problem is said, nothing
+    crashes, and a signed entry keeps its valid signature through a rewrite (the index is copied as it is)."""
+    from pytest_compilecache import signing
     from pytest_compilecache.bundle import make_entry
 
+    monkeypatch.setenv(signing.KEY_ENV, "right")
     path = tmp_path / "x.bundle"
     index = _index(fold=("fx_graph", "f (x.py)", BASE))
     write_bundle(Bundle(path, [make_entry({"torch": "t"}, b"payload", {}, index=index)]))
@@ -224,10 +234,17 @@ def test_a_malformed_key_index_loses_explanations_only(tmp_path: Path) -> None:
     data[-3] ^= 0xFF
     path.write_bytes(bytes(data))
     with read_manifest(path) as b:
+        b.read_all()
         entry = b.entries[0]
         assert b.payload(entry) == b"payload"
         found, problem = b.key_index(entry)
+        assert b.signature_problem(entry, b"right") == ""
     assert found is None and "fails its checksum" in problem and str(path) in problem
+    copy = tmp_path / "copy.bundle"
+    write_bundle(Bundle(copy, b.entries))
+    with read_manifest(copy) as c:
+        assert c.signature_problem(c.entries[0], b"right") == "", "the rewrite keeps the signature valid"
+        assert "fails its checksum" in c.key_index(c.entries[0])[1]
     round_trip = KeyIndex.unpack(index.pack())
     assert round_trip.components("fold") == index.components("fold")
     shutil.rmtree(tmp_path)

@@ -212,7 +212,7 @@ def use_bundle_index(index: KeyIndex | None, name: str, undocumented: int = 0, c
     """Explain misses against ``index`` (the loaded bundle's), or say ``cannot`` when there is none."""
     global _bundle, _cannot
     with _lock:
-        _bundle = Known(name, index, undocumented) if index is not None else None
+        _bundle = Known(name, index, undocumented, fills=True) if index is not None else None
         _cannot = cannot
 
 
