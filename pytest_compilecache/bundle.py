@@ -167,19 +167,23 @@ class Bundle:
         """The entry's payload, read from the same file as the manifest and checked against its checksum."""
         if entry.payload is not None:
             return entry.payload
-        if self._file is None:
-            raise BundleError(f"{self.path}: the bundle was closed before the payload for {env_label(entry.env)} was read")
-        try:
-            self._file.seek(self._start + entry.offset)
-            data = self._file.read(entry.size)
-        except OSError as exc:
-            raise BundleError(f"{self.path}: cannot read: {exc.strerror or exc}") from None
+        data = self._read(entry, "the payload", entry.offset, entry.size)
         if len(data) != entry.size:
             raise BundleError(f"{self.path}: truncated: the payload for {env_label(entry.env)} is cut short")
         if hashlib.sha256(data).hexdigest() != entry.sha256:
             raise BundleError(f"{self.path}: corrupt: the payload for {env_label(entry.env)} fails its checksum")
         entry.payload = data
         return data
+
+    def _read(self, entry: Entry, what: str, offset: int, size: int) -> bytes:
+        """``size`` bytes at ``offset`` (from the first payload byte) of the file the manifest was read from."""
+        if self._file is None:
+            raise BundleError(f"{self.path}: the bundle was closed before {what} for {env_label(entry.env)} was read")
+        try:
+            self._file.seek(self._start + offset)
+            return self._file.read(size)
+        except OSError as exc:
+            raise BundleError(f"{self.path}: cannot read: {exc.strerror or exc}") from None
 
     def signature_problem(self, entry: Entry, secret: bytes) -> str:
         """``""`` when the entry's signature is valid for ``secret``; otherwise the problem, naming the file."""
@@ -196,13 +200,7 @@ class Bundle:
         section = entry.binaries_section
         if section is None:
             return CarriedBinaries(), []
-        if self._file is None:
-            raise BundleError(f"{self.path}: the bundle was closed before the binaries for {env_label(entry.env)} were read")
-        try:
-            self._file.seek(self._start + section["offset"])
-            blob = self._file.read(section["size"])
-        except OSError as exc:
-            raise BundleError(f"{self.path}: cannot read: {exc.strerror or exc}") from None
+        blob = self._read(entry, "the binaries", section["offset"], section["size"])
         if len(blob) != section["size"]:
             raise BundleError(f"{self.path}: truncated: the binaries for {env_label(entry.env)} are cut short")
         if hashlib.sha256(blob).hexdigest() != section["sha256"]:
@@ -223,13 +221,7 @@ class Bundle:
             return entry.index, ""
         if entry._index_blob is not None:
             return None, entry._index_problem
-        if self._file is None:
-            raise BundleError(f"{self.path}: the bundle was closed before the key index for {env_label(entry.env)} was read")
-        try:
-            self._file.seek(self._start + section["offset"])
-            blob = self._file.read(section["size"])
-        except OSError as exc:
-            raise BundleError(f"{self.path}: cannot read: {exc.strerror or exc}") from None
+        blob = self._read(entry, "the key index", section["offset"], section["size"])
         where = f"{self.path}: the key index of {env_label(entry.env)}"
         if len(blob) != section["size"]:
             entry.index_section = None
