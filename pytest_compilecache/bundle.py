@@ -140,6 +140,13 @@ class Bundle:
     entries: list[Entry]
     _file: BinaryIO | None = field(default=None, repr=False)
     _start: int = 0
+    #: What messages call the bundle when ``path`` is only a local copy of it (the URL it came from).
+    label: str = ""
+
+    @property
+    def name(self) -> str:
+        """The bundle as the user named it: its URL for a copy of one at a URL, else its path."""
+        return self.label or str(self.path)
 
     def __enter__(self) -> "Bundle":
         return self
@@ -161,7 +168,7 @@ class Bundle:
         """Why no entry matches ``env``: the differing fields of the closest entry."""
         closest = min(self.entries, key=lambda e: len(differences(e.env, env)), default=None)
         why = "; ".join(differences(closest.env, env)) if closest else "it has no entries"
-        return f"{self.path}: no entry matches this machine ({why})"
+        return f"{self.name}: no entry matches this machine ({why})"
 
     def payload(self, entry: Entry) -> bytes:
         """The entry's payload, read from the same file as the manifest and checked against its checksum."""
@@ -169,28 +176,28 @@ class Bundle:
             return entry.payload
         data = self._read(entry, "the payload", entry.offset, entry.size)
         if len(data) != entry.size:
-            raise BundleError(f"{self.path}: truncated: the payload for {env_label(entry.env)} is cut short")
+            raise BundleError(f"{self.name}: truncated: the payload for {env_label(entry.env)} is cut short")
         if hashlib.sha256(data).hexdigest() != entry.sha256:
-            raise BundleError(f"{self.path}: corrupt: the payload for {env_label(entry.env)} fails its checksum")
+            raise BundleError(f"{self.name}: corrupt: the payload for {env_label(entry.env)} fails its checksum")
         entry.payload = data
         return data
 
     def _read(self, entry: Entry, what: str, offset: int, size: int) -> bytes:
         """``size`` bytes at ``offset`` (from the first payload byte) of the file the manifest was read from."""
         if self._file is None:
-            raise BundleError(f"{self.path}: the bundle was closed before {what} for {env_label(entry.env)} was read")
+            raise BundleError(f"{self.name}: the bundle was closed before {what} for {env_label(entry.env)} was read")
         try:
             self._file.seek(self._start + offset)
             return self._file.read(size)
         except OSError as exc:
-            raise BundleError(f"{self.path}: cannot read: {exc.strerror or exc}") from None
+            raise BundleError(f"{self.name}: cannot read: {exc.strerror or exc}") from None
 
     def signature_problem(self, entry: Entry, secret: bytes) -> str:
         """``""`` when the entry's signature is valid for ``secret``; otherwise the problem, naming the file."""
         why = signing.check(entry.describe(), entry.binaries_section, entry.signature, secret)
         if not why:
             return ""
-        return f"{self.path}: the entry for {env_label(entry.env)}: {why} ({signing.KEY_ENV} is set); it is not used"
+        return f"{self.name}: the entry for {env_label(entry.env)}: {why} ({signing.KEY_ENV} is set); it is not used"
 
     def carried(self, entry: Entry) -> tuple[CarriedBinaries, list[str]]:
         """The entry's compiled binaries, each checked against its checksum, and one problem per
@@ -202,13 +209,13 @@ class Bundle:
             return CarriedBinaries(), []
         blob = self._read(entry, "the binaries", section["offset"], section["size"])
         if len(blob) != section["size"]:
-            raise BundleError(f"{self.path}: truncated: the binaries for {env_label(entry.env)} are cut short")
+            raise BundleError(f"{self.name}: truncated: the binaries for {env_label(entry.env)} are cut short")
         if hashlib.sha256(blob).hexdigest() != section["sha256"]:
-            raise BundleError(f"{self.path}: corrupt: the binaries for {env_label(entry.env)} fail their checksum")
+            raise BundleError(f"{self.name}: corrupt: the binaries for {env_label(entry.env)} fail their checksum")
         carried, problems = unpack(blob, section)
         entry.binaries = carried
         entry._binaries_blob = blob
-        return carried, [f"{self.path}: {p}" for p in problems]
+        return carried, [f"{self.name}: {p}" for p in problems]
 
     def key_index(self, entry: Entry) -> tuple[KeyIndex | None, str]:
         """The entry's key index (``None`` when it has none or it is unusable) and the problem, if any.
@@ -222,7 +229,7 @@ class Bundle:
         if entry._index_blob is not None:
             return None, entry._index_problem
         blob = self._read(entry, "the key index", section["offset"], section["size"])
-        where = f"{self.path}: the key index of {env_label(entry.env)}"
+        where = f"{self.name}: the key index of {env_label(entry.env)}"
         if len(blob) != section["size"]:
             entry.index_section = None
             return None, f"{where} is cut short; misses cannot be explained from it"
@@ -272,7 +279,7 @@ def differences(bundle_env: Mapping[str, str], here: Mapping[str, str]) -> list[
     ]
 
 
-def _payload_start(f: Any, path: Path) -> int:
+def _payload_start(f: Any, path: str) -> int:
     magic = f.read(len(MAGIC))
     if magic != MAGIC:
         if not magic:
@@ -339,7 +346,7 @@ def _entry(raw: Any) -> Entry:
     )
 
 
-def read_manifest(path: Path) -> Bundle:
+def read_manifest(path: Path, label: str = "") -> Bundle:
     """Open a bundle and read its manifest, not its payloads. Raises :class:`BundleError` naming ``path``.
 
     The returned :class:`Bundle` keeps the file open (close it, or use it as a context manager), so
@@ -347,65 +354,69 @@ def read_manifest(path: Path) -> Bundle:
     the writers' rename (Windows), the whole file is read at once instead, with the same effect.
     """
     path = Path(path)
+    name = label or str(path)
     try:
         f = open(path, "rb")
     except FileNotFoundError:
         raise
     except IsADirectoryError:
-        raise BundleError(f"{path}: is a directory, not a bundle file") from None
+        raise BundleError(f"{name}: is a directory, not a bundle file") from None
     except OSError as exc:
-        raise BundleError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        raise BundleError(f"{name}: cannot read: {exc.strerror or exc}") from None
     source: BinaryIO = f
     if not HOLD_OPEN:
         try:
             with f:
                 source = io.BytesIO(f.read())
         except OSError as exc:
-            raise BundleError(f"{path}: cannot read: {exc.strerror or exc}") from None
+            raise BundleError(f"{name}: cannot read: {exc.strerror or exc}") from None
     try:
-        return _parse(source, path)
+        return parse(source, path, label)
     except BaseException:
         source.close()
         raise
 
 
-def _parse(f: BinaryIO, path: Path) -> Bundle:
+def parse(f: BinaryIO, path: Path, label: str = "") -> Bundle:
+    """Read the manifest from ``f`` (at its start), which stays open for payload reads; messages name
+    ``label`` (else ``path``). Raises :class:`BundleError`."""
+    name = label or str(path)
     try:
-        start = _payload_start(f, path)
+        start = _payload_start(f, name)
         size = start - f.tell()
         if size > _MAX_MANIFEST:
-            raise BundleError(f"{path}: corrupt: manifest length {size} is implausible")
+            raise BundleError(f"{name}: corrupt: manifest length {size} is implausible")
         raw = f.read(size)
         end = f.seek(0, os.SEEK_END)
     except OSError as exc:
-        raise BundleError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        raise BundleError(f"{name}: cannot read: {exc.strerror or exc}") from None
     if len(raw) != size:
-        raise BundleError(f"{path}: truncated: the manifest is cut short")
+        raise BundleError(f"{name}: truncated: the manifest is cut short")
     try:
         manifest = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
-        raise BundleError(f"{path}: corrupt: the manifest is not valid JSON") from None
+        raise BundleError(f"{name}: corrupt: the manifest is not valid JSON") from None
     if not isinstance(manifest, dict) or "format" not in manifest:
-        raise BundleError(f"{path}: corrupt: the manifest has no format version")
+        raise BundleError(f"{name}: corrupt: the manifest has no format version")
     if manifest["format"] != FORMAT:
         raise BundleError(
-            f"{path}: bundle format {manifest['format']!r} is not supported by this "
+            f"{name}: bundle format {manifest['format']!r} is not supported by this "
             f"pytest-compilecache (it reads format {FORMAT}); upgrade the plugin or rebuild the bundle"
         )
     try:
         entries = [_entry(raw_entry) for raw_entry in manifest["entries"]]
     except (KeyError, TypeError, ValueError, AttributeError):
-        raise BundleError(f"{path}: corrupt: the manifest's entries are malformed") from None
+        raise BundleError(f"{name}: corrupt: the manifest's entries are malformed") from None
     for e in entries:
         if e.offset < 0 or e.size < 0 or start + e.offset + e.size > end:
-            raise BundleError(f"{path}: truncated: the payload for {env_label(e.env)} lies past the end of the file")
+            raise BundleError(f"{name}: truncated: the payload for {env_label(e.env)} lies past the end of the file")
         section = e.binaries_section
         if section is not None and start + section["offset"] + section["size"] > end:
-            raise BundleError(f"{path}: truncated: the binaries for {env_label(e.env)} lie past the end of the file")
+            raise BundleError(f"{name}: truncated: the binaries for {env_label(e.env)} lie past the end of the file")
         index = e.index_section
         if index is not None and start + index["offset"] + index["size"] > end:
-            raise BundleError(f"{path}: truncated: the key index for {env_label(e.env)} lies past the end of the file")
-    return Bundle(path, entries, f, start)
+            raise BundleError(f"{name}: truncated: the key index for {env_label(e.env)} lies past the end of the file")
+    return Bundle(path, entries, f, start, label)
 
 
 def make_entry(
@@ -470,13 +481,14 @@ def _encode(bundle: Bundle) -> tuple[list[bytes], list[tuple[Entry, str, dict[st
         description = {**entry.describe(), "offset": offset}
         blobs.append(data)
         offset += len(data)
-        carried, _ = bundle.carried(entry)
         section = None
         if entry._binaries_blob is not None and entry.binaries_section is not None:
             blob = entry._binaries_blob
             section = {k: v for k, v in entry.binaries_section.items() if k != "offset"}
-        elif carried:
-            blob, section = carried.pack()
+        else:
+            carried, _ = bundle.carried(entry)
+            if carried:
+                blob, section = carried.pack()
         if section is not None:
             description["binaries"] = {**section, "offset": offset}
             blobs.append(blob)

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import enum
+import json
 import os
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from .objectstore import file_url_path, is_url
 from .remote import check_url
+
+if TYPE_CHECKING:
+    from .objectstore import RemoteStore
+    from .store import BundleStore
 
 DEFAULT_LOCK_TIMEOUT = 900.0
 BUNDLE_ENV = "PYTEST_COMPILE_CACHE_BUNDLE"
@@ -57,6 +63,8 @@ class Options:
 
     isolation: Isolation = Isolation.OFF
     bundle: Path | None = None
+    bundle_url: str | None = None
+    storage_options: dict[str, Any] = field(default_factory=dict)
     update: bool = False
     rebuild: bool = False
     explain: bool = False
@@ -69,9 +77,28 @@ class Options:
     headers_dir: Path = Path()
 
     @property
+    def has_bundle(self) -> bool:
+        """Whether ``--compile-cache-bundle`` names a bundle (a path or a URL)."""
+        return self.bundle is not None or self.bundle_url is not None
+
+    @property
+    def bundle_name(self) -> str | None:
+        """The bundle as the user named it (its URL, or its absolute path)."""
+        return self.bundle_url or (str(self.bundle) if self.bundle is not None else None)
+
+    def bundle_store(self) -> "BundleStore | RemoteStore | None":
+        """The store that reads and writes the session's bundle, or ``None`` without one."""
+        from .objectstore import RemoteStore
+        from .store import BundleStore
+
+        if self.bundle_url is not None:
+            return RemoteStore(self.bundle_url, self.home / "bundle-copies", self.lock_timeout, self.storage_options)
+        return BundleStore(self.bundle, self.lock_timeout) if self.bundle is not None else None
+
+    @property
     def session_wide(self) -> bool:
         """Whether compiles outside fixtures are redirected (isolation or a bundle is on)."""
-        return self.isolation is not Isolation.OFF or self.bundle is not None
+        return self.isolation is not Isolation.OFF or self.has_bundle
 
     @property
     def active(self) -> bool:
@@ -95,7 +122,7 @@ class Options:
             value, base = pick(name, env)
             if not value:
                 return None
-            p = Path(str(value)).expanduser()
+            p = Path(file_url_path(str(value)) or str(value)).expanduser()
             return (base / p if base is not None and not p.is_absolute() else p).absolute()
 
         word = str(pick("compile_cache_isolate")[0] or "").strip().lower()
@@ -121,9 +148,14 @@ class Options:
         remote = str(pick("compile_cache_remote", REMOTE_ENV)[0] or "").strip() or None
         if remote is not None and check_url(remote):
             raise pytest.UsageError(f"compile_cache_remote: {check_url(remote)}")
+        named = str(pick("compile_cache_bundle", BUNDLE_ENV)[0] or "").strip()
+        url = named if is_url(named) else None
+        storage_options = _storage_options(str(config.getini("compile_cache_storage_options") or ""))
         return cls(
             isolation=_ISOLATION_WORDS[word],
-            bundle=path("compile_cache_bundle", BUNDLE_ENV),
+            bundle=None if url else path("compile_cache_bundle", BUNDLE_ENV),
+            bundle_url=url,
+            storage_options=storage_options,
             update=_bool(pick("compile_cache_update")[0]) or rebuild,
             rebuild=rebuild,
             explain=_bool(pick("compile_cache_explain")[0]),
@@ -135,6 +167,20 @@ class Options:
             home=home,
             headers_dir=path("compile_cache_headers_dir") or home / "precompiled-headers",
         )
+
+
+def _storage_options(text: str) -> dict[str, Any]:
+    """The ini value ``compile_cache_storage_options``: a JSON object passed to fsspec."""
+    if not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise pytest.UsageError(f"compile_cache_storage_options must be a JSON object: {exc}") from None
+    if not isinstance(value, dict):
+        raise pytest.UsageError("compile_cache_storage_options must be a JSON object, e.g. "
+                                '{"endpoint_url": "http://127.0.0.1:9000"}')
+    return value
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -149,8 +195,9 @@ def add_options(parser: pytest.Parser) -> None:
     option("compile-cache-isolate", "isolate compile caches: 'test' (default when given bare) gives every test "
            "its own empty cache; 'worker' gives each process or xdist worker its own cache, kept between runs",
            metavar="MODE", nargs="?", const="test", choices=["test", "worker", "off"])
-    option("compile-cache-bundle", f"Mega-Cache bundle to load at session start and save at the end "
-           f"(env: {BUNDLE_ENV}; an ini path is relative to the ini file)", metavar="PATH")
+    option("compile-cache-bundle", f"Mega-Cache bundle to load at session start and save at the end: a path, "
+           f"or a URL (s3://, gs://, az://, http(s):// read-only, memory://; needs pytest-compilecache[s3] "
+           f"or the store's extra) (env: {BUNDLE_ENV}; an ini path is relative to the ini file)", metavar="PATH|URL")
     option("compile-cache-update", "merge this session's artifacts into an existing bundle", action="store_true")
     option("compile-cache-rebuild", "ignore what the bundle at PATH holds for this machine and write a fresh "
            "entry for it (other machines' entries are kept)", action="store_true")
@@ -163,6 +210,9 @@ def add_options(parser: pytest.Parser) -> None:
            action="store_true")
     option("compile-cache-lock-timeout", "seconds to wait for the bundle lock (default 900)", metavar="SECONDS")
     option("compile-cache-report", "write per-test and total cache counts as JSON to FILE", metavar="FILE")
+    parser.addini("compile_cache_storage_options", type="string",
+                  help="a JSON object of fsspec options for a bundle URL, e.g. "
+                       '{"endpoint_url": "http://127.0.0.1:9000"} (credentials come from the environment)')
     parser.addini("compile_cache_max_unused_runs", type="string",
                   help="with --compile-cache-update: drop artifacts that none of the last N updating runs "
                        "used (default 0: keep everything)")

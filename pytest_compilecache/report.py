@@ -35,6 +35,8 @@ class SaveStatus(enum.Enum):
 
     NOT_ASKED = ""
     SAVED = "saved"
+    UNCHANGED = "unchanged"
+    DELTA = "delta"
     KEPT = "kept"
     NOTHING = "nothing to save"
     FAILED = "failed"
@@ -50,6 +52,8 @@ class ProcessReport:
     loaded: dict[str, int] = field(default_factory=dict)
     loaded_bytes: int = 0
     load_seconds: float = 0.0
+    #: Bytes this process downloaded from a bundle URL (``None``: the bundle is a local path).
+    downloaded_bytes: int | None = None
     warmup_seconds: float | None = None
     warmup_stats: dict[str, Any] | None = None
     warmup_error: str | None = None
@@ -88,17 +92,21 @@ class SaveResult:
     seconds: float = 0.0
     #: ``{artifact type: count}`` dropped because none of the last updating runs used them.
     dropped_unused: dict[str, int] = field(default_factory=dict)
+    #: For a bundle at a URL: ``{"downloaded": bytes, "uploaded": bytes}`` moved while saving.
+    transfer: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form; empty when nothing was asked."""
         if self.status is SaveStatus.NOT_ASKED:
             return {}
         data: dict[str, Any] = {"status": self.status.value}
-        if self.status is SaveStatus.SAVED:
+        if self.status in (SaveStatus.SAVED, SaveStatus.UNCHANGED, SaveStatus.DELTA):
             data.update(path=self.path, artifacts=self.artifacts, bytes=self.bytes, seconds=self.seconds,
                         dropped_unused=self.dropped_unused)
         else:
             data["reason"] = self.reason
+        if self.transfer:
+            data["transfer"] = self.transfer
         return data
 
 
@@ -285,6 +293,9 @@ def summary_lines(report: SessionReport) -> list[str]:
             lines.append(
                 f"  loaded {loaded} ({process.loaded_bytes / 1e6:.2f} MB in {process.load_seconds:.2f} s)"
             )
+        if process.downloaded_bytes is not None and process.status is Status.LOADED:
+            lines.append(f"  downloaded {process.downloaded_bytes / 1e6:.2f} MB" if process.downloaded_bytes
+                         else "  this machine's copy of this version was used: nothing downloaded")
         if process.binaries:
             kernels = process.binaries.get("triton_kernels", 0)
             lines.append(f"  C++ binaries: {process.binaries.get('carried', 0)} carried, "
@@ -293,14 +304,22 @@ def summary_lines(report: SessionReport) -> list[str]:
         if process.warmup_seconds is not None and not process.warmup_error:
             lines.append(f"  warmup ran here: {process.warmup_seconds:.1f} s")
     saved = report.saved
+    moved = (f"; moved {saved.transfer.get('downloaded', 0) / 1e6:.2f} MB down, "
+             f"{saved.transfer.get('uploaded', 0) / 1e6:.2f} MB up" if saved.transfer else "")
     if saved.status is SaveStatus.SAVED:
         arts = ", ".join(f"{v['count']} {k}" for k, v in saved.artifacts.items())
-        lines.append(f"bundle saved: {saved.path}: {arts} ({saved.bytes / 1e6:.2f} MB in {saved.seconds:.2f} s)")
+        lines.append(f"bundle saved: {saved.path}: {arts} ({saved.bytes / 1e6:.2f} MB in {saved.seconds:.2f} s{moved})")
         if saved.dropped_unused:
             gone = ", ".join(f"{n} {kind}" for kind, n in saved.dropped_unused.items())
             lines.append(f"  dropped as unused in the last updating runs (compile_cache_max_unused_runs): {gone}")
+    elif saved.status is SaveStatus.UNCHANGED:
+        lines.append(f"bundle unchanged: {report.bundle_path} already holds everything this run compiled "
+                     f"({saved.seconds:.2f} s{moved})")
+    elif saved.status is SaveStatus.DELTA:
+        lines.append(f"bundle saved as a delta only: {saved.path} ({saved.bytes / 1e6:.2f} MB in "
+                     f"{saved.seconds:.2f} s{moved}); see the PROBLEM below")
     elif saved.status is not SaveStatus.NOT_ASKED:
-        lines.append(f"bundle {saved.status.value}: {saved.reason}")
+        lines.append(f"bundle {saved.status.value}: {saved.reason}" + moved)
     failure = report.warmup_failed
     if failure:
         lines.append("WARMUP FAILED (warm_cache tests were skipped):")

@@ -33,6 +33,7 @@ from .keyindex import KeyIndex, KeyIndexError
 from .options import Isolation, Options
 from .report import ProcessReport, SaveResult, SaveStatus, SessionReport, Status, summary_lines
 from .stats import stats_from_counts
+from .objectstore import RemoteStore
 from .store import BundleStore, env_id
 from .warmup import Preparer, WarmupFailed, died_in_warmup
 
@@ -40,6 +41,23 @@ WORKER_OUTPUT_KEY = "compilecache"
 REPORT_ATTR = "compilecache"
 _FAILED = pytest.StashKey[bool]()
 _FIXTURES = ("cold_cache", "warm_cache")
+
+
+def _describe_bundle(options: Options) -> tuple[str, bool, str]:
+    """How the bundle looks now, without torch: (description, whether it exists, problem or "").
+
+    A bundle at a URL is asked for its version only (one request, nothing downloaded)."""
+    store = options.bundle_store()
+    if isinstance(store, RemoteStore):
+        try:
+            version = store.version()
+        except BundleError as exc:
+            return str(exc), True, str(exc)
+        if version is None:
+            return f"{store.url}: missing, the session will create it", False, ""
+        kept = "; this machine keeps a copy of this version" if store.holds(version) else ""
+        return f"{store.url}: {version.size / 1e6:.1f} MB, version {version.tag or '(none given)'}{kept}", True, ""
+    return _describe_path(options.bundle)
 
 
 def _describe_path(path: Path | None) -> tuple[str, bool, str]:
@@ -64,7 +82,7 @@ def _header(options: Options, report: SessionReport, process: ProcessReport | No
     if options.remote is not None:
         state = f"UNREACHABLE: {report.remote_problem}" if report.remote_problem else "reachable"
         lines.append(f"compilecache: remote cache {options.remote} (FX graph, AOTAutograd, autotune): {state}")
-    if options.bundle is not None:
+    if options.has_bundle:
         lines.append(f"compilecache: bundle {report.bundle_at_start}")
         lines.append(f"compilecache: bundles are signed and checked with {signing.KEY_ENV}" if signing.key()
                      else f"compilecache: bundles are unsigned (set {signing.KEY_ENV} to sign and check them)")
@@ -76,12 +94,17 @@ def _header(options: Options, report: SessionReport, process: ProcessReport | No
     return lines
 
 
-def _entry_problems(path: Path, process_dir: Path) -> list[str]:
+def _entry_problems(options: Options, process_dir: Path) -> list[str]:
     """Strict mode's check before any test: PATH has an intact entry for this machine."""
+    store = options.bundle_store()
+    assert store is not None
     try:
         _torchapi.bootstrap(str(process_dir))
-        with read_manifest(path) as bundle:
-            here = _torchapi.environment_fingerprint()
+        here = _torchapi.environment_fingerprint()
+        bundle = store.read(here)
+        if bundle is None:
+            return []
+        with bundle:
             entry = bundle.find(here)
             if entry is None:
                 return [bundle.mismatch(here)]
@@ -110,11 +133,11 @@ def _check_remote(options: Options, report: SessionReport) -> None:
 def _check_at_start(options: Options, start_problem: str, existed: bool, process_dir: Path) -> None:
     """In strict mode, stop before any test when PATH is unreadable or has no intact entry for here
     (unless the session rebuilds it)."""
-    if not options.strict or options.bundle is None or options.rebuild:
+    if not options.strict or not options.has_bundle or options.rebuild:
         return
     problems = [start_problem] if start_problem else []
     if not problems and existed:
-        problems = _entry_problems(options.bundle, process_dir)
+        problems = _entry_problems(options, process_dir)
     _strict_failure(options, problems, "at session start")
 
 
@@ -205,7 +228,7 @@ class TestSide:
     def _needed(self, items: list[pytest.Item]) -> bool:
         if any("warm_cache" in getattr(item, "fixturenames", ()) for item in items):
             return True
-        return self.options.bundle is not None and "torch" in sys.modules
+        return self.options.has_bundle and "torch" in sys.modules
 
     def prepare_for(self, session: pytest.Session) -> str | None:
         """Before the first test: load or build the bundle if a selected test may use it.
@@ -233,11 +256,10 @@ class TestSide:
     @property
     def writes_bundle(self) -> bool:
         """Whether this session writes PATH at its end (so its artifacts and binaries are worth saving)."""
-        return self.options.bundle is not None and (self.options.update or not self.bundle_existed)
+        return self.options.has_bundle and (self.options.update or not self.bundle_existed)
 
     def _make_preparer(self, hook: Any) -> Preparer:
-        bundle = self.options.bundle
-        source = BundleStore(bundle, self.options.lock_timeout) if bundle is not None else None
+        source = self.options.bundle_store()
         publish = source if self.writes_bundle and source is not None else \
             BundleStore(self.folders.shared / "session.bundle", self.options.lock_timeout)
         return Preparer(
@@ -287,7 +309,7 @@ class TestSide:
         if self._saved_env is not None and self.writes_bundle:
             self.harvest(self.session_cache, since=self._started)
         if "torch._dynamo" in sys.modules:
-            source = self.options.bundle or "the session's warmup bundle"
+            source = self.options.bundle_name or "the session's warmup bundle"
             process.binary_problems.extend(f"{source}: {why}" for why in _torchapi.rejected_binaries())
         return process
 
@@ -424,9 +446,10 @@ class Saver:
 
     def save(self, report: SessionReport, blobs: list[tuple[dict[str, str], bytes, KeyIndex | None]]) -> None:
         """Fill ``report.saved``; every problem names PATH. The pooled binaries go with every entry."""
-        path = self.options.bundle
-        if path is None:
+        store = self.options.bundle_store()
+        if store is None:
             return
+        path = store.name
         if not (self.options.update or not self.bundle_existed):
             report.saved = SaveResult(SaveStatus.KEPT, "PATH existed; add --compile-cache-update to merge into it")
             return
@@ -442,10 +465,10 @@ class Saver:
         try:
             additions = [make_entry(env, blob, _torchapi.describe_artifacts(blob), binaries=binaries, index=index)
                          for env, blob, index in blobs]
-            store = BundleStore(path, self.options.lock_timeout)
             merged = store.add(additions, history, run=self.run, max_unused_runs=self.options.max_unused_runs,
                                rebuild=self.options.rebuild)
             report.problems.extend(f"{path}: {why}" for why in store.dropped)
+            moved = _moved(store)
             envs = {env_id(env): env for env, _, _ in blobs}
             artifacts: dict[str, dict[str, int]] = {}
             for entry in (merged.find(env) for env in envs.values()):
@@ -463,15 +486,28 @@ class Saver:
             return
         except (BundleError, _torchapi.MegaCacheError, _torchapi.TorchUnavailable) as exc:
             self._problem(report, str(exc) if str(path) in str(exc) else f"{path}: {exc}")
+            report.saved.transfer = _moved(store)
             return
-        report.saved = SaveResult(SaveStatus.SAVED, path=str(path), artifacts=artifacts,
-                                  bytes=path.stat().st_size, seconds=round(time.perf_counter() - start, 3),
-                                  dropped_unused=dict(store.unused))
+        status, saved_at = SaveStatus.SAVED, path
+        if isinstance(store, RemoteStore) and store.unchanged:
+            status = SaveStatus.UNCHANGED
+        elif isinstance(store, RemoteStore) and store.delta is not None:
+            status, saved_at = SaveStatus.DELTA, store.delta
+        report.saved = SaveResult(status, path=saved_at, artifacts=artifacts,
+                                  bytes=merged.path.stat().st_size, seconds=round(time.perf_counter() - start, 3),
+                                  dropped_unused=dict(store.unused), transfer=moved)
 
     @staticmethod
     def _problem(report: SessionReport, message: str) -> None:
         report.saved = SaveResult(SaveStatus.FAILED, message)
         report.problems.append(message)
+
+
+def _moved(store: BundleStore | RemoteStore) -> dict[str, int]:
+    """Bytes a bundle at a URL moved to and from its store (nothing for a local path)."""
+    if not isinstance(store, RemoteStore):
+        return {}
+    return {"downloaded": store.downloaded, "uploaded": store.uploaded}
 
 
 def _exit_status(options: Options, report: SessionReport, session: pytest.Session) -> None:
@@ -528,16 +564,18 @@ class SingleProcess(_RunsTests):
     def __init__(self, config: pytest.Config, options: Options) -> None:
         self.run = time.time()
         super().__init__(config, options, TestSide(config, options, Folders(config), "main", self.run))
-        self.report = SessionReport(bundle_path=str(options.bundle) if options.bundle else None)
+        self.report = SessionReport(bundle_path=options.bundle_name)
         self.collector = Collector(options, self.report)
-        at_start, existed, problem = _describe_path(options.bundle)
-        self.report.bundle_at_start = at_start
-        self.side.bundle_existed = existed
-        self.start_problem = problem
+        self.report.bundle_at_start, self.side.bundle_existed, self.start_problem = _describe_path(options.bundle)
 
+    @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        """Check the remote cache; in strict mode, check PATH before any test (not in runs that only collect)."""
+        """Look at a bundle URL and the remote cache; in strict mode, check the bundle before any test
+        (not in runs that only collect)."""
         if not self.config.option.collectonly:
+            if self.options.bundle_url is not None:
+                self.report.bundle_at_start, self.side.bundle_existed, self.start_problem = \
+                    _describe_bundle(self.options)
             _check_remote(self.options, self.report)
             _check_at_start(self.options, self.start_problem, self.side.bundle_existed, self.side.folders.process)
 
@@ -613,18 +651,20 @@ class Controller:
         self.options = options
         self.folders = Folders(config)
         self.run = time.time()
-        self.report = SessionReport(bundle_path=str(options.bundle) if options.bundle else None)
+        self.report = SessionReport(bundle_path=options.bundle_name)
         self.collector = Collector(options, self.report)
-        at_start, self.bundle_existed, self.start_problem = _describe_path(options.bundle)
-        self.report.bundle_at_start = at_start
+        self.report.bundle_at_start, self.bundle_existed, self.start_problem = _describe_path(options.bundle)
         self._died_in_warmup: dict[str, str] = {}
 
     def close(self) -> None:
         """Remove the shared folder."""
         self.folders.remove(keep_root=False)
 
+    @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        """Check the remote cache; in strict mode, check PATH before workers start."""
+        """Look at a bundle URL and the remote cache; in strict mode, check the bundle before workers start."""
+        if self.options.bundle_url is not None:
+            self.report.bundle_at_start, self.bundle_existed, self.start_problem = _describe_bundle(self.options)
         _check_remote(self.options, self.report)
         _check_at_start(self.options, self.start_problem, self.bundle_existed, self.folders.process)
 

@@ -92,8 +92,15 @@ class BundleStore:
         #: ``{artifact type: count}`` the last :meth:`add` dropped as unused in too many updating runs.
         self.unused: dict[str, int] = {}
 
-    def read(self) -> Bundle | None:
-        """The bundle as it is now (its file kept open for payload reads), or ``None`` if missing."""
+    @property
+    def name(self) -> str:
+        """The bundle as the user named it, for messages."""
+        return str(self.path)
+
+    def read(self, env: Mapping[str, str] | None = None) -> Bundle | None:
+        """The bundle as it is now (its file kept open for payload reads), or ``None`` if missing.
+
+        ``env`` (the entry the reader wants) matters only to stores that copy bundles from elsewhere."""
         try:
             return read_manifest(self.path)
         except FileNotFoundError:
@@ -166,46 +173,76 @@ class BundleStore:
         environments is replaced, unless this same run wrote it (a rebuilding session's first
         write replaces, its later writes merge).
         """
-
         self.dropped, self.unused = [], {}
-
-        def change(current: Bundle | None) -> list[Entry]:
-            now = time.time()
-            touched = {env_id(e.env) for e in additions}
-            existing = list(current.entries) if current else []
-            if rebuild:
-                existing = [e for e in existing if env_id(e.env) not in touched or e.history.get("run") == run]
-            for entry in additions:
-                entry.history = {**(history or {}), **({"run": run} if run is not None else {}), **entry.history}
-                entry.created = entry.created or now
-                if run is not None:
-                    used = [artifact_id(kind, key) for kind, key, _ in _torchapi.artifact_sizes(bundle_payload(entry))]
-                    entry.index = KeyIndex.union([entry.index or KeyIndex()])
-                    entry.index.note_run(run, used)
-                    entry.reset_index()
-            merged = union([*existing, *additions], self.dropped)
-            if max_unused_runs > 0:
-                merged = [self._without_unused(e, max_unused_runs) if env_id(e.env) in touched else e for e in merged]
-            return merged
-
-        result = self.update(change, replace_unreadable=rebuild)
+        stamp(additions, history, run)
+        result = self.update(lambda current: combine(current, additions, run, max_unused_runs, rebuild,
+                                                     self.dropped, self.unused),
+                             replace_unreadable=rebuild)
         assert result is not None
         return result
 
-    def _without_unused(self, entry: Entry, runs: int) -> Entry:
-        """``entry`` without the artifacts none of its last ``runs`` updating runs used."""
-        if entry.index is None:
-            return entry
-        sizes = _torchapi.artifact_sizes(bundle_payload(entry))
-        unused = entry.index.unused_for(runs, [artifact_id(kind, key) for kind, key, _ in sizes])
-        if not unused:
-            return entry
-        payload, dropped = _torchapi.select_artifacts(bundle_payload(entry),
-                                                      lambda kind, key: artifact_id(kind, key) not in unused)
-        for kind, n in dropped.items():
-            self.unused[kind] = self.unused.get(kind, 0) + n
-        kept = {key for kind, key, _ in sizes if artifact_id(kind, key) not in unused}
-        return entry.with_payload(payload, _torchapi.describe_artifacts(payload), entry.index.restricted(kept))
+
+def stamp(additions: list[Entry], history: Mapping[str, object] | None, run: float | None) -> None:
+    """Give new entries the session's history, their creation time, and (with ``run``) a note that
+    this run used every artifact they hold."""
+    now = time.time()
+    for entry in additions:
+        entry.history = {**(history or {}), **({"run": run} if run is not None else {}), **entry.history}
+        entry.created = entry.created or now
+        if run is not None:
+            used = [artifact_id(kind, key) for kind, key, _ in _torchapi.artifact_sizes(bundle_payload(entry))]
+            entry.index = KeyIndex.union([entry.index or KeyIndex()])
+            entry.index.note_run(run, used)
+            entry.reset_index()
+
+
+def combine(current: Bundle | None, additions: list[Entry], run: float | None, max_unused_runs: int, rebuild: bool,
+            dropped: list[str], unused: dict[str, int]) -> list[Entry]:
+    """The entries of ``current`` with the (stamped) ``additions`` merged in; see :meth:`BundleStore.add`.
+
+    What was left out is said in ``dropped``; artifacts dropped as unused are counted in ``unused``.
+    """
+    touched = {env_id(e.env) for e in additions}
+    existing = list(current.entries) if current else []
+    if rebuild:
+        existing = [e for e in existing if env_id(e.env) not in touched or e.history.get("run") == run]
+    merged = union([*existing, *additions], dropped)
+    if max_unused_runs > 0:
+        merged = [_without_unused(e, max_unused_runs, unused) if env_id(e.env) in touched else e for e in merged]
+    return merged
+
+
+def adds_nothing(current: Bundle | None, additions: list[Entry]) -> bool:
+    """Whether every artifact and carried binary of ``additions`` is already in ``current`` (read whole)."""
+    if current is None:
+        return False
+    for entry in additions:
+        have = current.find(entry.env)
+        if have is None:
+            return False
+        if not _torchapi.artifact_identities(bundle_payload(entry)) <= _torchapi.artifact_identities(bundle_payload(have)):
+            return False
+        carried = entry.binaries.files if entry.binaries else {}
+        held = have.binaries.files if have.binaries else {}
+        if any(key not in held for key in carried):
+            return False
+    return True
+
+
+def _without_unused(entry: Entry, runs: int, counts: dict[str, int]) -> Entry:
+    """``entry`` without the artifacts none of its last ``runs`` updating runs used (counted in ``counts``)."""
+    if entry.index is None:
+        return entry
+    sizes = _torchapi.artifact_sizes(bundle_payload(entry))
+    unused = entry.index.unused_for(runs, [artifact_id(kind, key) for kind, key, _ in sizes])
+    if not unused:
+        return entry
+    payload, dropped = _torchapi.select_artifacts(bundle_payload(entry),
+                                                  lambda kind, key: artifact_id(kind, key) not in unused)
+    for kind, n in dropped.items():
+        counts[kind] = counts.get(kind, 0) + n
+    kept = {key for kind, key, _ in sizes if artifact_id(kind, key) not in unused}
+    return entry.with_payload(payload, _torchapi.describe_artifacts(payload), entry.index.restricted(kept))
 
 
 def bundle_payload(entry: Entry) -> bytes:

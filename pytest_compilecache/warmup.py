@@ -18,6 +18,7 @@ from . import _torchapi, files, signing
 from .binaries import BinaryPool, identity_differences, in_order, is_cpp, pooled
 from .bundle import Bundle, BundleError, Entry, NotABundle, env_label, make_entry
 from .report import ProcessReport, Status
+from .objectstore import RemoteStore
 from .store import BundleStore
 
 #: Runs the warmup in a folder (starting from the previous template, if given) and returns the
@@ -54,8 +55,8 @@ class Preparer:
 
     def __init__(
         self,
-        source: BundleStore | None,
-        publish: BundleStore,
+        source: BundleStore | RemoteStore | None,
+        publish: BundleStore | RemoteStore,
         update: bool,
         template: Path,
         marker: Path,
@@ -78,15 +79,22 @@ class Preparer:
 
     def prepare(self, env: dict[str, str]) -> bool:
         """Fill the template folder; True when it holds a usable bundle entry."""
+        try:
+            return self._prepare(env)
+        finally:
+            if isinstance(self.source, RemoteStore):
+                self.report.downloaded_bytes = self.source.downloaded
+
+    def _prepare(self, env: dict[str, str]) -> bool:
         self.report.env = env
         loaded = False
         try:
-            bundle = self.source.read() if self.source is not None and not self.rebuild else None
+            bundle = self.source.read(env) if self.source is not None and not self.rebuild else None
             if self.rebuild and self.source is not None:
-                self._status(Status.IGNORED, f"{self.source.path}: not read (--compile-cache-rebuild); "
+                self._status(Status.IGNORED, f"{self.source.name}: not read (--compile-cache-rebuild); "
                                              "this session writes a fresh entry for this machine")
             elif bundle is None and self.source is not None:
-                self._status(Status.MISSING, f"{self.source.path}: does not exist yet")
+                self._status(Status.MISSING, f"{self.source.name}: does not exist yet")
             elif bundle is not None:
                 with bundle:
                     entry = bundle.find(env)
@@ -100,6 +108,7 @@ class Preparer:
             self._problem(Status.NOT_A_BUNDLE, str(exc))
         except BundleError as exc:
             self._problem(Status.UNUSABLE, str(exc))
+
         if not loaded and self.source is not None:
             _torchapi.use_bundle_index(None, "", cannot=f"no bundle entry was loaded ({self.report.status.value}: "
                                                         f"{self.report.reason})")
@@ -114,7 +123,7 @@ class Preparer:
         except OSError as exc:
             problem = f"{exc.filename or self.marker.parent}: {exc.strerror or exc}"
         except _torchapi.MegaCacheError as exc:
-            problem = f"{self.publish.path}: could not publish the warmup's artifacts: {exc}"
+            problem = f"{self.publish.name}: could not publish the warmup's artifacts: {exc}"
         if loaded:
             self.report.problems.append(f"the bundle loaded, but the warmup did not run: {problem}")
         else:
@@ -141,11 +150,11 @@ class Preparer:
             self.template.mkdir(parents=True)
             loaded = _torchapi.load_artifacts(payload, str(self.template))
         except (BundleError, _torchapi.MegaCacheError) as exc:
-            message = str(exc) if str(exc).startswith(str(bundle.path)) else f"{bundle.path}: {exc}"
+            message = str(exc) if str(exc).startswith(bundle.name) else f"{bundle.name}: {exc}"
             self._problem(Status.UNUSABLE, message)
             shutil.rmtree(self.template, ignore_errors=True)
             return False
-        self._status(Status.LOADED, f"{bundle.path}: {env_label(entry.env)}")
+        self._status(Status.LOADED, f"{bundle.name}: {env_label(entry.env)}")
         self.report.history = dict(entry.history)
         self.report.loaded = {kind: len(keys) for kind, keys in loaded.items()}
         self._use_index(bundle, entry, loaded)
@@ -161,7 +170,7 @@ class Preparer:
         if problem:
             self.report.problems.append(problem)
         keys = {k for kind in ("inductor", "aot_autograd") for k in loaded.get(kind, [])}
-        name = f"the bundle {bundle.path}"
+        name = f"the bundle {bundle.name}"
         if index is not None and index.torch and index.torch != entry.env.get("torch", index.torch):
             _torchapi.use_bundle_index(None, name, cannot=f"the bundle's key details were recorded by torch "
                                                           f"{index.torch}, not {entry.env.get('torch')}")
@@ -186,7 +195,7 @@ class Preparer:
             try:
                 self.binaries.add(path, file.data)
             except OSError as exc:
-                self.report.binary_problems.append(f"{bundle.path}: carried binary {path} could not be pooled: {exc}")
+                self.report.binary_problems.append(f"{bundle.name}: carried binary {path} could not be pooled: {exc}")
         _torchapi.mark_carried(fitting)
         listed = (entry.binaries_section or {}).get("files") or [[b, p] for b, p in carried.files]
         count = sum(1 for item in listed if is_cpp(item[1]))
@@ -196,7 +205,7 @@ class Preparer:
         if count and not fit and carried.builds:
             why = "; ".join(identity_differences(identity, self.binaries.identity) for identity in carried.builds.values())
             self.report.binary_problems.append(
-                f"{bundle.path}: none of its {count} carried binaries fits this machine ({why}); "
+                f"{bundle.name}: none of its {count} carried binaries fits this machine ({why}); "
                 "their kernels are built here"
             )
 
@@ -218,7 +227,7 @@ class Preparer:
             if marker is not None and marker.get("failed"):
                 self._warmup_failed(f"{marker['failed']}", elsewhere=str(marker.get("process", "")))
                 return False
-            with self.publish.read() or Bundle(self.publish.path, []) as current:
+            with self.publish.read(env) or Bundle(self.publish.path, []) as current:
                 entry = current.find(env)
                 appeared = entry is not None and not self.update and self.publish is self.source
                 if entry is not None and self.rebuild and self.publish is self.source \
@@ -256,7 +265,7 @@ class Preparer:
         rebuilding = self.rebuild and self.publish is self.source
         published = self.publish.add([addition], {"warmup_seconds": round(seconds, 3)}, run=self.run,
                                      rebuild=rebuilding)
-        self.report.problems.extend(f"{self.publish.path}: {why}" for why in self.publish.dropped)
+        self.report.problems.extend(f"{self.publish.name}: {why}" for why in self.publish.dropped)
         self._write_marker(published=True)
         with published:
             entry = published.find(env)

@@ -1,0 +1,518 @@
+"""A bundle at a URL (fsspec: s3://, gs://, az://, http(s)://, memory://): read through a local copy
+kept per version of the object, written with conditional writes, with deltas beside it.
+
+- Reading: the object's version (its ETag or checksum) is asked first; a local copy of that version
+  is used as it is, so a machine that already has it reads nothing. Otherwise the manifest is read
+  with a range request, and only the entry for this machine is downloaded (also by ranges) and
+  checked against its checksums before it is kept as the local copy.
+- Writing: what a session compiled is first uploaded as a content-addressed delta
+  (``URL.deltas/<sha256>.bundle``, create-only), then folded into the bundle itself with a
+  conditional write (S3 ``If-Match`` / ``If-None-Match``), re-reading and retrying on conflict; the
+  delta is removed once folded in. A store with no conditional write here keeps the delta for
+  ``pytest-compilecache merge --deltas`` and says so. No reader ever sees a half-written object.
+
+fsspec and the store's own package are imported only when a URL is used. This module never imports torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import random
+import re
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, NamedTuple
+from urllib.parse import unquote, urlsplit
+
+from . import files
+from .bundle import Bundle, BundleError, Entry, NotABundle, parse, read_manifest, write_bundle
+from .store import BundleStore, adds_nothing, combine, env_id, stamp
+
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+#: The extra of pytest-compilecache that installs each protocol's package.
+EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure", "abfs": "azure", "abfss": "azure",
+          "http": "http", "https": "http"}
+READ_ONLY = ("http", "https")
+#: How many times a conditional write is tried (with a fresh read each time) before giving up.
+ATTEMPTS = 8
+#: How much of a bundle's start the first range request reads: the marker, and most manifests.
+HEAD_BYTES = 64 * 1024
+_MEMORY_WRITES = threading.Lock()
+
+
+def is_url(text: str) -> bool:
+    """Whether ``text`` names a bundle by URL rather than by a local path (``file://`` is a path)."""
+    return bool(_URL.match(text)) and not text.lower().startswith("file://")
+
+
+def file_url_path(text: str) -> str | None:
+    """The local path a ``file://`` URL names, or ``None`` for anything else."""
+    if not text.lower().startswith("file://"):
+        return None
+    return unquote(urlsplit(text).path)
+
+
+class Version(NamedTuple):
+    """What identifies one version of an object: its ETag (or checksum, or modification time) and size."""
+
+    tag: str
+    size: int
+
+
+class Conflict(Exception):
+    """A conditional write found the object changed (or created) by another writer."""
+
+
+class NoConditionalWrite(Exception):
+    """The store offers no conditional write that this plugin knows how to use."""
+
+
+def _extra(protocol: str) -> str:
+    return EXTRAS.get(protocol, protocol)
+
+
+def _why(exc: BaseException) -> str:
+    """An exception from a store's client, in words."""
+    if isinstance(exc, FileNotFoundError):
+        detail = str(exc.strerror or "") if exc.strerror else str(exc)
+        return f"no such object or bucket ({detail})" if detail else "no such object or bucket"
+    if isinstance(exc, PermissionError):
+        return f"access denied ({exc}); check the credentials"
+    text = str(exc) or type(exc).__name__
+    return text if type(exc).__name__ in text else f"{type(exc).__name__}: {text}"
+
+
+def _precondition_failed(exc: BaseException) -> bool:
+    """Whether a store's error is its answer to a conditional write whose condition did not hold."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        code = getattr(seen, "response", {}).get("Error", {}).get("Code") if hasattr(seen, "response") else None
+        if code in ("PreconditionFailed", "ConditionalRequestConflict", "412", "409"):
+            return True
+        if isinstance(seen, FileExistsError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    text = str(exc).lower()
+    return "precondition" in text or "pre-condition" in text
+
+
+class _Ranges(io.RawIOBase):
+    """An object read by range requests, counting the bytes it moves. A server that ignores ranges
+    answers with the whole object; it is then kept and sliced."""
+
+    def __init__(self, fs: Any, path: str, size: int) -> None:
+        super().__init__()
+        self.fs, self.path, self.size = fs, path, size
+        self.pos = 0
+        self.moved = 0
+        self._whole: bytes | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence]
+        self.pos = max(0, base + offset)
+        return self.pos
+
+    def readinto(self, buffer: Any) -> int:
+        end = min(self.pos + len(buffer), self.size)
+        if end <= self.pos:
+            return 0
+        data = self._get(self.pos, end)
+        buffer[:len(data)] = data
+        self.pos += len(data)
+        return len(data)
+
+    def _get(self, start: int, end: int) -> bytes:
+        if self._whole is None:
+            try:
+                data = self.fs.cat_file(self.path, start=start, end=end)
+            except FileNotFoundError:
+                raise OSError("the object was deleted while it was being read") from None
+            except OSError:
+                raise
+            except Exception as exc:  # a client's own error types (aiohttp, botocore)
+                raise OSError(_why(exc)) from None
+            self.moved += len(data)
+            if len(data) <= end - start:
+                return data
+            self._whole = data
+        return self._whole[start:end]
+
+
+class RemoteStore:
+    """A bundle at a URL, with the same reading and writing interface as :class:`BundleStore`.
+
+    ``copies`` is the folder of local copies on this machine; this URL's copy, its version note and
+    its lock (which keeps this machine's processes from writing the URL at once) live in a folder
+    of their own under it.
+    """
+
+    def __init__(self, url: str, copies: Path, lock_timeout: float,
+                 storage_options: Mapping[str, Any] | None = None) -> None:
+        self.url = url
+        self.protocol = urlsplit(url).scheme.lower()
+        self.storage_options = dict(storage_options or {})
+        self.folder = Path(copies) / hashlib.sha256(url.encode()).hexdigest()[:16]
+        self.copy = self.folder / "bundle"
+        self._note = self.folder / "version.json"
+        self._local = BundleStore(self.copy, lock_timeout)
+        self._fs: tuple[Any, str] | None = None
+        #: What the last :meth:`add` left out or could not do, in words.
+        self.dropped: list[str] = []
+        #: ``{artifact type: count}`` the last :meth:`add` dropped as unused in too many updating runs.
+        self.unused: dict[str, int] = {}
+        #: Bytes downloaded from and uploaded to the store by this object.
+        self.downloaded = 0
+        self.uploaded = 0
+        #: Where the last :meth:`add` left this run's artifacts when it could not fold them in, else ``None``.
+        self.delta: str | None = None
+        #: Whether the last :meth:`add` found everything already in the bundle (and wrote nothing).
+        self.unchanged = False
+
+    @property
+    def name(self) -> str:
+        """The URL, for messages."""
+        return self.url
+
+    @property
+    def path(self) -> Path:
+        """The local copy (the lock beside it serializes this machine's writers)."""
+        return self.copy
+
+    @property
+    def deltas(self) -> str:
+        """The folder of deltas beside the bundle."""
+        return self.url + ".deltas/"
+
+    # --- the store's client ---
+
+    def filesystem(self) -> tuple[Any, str]:
+        """fsspec's file system for the URL and the path inside it; a missing package is named with its extra."""
+        if self._fs is None:
+            extra = _extra(self.protocol)
+            try:
+                import fsspec
+            except ImportError:
+                raise BundleError(f"{self.url}: bundles at URLs need fsspec "
+                                  f"(pip install 'pytest-compilecache[{extra}]')") from None
+            try:
+                self._fs = fsspec.core.url_to_fs(self.url, **self.storage_options)
+            except ImportError as exc:
+                raise BundleError(f"{self.url}: {exc} (pip install 'pytest-compilecache[{extra}]')") from None
+            except Exception as exc:
+                raise BundleError(f"{self.url}: cannot open: {_why(exc)}") from None
+        return self._fs
+
+    def _call(self, doing: str, action: Callable[[], Any]) -> Any:
+        try:
+            return action()
+        except (BundleError, Conflict, NoConditionalWrite):
+            raise
+        except Exception as exc:
+            if _precondition_failed(exc):
+                raise Conflict(str(exc)) from None
+            raise BundleError(f"{self.url}: cannot {doing}: {_why(exc)}") from None
+
+    def version(self) -> Version | None:
+        """The object's version now, or ``None`` when it does not exist."""
+        fs, path = self.filesystem()
+        with contextlib.suppress(Exception):
+            fs.invalidate_cache(path)
+        try:
+            info = fs.info(path)
+        except FileNotFoundError:
+            return None
+        except Exception as exc:
+            raise BundleError(f"{self.url}: cannot reach it: {_why(exc)}") from None
+        if info.get("type") == "directory":
+            raise BundleError(f"{self.url}: is a folder, not a bundle")
+        for field in ("ETag", "etag", "Content-MD5", "md5Hash", "content_md5", "Digest", "checksum"):
+            if info.get(field):
+                return Version(str(info[field]), int(info.get("size") or 0))
+        for field in ("LastModified", "Last-Modified", "last_modified", "mtime", "updated", "created"):
+            if info.get(field):
+                return Version(f"{field}={info[field]}", int(info.get("size") or 0))
+        return Version("", int(info.get("size") or 0))
+
+    # --- the local copy ---
+
+    def _held(self, version: Version, env: Mapping[str, str] | None) -> bool:
+        """Whether the local copy is this version of the object, holding what the reader wants."""
+        if not version.tag:
+            return False
+        try:
+            note = json.loads(self._note.read_text())
+        except (OSError, ValueError):
+            return False
+        if not isinstance(note, dict) or note.get("url") != self.url or note.get("version") != list(version):
+            return False
+        holds = note.get("env")
+        return self.copy.exists() and (holds == "*" or (env is not None and holds == env_id(dict(env))))
+
+    def holds(self, version: Version) -> bool:
+        """Whether this machine keeps a copy of ``version`` of the object (of all or part of it)."""
+        try:
+            note = json.loads(self._note.read_text())
+        except (OSError, ValueError):
+            return False
+        return isinstance(note, dict) and note.get("url") == self.url and note.get("version") == list(version) \
+            and bool(version.tag) and self.copy.exists()
+
+    def _keep(self, bundle: Bundle, version: Version | None, env: Mapping[str, str] | None) -> None:
+        """Write ``bundle``'s entries as the local copy of ``version`` (all of it when ``env`` is None)."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._note.unlink(missing_ok=True)
+        write_bundle(Bundle(self.copy, bundle.entries))
+        if version is not None:
+            note = {"url": self.url, "version": list(version), "env": "*" if env is None else env_id(dict(env))}
+            files.write_atomic(self._note, json.dumps(note).encode(), fsync=False)
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold this machine's lock for the URL (its writers and first readers take it)."""
+        with self._local.locked():
+            yield
+
+    # --- reading ---
+
+    def read(self, env: Mapping[str, str] | None = None) -> Bundle | None:
+        """The bundle (through the local copy), or ``None`` if there is no object at the URL.
+
+        With ``env``, only that entry is downloaded; a bundle with no entry for ``env`` is returned
+        with its manifest only (its payloads are never read). Messages name the URL.
+        """
+        with self.locked():
+            for attempt in range(2):
+                version = self.version()
+                if version is None:
+                    return None
+                if self._held(version, env):
+                    return read_manifest(self.copy, label=self.url)
+                try:
+                    return self._fetch(version, env)
+                except BundleError as exc:
+                    if attempt == 0 and self.version() != version:
+                        continue  # replaced while it was read: once more, from the new version
+                    raise exc
+        raise AssertionError("unreachable")
+
+    def _fetch(self, version: Version, env: Mapping[str, str] | None) -> Bundle:
+        fs, path = self.filesystem()
+        raw = _Ranges(fs, path, version.size)
+        remote = parse(io.BufferedReader(raw, HEAD_BYTES), self.copy, self.url)  # type: ignore[arg-type]
+        try:
+            wanted = remote.entries if env is None else [e for e in [remote.find(env)] if e is not None]
+            if env is not None and not wanted:
+                return remote
+            for entry in wanted:
+                remote.payload(entry)
+                section = entry.binaries_section
+                if section is not None:
+                    entry._binaries_blob = remote._read(entry, "the binaries", section["offset"], section["size"])
+                remote.key_index(entry)
+            self._keep(Bundle(self.copy, wanted), version, env)
+        finally:
+            remote.close()
+            self.downloaded += raw.moved
+        return read_manifest(self.copy, label=self.url)
+
+    def read_whole(self, replace_unreadable: bool = False) -> tuple[Version | None, Bundle | None]:
+        """The object's version and the whole bundle read (every payload checked), for a writer.
+
+        With ``replace_unreadable``, a bundle that cannot be read counts as empty (said in
+        :attr:`dropped`); an object that is not a bundle at all raises :class:`NotABundle`.
+        """
+        version = self.version()
+        if version is None:
+            return None, None
+        try:
+            if not self._held(version, None):
+                fs, path = self.filesystem()
+                data = self._call("read it", lambda: fs.cat_file(path))
+                self.downloaded += len(data)
+                downloaded = parse(io.BytesIO(data), self.copy, self.url)
+                downloaded.read_all()
+                self._keep(downloaded, version, None)
+            current = read_manifest(self.copy, label=self.url)
+            current.read_all()
+            return version, current
+        except NotABundle:
+            raise
+        except BundleError as exc:
+            if not replace_unreadable:
+                raise
+            self.dropped.append(f"it could not be read ({exc}); its entries were dropped and a fresh one written")
+            return version, None
+
+    # --- writing ---
+
+    def _put(self, data: bytes, expected: Version | None) -> str:
+        """Write ``data`` as the object if it still is ``expected`` (absent: ``None``); its new version tag.
+
+        Raises :class:`Conflict` when another writer got there first, :class:`NoConditionalWrite`
+        where the store has none this plugin can use.
+        """
+        fs, path = self.filesystem()
+        if self.protocol in READ_ONLY:
+            raise BundleError(f"{self.url}: {self.protocol}:// bundles are read-only; publish to an object "
+                              "store (s3://...) and serve that over HTTP")
+        if self.protocol in ("s3", "s3a"):
+            if expected is not None and not expected.tag:
+                raise NoConditionalWrite()
+            condition: dict[str, Any] = {"IfMatch": expected.tag} if expected is not None else {"mode": "create"}
+            answer = self._call("write it", lambda: fs.pipe_file(path, data, chunksize=5 * 2**30, **condition))
+            tag = answer.get("ETag") if isinstance(answer, dict) else None
+            return str(tag) if tag else (self.version() or Version("", 0)).tag
+        if self.protocol == "memory":
+            with _MEMORY_WRITES:
+                if self.version() != expected:
+                    raise Conflict("changed")
+                self._call("write it", lambda: fs.pipe_file(path, data))
+                return (self.version() or Version("", 0)).tag
+        raise NoConditionalWrite()
+
+    def update(self, change: Callable[[Bundle | None], list[Entry] | None],
+               replace_unreadable: bool = False) -> Bundle | None:
+        """Read the bundle, let ``change`` compute the new entries, write them if the object is still the
+        version read; on conflict, again from a fresh read. ``change`` returns ``None`` to leave it.
+
+        Raises :class:`NoConditionalWrite` where the store has none (nothing is written then).
+        """
+        for attempt in range(ATTEMPTS):
+            with self.locked():
+                version, current = self.read_whole(replace_unreadable)
+                staging = self.folder / f"upload-{os.getpid()}.bundle"
+                try:
+                    entries = change(current)
+                    if entries is None:
+                        return current
+                    write_bundle(Bundle(staging, entries))
+                    data = staging.read_bytes()
+                    try:
+                        tag = self._put(data, version)
+                    except Conflict:
+                        pass
+                    else:
+                        self.uploaded += len(data)
+                        self._note.unlink(missing_ok=True)
+                        files.replace(staging, self.copy)
+                        if tag:
+                            note = {"url": self.url, "version": [tag, len(data)], "env": "*"}
+                            files.write_atomic(self._note, json.dumps(note).encode(), fsync=False)
+                        return Bundle(self.copy, entries, label=self.url)
+                finally:
+                    staging.unlink(missing_ok=True)
+                    if current is not None:
+                        current.close()
+            time.sleep(random.uniform(0.05, 0.25) * 2 ** min(attempt, 4))
+        raise BundleError(f"{self.url}: other writers changed it {ATTEMPTS} times while this run tried to "
+                          "fold its artifacts in")
+
+    def add(self, additions: list[Entry], history: Mapping[str, object] | None = None, run: float | None = None,
+            max_unused_runs: int = 0, rebuild: bool = False) -> Bundle:
+        """Publish ``additions`` (see :meth:`BundleStore.add`): nothing when the bundle already holds
+        them; else a delta first, then the bundle itself by conditional write, and the delta removed.
+
+        Where the bundle cannot be updated, the delta stays (:attr:`delta`), it is said in
+        :attr:`dropped`, and the delta's own bundle is returned.
+        """
+        self.dropped, self.unused, self.delta, self.unchanged = [], {}, None, False
+        if self.protocol in READ_ONLY:
+            raise BundleError(f"{self.url}: {self.protocol}:// bundles are read-only; this run's artifacts were "
+                              "not published (publish to an object store such as s3:// and serve that over HTTP)")
+        stamp(additions, history, run)
+        if not rebuild and max_unused_runs == 0:
+            with self.locked():
+                _, current = self.read_whole()
+                if current is not None:
+                    current.close()
+                if adds_nothing(current, additions):
+                    self.unchanged = True
+                    assert current is not None
+                    return current
+        delta_url, delta = self._upload_delta(additions)
+        try:
+            result = self.update(lambda current: combine(current, additions, run, max_unused_runs, rebuild,
+                                                         self.dropped, self.unused),
+                                 replace_unreadable=rebuild)
+        except NoConditionalWrite:
+            self.delta = delta_url
+            self.dropped.append(f"{self.protocol}:// offers no conditional write this plugin can use, so the bundle "
+                                f"itself was not updated; this run's artifacts wait in {delta_url} for "
+                                f"`pytest-compilecache merge --deltas -o {self.url}`")
+            return delta
+        except BundleError as exc:
+            self.delta = delta_url
+            raise BundleError(f"{exc}; this run's artifacts wait in {delta_url} for "
+                              f"`pytest-compilecache merge --deltas -o {self.url}`") from None
+        assert result is not None
+        self._remove(delta_url)
+        return result
+
+    def _upload_delta(self, additions: list[Entry]) -> tuple[str, Bundle]:
+        """Upload the additions as a content-addressed delta (create-only); its URL and local bundle."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        staging = self.folder / f"delta-{os.getpid()}.bundle"
+        write_bundle(Bundle(staging, additions))
+        data = staging.read_bytes()
+        name = f"{hashlib.sha256(data).hexdigest()[:32]}.bundle"
+        kept = self.folder / name
+        files.replace(staging, kept)
+        url = self.deltas + name
+        fs, path = self.filesystem()
+        target = path.rstrip("/") + ".deltas/" + name
+        condition: dict[str, Any] = {"mode": "create"} if self.protocol in ("s3", "s3a") else {}
+        try:
+            self._call("upload its delta", lambda: fs.pipe_file(target, data, **condition))
+            self.uploaded += len(data)
+        except Conflict:
+            pass  # the same content is there already
+        return url, read_manifest(kept, label=url)
+
+    def _remove(self, url: str) -> None:
+        fs, path = self.filesystem()
+        target = path.rstrip("/") + ".deltas/" + url.rsplit("/", 1)[-1]
+        with contextlib.suppress(Exception):
+            fs.rm_file(target)
+        with contextlib.suppress(OSError):
+            (self.folder / url.rsplit("/", 1)[-1]).unlink()
+
+    def list_deltas(self) -> list[str]:
+        """The URLs of the deltas waiting beside the bundle."""
+        fs, path = self.filesystem()
+        folder = path.rstrip("/") + ".deltas"
+        try:
+            names = fs.ls(folder, detail=False)
+        except FileNotFoundError:
+            return []
+        except Exception as exc:
+            raise BundleError(f"{self.deltas}: cannot list: {_why(exc)}") from None
+        return sorted(self.deltas + str(n).rsplit("/", 1)[-1] for n in names if str(n).endswith(".bundle"))
+
+    def remove_deltas(self, urls: list[str]) -> None:
+        """Remove deltas once they are folded into the bundle."""
+        for url in urls:
+            self._remove(url)
+
+
+def read_url(url: str, copies: Path, storage_options: Mapping[str, Any] | None = None) -> Bundle:
+    """The whole bundle at ``url`` (every payload downloaded and checked), for the command line."""
+    store = RemoteStore(url, copies, 60.0, storage_options)
+    with store.locked():
+        _, bundle = store.read_whole()
+    if bundle is None:
+        raise FileNotFoundError(url)
+    return read_manifest(store.copy, label=url)
