@@ -14,6 +14,8 @@ from . import _torchapi, signing
 from .binaries import build_id, identity_differences, is_cpp
 from .bundle import Bundle, BundleError, Entry, differences, encoded_size, env_label, printable, read_manifest
 from .keyindex import KeyIndex, artifact_id
+from .objectstore import RemoteStore, file_url_path, is_url, read_url
+from .options import user_cache_dir
 from .store import BundleStore, union
 
 LOCK_TIMEOUT = 60.0
@@ -23,11 +25,20 @@ class UserError(Exception):
     """A problem with the user's input: printed on one line, exit status 2 (1 for verify)."""
 
 
+def _store(name: str) -> BundleStore | RemoteStore:
+    """The store of a bundle named by path or URL (credentials and endpoints from the environment)."""
+    if is_url(name):
+        return RemoteStore(name, user_cache_dir() / "bundle-copies", LOCK_TIMEOUT)
+    return BundleStore(Path(file_url_path(name) or name), LOCK_TIMEOUT)
+
+
 def _read(path: str) -> Bundle:
     try:
-        return read_manifest(Path(path))
+        if is_url(path):
+            return read_url(path, user_cache_dir() / "bundle-copies")
+        return read_manifest(Path(file_url_path(path) or path))
     except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
+        raise UserError(f"{path}: no such {'object' if is_url(path) else 'file'}") from None
     except BundleError as exc:
         raise UserError(str(exc)) from None
 
@@ -87,7 +98,7 @@ def _inspect(args: argparse.Namespace, bundle: Bundle) -> int:
         for entry in bundle.entries:
             _check_payload(bundle, entry)
     data: dict[str, Any] = {
-        "path": str(bundle.path),
+        "path": bundle.name,
         "format": 1,
         "bytes": bundle.path.stat().st_size,
         "entries": [
@@ -100,7 +111,7 @@ def _inspect(args: argparse.Namespace, bundle: Bundle) -> int:
     if args.json:
         print(json.dumps(data, indent=1, sort_keys=True))
         return 0
-    _say(f"{bundle.path}: bundle format 1, {data['bytes'] / 1e6:.2f} MB, {len(bundle.entries)} environment(s)")
+    _say(f"{bundle.name}: bundle format 1, {data['bytes'] / 1e6:.2f} MB, {len(bundle.entries)} environment(s)")
     for item in data["entries"]:
         created, updated = _when(item["created"]), _when(item["updated"])
         match = "matches this machine" if item["matches_here"] else "does NOT match this machine"
@@ -153,7 +164,7 @@ def _check_payload(bundle: Bundle, entry: Entry) -> None:
     except BundleError as exc:
         raise UserError(str(exc)) from None
     except _torchapi.MegaCacheError as exc:
-        raise UserError(f"{bundle.path}: the entry for {env_label(entry.env)}: {exc}") from None
+        raise UserError(f"{bundle.name}: the entry for {env_label(entry.env)}: {exc}") from None
     except _torchapi.TorchUnavailable as exc:
         raise UserError(str(exc)) from None
 
@@ -175,23 +186,46 @@ def _verify(bundle: Bundle) -> int:
     fit = sum(b["binaries"] for b in binaries.get("builds", []) if b["fits_here"])
     total = sum(b["binaries"] for b in binaries.get("builds", []))
     carried = f"; {fit} of {total} carried C++ binaries fit this machine" if total else ""
-    _say(f"{bundle.path}: OK: intact entry for {env_label(entry.env)}{carried}")
+    _say(f"{bundle.name}: OK: intact entry for {env_label(entry.env)}{carried}")
     return 0
 
 
-def _update(path: Path, change: Any) -> Bundle | None:
+def _update(name: str, change: Any) -> Bundle | None:
+    """Read-modify-write the bundle at a path (under its lock) or URL (conditionally, where the store can)."""
+    store = _store(name)
     try:
-        return BundleStore(path, LOCK_TIMEOUT).update(change)
+        if isinstance(store, RemoteStore):
+            if not store.conditional:
+                _say(f"{name}: warning: {store.protocol}:// offers no conditional write this plugin can use; it is "
+                     "written without one, so run this where no other writer runs (a final CI job)", sys.stderr)
+            return store.update(change, unconditional=True)
+        return store.update(change)
     except BundleError as exc:
         raise UserError(str(exc)) from None
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    out = Path(args.output)
+    out = args.output
+    inputs = list(args.inputs)
+    deltas: list[str] = []
+    if args.deltas:
+        store = _store(out)
+        if not isinstance(store, RemoteStore):
+            raise UserError(f"--deltas: {out} is not a URL; deltas are left only beside bundles at URLs")
+        try:
+            deltas = store.list_deltas()
+        except BundleError as exc:
+            raise UserError(str(exc)) from None
+        inputs += deltas
+        if not inputs:
+            _say(f"{out}: no deltas wait beside it; nothing to fold in")
+            return 0
+    if not inputs:
+        raise UserError("merge needs bundles to merge (or --deltas, to fold in the deltas beside OUTPUT)")
     others: list[Entry] = []
     count = 0
-    for name in args.inputs:
-        if _same_file(Path(name), out):
+    for name in inputs:
+        if _same_file(name, out):
             continue
         with _read(name) as bundle:
             try:
@@ -205,28 +239,33 @@ def cmd_merge(args: argparse.Namespace) -> int:
                     raise UserError(f"{refused}; merge refuses it")
             others.extend(bundle.entries)
             count += 1
-    reads_output = any(_same_file(Path(name), out) for name in args.inputs)
+    reads_output = any(_same_file(name, out) for name in inputs) or bool(args.deltas)
 
     def change(current: Bundle | None) -> list[Entry]:
-        if reads_output and current is None:
+        if reads_output and current is None and not args.deltas:
             raise UserError(f"{out}: no such file")
         try:
             return union([*(current.entries if reads_output and current else []), *others])
         except BundleError as exc:
-            raise UserError(f"{', '.join(args.inputs)}: {exc}; {out} is unchanged") from None
+            raise UserError(f"{', '.join(inputs)}: {exc}; {out} is unchanged") from None
 
     try:
         result = _update(out, change)
     except (_torchapi.MegaCacheError, _torchapi.TorchUnavailable) as exc:
         raise UserError(str(exc)) from None
     assert result is not None
-    _say(f"{args.output}: {len(result.entries)} environment(s) from {count + reads_output} bundle(s)")
+    if deltas:
+        _store(out).remove_deltas(deltas)  # type: ignore[union-attr]
+    folded = f"; {len(deltas)} delta(s) folded in and removed" if args.deltas else ""
+    _say(f"{args.output}: {len(result.entries)} environment(s) from {count + reads_output} bundle(s){folded}")
     return 0
 
 
-def _same_file(a: Path, b: Path) -> bool:
+def _same_file(a: str, b: str) -> bool:
+    if is_url(a) or is_url(b):
+        return a == b
     try:
-        return a.resolve() == b.resolve()
+        return Path(file_url_path(a) or a).resolve() == Path(file_url_path(b) or b).resolve()
     except OSError:
         return False
 
@@ -347,7 +386,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
                 raise UserError(f"{args.path}: {exc}") from None
         return kept
 
-    _update(Path(args.path), change)
+    _update(args.path, change)
     _say(f"{args.path}: kept {counts[0]} of {counts[1]} environment(s)" + (f"; {'; '.join(said)}" if said else ""))
     return 0
 
@@ -365,8 +404,10 @@ def parser() -> argparse.ArgumentParser:
     verify.add_argument("path")
     verify.set_defaults(run=cmd_verify)
     merge = sub.add_parser("merge", help="union of bundles, per environment")
-    merge.add_argument("inputs", nargs="+")
+    merge.add_argument("inputs", nargs="*")
     merge.add_argument("-o", "--output", required=True)
+    merge.add_argument("--deltas", action="store_true",
+                       help="also fold in the deltas that sessions left beside OUTPUT (a URL), then remove them")
     merge.set_defaults(run=cmd_merge)
     prune = sub.add_parser("prune", help="remove environments")
     prune.add_argument("path")

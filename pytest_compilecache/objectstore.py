@@ -359,11 +359,11 @@ class RemoteStore:
 
     # --- writing ---
 
-    def _put(self, data: bytes, expected: Version | None) -> str:
+    def _put(self, data: bytes, expected: Version | None, unconditional: bool = False) -> str:
         """Write ``data`` as the object if it still is ``expected`` (absent: ``None``); its new version tag.
 
         Raises :class:`Conflict` when another writer got there first, :class:`NoConditionalWrite`
-        where the store has none this plugin can use.
+        where the store has none this plugin can use (unless ``unconditional``: then it just writes).
         """
         fs, path = self.filesystem()
         if self.protocol in READ_ONLY:
@@ -382,14 +382,23 @@ class RemoteStore:
                     raise Conflict("changed")
                 self._call("write it", lambda: fs.pipe_file(path, data))
                 return (self.version() or Version("", 0)).tag
-        raise NoConditionalWrite()
+        if not unconditional:
+            raise NoConditionalWrite()
+        self._call("write it", lambda: fs.pipe_file(path, data))
+        return (self.version() or Version("", 0)).tag
+
+    @property
+    def conditional(self) -> bool:
+        """Whether this plugin can write the store conditionally (compare-and-swap)."""
+        return self.protocol in ("s3", "s3a", "memory")
 
     def update(self, change: Callable[[Bundle | None], list[Entry] | None],
-               replace_unreadable: bool = False) -> Bundle | None:
+               replace_unreadable: bool = False, unconditional: bool = False) -> Bundle | None:
         """Read the bundle, let ``change`` compute the new entries, write them if the object is still the
         version read; on conflict, again from a fresh read. ``change`` returns ``None`` to leave it.
 
-        Raises :class:`NoConditionalWrite` where the store has none (nothing is written then).
+        Raises :class:`NoConditionalWrite` where the store has none (nothing is written then), unless
+        ``unconditional``: then it writes without a condition.
         """
         for attempt in range(ATTEMPTS):
             with self.locked():
@@ -402,7 +411,7 @@ class RemoteStore:
                     write_bundle(Bundle(staging, entries))
                     data = staging.read_bytes()
                     try:
-                        tag = self._put(data, version)
+                        tag = self._put(data, version, unconditional)
                     except Conflict:
                         pass
                     else:
