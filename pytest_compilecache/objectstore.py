@@ -111,6 +111,7 @@ class _Ranges(io.RawIOBase):
         self.pos = 0
         self.moved = 0
         self._whole: bytes | None = None
+        self._head = b""
 
     def readable(self) -> bool:
         return True
@@ -136,6 +137,10 @@ class _Ranges(io.RawIOBase):
         return len(data)
 
     def _get(self, start: int, end: int) -> bytes:
+        head = self._head
+        if head and start < len(head):
+            known = bytes(head[start:min(end, len(head))])
+            return known + (self._get(len(head), end) if end > len(head) else b"")
         if self._whole is None:
             try:
                 data = self.fs.cat_file(self.path, start=start, end=end)
@@ -147,6 +152,8 @@ class _Ranges(io.RawIOBase):
                 raise OSError(_why(exc)) from None
             self.moved += len(data)
             if len(data) <= end - start:
+                if start == 0 and not head:
+                    self._head = data
                 return data
             self._whole = data
         return self._whole[start:end]
@@ -236,7 +243,7 @@ class RemoteStore:
         except FileNotFoundError:
             return None
         except Exception as exc:
-            raise BundleError(f"{self.url}: cannot reach it: {_why(exc)}") from None
+            raise BundleError(f"{self.url}: cannot read it: {_why(exc)}") from None
         if info.get("type") == "directory":
             raise BundleError(f"{self.url}: is a folder, not a bundle")
         for field in ("ETag", "etag", "Content-MD5", "md5Hash", "content_md5", "Digest", "checksum"):
@@ -313,6 +320,7 @@ class RemoteStore:
         fs, path = self.filesystem()
         raw = _Ranges(fs, path, version.size)
         remote = parse(io.BufferedReader(raw, HEAD_BYTES), self.copy, self.url)  # type: ignore[arg-type]
+        remote._file = raw  # type: ignore[assignment]  # each section in one range request, no read-ahead
         try:
             wanted = remote.entries if env is None else [e for e in [remote.find(env)] if e is not None]
             if env is not None and not wanted:

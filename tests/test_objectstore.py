@@ -1,0 +1,324 @@
+"""Bundles at URLs, against real servers this module starts on loopback: an S3 server (moto's server
+mode, reached by s3fs over TCP) and a plain static HTTP server. Shards that share one S3 bundle,
+writers that race (a real conditional write failing and retried), a server stopped mid-run, wrong
+credentials, an object deleted or corrupted while it is read, and read-only HTTP."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from pytest_compilecache import cli
+from pytest_compilecache.bundle import BundleError, Entry, NotABundle, parse, read_manifest
+from pytest_compilecache.objectstore import HEAD_BYTES, RemoteStore, _Ranges, read_url
+from pytest_compilecache.store import combine
+
+pytest.importorskip("s3fs", reason="s3fs is not installed (pip install 'pytest-compilecache[test]')")
+pytest.importorskip("moto.server", reason="moto's server is not installed (pip install 'moto[server]')")
+
+TESTS = '''
+import torch
+
+def test_sin():
+    torch.compile(lambda x: torch.sin(x) * 3 + 1, dynamic=False)(torch.randn(8))
+'''
+MORE = '''
+
+def test_cos():
+    torch.compile(lambda x: torch.cos(x) - 2, dynamic=False)(torch.randn(8))
+'''
+DATA_BUNDLE = Path(__file__).parent / "data" / "h200-torch2.11.bundle"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_for(port: int, proc: subprocess.Popen[bytes], what: str) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise AssertionError(f"{what} did not start on port {port}") from None
+            time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def s3_server(**env: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """moto's S3 server on a free loopback port (``env``: its settings), stopped afterwards."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, env={**os.environ, **env})
+    try:
+        _wait_for(port, proc, "moto's S3 server")
+        yield f"http://127.0.0.1:{port}", proc
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+@pytest.fixture(scope="module")
+def endpoint() -> Iterator[str]:
+    with s3_server() as (url, _):
+        yield url
+
+
+def _use(monkeypatch: pytest.MonkeyPatch, endpoint: str, key: str = "testing") -> None:
+    """Credentials and endpoint as a CI runner has them: in the environment (this process and inner runs)."""
+    for name, value in {"AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": key, "AWS_DEFAULT_REGION": "us-east-1",
+                        "AWS_ENDPOINT_URL": endpoint}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+
+
+def _bucket(endpoint: str) -> str:
+    import s3fs
+
+    name = f"bundles-{uuid.uuid4().hex[:12]}"
+    fs = s3fs.S3FileSystem(key="testing", secret="testing", endpoint_url=endpoint, skip_instance_cache=True)
+    fs.call_s3("create_bucket", Bucket=name)
+    return f"s3://{name}"
+
+
+@pytest.fixture
+def s3(endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A new, empty bucket on the module's S3 server, with credentials set; its URL."""
+    _use(monkeypatch, endpoint)
+    return _bucket(endpoint)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory, shared_headers_dir: Path) -> Path:
+    """A local bundle built by one real run (its entry is this machine's)."""
+    folder = tmp_path_factory.mktemp("built")
+    (folder / "test_s.py").write_text(TESTS)
+    (folder / "pytest.ini").write_text(f"[pytest]\ncompile_cache_headers_dir = {shared_headers_dir}\n")
+    bundle = folder / "b.bundle"
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+                          f"--compile-cache-bundle={bundle}"], cwd=folder, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return bundle
+
+
+def _report(path: Path) -> dict[str, Any]:
+    return dict(json.loads(path.read_text())["bundle"])
+
+
+def _tagged(tag: str) -> Entry:
+    """The entry of the GPU bundle in tests/data, as if made for ``cache_key_tag=tag`` (no torch needed)."""
+    with read_manifest(DATA_BUNDLE) as bundle:
+        bundle.read_all()
+        entry = bundle.entries[0]
+    return dataclasses.replace(entry, env={**entry.env, "cache_key_tag": tag})
+
+
+def test_shards_share_one_s3_bundle(pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult],
+                                    s3: str) -> None:
+    """The first shard creates the bundle; another machine loads it, downloading only its entry; a
+    machine that has this version downloads nothing; a shard whose code changed adds to it; one
+    with nothing new uploads nothing."""
+    url = f"{s3}/ci/suite.bundle"
+    pytester.makepyfile(test_s=TESTS)
+
+    def shard(name: str, *args: str) -> dict[str, Any]:
+        report = pytester.path / f"{name}-{uuid.uuid4().hex[:6]}.json"
+        result = run_inner(f"--compile-cache-bundle={url}", f"--compile-cache-report={report}", *args,
+                           ini=f"compile_cache_home = {pytester.path / ('home-' + name)}")
+        assert result.ret == 0, result.stdout.str()
+        assert "Traceback" not in result.stdout.str()
+        return _report(report)
+
+    first = shard("one")
+    assert first["saved"]["status"] == "saved"
+    assert first["saved"]["transfer"]["uploaded"] > 0
+    assert first["at_start"] == f"{url}: missing, the session will create it"
+
+    second = shard("two")
+    process = second["processes"][0]
+    assert process["status"] == "loaded", process
+    assert 0 < process["downloaded_bytes"] <= read_url(url, pytester.path / "check").path.stat().st_size
+    assert second["saved"]["status"] == "kept"
+
+    again = shard("two")
+    assert again["processes"][0]["status"] == "loaded"
+    assert again["processes"][0]["downloaded_bytes"] == 0
+    assert "this machine keeps a copy of this version" in again["at_start"]
+
+    pytester.makepyfile(test_s=TESTS + MORE)
+    changed = shard("three", "--compile-cache-update")
+    assert changed["saved"]["status"] == "saved"
+    assert changed["saved"]["transfer"]["uploaded"] > 0
+    store = RemoteStore(url, pytester.path / "check2", 30)
+    with store.locked():
+        _, whole = store.read_whole()
+    assert whole is not None and whole.entries[0].artifacts["inductor"]["count"] == 2
+    assert store.list_deltas() == [], "a delta folded into the bundle is removed"
+
+    nothing_new = shard("three", "--compile-cache-update")
+    assert nothing_new["saved"]["status"] == "unchanged"
+    assert nothing_new["saved"]["transfer"]["uploaded"] == 0
+
+
+def test_racing_writers_both_land(s3: str, tmp_path: Path) -> None:
+    """Shard B writes between shard A's read and A's write: A's conditional write fails on the real
+    server, A reads again and writes the union; B's delta is gone once folded in."""
+    url = f"{s3}/race.bundle"
+    a = RemoteStore(url, tmp_path / "a", 30)
+    b = RemoteStore(url, tmp_path / "b", 30)
+    b.add([_tagged("first")])
+    reads: list[int] = []
+
+    def change(current: Any) -> list[Entry]:
+        reads.append(len(current.entries) if current else 0)
+        if len(reads) == 1:
+            b.add([_tagged("b")])
+        return combine(current, [_tagged("a")], None, 0, False, [], {})
+
+    a.update(change)
+    assert reads == [1, 2], "A read again after its first conditional write failed"
+    tags = {e.env["cache_key_tag"] for e in read_url(url, tmp_path / "check").entries}
+    assert tags == {"first", "a", "b"}
+    assert b.list_deltas() == []
+
+
+def test_a_store_without_conditional_writes_keeps_deltas_for_merge(tmp_path: Path, capsys: Any) -> None:
+    """memory:// stands in for a store whose conditional write this plugin does not use: the test
+    takes the plugin's memory writes away, so sessions leave deltas, and `merge --deltas` folds them in."""
+    url = f"memory://bundles-{uuid.uuid4().hex[:8]}/b.bundle"
+    store = RemoteStore(url, tmp_path / "copies", 30)
+    store.protocol = "gs-like"
+    kept = store.add([_tagged("x")])
+    assert store.delta is not None and store.delta.startswith(url + ".deltas/")
+    assert "offers no conditional write" in store.dropped[0]
+    assert kept.entries[0].env["cache_key_tag"] == "x"
+    assert store.list_deltas() == [store.delta]
+    assert cli.main(["merge", "--deltas", "-o", url]) == 0
+    assert "1 delta(s) folded in and removed" in capsys.readouterr().out
+    assert [e.env["cache_key_tag"] for e in read_url(url, tmp_path / "check").entries] == ["x"]
+    assert store.list_deltas() == []
+
+
+def test_an_object_deleted_while_it_is_read(s3: str, built: Path, tmp_path: Path) -> None:
+    """The manifest is read by range; the object is deleted before the payload is: a clear error."""
+    url = f"{s3}/gone.bundle"
+    store = RemoteStore(url, tmp_path, 30)
+    fs, path = store.filesystem()
+    fs.put_file(str(built), path)
+    version = store.version()
+    assert version is not None
+    raw = _Ranges(fs, path, version.size)
+    remote = parse(io.BufferedReader(raw, HEAD_BYTES), tmp_path / "x", url)  # type: ignore[arg-type]
+    assert raw.moved <= HEAD_BYTES, "only the start of the object was read for the manifest"
+    fs.rm_file(path)
+    with pytest.raises(BundleError, match=f"^{url}: cannot read: the object was deleted while it was being read"):
+        remote.payload(remote.entries[0])
+    assert store.read(remote.entries[0].env) is None
+
+
+def test_a_corrupt_object_never_replaces_a_good_copy(s3: str, built: Path, tmp_path: Path) -> None:
+    url = f"{s3}/flip.bundle"
+    store = RemoteStore(url, tmp_path, 30)
+    fs, path = store.filesystem()
+    good = built.read_bytes()
+    fs.pipe_file(path, good)
+    with read_manifest(built) as local:
+        env = local.entries[0].env
+        inside_payload = local._start + local.entries[0].offset + 100
+    with store.read(env) as bundle:
+        assert bundle.find(env) is not None
+    copy = store.copy.read_bytes()
+    bad = bytearray(good)
+    bad[inside_payload] ^= 0xFF
+    fs.pipe_file(path, bytes(bad))
+    with pytest.raises(BundleError, match=f"^{url}: corrupt: "):
+        store.read(env)
+    assert store.copy.read_bytes() == copy
+    fs.pipe_file(path, b"hello, not a bundle")
+    with pytest.raises(NotABundle):
+        store.add([_tagged("z")])
+    assert fs.cat_file(path) == b"hello, not a bundle"
+
+
+def test_a_bundle_served_over_plain_http_is_read_only(pytester: pytest.Pytester, built: Path,
+                                                      run_inner: Callable[..., pytest.RunResult]) -> None:
+    pytest.importorskip("aiohttp", reason="aiohttp is not installed (pip install 'pytest-compilecache[http]')")
+    served = pytester.path / "www"
+    served.mkdir()
+    shutil.copy(built, served / "suite.bundle")
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "--directory", str(served),
+                             str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        _wait_for(port, proc, "http.server")
+        pytester.makepyfile(test_s=TESTS)
+        report = pytester.path / "r.json"
+        url = f"http://127.0.0.1:{port}/suite.bundle"
+        result = run_inner(f"--compile-cache-bundle={url}", f"--compile-cache-report={report}",
+                           "--compile-cache-update", ini=f"compile_cache_home = {pytester.path / 'home'}")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    assert result.ret == 0, result.stdout.str()
+    bundle = _report(report)
+    assert bundle["processes"][0]["status"] == "loaded"
+    assert bundle["processes"][0]["downloaded_bytes"] > 0
+    assert bundle["saved"]["status"] == "failed"
+    assert "http:// bundles are read-only" in bundle["saved"]["reason"]
+    result.stdout.fnmatch_lines([f"PROBLEM: {url}: http:// bundles are read-only*"])
+
+
+def test_a_server_stopped_mid_run(pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult],
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The S3 server goes away while tests run: the save fails with the URL and the reason, the
+    tests' results stand, and strict mode turns it into a failed run."""
+    with s3_server() as (endpoint, proc):
+        _use(monkeypatch, endpoint)
+        url = f"{_bucket(endpoint)}/b.bundle"
+        pytester.makepyfile(test_s=TESTS + f"""
+
+def test_stop_the_server():
+    import os, signal
+    os.kill({proc.pid}, signal.SIGTERM)
+""")
+        result = run_inner(f"--compile-cache-bundle={url}", "--compile-cache-strict",
+                           ini=f"compile_cache_home = {pytester.path / 'home'}")
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+    result.assert_outcomes(passed=2)
+    assert result.ret == 1
+    result.stdout.fnmatch_lines([f"PROBLEM: {url}: cannot *"])
+
+
+def test_wrong_credentials_and_missing_packages_are_named(pytester: pytest.Pytester,
+                                                          run_inner: Callable[..., pytest.RunResult],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    with s3_server(INITIAL_NO_AUTH_ACTION_COUNT="0") as (endpoint, _):
+        _use(monkeypatch, endpoint, key="not-a-key")
+        pytester.makepyfile(test_s=TESTS)
+        result = run_inner("--compile-cache-bundle=s3://bundles/b.bundle", "--compile-cache-strict")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--compile-cache-strict: bundle problem at session start:*",
+                                 "*s3://bundles/b.bundle: cannot read it: access denied*check the credentials*"])
+    try:
+        import gcsfs  # noqa: F401
+    except ImportError:
+        with pytest.raises(BundleError, match=r"pip install 'pytest-compilecache\[gcs\]'"):
+            RemoteStore("gs://bundles/b.bundle", pytester.path, 30).version()
