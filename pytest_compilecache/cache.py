@@ -20,13 +20,15 @@ class CompileCache:
     While active, ``TORCHINDUCTOR_CACHE_DIR`` is :attr:`path` and ``TRITON_CACHE_DIR`` is
     ``path / "triton"``; every in-memory compile cache was reset on entry and is reset again on
     exit; the variables are restored exactly on exit; torch's remote (Redis) caches are off while
-    active. :attr:`stats` counts from entry.
+    active, unless ``remote`` (a ``warm_cache`` whose test is marked ``compile_cache_remote``).
+    :attr:`stats` counts from entry.
     """
 
     def __init__(self, path: Path, process_dir: Path, headers_dir: Path, kind: str = "cold",
-                 explain: bool = False) -> None:
+                 explain: bool = False, remote: bool = False) -> None:
         self.path = Path(path)
         self.kind = kind
+        self.remote = remote
         self.explain = explain or kind == "warm"
         self._process_dir = process_dir
         self._headers_dir = headers_dir
@@ -47,7 +49,8 @@ class CompileCache:
             point_cache_dirs_at(str(self.path))
             stack.enter_context(_torchapi.redirect(str(self._process_dir)))
             stack.enter_context(_torchapi.headers_at(str(self._headers_dir)))
-            stack.enter_context(_torchapi.without_remote_caches())
+            if not self.remote:
+                stack.enter_context(_torchapi.without_remote_caches())
             stack.callback(_torchapi.reset_in_memory)
             _torchapi.reset_in_memory()
             self._bypass = stack.enter_context(_torchapi.record_bypass_reasons())

@@ -184,6 +184,8 @@ class RemoteStore:
         #: Bytes downloaded from and uploaded to the store by this object.
         self.downloaded = 0
         self.uploaded = 0
+        #: Conditional writes that found the object changed by another writer (each retried).
+        self.conflicts = 0
         #: Where the last :meth:`add` left this run's artifacts when it could not fold them in, else ``None``.
         self.delta: str | None = None
         #: Whether the last :meth:`add` found everything already in the bundle (and wrote nothing).
@@ -279,7 +281,8 @@ class RemoteStore:
             and bool(version.tag) and self.copy.exists()
 
     def _keep(self, bundle: Bundle, version: Version | None, env: Mapping[str, str] | None) -> None:
-        """Write ``bundle``'s entries as the local copy of ``version`` (all of it when ``env`` is None)."""
+        """Write ``bundle``'s entries as the local copy of ``version``: all of it when ``env`` is None,
+        else only that environment's entry."""
         self.folder.mkdir(parents=True, exist_ok=True)
         self._note.unlink(missing_ok=True)
         write_bundle(Bundle(self.copy, bundle.entries))
@@ -331,7 +334,7 @@ class RemoteStore:
                 if section is not None:
                     entry._binaries_blob = remote._read(entry, "the binaries", section["offset"], section["size"])
                 remote.key_index(entry)
-            self._keep(Bundle(self.copy, wanted), version, env)
+            self._keep(Bundle(self.copy, wanted), version, None if len(wanted) == len(remote.entries) else env)
         finally:
             remote.close()
             self.downloaded += raw.moved
@@ -421,7 +424,7 @@ class RemoteStore:
                     try:
                         tag = self._put(data, version, unconditional)
                     except Conflict:
-                        pass
+                        self.conflicts += 1
                     else:
                         self.uploaded += len(data)
                         self._note.unlink(missing_ok=True)

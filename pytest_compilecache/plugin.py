@@ -15,7 +15,7 @@ from ._torchapi import defaultdir
 from .cache import CompileCache
 from .environment import SavedEnv
 from .options import BUNDLE_ENV, Options, add_options, user_cache_dir
-from .roles import Controller, SingleProcess, Worker, is_controller
+from .roles import REMOTE_MARKER, Controller, SingleProcess, Worker, is_controller
 
 Role = Union[SingleProcess, Worker, Controller]
 _ROLE = pytest.StashKey[Role]()
@@ -63,6 +63,8 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
     """Choose this process's role, once; after pytest's own set-up (basetemp) is in place."""
+    config.addinivalue_line("markers", f"{REMOTE_MARKER}: let this test's warm_cache read and write torch's remote "
+                                       "cache (--compile-cache-remote), which fixtures otherwise switch off")
     options = Options.from_config(config)
     role: Role
     if hasattr(config, "workerinput"):

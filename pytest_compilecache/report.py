@@ -92,7 +92,7 @@ class SaveResult:
     seconds: float = 0.0
     #: ``{artifact type: count}`` dropped because none of the last updating runs used them.
     dropped_unused: dict[str, int] = field(default_factory=dict)
-    #: For a bundle at a URL: ``{"downloaded": bytes, "uploaded": bytes}`` moved while saving.
+    #: For a bundle at a URL: ``{"downloaded": bytes, "uploaded": bytes, "conflicts": n}`` while saving.
     transfer: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -293,9 +293,11 @@ def summary_lines(report: SessionReport) -> list[str]:
             lines.append(
                 f"  loaded {loaded} ({process.loaded_bytes / 1e6:.2f} MB in {process.load_seconds:.2f} s)"
             )
-        if process.downloaded_bytes is not None and process.status is Status.LOADED:
-            lines.append(f"  downloaded {process.downloaded_bytes / 1e6:.2f} MB" if process.downloaded_bytes
-                         else "  this machine's copy of this version was used: nothing downloaded")
+        if process.downloaded_bytes:
+            lines.append(f"  downloaded {process.downloaded_bytes / 1e6:.2f} MB from {report.bundle_path}")
+        elif process.downloaded_bytes == 0 and process.status is Status.LOADED and report.bundle_path \
+                and process.reason.startswith(f"{report.bundle_path}: "):
+            lines.append("  this machine's copy of this version was used: nothing downloaded")
         if process.binaries:
             kernels = process.binaries.get("triton_kernels", 0)
             lines.append(f"  C++ binaries: {process.binaries.get('carried', 0)} carried, "
@@ -306,6 +308,8 @@ def summary_lines(report: SessionReport) -> list[str]:
     saved = report.saved
     moved = (f"; moved {saved.transfer.get('downloaded', 0) / 1e6:.2f} MB down, "
              f"{saved.transfer.get('uploaded', 0) / 1e6:.2f} MB up" if saved.transfer else "")
+    if saved.transfer.get("conflicts"):
+        moved += f"; {saved.transfer['conflicts']} write(s) found it changed by another writer and were retried"
     if saved.status is SaveStatus.SAVED:
         arts = ", ".join(f"{v['count']} {k}" for k, v in saved.artifacts.items())
         lines.append(f"bundle saved: {saved.path}: {arts} ({saved.bytes / 1e6:.2f} MB in {saved.seconds:.2f} s{moved})")

@@ -41,6 +41,8 @@ WORKER_OUTPUT_KEY = "compilecache"
 REPORT_ATTR = "compilecache"
 _FAILED = pytest.StashKey[bool]()
 _FIXTURES = ("cold_cache", "warm_cache")
+#: The marker that lets a test's warm_cache use torch's remote cache.
+REMOTE_MARKER = "compile_cache_remote"
 
 
 def _describe_bundle(options: Options) -> tuple[str, bool, str]:
@@ -341,13 +343,17 @@ class TestSide:
 
     # --- caches for tests ---
 
-    def _new_cache(self, nodeid: str, kind: str) -> CompileCache:
+    def _new_cache(self, nodeid: str, kind: str, remote: bool = False) -> CompileCache:
         return CompileCache(self.folders.for_test(nodeid), self.folders.process, self.options.headers_dir, kind,
-                            explain=self.options.explain)
+                            explain=self.options.explain, remote=remote)
 
     def open_cache(self, request: pytest.FixtureRequest, kind: str) -> Iterator[CompileCache]:
         """The body of the ``cold_cache`` / ``warm_cache`` fixtures (and of per-test isolation)."""
-        cache = self._new_cache(request.node.nodeid, kind)
+        remote = request.node.get_closest_marker(REMOTE_MARKER) is not None
+        if remote and kind != "warm":
+            pytest.fail(f"@pytest.mark.{REMOTE_MARKER}: cold_cache never reads the remote cache (it would not be "
+                        "cold); use warm_cache", pytrace=False)
+        cache = self._new_cache(request.node.nodeid, kind, remote=remote)
         try:
             if kind == "warm":
                 template = self.folders.template if self.prepare() else None
@@ -507,7 +513,7 @@ def _moved(store: BundleStore | RemoteStore) -> dict[str, int]:
     """Bytes a bundle at a URL moved to and from its store (nothing for a local path)."""
     if not isinstance(store, RemoteStore):
         return {}
-    return {"downloaded": store.downloaded, "uploaded": store.uploaded}
+    return {"downloaded": store.downloaded, "uploaded": store.uploaded, "conflicts": store.conflicts}
 
 
 def _exit_status(options: Options, report: SessionReport, session: pytest.Session) -> None:

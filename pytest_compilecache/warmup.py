@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from . import _torchapi, files, signing
 from .binaries import BinaryPool, identity_differences, in_order, is_cpp, pooled
-from .bundle import Bundle, BundleError, Entry, NotABundle, env_label, make_entry
+from .bundle import Bundle, BundleError, Entry, NotABundle, env_label, make_entry, read_manifest, write_bundle
 from .report import ProcessReport, Status
 from .objectstore import RemoteStore
 from .store import BundleStore
@@ -227,7 +227,21 @@ class Preparer:
             if marker is not None and marker.get("failed"):
                 self._warmup_failed(f"{marker['failed']}", elsewhere=str(marker.get("process", "")))
                 return False
-            with self.publish.read(env) or Bundle(self.publish.path, []) as current:
+            unpublished = marker.get("unpublished") if marker is not None else None
+            if unpublished:
+                with read_manifest(Path(str(unpublished))) as kept:
+                    entry = kept.find(env)
+                    return entry is not None and self._load(kept, entry)
+            try:
+                current = self.publish.read(env) or Bundle(self.publish.path, [])
+            except NotABundle:
+                raise
+            except BundleError as exc:
+                if marker is not None or not isinstance(self.publish, RemoteStore):
+                    raise
+                self.report.problems.append(f"{exc}; the warmup runs without it")
+                current = Bundle(self.publish.path, [])
+            with current:
                 entry = current.find(env)
                 appeared = entry is not None and not self.update and self.publish is self.source
                 if entry is not None and self.rebuild and self.publish is self.source \
@@ -263,10 +277,21 @@ class Preparer:
         addition = make_entry(env, data, _torchapi.describe_artifacts(data), binaries=carried,
                               index=_torchapi.index_for(data))
         rebuilding = self.rebuild and self.publish is self.source
-        published = self.publish.add([addition], {"warmup_seconds": round(seconds, 3)}, run=self.run,
-                                     rebuild=rebuilding)
-        self.report.problems.extend(f"{self.publish.name}: {why}" for why in self.publish.dropped)
-        self._write_marker(published=True)
+        try:
+            published = self.publish.add([addition], {"warmup_seconds": round(seconds, 3)}, run=self.run,
+                                         rebuild=rebuilding)
+        except BundleError as exc:
+            if not isinstance(self.publish, RemoteStore):
+                raise
+            # The store failed (a network, a server): this session still uses what the warmup compiled.
+            kept_at = self.marker.with_name("warmup-unpublished.bundle")
+            write_bundle(Bundle(kept_at, [addition]))
+            self.report.problems.append(f"{exc}; this session uses the warmup's artifacts without publishing them")
+            self._write_marker(published=False, unpublished=str(kept_at))
+            published = read_manifest(kept_at)
+        else:
+            self.report.problems.extend(f"{self.publish.name}: {why}" for why in self.publish.dropped)
+            self._write_marker(published=True)
         with published:
             entry = published.find(env)
             return entry is not None and self._load(published, entry)

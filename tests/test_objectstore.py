@@ -322,3 +322,39 @@ def test_wrong_credentials_and_missing_packages_are_named(pytester: pytest.Pytes
     except ImportError:
         with pytest.raises(BundleError, match=r"pip install 'pytest-compilecache\[gcs\]'"):
             RemoteStore("gs://bundles/b.bundle", pytester.path, 30).version()
+
+
+def test_an_unreachable_store_still_gets_a_warm_session(pytester: pytest.Pytester,
+                                                        run_inner: Callable[..., pytest.RunResult],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing listens at the endpoint (set through compile_cache_storage_options): every problem is
+    named, the warmup still runs once, and warm_cache tests use what it compiled."""
+    _use(monkeypatch, "http://127.0.0.1:1")
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    dead = f"http://127.0.0.1:{free_port()}"
+    pytester.makeconftest(
+        "import torch\n\ndef pytest_compilecache_warmup(cache):\n"
+        "    torch.compile(lambda x: torch.sin(x) * 3 + 1, dynamic=False)(torch.randn(8))\n")
+    pytester.makepyfile(test_w="""
+import torch
+
+def test_warm(warm_cache):
+    torch.compile(lambda x: torch.sin(x) * 3 + 1, dynamic=False)(torch.randn(8))
+    warm_cache.assert_misses(fx_graph=0)
+""")
+    options = json.dumps({"endpoint_url": dead, "config_kwargs": {"retries": {"max_attempts": 1}}})
+    result = run_inner("--compile-cache-bundle=s3://bundles/b.bundle", "--compile-cache-update",
+                       ini=f"compile_cache_home = {pytester.path / 'home'}\ncompile_cache_storage_options = {options}")
+    result.assert_outcomes(passed=1)
+    out = result.stdout.str()
+    assert "Traceback" not in out
+    result.stdout.fnmatch_lines([
+        "compilecache: bundle s3://bundles/b.bundle: cannot read it: EndpointConnectionError*",
+        "bundle (main): loaded: *warmup-unpublished.bundle: torch *",
+        "bundle failed: s3://bundles/b.bundle: cannot read it: *",
+        "PROBLEM: s3://bundles/b.bundle: cannot read it: *; the warmup runs without it",
+        "PROBLEM: s3://bundles/b.bundle: cannot read it: *; this session uses the warmup's artifacts without "
+        "publishing them",
+    ])
+    assert "nothing downloaded" not in out
+    assert f'Could not connect to the endpoint URL: "{dead}/bundles/b.bundle"' in out

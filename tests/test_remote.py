@@ -15,6 +15,7 @@ from typing import Callable, Iterator
 import pytest
 
 PLAIN = '''
+import pytest
 import torch
 
 def test_plain():
@@ -26,6 +27,26 @@ def test_cold(cold_cache):
         torch.compile(lambda x: torch.sin(x) * 5 + 2, dynamic=False)(torch.randn(16))
     cold_cache.assert_misses(fx_graph=1)
     assert not cold_cache.stats.remote_fx_graph.observable
+'''
+
+WARM_ASKS = '''
+
+@pytest.mark.compile_cache_remote
+def test_warm_asks_for_remote(warm_cache):
+    with torch.no_grad():
+        torch.compile(lambda x: torch.cos(x) * 7 - 1, dynamic=False)(torch.randn(16))
+    assert warm_cache.stats.remote_fx_graph.observable
+
+@pytest.mark.compile_cache_remote
+def test_cold_may_not_ask(cold_cache):
+    pass
+'''
+WARMUP = '''
+import torch
+
+def pytest_compilecache_warmup(cache):
+    with torch.no_grad():
+        torch.compile(lambda x: torch.tanh(x) + 3, dynamic=False)(torch.randn(16))
 '''
 
 
@@ -67,18 +88,25 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def test_a_second_machine_hits_what_the_first_put(pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult],
                                                   redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two runs with empty local caches of their own (two CI shards) sharing one Redis."""
-    pytester.makepyfile(test_r=PLAIN)
-    totals = []
+    """Two runs with empty local caches of their own (two CI shards) sharing one Redis; a warm_cache
+    test reads it only when marked, and a cold_cache test never does."""
+    pytester.makepyfile(test_r=PLAIN + WARM_ASKS)
+    pytester.makeconftest(WARMUP)
+    totals, warm = [], []
     for shard in ("one", "two"):
         monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(pytester.path / f"local-{shard}"))
         report = pytester.path / f"{shard}.json"
         result = run_inner(f"--compile-cache-remote={redis_url}", f"--compile-cache-report={report}", "-p",
                            "no:randomly", "--compile-cache-strict")
-        result.assert_outcomes(passed=2)
-        result.stdout.fnmatch_lines([f"compilecache: remote cache {redis_url} (FX graph, AOTAutograd, autotune): reachable"])
-        totals.append(json.loads(report.read_text())["tests"]["test_r.py::test_plain"])
+        result.assert_outcomes(passed=3, errors=1)
+        result.stdout.fnmatch_lines([f"compilecache: remote cache {redis_url} (FX graph, AOTAutograd, autotune): reachable",
+                                     "*@pytest.mark.compile_cache_remote: cold_cache never reads the remote cache*"])
+        tests = json.loads(report.read_text())["tests"]
+        totals.append(tests["test_r.py::test_plain"])
+        warm.append(tests["test_r.py::test_warm_asks_for_remote"])
     first, second = totals
+    assert warm[0]["remote_fx_graph"]["misses"] == 1 and warm[0]["remote_fx_graph"]["saved"] == 1, warm[0]
+    assert warm[1]["remote_fx_graph"]["hits"] == 1, "the marked warm test of the second shard hit what the first put"
     assert first["remote_fx_graph"]["misses"] == 1 and first["remote_fx_graph"]["saved"] == 1, first
     assert first["fx_graph"]["misses"] == 1
     assert second["remote_fx_graph"]["hits"] == 1 and second["remote_fx_graph"]["misses"] == 0, second
