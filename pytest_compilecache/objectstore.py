@@ -5,11 +5,11 @@ kept per version of the object, written with conditional writes, with deltas bes
   is used as it is, so a machine that already has it reads nothing. Otherwise the manifest is read
   with a range request, and only the entry for this machine is downloaded (also by ranges) and
   checked against its checksums before it is kept as the local copy.
-- Writing: what a session compiled is first uploaded as a content-addressed delta
-  (``URL.deltas/<sha256>.bundle``, create-only), then folded into the bundle itself with a
-  conditional write (S3 ``If-Match`` / ``If-None-Match``), re-reading and retrying on conflict; the
-  delta is removed once folded in. A store with no conditional write here keeps the delta for
-  ``pytest-compilecache merge --deltas`` and says so. No reader ever sees a half-written object.
+- Writing: what a session compiled is folded into the bundle with a conditional write (S3
+  ``If-Match`` / ``If-None-Match``), re-reading and retrying on conflict. Where the store has no
+  conditional write here, or the write cannot be done, it is uploaded instead as a
+  content-addressed delta (``URL.deltas/<sha256>.bundle``, create-only) for
+  ``pytest-compilecache merge --deltas``, and that is said. No reader ever sees a half-written object.
 
 fsspec and the store's own package are imported only when a URL is used. This module never imports torch.
 """
@@ -444,10 +444,12 @@ class RemoteStore:
     def add(self, additions: list[Entry], history: Mapping[str, object] | None = None, run: float | None = None,
             max_unused_runs: int = 0, rebuild: bool = False) -> Bundle:
         """Publish ``additions`` (see :meth:`BundleStore.add`): nothing when the bundle already holds
-        them; else a delta first, then the bundle itself by conditional write, and the delta removed.
+        them; else into the bundle itself by conditional write.
 
-        Where the bundle cannot be updated, the delta stays (:attr:`delta`), it is said in
-        :attr:`dropped`, and the delta's own bundle is returned.
+        Where the store has no conditional write, or the bundle cannot be updated (other writers won
+        every attempt, the store failed), the additions are uploaded as a delta instead
+        (:attr:`delta`); it is said in :attr:`dropped` (no conditional write; the delta's own bundle
+        is returned) or in the :class:`BundleError` raised.
         """
         self.dropped, self.unused, self.delta, self.unchanged = [], {}, None, False
         if self.protocol in READ_ONLY:
@@ -463,23 +465,26 @@ class RemoteStore:
                     self.unchanged = True
                     assert current is not None
                     return current
-        delta_url, delta = self._upload_delta(additions)
         try:
             result = self.update(lambda current: combine(current, additions, run, max_unused_runs, rebuild,
                                                          self.dropped, self.unused),
                                  replace_unreadable=rebuild)
         except NoConditionalWrite:
-            self.delta = delta_url
+            self.delta, delta = self._upload_delta(additions)
             self.dropped.append(f"{self.protocol}:// offers no conditional write this plugin can use, so the bundle "
-                                f"itself was not updated; this run's artifacts wait in {delta_url} for "
+                                f"itself was not updated; this run's artifacts wait in {self.delta} for "
                                 f"`pytest-compilecache merge --deltas -o {self.url}`")
             return delta
+        except NotABundle:
+            raise
         except BundleError as exc:
-            self.delta = delta_url
-            raise BundleError(f"{exc}; this run's artifacts wait in {delta_url} for "
+            try:
+                self.delta, _ = self._upload_delta(additions)
+            except BundleError:
+                raise exc from None
+            raise BundleError(f"{exc}; this run's artifacts wait in {self.delta} for "
                               f"`pytest-compilecache merge --deltas -o {self.url}`") from None
         assert result is not None
-        self._remove(delta_url)
         return result
 
     def _upload_delta(self, additions: list[Entry]) -> tuple[str, Bundle]:
