@@ -224,21 +224,21 @@ def cmd_merge(args: argparse.Namespace) -> int:
         raise UserError("merge needs bundles to merge (or --deltas, to fold in the deltas beside OUTPUT)")
     others: list[Entry] = []
     count = 0
+    folded: list[str] = []
     for name in inputs:
         if _same_file(name, out):
             continue
-        with _read(name) as bundle:
-            try:
-                bundle.read_all()
-            except BundleError as exc:
-                raise UserError(str(exc)) from None
-            secret = signing.key()
-            for entry in bundle.entries:
-                refused = bundle.signature_problem(entry, secret) if secret else ""
-                if refused:
-                    raise UserError(f"{refused}; merge refuses it")
-            others.extend(bundle.entries)
-            count += 1
+        try:
+            entries = _merge_input(name)
+        except UserError as exc:
+            if name not in deltas:
+                raise
+            _say(f"{out}: warning: a delta is left where it is: {exc}", sys.stderr)
+            continue
+        others.extend(entries)
+        count += 1
+        if name in deltas:
+            folded.append(name)
     reads_output = any(_same_file(name, out) for name in inputs) or bool(args.deltas)
 
     def change(current: Bundle | None) -> list[Entry]:
@@ -254,11 +254,32 @@ def cmd_merge(args: argparse.Namespace) -> int:
     except (_torchapi.MegaCacheError, _torchapi.TorchUnavailable) as exc:
         raise UserError(str(exc)) from None
     assert result is not None
-    if deltas:
-        _store(out).remove_deltas(deltas)  # type: ignore[union-attr]
-    folded = f"; {len(deltas)} delta(s) folded in and removed" if args.deltas else ""
-    _say(f"{args.output}: {len(result.entries)} environment(s) from {count + reads_output} bundle(s){folded}")
+    said = ""
+    if args.deltas:
+        store = _store(out)
+        assert isinstance(store, RemoteStore)
+        left = store.remove_deltas(folded)
+        said = f"; {len(folded)} delta(s) folded in, {len(folded) - len(left)} removed"
+        for url in left:
+            _say(f"{out}: warning: {url} is folded in but could not be removed; a later merge folds it again "
+                 "(harmless)", sys.stderr)
+    _say(f"{args.output}: {len(result.entries)} environment(s) from {count + reads_output} bundle(s){said}")
     return 0
+
+
+def _merge_input(name: str) -> list[Entry]:
+    """The entries of one input of ``merge``, every payload read; one a key refuses is a user error."""
+    with _read(name) as bundle:
+        try:
+            bundle.read_all()
+        except BundleError as exc:
+            raise UserError(str(exc)) from None
+        secret = signing.key()
+        for entry in bundle.entries:
+            refused = bundle.signature_problem(entry, secret) if secret else ""
+            if refused:
+                raise UserError(f"{refused}; merge refuses it")
+        return list(bundle.entries)
 
 
 def _same_file(a: str, b: str) -> bool:

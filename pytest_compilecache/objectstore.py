@@ -91,7 +91,9 @@ def _precondition_failed(exc: BaseException) -> bool:
     """Whether a store's error is its answer to a conditional write whose condition did not hold."""
     seen: BaseException | None = exc
     while seen is not None:
-        code = getattr(seen, "response", {}).get("Error", {}).get("Code") if hasattr(seen, "response") else None
+        response = getattr(seen, "response", None)
+        error = response.get("Error") if isinstance(response, dict) else None
+        code = error.get("Code") if isinstance(error, dict) else None
         if code in ("PreconditionFailed", "ConditionalRequestConflict", "412", "409"):
             return True
         if isinstance(seen, FileExistsError):
@@ -162,9 +164,11 @@ class _Ranges(io.RawIOBase):
 class RemoteStore:
     """A bundle at a URL, with the same reading and writing interface as :class:`BundleStore`.
 
-    ``copies`` is the folder of local copies on this machine; this URL's copy, its version note and
-    its lock (which keeps this machine's processes from writing the URL at once) live in a folder
-    of their own under it.
+    ``copies`` is the folder of local copies on this machine. This URL's copies live in a folder of
+    their own under it, each named after the object version it holds (and, for a copy of one
+    entry, that entry's environment), so a copy can never be taken for another version. A short
+    lock there lets one process of the machine download while the others wait and then find the
+    copy; a second lock (:meth:`locked`) serializes the machine's writers and its warmup.
     """
 
     def __init__(self, url: str, copies: Path, lock_timeout: float,
@@ -173,9 +177,8 @@ class RemoteStore:
         self.protocol = urlsplit(url).scheme.lower()
         self.storage_options = dict(storage_options or {})
         self.folder = Path(copies) / hashlib.sha256(url.encode()).hexdigest()[:16]
-        self.copy = self.folder / "bundle"
-        self._note = self.folder / "version.json"
-        self._local = BundleStore(self.copy, lock_timeout)
+        self._writers = BundleStore(self.folder / "bundle", lock_timeout)
+        self._readers = BundleStore(self.folder / "read", lock_timeout)
         self._fs: tuple[Any, str] | None = None
         #: What the last :meth:`add` left out or could not do, in words.
         self.dropped: list[str] = []
@@ -198,8 +201,8 @@ class RemoteStore:
 
     @property
     def path(self) -> Path:
-        """The local copy (the lock beside it serializes this machine's writers)."""
-        return self.copy
+        """A local stand-in for the bundle: ``PATH.lock`` beside it is this machine's writers' lock."""
+        return self._writers.path
 
     @property
     def deltas(self) -> str:
@@ -236,7 +239,7 @@ class RemoteStore:
             raise BundleError(f"{self.url}: cannot {doing}: {_why(exc)}") from None
 
     def version(self) -> Version | None:
-        """The object's version now, or ``None`` when it does not exist."""
+        """The object's version now, or ``None`` when it does not exist. A size of 0 means unknown."""
         fs, path = self.filesystem()
         with contextlib.suppress(Exception):
             fs.invalidate_cache(path)
@@ -248,69 +251,88 @@ class RemoteStore:
             raise BundleError(f"{self.url}: cannot read it: {_why(exc)}") from None
         if info.get("type") == "directory":
             raise BundleError(f"{self.url}: is a folder, not a bundle")
+        size = int(info.get("size") or 0)
         for field in ("ETag", "etag", "Content-MD5", "md5Hash", "content_md5", "Digest", "checksum"):
             if info.get(field):
-                return Version(str(info[field]), int(info.get("size") or 0))
+                return Version(str(info[field]), size)
         for field in ("LastModified", "Last-Modified", "last_modified", "mtime", "updated", "created"):
             if info.get(field):
-                return Version(f"{field}={info[field]}", int(info.get("size") or 0))
-        return Version("", int(info.get("size") or 0))
+                return Version(f"{field}={info[field]}", size)
+        return Version("", size)
 
-    # --- the local copy ---
+    # --- the local copies ---
 
-    def _held(self, version: Version, env: Mapping[str, str] | None) -> bool:
-        """Whether the local copy is this version of the object, holding what the reader wants."""
-        if not version.tag:
-            return False
-        try:
-            note = json.loads(self._note.read_text())
-        except (OSError, ValueError):
-            return False
-        if not isinstance(note, dict) or note.get("url") != self.url or note.get("version") != list(version):
-            return False
-        holds = note.get("env")
-        return self.copy.exists() and (holds == "*" or (env is not None and holds == env_id(dict(env))))
+    @staticmethod
+    def _stem(version: Version) -> str:
+        return hashlib.sha256(f"{version.tag}\0{version.size}".encode()).hexdigest()[:20]
+
+    def _copy(self, version: Version, env: Mapping[str, str] | None) -> Path:
+        """Where the copy of ``version`` (whole, or only ``env``'s entry) lives."""
+        part = "all" if env is None else hashlib.sha256(env_id(dict(env)).encode()).hexdigest()[:12]
+        return self.folder / f"{self._stem(version)}-{part}.bundle"
+
+    def _held(self, version: Version, env: Mapping[str, str] | None) -> Path | None:
+        """This machine's copy of ``version`` holding what the reader wants, if it keeps one."""
+        if not version.tag or not version.size:
+            return None
+        for candidate in [self._copy(version, None)] + ([self._copy(version, env)] if env is not None else []):
+            if candidate.is_file():
+                return candidate
+        return None
 
     def holds(self, version: Version) -> bool:
         """Whether this machine keeps a copy of ``version`` of the object (of all or part of it)."""
-        try:
-            note = json.loads(self._note.read_text())
-        except (OSError, ValueError):
-            return False
-        return isinstance(note, dict) and note.get("url") == self.url and note.get("version") == list(version) \
-            and bool(version.tag) and self.copy.exists()
+        return bool(version.tag) and any(self.folder.glob(f"{self._stem(version)}-*.bundle"))
 
-    def _keep(self, bundle: Bundle, version: Version | None, env: Mapping[str, str] | None) -> None:
-        """Write ``bundle``'s entries as the local copy of ``version``: all of it when ``env`` is None,
-        else only that environment's entry."""
+    def _keep(self, bundle: Bundle, version: Version, env: Mapping[str, str] | None) -> Path | None:
+        """Write ``bundle``'s entries as the copy of ``version`` (all of it, or only ``env``'s entry),
+        and remove copies of other versions; where the version has no tag, keep nothing."""
+        if not version.tag or not version.size:
+            return None
+        target = self._copy(version, env)
         self.folder.mkdir(parents=True, exist_ok=True)
-        self._note.unlink(missing_ok=True)
-        write_bundle(Bundle(self.copy, bundle.entries))
-        if version is not None:
-            note = {"url": self.url, "version": list(version), "env": "*" if env is None else env_id(dict(env))}
-            files.write_atomic(self._note, json.dumps(note).encode(), fsync=False)
+        write_bundle(Bundle(target, bundle.entries))
+        self._forget_others(version)
+        return target
+
+    def _forget_others(self, version: Version) -> None:
+        stem = self._stem(version)
+        for old in self.folder.glob("*.bundle"):
+            if not old.name.startswith(stem) and re.fullmatch(r"[0-9a-f]{20}-(all|[0-9a-f]{12})\.bundle", old.name):
+                with contextlib.suppress(OSError):
+                    old.unlink()
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
-        """Hold this machine's lock for the URL (its writers and first readers take it)."""
-        with self._local.locked():
+        """Hold this machine's writers' lock for the URL (a session's warmup holds it while it runs)."""
+        with self._writers.locked():
             yield
 
     # --- reading ---
 
     def read(self, env: Mapping[str, str] | None = None) -> Bundle | None:
-        """The bundle (through the local copy), or ``None`` if there is no object at the URL.
+        """The bundle (through this machine's copy), or ``None`` if there is no object at the URL.
 
         With ``env``, only that entry is downloaded; a bundle with no entry for ``env`` is returned
-        with its manifest only (its payloads are never read). Messages name the URL.
+        with its manifest only (its payloads are never read). A copy whose payload fails its
+        checksum is downloaded again. Messages name the URL.
         """
-        with self.locked():
+        with self._readers.locked():
             for attempt in range(2):
                 version = self.version()
                 if version is None:
                     return None
-                if self._held(version, env):
-                    return read_manifest(self.copy, label=self.url)
+                held = self._held(version, env)
+                if held is not None:
+                    bundle = read_manifest(held, label=self.url)
+                    try:
+                        entry = bundle.find(env) if env is not None else None
+                        if entry is not None:
+                            bundle.payload(entry)
+                        return bundle
+                    except BundleError:
+                        bundle.close()
+                        held.unlink(missing_ok=True)
                 try:
                     return self._fetch(version, env)
                 except BundleError as exc:
@@ -320,46 +342,67 @@ class RemoteStore:
         raise AssertionError("unreachable")
 
     def _fetch(self, version: Version, env: Mapping[str, str] | None) -> Bundle:
+        """Read the manifest by range, then only the wanted entries' sections; keep them as a copy."""
         fs, path = self.filesystem()
-        raw = _Ranges(fs, path, version.size)
-        remote = parse(io.BufferedReader(raw, HEAD_BYTES), self.copy, self.url)  # type: ignore[arg-type]
-        remote._file = raw  # type: ignore[assignment]  # each section in one range request, no read-ahead
+        if version.size:
+            raw = _Ranges(fs, path, version.size)
+            remote = parse(io.BufferedReader(raw, HEAD_BYTES), self.folder / "fetch", self.url)  # type: ignore[arg-type]
+            remote._file = raw  # type: ignore[assignment]  # each section in one range request, no read-ahead
+        else:  # a server that gives no size: the whole object, once
+            data = self._call("read it", lambda: fs.cat_file(path))
+            self.downloaded += len(data)
+            remote = parse(io.BytesIO(data), self.folder / "fetch", self.url)
+            raw = None
         try:
             wanted = remote.entries if env is None else [e for e in [remote.find(env)] if e is not None]
             if env is not None and not wanted:
                 return remote
             for entry in wanted:
                 remote.payload(entry)
-                section = entry.binaries_section
+                remote.carried(entry)
+                section = entry.index_section
                 if section is not None:
-                    entry._binaries_blob = remote._read(entry, "the binaries", section["offset"], section["size"])
-                remote.key_index(entry)
-            self._keep(Bundle(self.copy, wanted), version, None if len(wanted) == len(remote.entries) else env)
+                    blob = remote._read(entry, "the key index", section["offset"], section["size"])
+                    if len(blob) != section["size"]:
+                        raise BundleError(f"{self.url}: truncated: the key index of the entry is cut short")
+                    entry._index_blob = blob
         finally:
             remote.close()
-            self.downloaded += raw.moved
-        return read_manifest(self.copy, label=self.url)
+            if raw is not None:
+                self.downloaded += raw.moved
+        whole = len(wanted) == len(remote.entries)
+        kept = self._keep(Bundle(self.folder / "fetch", wanted), version, None if whole else env)
+        if kept is None:
+            return Bundle(self.folder / "fetch", wanted, label=self.url)
+        return read_manifest(kept, label=self.url)
 
     def read_whole(self, replace_unreadable: bool = False) -> tuple[Version | None, Bundle | None]:
-        """The object's version and the whole bundle read (every payload checked), for a writer.
+        """The object's version and the whole bundle, read (every payload checked), for a writer.
 
-        With ``replace_unreadable``, a bundle that cannot be read counts as empty (said in
-        :attr:`dropped`); an object that is not a bundle at all raises :class:`NotABundle`.
+        With ``replace_unreadable``, a bundle whose downloaded bytes cannot be read counts as empty
+        (said in :attr:`dropped`); an object that is not a bundle at all raises :class:`NotABundle`,
+        and a store that cannot be read raises :class:`BundleError` (nothing is ever replaced then).
+        Raises :class:`Conflict` when the object changed while it was read.
         """
         version = self.version()
         if version is None:
             return None, None
+        held = self._held(version, None)
+        if held is not None:
+            try:
+                current = read_manifest(held, label=self.url)
+                current.read_all()
+                return version, current
+            except BundleError:
+                held.unlink(missing_ok=True)
+        fs, path = self.filesystem()
+        data = self._call("read it", lambda: fs.cat_file(path))
+        self.downloaded += len(data)
+        if version.size and len(data) != version.size:
+            raise Conflict("the object changed while it was read")
         try:
-            if not self._held(version, None):
-                fs, path = self.filesystem()
-                data = self._call("read it", lambda: fs.cat_file(path))
-                self.downloaded += len(data)
-                downloaded = parse(io.BytesIO(data), self.copy, self.url)
-                downloaded.read_all()
-                self._keep(downloaded, version, None)
-            current = read_manifest(self.copy, label=self.url)
-            current.read_all()
-            return version, current
+            downloaded = parse(io.BytesIO(data), self.folder / "fetch", self.url)
+            downloaded.read_all()
         except NotABundle:
             raise
         except BundleError as exc:
@@ -367,6 +410,10 @@ class RemoteStore:
                 raise
             self.dropped.append(f"it could not be read ({exc}); its entries were dropped and a fresh one written")
             return version, None
+        kept = self._keep(downloaded, version, None)
+        if kept is not None:
+            downloaded.path = kept
+        return version, downloaded
 
     # --- writing ---
 
@@ -386,7 +433,7 @@ class RemoteStore:
             condition: dict[str, Any] = {"IfMatch": expected.tag} if expected is not None else {"mode": "create"}
             answer = self._call("write it", lambda: fs.pipe_file(path, data, chunksize=5 * 2**30, **condition))
             tag = answer.get("ETag") if isinstance(answer, dict) else None
-            return str(tag) if tag else (self.version() or Version("", 0)).tag
+            return str(tag) if tag else ""  # unknown: keep no copy rather than guess
         if self.protocol == "memory":
             with _MEMORY_WRITES:
                 if self.version() != expected:
@@ -396,7 +443,7 @@ class RemoteStore:
         if not unconditional:
             raise NoConditionalWrite()
         self._call("write it", lambda: fs.pipe_file(path, data))
-        return (self.version() or Version("", 0)).tag
+        return ""
 
     @property
     def conditional(self) -> bool:
@@ -413,26 +460,26 @@ class RemoteStore:
         """
         for attempt in range(ATTEMPTS):
             with self.locked():
-                version, current = self.read_whole(replace_unreadable)
+                current: Bundle | None = None
                 staging = self.folder / f"upload-{os.getpid()}.bundle"
                 try:
+                    version, current = self.read_whole(replace_unreadable)
                     entries = change(current)
                     if entries is None:
                         return current
                     write_bundle(Bundle(staging, entries))
                     data = staging.read_bytes()
-                    try:
-                        tag = self._put(data, version, unconditional)
-                    except Conflict:
-                        self.conflicts += 1
-                    else:
-                        self.uploaded += len(data)
-                        self._note.unlink(missing_ok=True)
-                        files.replace(staging, self.copy)
-                        if tag:
-                            note = {"url": self.url, "version": [tag, len(data)], "env": "*"}
-                            files.write_atomic(self._note, json.dumps(note).encode(), fsync=False)
-                        return Bundle(self.copy, entries, label=self.url)
+                    tag = self._put(data, version, unconditional)
+                except Conflict:
+                    self.conflicts += 1
+                else:
+                    self.uploaded += len(data)
+                    written = Version(tag, len(data))
+                    target = self._copy(written, None) if tag else self.folder / "written-untagged.bundle"
+                    files.replace(staging, target)
+                    if tag:
+                        self._forget_others(written)
+                    return read_manifest(target, label=self.url)
                 finally:
                     staging.unlink(missing_ok=True)
                     if current is not None:
@@ -458,9 +505,10 @@ class RemoteStore:
         stamp(additions, history, run)
         if not rebuild and max_unused_runs == 0:
             with self.locked():
-                _, current = self.read_whole()
-                if current is not None:
-                    current.close()
+                try:
+                    _, current = self.read_whole()
+                except Conflict:
+                    current = None
                 if adds_nothing(current, additions):
                     self.unchanged = True
                     assert current is not None
@@ -500,6 +548,8 @@ class RemoteStore:
         fs, path = self.filesystem()
         target = path.rstrip("/") + ".deltas/" + name
         condition: dict[str, Any] = {"mode": "create"} if self.protocol in ("s3", "s3a") else {}
+        with contextlib.suppress(Exception):
+            fs.makedirs(path.rstrip("/") + ".deltas", exist_ok=True)  # file systems with folders
         try:
             self._call("upload its delta", lambda: fs.pipe_file(target, data, **condition))
             self.uploaded += len(data)
@@ -507,13 +557,19 @@ class RemoteStore:
             pass  # the same content is there already
         return url, read_manifest(kept, label=url)
 
-    def _remove(self, url: str) -> None:
+    def _remove(self, url: str) -> bool:
+        """Remove a delta (and this machine's copy of it); whether the store's one is gone."""
         fs, path = self.filesystem()
-        target = path.rstrip("/") + ".deltas/" + url.rsplit("/", 1)[-1]
-        with contextlib.suppress(Exception):
-            fs.rm_file(target)
+        name = url.rsplit("/", 1)[-1]
         with contextlib.suppress(OSError):
-            (self.folder / url.rsplit("/", 1)[-1]).unlink()
+            (self.folder / name).unlink()
+        try:
+            fs.rm_file(path.rstrip("/") + ".deltas/" + name)
+        except FileNotFoundError:
+            return True
+        except Exception:
+            return False
+        return True
 
     def list_deltas(self) -> list[str]:
         """The URLs of the deltas waiting beside the bundle."""
@@ -527,17 +583,20 @@ class RemoteStore:
             raise BundleError(f"{self.deltas}: cannot list: {_why(exc)}") from None
         return sorted(self.deltas + str(n).rsplit("/", 1)[-1] for n in names if str(n).endswith(".bundle"))
 
-    def remove_deltas(self, urls: list[str]) -> None:
-        """Remove deltas once they are folded into the bundle."""
-        for url in urls:
-            self._remove(url)
+    def remove_deltas(self, urls: list[str]) -> list[str]:
+        """Remove deltas once they are folded into the bundle; those that could not be removed."""
+        return [url for url in urls if not self._remove(url)]
 
 
 def read_url(url: str, copies: Path, storage_options: Mapping[str, Any] | None = None) -> Bundle:
     """The whole bundle at ``url`` (every payload downloaded and checked), for the command line."""
     store = RemoteStore(url, copies, 60.0, storage_options)
-    with store.locked():
-        _, bundle = store.read_whole()
-    if bundle is None:
-        raise FileNotFoundError(url)
-    return read_manifest(store.copy, label=url)
+    for _ in range(2):
+        try:
+            _, bundle = store.read_whole()
+        except Conflict:
+            continue
+        if bundle is None:
+            raise FileNotFoundError(url)
+        return bundle
+    raise BundleError(f"{url}: it changed while it was read, twice; try again")

@@ -139,6 +139,8 @@ class SessionReport:
     saved: SaveResult = field(default_factory=SaveResult)
     problems: list[str] = field(default_factory=list)
     remote_problem: str = ""
+    #: Bytes strict mode's check at session start downloaded from a bundle URL.
+    checked_downloaded: int = 0
 
     def add_test(self, nodeid: str, stats: dict[str, Any]) -> None:
         """Record one test's counts (from this process or from a worker's report)."""
@@ -219,6 +221,7 @@ class SessionReport:
                 "processes": [r.to_json() for r in self.processes if r.status is not Status.UNUSED],
                 "saved": self.saved.to_json(),
                 "problems": self.all_problems(),
+                **({"checked_downloaded_bytes": self.checked_downloaded} if self.checked_downloaded else {}),
             },
         }
 
@@ -284,6 +287,9 @@ def summary_lines(report: SessionReport) -> list[str]:
         lines.extend(_dynamo_lines(report.totals))
     lines.extend(_explained_lines(report.totals))
     lines.extend(_compile_time_line(report))
+    if report.checked_downloaded:
+        lines.append(f"bundle checked at session start (--compile-cache-strict): downloaded "
+                     f"{report.checked_downloaded / 1e6:.2f} MB from {report.bundle_path}")
     for process in report.processes:
         if process.status in (Status.UNUSED,):
             continue

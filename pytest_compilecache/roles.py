@@ -25,7 +25,7 @@ import pytest
 
 from . import _torchapi, files, remote, signing
 from .binaries import BinaryPool, pooled
-from .bundle import BundleError, NotABundle, make_entry, read_manifest
+from .bundle import BundleError, NotABundle, encoded_size, make_entry, read_manifest
 from .cache import CompileCache
 from .environment import SavedEnv, caches_disabled_by_env, point_cache_dirs_at
 from .folders import Folders, WorkerDir
@@ -96,10 +96,19 @@ def _header(options: Options, report: SessionReport, process: ProcessReport | No
     return lines
 
 
-def _entry_problems(options: Options, process_dir: Path) -> list[str]:
-    """Strict mode's check before any test: PATH has an intact entry for this machine."""
+def _entry_problems(options: Options, process_dir: Path, report: SessionReport) -> list[str]:
+    """Strict mode's check before any test: PATH has an intact entry for this machine. What it
+    downloads from a bundle URL is noted in ``report``."""
     store = options.bundle_store()
     assert store is not None
+    try:
+        return _problems_of(store, process_dir)
+    finally:
+        if isinstance(store, RemoteStore):
+            report.checked_downloaded = store.downloaded
+
+
+def _problems_of(store: BundleStore | RemoteStore, process_dir: Path) -> list[str]:
     try:
         _torchapi.bootstrap(str(process_dir))
         here = _torchapi.environment_fingerprint()
@@ -132,14 +141,15 @@ def _check_remote(options: Options, report: SessionReport) -> None:
     _strict_failure(options, report.problems[-1:] if why else [], "at session start", "remote cache")
 
 
-def _check_at_start(options: Options, start_problem: str, existed: bool, process_dir: Path) -> None:
+def _check_at_start(options: Options, start_problem: str, existed: bool, process_dir: Path,
+                    report: SessionReport) -> None:
     """In strict mode, stop before any test when PATH is unreadable or has no intact entry for here
     (unless the session rebuilds it)."""
     if not options.strict or not options.has_bundle or options.rebuild:
         return
     problems = [start_problem] if start_problem else []
     if not problems and existed:
-        problems = _entry_problems(options, process_dir)
+        problems = _entry_problems(options, process_dir, report)
     _strict_failure(options, problems, "at session start")
 
 
@@ -349,8 +359,8 @@ class TestSide:
 
     def open_cache(self, request: pytest.FixtureRequest, kind: str) -> Iterator[CompileCache]:
         """The body of the ``cold_cache`` / ``warm_cache`` fixtures (and of per-test isolation)."""
-        remote = request.node.get_closest_marker(REMOTE_MARKER) is not None
-        if remote and kind != "warm":
+        remote = request.node.get_closest_marker(REMOTE_MARKER) is not None and kind == "warm"
+        if request.node.get_closest_marker(REMOTE_MARKER) is not None and "cold_cache" in request.fixturenames:
             pytest.fail(f"@pytest.mark.{REMOTE_MARKER}: cold_cache never reads the remote cache (it would not be "
                         "cold); use warm_cache", pytrace=False)
         cache = self._new_cache(request.node.nodeid, kind, remote=remote)
@@ -500,7 +510,8 @@ class Saver:
         elif isinstance(store, RemoteStore) and store.delta is not None:
             status, saved_at = SaveStatus.DELTA, store.delta
         report.saved = SaveResult(status, path=saved_at, artifacts=artifacts,
-                                  bytes=merged.path.stat().st_size, seconds=round(time.perf_counter() - start, 3),
+                                  bytes=merged.path.stat().st_size if merged.path.is_file() else encoded_size(merged),
+                                  seconds=round(time.perf_counter() - start, 3),
                                   dropped_unused=dict(store.unused), transfer=moved)
 
     @staticmethod
@@ -583,7 +594,8 @@ class SingleProcess(_RunsTests):
                 self.report.bundle_at_start, self.side.bundle_existed, self.start_problem = \
                     _describe_bundle(self.options)
             _check_remote(self.options, self.report)
-            _check_at_start(self.options, self.start_problem, self.side.bundle_existed, self.side.folders.process)
+            _check_at_start(self.options, self.start_problem, self.side.bundle_existed, self.side.folders.process,
+                            self.report)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> None:
@@ -672,7 +684,7 @@ class Controller:
         if self.options.bundle_url is not None:
             self.report.bundle_at_start, self.bundle_existed, self.start_problem = _describe_bundle(self.options)
         _check_remote(self.options, self.report)
-        _check_at_start(self.options, self.start_problem, self.bundle_existed, self.folders.process)
+        _check_at_start(self.options, self.start_problem, self.bundle_existed, self.folders.process, self.report)
 
     def pytest_configure_node(self, node: Any) -> None:
         """Tell a new worker where the session's shared folder is and whether PATH existed at start."""

@@ -213,12 +213,14 @@ def combine(current: Bundle | None, additions: list[Entry], run: float | None, m
 
 
 def adds_nothing(current: Bundle | None, additions: list[Entry]) -> bool:
-    """Whether every artifact and carried binary of ``additions`` is already in ``current`` (read whole)."""
+    """Whether every artifact and carried binary of ``additions`` is already in ``current`` (read whole),
+    in an entry that a write would not change (with the signing key set: one that is vouched for)."""
     if current is None:
         return False
+    secret = signing.key()
     for entry in additions:
         have = current.find(entry.env)
-        if have is None:
+        if have is None or (secret is not None and have.vouched(secret)):
             return False
         if not _torchapi.artifact_identities(bundle_payload(entry)) <= _torchapi.artifact_identities(bundle_payload(have)):
             return False

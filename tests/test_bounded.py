@@ -170,3 +170,22 @@ def test_rebuild_replaces_this_machines_entry_and_keeps_others(project: pytest.P
     healed.stdout.fnmatch_lines(["*b.bundle: it could not be read (*truncated*); its entries were dropped*"])
     with read_manifest(bundle) as b:
         assert [e.env["device"] for e in b.entries] == [mine.env["device"]]
+
+
+def test_rebuild_under_xdist_never_loads_the_old_entry(project: pytest.Pytester,
+                                                       run_inner: Callable[..., pytest.RunResult]) -> None:
+    """With --compile-cache-rebuild and a warmup that publishes nothing, no worker falls back to the
+    old entry at PATH: each says it was not read, and warm_cache tests skip."""
+    bundle = project.path / "b.bundle"
+    project.makeconftest("def pytest_compilecache_warmup(cache):\n    pass\n")
+    project.makepyfile(test_w="def test_w1(warm_cache):\n    pass\n\ndef test_w2(warm_cache):\n    pass\n")
+    report = project.path / "r.json"
+    result = run_inner(f"--compile-cache-bundle={bundle}", "--compile-cache-rebuild", "-n", "2", "--dist", "each",
+                       f"--compile-cache-report={report}", "test_w.py")
+    result.assert_outcomes(skipped=4)
+    import json
+
+    processes = json.loads(report.read_text())["bundle"]["processes"]
+    assert len(processes) == 2
+    assert all(p["status"] == "ignored" for p in processes), processes
+    assert inductor_count(bundle) == 2, "the old entry is still there, unread"

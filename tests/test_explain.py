@@ -159,7 +159,8 @@ def test_each_kind_of_difference_is_named(project: pytest.Pytester, run_inner: C
 
 
 def test_explain_on_request_in_a_cold_test(pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult]) -> None:
-    """--compile-cache-explain: a cold_cache test's miss is explained against what it compiled before."""
+    """--compile-cache-explain: a cold_cache test's miss is explained against what it compiled before,
+    and so is a plain test's (session-wide)."""
     pytester.makepyfile(fns=FNS, test_cold='''
 import torch, fns
 from torch._inductor import config
@@ -173,8 +174,17 @@ def test_cold(cold_cache):
     assert "new code" in first
     assert "nearest entry in this session's earlier compiles" in second
     assert "config `max_fusion_size` changed (was 64, now 16)" in second
+
+def test_plain():
+    import torch._dynamo
+    fns.run(fns.f_shape, torch.randn(8))
+    torch._dynamo.reset()
+    fns.run(fns.f_shape, torch.randn(4))
 ''')
-    run_inner("--compile-cache-explain").assert_outcomes(passed=1)
+    report = pytester.path / "r.json"
+    run_inner("--compile-cache-explain", f"--compile-cache-report={report}", "-p", "no:xdist").assert_outcomes(passed=2)
+    plain = json.loads(report.read_text())["tests"]["test_cold.py::test_plain"]["fx_graph"]
+    assert any("input 0 shape [8] -> [4]" in text for text in plain["explanations"]), plain
 
 
 def _index(**records: tuple[str, str, dict[str, tuple[str, str]]]) -> KeyIndex:

@@ -99,6 +99,12 @@ def _bucket(endpoint: str) -> str:
     return f"s3://{name}"
 
 
+@pytest.fixture(autouse=True)
+def own_cache_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command line keeps its copies in the user's cache folder: a folder of the test's own."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+
+
 @pytest.fixture
 def s3(endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
     """A new, empty bucket on the module's S3 server, with credentials set; its URL."""
@@ -133,9 +139,9 @@ def _tagged(tag: str) -> Entry:
 
 def test_shards_share_one_s3_bundle(pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult],
                                     s3: str) -> None:
-    """The first shard creates the bundle; another machine loads it, downloading only its entry; a
-    machine that has this version downloads nothing; a shard whose code changed adds to it; one
-    with nothing new uploads nothing."""
+    """The first shard creates the bundle; the command line adds another machine's entry to it;
+    another machine loads it, downloading only its own entry; a machine that has this version
+    downloads nothing; a shard whose code changed adds to it; one with nothing new uploads nothing."""
     url = f"{s3}/ci/suite.bundle"
     pytester.makepyfile(test_s=TESTS)
 
@@ -152,10 +158,15 @@ def test_shards_share_one_s3_bundle(pytester: pytest.Pytester, run_inner: Callab
     assert first["saved"]["transfer"]["uploaded"] > 0
     assert first["at_start"] == f"{url}: missing, the session will create it"
 
+    assert cli.main(["merge", "-o", url, url, str(DATA_BUNDLE)]) == 0
+    size = read_url(url, pytester.path / "check").path.stat().st_size
+    assert size > DATA_BUNDLE.stat().st_size
+
     second = shard("two")
     process = second["processes"][0]
     assert process["status"] == "loaded", process
-    assert 0 < process["downloaded_bytes"] <= read_url(url, pytester.path / "check").path.stat().st_size
+    assert 0 < process["downloaded_bytes"] < size - DATA_BUNDLE.stat().st_size + HEAD_BYTES, \
+        "only this machine's entry (and the manifest's range) was downloaded"
     assert second["saved"]["status"] == "kept"
 
     again = shard("two")
@@ -170,8 +181,9 @@ def test_shards_share_one_s3_bundle(pytester: pytest.Pytester, run_inner: Callab
     store = RemoteStore(url, pytester.path / "check2", 30)
     with store.locked():
         _, whole = store.read_whole()
-    assert whole is not None and whole.entries[0].artifacts["inductor"]["count"] == 2
-    assert store.list_deltas() == [], "a delta folded into the bundle is removed"
+    assert whole is not None
+    mine = [e for e in whole.entries if e.env["device"] == "cpu"]
+    assert len(whole.entries) == 2 and mine[0].artifacts["inductor"]["count"] == 2, "the other entry is kept"
 
     nothing_new = shard("three", "--compile-cache-update")
     assert nothing_new["saved"]["status"] == "unchanged"
@@ -180,7 +192,7 @@ def test_shards_share_one_s3_bundle(pytester: pytest.Pytester, run_inner: Callab
 
 def test_racing_writers_both_land(s3: str, tmp_path: Path) -> None:
     """Shard B writes between shard A's read and A's write: A's conditional write fails on the real
-    server, A reads again and writes the union; B's delta is gone once folded in."""
+    server, A reads again and writes the union."""
     url = f"{s3}/race.bundle"
     a = RemoteStore(url, tmp_path / "a", 30)
     b = RemoteStore(url, tmp_path / "b", 30)
@@ -195,26 +207,32 @@ def test_racing_writers_both_land(s3: str, tmp_path: Path) -> None:
 
     a.update(change)
     assert reads == [1, 2], "A read again after its first conditional write failed"
+    assert a.conflicts == 1
     tags = {e.env["cache_key_tag"] for e in read_url(url, tmp_path / "check").entries}
     assert tags == {"first", "a", "b"}
-    assert b.list_deltas() == []
 
 
 def test_a_store_without_conditional_writes_keeps_deltas_for_merge(tmp_path: Path, capsys: Any) -> None:
-    """memory:// stands in for a store whose conditional write this plugin does not use: the test
-    takes the plugin's memory writes away, so sessions leave deltas, and `merge --deltas` folds them in."""
-    url = f"memory://bundles-{uuid.uuid4().hex[:8]}/b.bundle"
+    """fsspec's local:// file system has no conditional write this plugin uses: a session's write
+    leaves a delta and says so, the bundle is never written, and `merge --deltas` folds the deltas in
+    (writing without a condition, with a warning) and removes them."""
+    url = f"local://{tmp_path / 'store' / 'b.bundle'}"
     store = RemoteStore(url, tmp_path / "copies", 30)
-    store.protocol = "gs-like"
     kept = store.add([_tagged("x")])
     assert store.delta is not None and store.delta.startswith(url + ".deltas/")
     assert "offers no conditional write" in store.dropped[0]
     assert kept.entries[0].env["cache_key_tag"] == "x"
-    assert store.list_deltas() == [store.delta]
+    assert not (tmp_path / "store" / "b.bundle").exists(), "the bundle itself is never written without a condition"
+    RemoteStore(url, tmp_path / "copies-2", 30).add([_tagged("y")])
+    assert len(store.list_deltas()) == 2
     assert cli.main(["merge", "--deltas", "-o", url]) == 0
-    assert "1 delta(s) folded in and removed" in capsys.readouterr().out
-    assert [e.env["cache_key_tag"] for e in read_url(url, tmp_path / "check").entries] == ["x"]
+    out, err = capsys.readouterr()
+    assert "2 delta(s) folded in, 2 removed" in out
+    assert "offers no conditional write this plugin can use; it is written without one" in err
+    assert sorted(e.env["cache_key_tag"] for e in read_url(url, tmp_path / "check").entries) == ["x", "y"]
     assert store.list_deltas() == []
+    assert cli.main(["merge", "--deltas", "-o", url]) == 0
+    assert "no deltas wait beside it" in capsys.readouterr().out
 
 
 def test_an_object_deleted_while_it_is_read(s3: str, built: Path, tmp_path: Path) -> None:
@@ -245,13 +263,19 @@ def test_a_corrupt_object_never_replaces_a_good_copy(s3: str, built: Path, tmp_p
         inside_payload = local._start + local.entries[0].offset + 100
     with store.read(env) as bundle:
         assert bundle.find(env) is not None
-    copy = store.copy.read_bytes()
-    bad = bytearray(good)
-    bad[inside_payload] ^= 0xFF
-    fs.pipe_file(path, bytes(bad))
-    with pytest.raises(BundleError, match=f"^{url}: corrupt: "):
-        store.read(env)
-    assert store.copy.read_bytes() == copy
+    copies = {p: p.read_bytes() for p in store.folder.glob("*.bundle")}
+    assert len(copies) == 1
+    with read_manifest(built) as local:
+        section = local.entries[0].binaries_section
+        assert section is not None, "the built bundle carries C++ binaries"
+        inside_binaries = local._start + section["offset"] + 10
+    for where, what in ((inside_payload, "payload"), (inside_binaries, "binaries")):
+        bad = bytearray(good)
+        bad[where] ^= 0xFF
+        fs.pipe_file(path, bytes(bad))
+        with pytest.raises(BundleError, match=f"^{url}: corrupt: the {what} "):
+            store.read(env)
+        assert {p: p.read_bytes() for p in store.folder.glob("*.bundle")} == copies, "no bad copy was kept"
     fs.pipe_file(path, b"hello, not a bundle")
     with pytest.raises(NotABundle):
         store.add([_tagged("z")])
@@ -358,3 +382,27 @@ def test_warm(warm_cache):
     ])
     assert "nothing downloaded" not in out
     assert f'Could not connect to the endpoint URL: "{dead}/bundles/b.bundle"' in out
+
+
+def test_with_the_key_set_an_unsigned_entry_is_replaced_not_kept(s3: str, built: Path, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bundle written before signing was turned on already holds every artifact of this run: with
+    the key set, the run still writes, so the entry becomes one that the next run can use."""
+    from pytest_compilecache import _torchapi
+    from pytest_compilecache.bundle import make_entry
+
+    url = f"{s3}/signed.bundle"
+    store = RemoteStore(url, tmp_path, 30)
+    fs, path = store.filesystem()
+    fs.put_file(str(built), path)
+    with read_manifest(built) as local:
+        local.read_all()
+        old = local.entries[0]
+    payload = local.payload(old)
+    monkeypatch.setenv("PYTEST_COMPILE_CACHE_KEY", "s3cret")
+    store.add([make_entry(old.env, payload, _torchapi.describe_artifacts(payload))])
+    assert not store.unchanged
+    (entry,) = read_url(url, tmp_path / "check").entries
+    assert entry.signature and not entry.vouched(b"s3cret")
+    store.add([make_entry(old.env, payload, _torchapi.describe_artifacts(payload))])
+    assert store.unchanged, "now signed and complete: nothing to write"
