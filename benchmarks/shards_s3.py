@@ -9,8 +9,13 @@ after the other. Three CI runs: the first (no bundle yet), the second (nothing c
 - "S3, fresh runner": each session has a new, empty ``compile_cache_home``, so no local copy of
   the bundle (a CI runner that keeps nothing);
 - "S3, kept copy": each shard keeps its ``compile_cache_home`` from run to run (a runner that
-  caches ``~/.cache/pytest-compilecache``, e.g. with actions/cache);
+  caches ``~/.cache/pytest-compilecache/bundle-copies``, e.g. with actions/cache);
+- "S3, kept home": the same, and the precompiled C++ headers kept too (a runner that caches all
+  of ``~/.cache/pytest-compilecache``);
 - "nothing shared": the same sessions without a bundle.
+
+Except in "S3, kept home", every session builds its precompiled C++ headers afresh
+(``compile_cache_headers_dir`` is a new folder each time), so those modes differ only in the bundle.
 
 Per shard: wall time, bytes moved (downloaded at load, downloaded and uploaded at save, from
 ``--compile-cache-report``), FX graph hits and misses. Then, once: the four shards of a cold run
@@ -38,9 +43,12 @@ from shards_redis import SHARD_TEST, free_port  # noqa: E402
 ENDPOINT_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL")
 
 
-def shard_args(number: int, url: str | None, home: Path, report: Path) -> list[str]:
+def shard_args(number: int, url: str | None, home: Path, report: Path, keep_headers: bool = False) -> list[str]:
+    headers = home / "precompiled-headers" if keep_headers else Path(tempfile.mkdtemp(prefix="headers-",
+                                                                                         dir=report.parent))
     args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
             f"--compile-cache-report={report}", "-o", f"compile_cache_home={home}",
+            "-o", f"compile_cache_headers_dir={headers}",
             *[f"test_shard{number}_{n}.py" for n in (1, 2)]]
     if url:
         args += [f"--compile-cache-bundle={url}", "--compile-cache-update"]
@@ -54,12 +62,13 @@ def environment(endpoint: str, work: Path, changed: str) -> dict[str, str]:
     return env
 
 
-def shard(project: Path, number: int, url: str | None, home: Path, env: dict[str, str]) -> dict[str, float]:
+def shard(project: Path, number: int, url: str | None, home: Path, env: dict[str, str],
+          keep_headers: bool = False) -> dict[str, float]:
     local = Path(tempfile.mkdtemp(prefix="shard-local-", dir=env["TMPDIR"]))
     report = local / "report.json"
     env = {**env, "TORCHINDUCTOR_CACHE_DIR": str(local / "inductor")}
     start = time.perf_counter()
-    out = subprocess.run(shard_args(number, url, home, report), cwd=project, env=env, capture_output=True,
+    out = subprocess.run(shard_args(number, url, home, report, keep_headers), cwd=project, env=env, capture_output=True,
                          text=True, timeout=900)
     wall = time.perf_counter() - start
     if out.returncode != 0:
@@ -126,19 +135,19 @@ def main() -> None:
     time.sleep(3)
     repeats = int(sys.argv[1]) if len(sys.argv) > 1 else 3
     runs = (("1st (no bundle)", ""), ("2nd (no change)", ""), ("3rd (shard 1 changed)", "1"))
-    modes = ("S3, fresh runner", "S3, kept copy", "nothing shared")
+    modes = ("S3, fresh runner", "S3, kept copy", "S3, kept home", "nothing shared")
     try:
         found: dict[tuple[str, str, int], list[dict[str, float]]] = {}
         for rep in range(repeats):
             urls = {"S3, fresh runner": make_bucket(endpoint), "S3, kept copy": make_bucket(endpoint),
-                    "nothing shared": None}
-            kept = {s: Path(tempfile.mkdtemp(prefix="kept-", dir=work)) for s in range(1, 5)}
+                    "S3, kept home": make_bucket(endpoint), "nothing shared": None}
+            kept = {(m, s): Path(tempfile.mkdtemp(prefix="kept-", dir=work)) for m in modes for s in range(1, 5)}
             for run, changed in runs:
                 env = environment(endpoint, work, changed)
                 for mode in modes:
                     for s in range(1, 5):
-                        home = kept[s] if mode == "S3, kept copy" else Path(tempfile.mkdtemp(prefix="home-", dir=work))
-                        r = shard(project, s, urls[mode], home, env)
+                        home = kept[(mode, s)] if "kept" in mode else Path(tempfile.mkdtemp(prefix="home-", dir=work))
+                        r = shard(project, s, urls[mode], home, env, keep_headers=mode == "S3, kept home")
                         found.setdefault((run, mode, s), []).append(r)
                         print(f"repeat {rep} {run} {mode} shard {s}: {r}", flush=True)
         med = {k: {f: statistics.median(r[f] for r in v) for f in v[0]} for k, v in found.items()}
@@ -151,7 +160,7 @@ def main() -> None:
         for run, _ in runs:
             alone = sum(med[(run, "nothing shared", s)]["wall"] for s in range(1, 5))
             line = [f"{run}: nothing shared {alone:.1f} s"]
-            for mode in modes[:2]:
+            for mode in modes[:3]:
                 total = sum(med[(run, mode, s)]["wall"] for s in range(1, 5))
                 down = sum(med[(run, mode, s)]["down"] for s in range(1, 5))
                 up = sum(med[(run, mode, s)]["up"] for s in range(1, 5))

@@ -324,15 +324,19 @@ class RemoteStore:
                     return None
                 held = self._held(version, env)
                 if held is not None:
-                    bundle = read_manifest(held, label=self.url)
                     try:
-                        entry = bundle.find(env) if env is not None else None
-                        if entry is not None:
-                            bundle.payload(entry)
-                        return bundle
-                    except BundleError:
-                        bundle.close()
+                        bundle = read_manifest(held, label=self.url)
+                    except (BundleError, FileNotFoundError):  # corrupt, or removed by a writer just now
                         held.unlink(missing_ok=True)
+                    else:
+                        try:
+                            entry = bundle.find(env) if env is not None else None
+                            if entry is not None:
+                                bundle.payload(entry)
+                            return bundle
+                        except BundleError:
+                            bundle.close()
+                            held.unlink(missing_ok=True)
                 try:
                     return self._fetch(version, env)
                 except BundleError as exc:
@@ -393,7 +397,7 @@ class RemoteStore:
                 current = read_manifest(held, label=self.url)
                 current.read_all()
                 return version, current
-            except BundleError:
+            except (BundleError, FileNotFoundError):
                 held.unlink(missing_ok=True)
         fs, path = self.filesystem()
         data = self._call("read it", lambda: fs.cat_file(path))
