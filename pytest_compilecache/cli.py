@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import time
@@ -14,7 +15,7 @@ from . import _torchapi, signing
 from .binaries import build_id, identity_differences, is_cpp
 from .bundle import Bundle, BundleError, Entry, differences, encoded_size, env_label, printable, read_manifest
 from .keyindex import KeyIndex, artifact_id
-from .objectstore import RemoteStore, file_url_path, is_url, read_url
+from .objectstore import STORAGE_OPTIONS_ENV, RemoteStore, file_url_path, is_url, parse_storage_options, read_url
 from .options import user_cache_dir
 from .store import BundleStore, union
 
@@ -25,18 +26,29 @@ class UserError(Exception):
     """A problem with the user's input: printed on one line, exit status 2 (1 for verify)."""
 
 
+#: fsspec options for bundle URLs: ``--storage-options``, else the environment variable.
+_storage: dict[str, Any] = {}
+
+
+def _local(name: str) -> Path:
+    try:
+        return Path(file_url_path(name) or name)
+    except BundleError as exc:
+        raise UserError(str(exc)) from None
+
+
 def _store(name: str) -> BundleStore | RemoteStore:
     """The store of a bundle named by path or URL (credentials and endpoints from the environment)."""
     if is_url(name):
-        return RemoteStore(name, user_cache_dir() / "bundle-copies", LOCK_TIMEOUT)
-    return BundleStore(Path(file_url_path(name) or name), LOCK_TIMEOUT)
+        return RemoteStore(name, user_cache_dir() / "bundle-copies", LOCK_TIMEOUT, _storage)
+    return BundleStore(_local(name), LOCK_TIMEOUT)
 
 
 def _read(path: str) -> Bundle:
     try:
         if is_url(path):
-            return read_url(path, user_cache_dir() / "bundle-copies")
-        return read_manifest(Path(file_url_path(path) or path))
+            return read_url(path, user_cache_dir() / "bundle-copies", _storage)
+        return read_manifest(_local(path))
     except FileNotFoundError:
         raise UserError(f"{path}: no such {'object' if is_url(path) else 'file'}") from None
     except BundleError as exc:
@@ -100,7 +112,7 @@ def _inspect(args: argparse.Namespace, bundle: Bundle) -> int:
     data: dict[str, Any] = {
         "path": bundle.name,
         "format": 1,
-        "bytes": bundle.path.stat().st_size,
+        "bytes": bundle.path.stat().st_size if bundle.path.is_file() else encoded_size(bundle),
         "entries": [
             {**entry.describe(), "index": i, "matches_here": entry.env == here,
              "differences": differences(entry.env, here), "binaries": _binaries(bundle, entry, args.check),
@@ -286,7 +298,7 @@ def _same_file(a: str, b: str) -> bool:
     if is_url(a) or is_url(b):
         return a == b
     try:
-        return Path(file_url_path(a) or a).resolve() == Path(file_url_path(b) or b).resolve()
+        return _local(a).resolve() == _local(b).resolve()
     except OSError:
         return False
 
@@ -415,6 +427,9 @@ def cmd_prune(args: argparse.Namespace) -> int:
 def parser() -> argparse.ArgumentParser:
     """The command line."""
     p = argparse.ArgumentParser(prog="pytest-compilecache", description=__doc__)
+    p.add_argument("--storage-options", metavar="JSON",
+                   help=f"fsspec options for bundle URLs, a JSON object such as "
+                        f'\'{{"endpoint_url": "http://127.0.0.1:9000"}}\' (default: ${STORAGE_OPTIONS_ENV})')
     sub = p.add_subparsers(dest="command", required=True)
     inspect = sub.add_parser("inspect", help="show a bundle's environments and artifacts")
     inspect.add_argument("path")
@@ -446,6 +461,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run a command; user errors are one line on stderr and a non-zero exit, never a traceback."""
     args = parser().parse_args(argv)
     try:
+        text = args.storage_options if args.storage_options is not None else os.environ.get(STORAGE_OPTIONS_ENV, "")
+        try:
+            _storage.clear()
+            _storage.update(parse_storage_options(text))
+        except ValueError as exc:
+            where = "--storage-options" if args.storage_options is not None else STORAGE_OPTIONS_ENV
+            raise UserError(f"{where} {exc}") from None
         return int(args.run(args))
     except UserError as exc:
         _say(f"pytest-compilecache {args.command}: error: {exc}", sys.stderr)

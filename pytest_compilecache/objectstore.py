@@ -27,17 +27,20 @@ import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, NamedTuple
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
+from urllib.request import url2pathname
 
 from . import files
 from .bundle import Bundle, BundleError, Entry, NotABundle, parse, read_manifest, write_bundle
 from .store import BundleStore, adds_nothing, combine, env_id, stamp
 
-_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")  # one letter is a Windows drive, not a scheme
 #: The extra of pytest-compilecache that installs each protocol's package.
 EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure", "abfs": "azure", "abfss": "azure",
           "http": "http", "https": "http"}
 READ_ONLY = ("http", "https")
+#: Protocols whose paths start with a bucket (or container) that must exist before anything is written.
+OBJECT_STORES = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss")
 #: How many times a conditional write is tried (with a fresh read each time) before giving up.
 ATTEMPTS = 8
 #: How much of a bundle's start the first range request reads: the marker, and most manifests.
@@ -51,10 +54,43 @@ def is_url(text: str) -> bool:
 
 
 def file_url_path(text: str) -> str | None:
-    """The local path a ``file://`` URL names, or ``None`` for anything else."""
+    """The local path a ``file://`` URL names, or ``None`` for anything else.
+
+    Raises :class:`BundleError` for a ``file://`` URL that names another host (or a relative path)."""
     if not text.lower().startswith("file://"):
         return None
-    return unquote(urlsplit(text).path)
+    parts = urlsplit(text)
+    if parts.netloc not in ("", "localhost"):
+        raise BundleError(f"{text}: a file:// URL names a path on this machine: file:///absolute/path "
+                          f"(not the host {parts.netloc!r})")
+    return url2pathname(parts.path)
+
+
+#: The environment variable that holds fsspec options for bundle URLs (a JSON object), read by the
+#: plugin (over the ini value ``compile_cache_storage_options``) and by the command line.
+STORAGE_OPTIONS_ENV = "PYTEST_COMPILE_CACHE_STORAGE_OPTIONS"
+
+
+def parse_storage_options(text: str) -> dict[str, Any]:
+    """fsspec options written as a JSON object; raises ValueError saying what is wrong."""
+    if not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"must be a JSON object: {exc}") from None
+    if not isinstance(value, dict):
+        raise ValueError('must be a JSON object, e.g. {"endpoint_url": "http://127.0.0.1:9000"}')
+    return value
+
+
+def redacted(url: str) -> str:
+    """``url`` as messages and reports show it: without a user name, password or query (which can
+    carry credentials, such as a presigned URL's signature)."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc and not parts.query and not parts.fragment:
+        return url
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"
 
 
 class Version(NamedTuple):
@@ -72,8 +108,11 @@ class NoConditionalWrite(Exception):
     """The store offers no conditional write that this plugin knows how to use."""
 
 
-def _extra(protocol: str) -> str:
-    return EXTRAS.get(protocol, protocol)
+def _install_hint(protocol: str) -> str:
+    """What to install for ``protocol``: this package's extra where it has one."""
+    if protocol in EXTRAS:
+        return f"pip install 'pytest-compilecache[{EXTRAS[protocol]}]'"
+    return f"install the package fsspec names for {protocol}://"
 
 
 def _why(exc: BaseException) -> str:
@@ -176,7 +215,7 @@ class RemoteStore:
         self.url = url
         self.protocol = urlsplit(url).scheme.lower()
         self.storage_options = dict(storage_options or {})
-        self.folder = Path(copies) / hashlib.sha256(url.encode()).hexdigest()[:16]
+        self.folder = Path(copies) / hashlib.sha256(redacted(url).encode()).hexdigest()[:16]
         self._writers = BundleStore(self.folder / "bundle", lock_timeout)
         self._readers = BundleStore(self.folder / "read", lock_timeout)
         self._fs: tuple[Any, str] | None = None
@@ -193,11 +232,13 @@ class RemoteStore:
         self.delta: str | None = None
         #: Whether the last :meth:`add` found everything already in the bundle (and wrote nothing).
         self.unchanged = False
+        #: What the last :meth:`add` did differently by design (a delta on a store without conditional writes).
+        self.note = ""
 
     @property
     def name(self) -> str:
-        """The URL, for messages."""
-        return self.url
+        """The URL as messages show it (:func:`redacted`)."""
+        return redacted(self.url)
 
     @property
     def path(self) -> Path:
@@ -214,18 +255,18 @@ class RemoteStore:
     def filesystem(self) -> tuple[Any, str]:
         """fsspec's file system for the URL and the path inside it; a missing package is named with its extra."""
         if self._fs is None:
-            extra = _extra(self.protocol)
+            hint = _install_hint(self.protocol)
             try:
                 import fsspec
             except ImportError:
-                raise BundleError(f"{self.url}: bundles at URLs need fsspec "
-                                  f"(pip install 'pytest-compilecache[{extra}]')") from None
+                hint = hint if self.protocol in EXTRAS else "pip install fsspec"
+                raise BundleError(f"{self.name}: bundles at URLs need fsspec ({hint})") from None
             try:
                 self._fs = fsspec.core.url_to_fs(self.url, **self.storage_options)
             except ImportError as exc:
-                raise BundleError(f"{self.url}: {exc} (pip install 'pytest-compilecache[{extra}]')") from None
+                raise BundleError(f"{self.name}: {exc} ({hint})") from None
             except Exception as exc:
-                raise BundleError(f"{self.url}: cannot open: {_why(exc)}") from None
+                raise BundleError(f"{self.name}: cannot open: {_why(exc)}") from None
         return self._fs
 
     def _call(self, doing: str, action: Callable[[], Any]) -> Any:
@@ -236,7 +277,7 @@ class RemoteStore:
         except Exception as exc:
             if _precondition_failed(exc):
                 raise Conflict(str(exc)) from None
-            raise BundleError(f"{self.url}: cannot {doing}: {_why(exc)}") from None
+            raise BundleError(f"{self.name}: cannot {doing}: {_why(exc)}") from None
 
     def version(self) -> Version | None:
         """The object's version now, or ``None`` when it does not exist. A size of 0 means unknown."""
@@ -245,12 +286,13 @@ class RemoteStore:
             fs.invalidate_cache(path)
         try:
             info = fs.info(path)
-        except FileNotFoundError:
+        except FileNotFoundError as exc:
+            self._check_missing(fs, path, exc)
             return None
         except Exception as exc:
-            raise BundleError(f"{self.url}: cannot read it: {_why(exc)}") from None
+            raise BundleError(f"{self.name}: cannot read it: {_why(exc)}") from None
         if info.get("type") == "directory":
-            raise BundleError(f"{self.url}: is a folder, not a bundle")
+            raise BundleError(f"{self.name}: is a folder, not a bundle")
         size = int(info.get("size") or 0)
         for field in ("ETag", "etag", "Content-MD5", "md5Hash", "content_md5", "Digest", "checksum"):
             if info.get(field):
@@ -259,6 +301,25 @@ class RemoteStore:
             if info.get(field):
                 return Version(f"{field}={info[field]}", size)
         return Version("", size)
+
+    def _check_missing(self, fs: Any, path: str, exc: FileNotFoundError) -> None:
+        """Raise :class:`BundleError` where "not found" does not mean a bundle that does not exist yet:
+        an HTTP server that could not be reached or answered with an error other than 404 (fsspec
+        reports both as not found), or an object store's bucket that does not exist."""
+        if self.protocol in READ_ONLY:
+            cause = exc.__cause__
+            if cause is not None and getattr(cause, "status", None) not in (404, 410):
+                raise BundleError(f"{self.name}: cannot read it: {_why(cause)}") from None
+            return
+        bucket = path.strip("/").split("/", 1)[0]
+        if self.protocol in OBJECT_STORES and bucket and bucket != path.strip("/"):
+            try:
+                fs.info(bucket)
+            except FileNotFoundError:
+                raise BundleError(f"{self.name}: no such bucket {bucket!r} (create it, or check the URL "
+                                  "and the endpoint)") from None
+            except Exception:
+                pass  # not allowed to ask about the bucket: the object is simply missing
 
     # --- the local copies ---
 
@@ -284,16 +345,21 @@ class RemoteStore:
         """Whether this machine keeps a copy of ``version`` of the object (of all or part of it)."""
         return bool(version.tag) and any(self.folder.glob(f"{self._stem(version)}-*.bundle"))
 
-    def _keep(self, bundle: Bundle, version: Version, env: Mapping[str, str] | None) -> Path | None:
+    def _keep(self, bundle: Bundle, version: Version, env: Mapping[str, str] | None) -> Bundle | None:
         """Write ``bundle``'s entries as the copy of ``version`` (all of it, or only ``env``'s entry),
-        and remove copies of other versions; where the version has no tag, keep nothing."""
+        remove copies of other versions, and return the copy, open. Where the version has no tag, or
+        another process that holds a newer version removed this copy at once, keep nothing (``None``)."""
         if not version.tag or not version.size:
             return None
         target = self._copy(version, env)
         self.folder.mkdir(parents=True, exist_ok=True)
         write_bundle(Bundle(target, bundle.entries))
+        try:
+            kept = read_manifest(target, label=self.name)
+        except FileNotFoundError:
+            return None
         self._forget_others(version)
-        return target
+        return kept
 
     def _forget_others(self, version: Version) -> None:
         stem = self._stem(version)
@@ -314,8 +380,8 @@ class RemoteStore:
         """The bundle (through this machine's copy), or ``None`` if there is no object at the URL.
 
         With ``env``, only that entry is downloaded; a bundle with no entry for ``env`` is returned
-        with its manifest only (its payloads are never read). A copy whose payload fails its
-        checksum is downloaded again. Messages name the URL.
+        with its manifest only (its payloads are never read). A copy whose payload or carried
+        binaries fail their checksum is downloaded again. Messages name the URL.
         """
         with self._readers.locked():
             for attempt in range(2):
@@ -325,7 +391,7 @@ class RemoteStore:
                 held = self._held(version, env)
                 if held is not None:
                     try:
-                        bundle = read_manifest(held, label=self.url)
+                        bundle = read_manifest(held, label=self.name)
                     except (BundleError, FileNotFoundError):  # corrupt, or removed by a writer just now
                         held.unlink(missing_ok=True)
                     else:
@@ -333,6 +399,7 @@ class RemoteStore:
                             entry = bundle.find(env) if env is not None else None
                             if entry is not None:
                                 bundle.payload(entry)
+                                bundle.carried(entry)
                             return bundle
                         except BundleError:
                             bundle.close()
@@ -350,12 +417,12 @@ class RemoteStore:
         fs, path = self.filesystem()
         if version.size:
             raw = _Ranges(fs, path, version.size)
-            remote = parse(io.BufferedReader(raw, HEAD_BYTES), self.folder / "fetch", self.url)  # type: ignore[arg-type]
+            remote = parse(io.BufferedReader(raw, HEAD_BYTES), self.folder / "fetch", self.name)  # type: ignore[arg-type]
             remote._file = raw  # type: ignore[assignment]  # each section in one range request, no read-ahead
         else:  # a server that gives no size: the whole object, once
             data = self._call("read it", lambda: fs.cat_file(path))
             self.downloaded += len(data)
-            remote = parse(io.BytesIO(data), self.folder / "fetch", self.url)
+            remote = parse(io.BytesIO(data), self.folder / "fetch", self.name)
             raw = None
         try:
             wanted = remote.entries if env is None else [e for e in [remote.find(env)] if e is not None]
@@ -368,7 +435,7 @@ class RemoteStore:
                 if section is not None:
                     blob = remote._read(entry, "the key index", section["offset"], section["size"])
                     if len(blob) != section["size"]:
-                        raise BundleError(f"{self.url}: truncated: the key index of the entry is cut short")
+                        raise BundleError(f"{self.name}: truncated: the key index of the entry is cut short")
                     entry._index_blob = blob
         finally:
             remote.close()
@@ -376,9 +443,7 @@ class RemoteStore:
                 self.downloaded += raw.moved
         whole = len(wanted) == len(remote.entries)
         kept = self._keep(Bundle(self.folder / "fetch", wanted), version, None if whole else env)
-        if kept is None:
-            return Bundle(self.folder / "fetch", wanted, label=self.url)
-        return read_manifest(kept, label=self.url)
+        return kept if kept is not None else Bundle(self.folder / "fetch", wanted, label=self.name)
 
     def read_whole(self, replace_unreadable: bool = False) -> tuple[Version | None, Bundle | None]:
         """The object's version and the whole bundle, read (every payload checked), for a writer.
@@ -394,7 +459,7 @@ class RemoteStore:
         held = self._held(version, None)
         if held is not None:
             try:
-                current = read_manifest(held, label=self.url)
+                current = read_manifest(held, label=self.name)
                 current.read_all()
                 return version, current
             except (BundleError, FileNotFoundError):
@@ -405,7 +470,7 @@ class RemoteStore:
         if version.size and len(data) != version.size:
             raise Conflict("the object changed while it was read")
         try:
-            downloaded = parse(io.BytesIO(data), self.folder / "fetch", self.url)
+            downloaded = parse(io.BytesIO(data), self.folder / "fetch", self.name)
             downloaded.read_all()
         except NotABundle:
             raise
@@ -416,7 +481,8 @@ class RemoteStore:
             return version, None
         kept = self._keep(downloaded, version, None)
         if kept is not None:
-            downloaded.path = kept
+            downloaded.path = kept.path
+            kept.close()
         return version, downloaded
 
     # --- writing ---
@@ -429,7 +495,7 @@ class RemoteStore:
         """
         fs, path = self.filesystem()
         if self.protocol in READ_ONLY:
-            raise BundleError(f"{self.url}: {self.protocol}:// bundles are read-only; publish to an object "
+            raise BundleError(f"{self.name}: {self.protocol}:// bundles are read-only; publish to an object "
                               "store (s3://...) and serve that over HTTP")
         if self.protocol in ("s3", "s3a"):
             if expected is not None and not expected.tag:
@@ -458,11 +524,14 @@ class RemoteStore:
                replace_unreadable: bool = False, unconditional: bool = False) -> Bundle | None:
         """Read the bundle, let ``change`` compute the new entries, write them if the object is still the
         version read; on conflict, again from a fresh read. ``change`` returns ``None`` to leave it.
+        What an attempt said in :attr:`dropped` is taken back when it is retried.
 
         Raises :class:`NoConditionalWrite` where the store has none (nothing is written then), unless
         ``unconditional``: then it writes without a condition.
         """
+        said = len(self.dropped)
         for attempt in range(ATTEMPTS):
+            del self.dropped[said:]
             with self.locked():
                 current: Bundle | None = None
                 staging = self.folder / f"upload-{os.getpid()}.bundle"
@@ -480,53 +549,74 @@ class RemoteStore:
                     self.uploaded += len(data)
                     written = Version(tag, len(data))
                     target = self._copy(written, None) if tag else self.folder / "written-untagged.bundle"
+                    result = read_manifest(staging, label=self.name)  # open before another process can remove it
                     files.replace(staging, target)
+                    result.path = target
                     if tag:
                         self._forget_others(written)
-                    return read_manifest(target, label=self.url)
+                    return result
                 finally:
                     staging.unlink(missing_ok=True)
                     if current is not None:
                         current.close()
             time.sleep(random.uniform(0.05, 0.25) * 2 ** min(attempt, 4))
-        raise BundleError(f"{self.url}: other writers changed it {ATTEMPTS} times while this run tried to "
+        raise BundleError(f"{self.name}: other writers changed it {ATTEMPTS} times while this run tried to "
                           "fold its artifacts in")
+
+    def _holds_already(self, additions: list[Entry]) -> Bundle | None:
+        """The bundle (through this machine's copy of each addition's entry) when it already holds
+        every addition, so that nothing needs writing; else ``None``."""
+        envs = {env_id(e.env): e.env for e in additions}
+        if len(envs) != 1:
+            try:
+                _, current = self.read_whole()
+            except (Conflict, BundleError):
+                return None
+            return current if adds_nothing(current, additions) else None
+        try:
+            current = self.read(next(iter(envs.values())))
+        except BundleError:
+            return None  # the update reads it again, and says what is wrong
+        if adds_nothing(current, additions):
+            return current
+        if current is not None:
+            current.close()
+        return None
 
     def add(self, additions: list[Entry], history: Mapping[str, object] | None = None, run: float | None = None,
             max_unused_runs: int = 0, rebuild: bool = False) -> Bundle:
         """Publish ``additions`` (see :meth:`BundleStore.add`): nothing when the bundle already holds
-        them; else into the bundle itself by conditional write.
+        them (only this machine's entry is read for that); else into the bundle itself by conditional write.
 
-        Where the store has no conditional write, or the bundle cannot be updated (other writers won
-        every attempt, the store failed), the additions are uploaded as a delta instead
-        (:attr:`delta`); it is said in :attr:`dropped` (no conditional write; the delta's own bundle
-        is returned) or in the :class:`BundleError` raised.
+        Where the store has no conditional write, the additions are uploaded as a delta
+        (:attr:`delta`, said in :attr:`note`; the delta's own bundle is returned). Where the bundle
+        cannot be updated (other writers won every attempt, the store failed), a delta is left too,
+        and the :class:`BundleError` raised says where.
         """
-        self.dropped, self.unused, self.delta, self.unchanged = [], {}, None, False
+        self.dropped, self.unused, self.delta, self.unchanged, self.note = [], {}, None, False, ""
         if self.protocol in READ_ONLY:
-            raise BundleError(f"{self.url}: {self.protocol}:// bundles are read-only; this run's artifacts were "
+            raise BundleError(f"{self.name}: {self.protocol}:// bundles are read-only; this run's artifacts were "
                               "not published (publish to an object store such as s3:// and serve that over HTTP)")
         stamp(additions, history, run)
         if not rebuild and max_unused_runs == 0:
             with self.locked():
-                try:
-                    _, current = self.read_whole()
-                except Conflict:
-                    current = None
-                if adds_nothing(current, additions):
-                    self.unchanged = True
-                    assert current is not None
-                    return current
-        try:
-            result = self.update(lambda current: combine(current, additions, run, max_unused_runs, rebuild,
-                                                         self.dropped, self.unused),
-                                 replace_unreadable=rebuild)
-        except NoConditionalWrite:
+                held = self._holds_already(additions)
+            if held is not None:
+                self.unchanged = True
+                return held
+        if not self.conditional:
             self.delta, delta = self._upload_delta(additions)
-            self.dropped.append(f"{self.protocol}:// offers no conditional write this plugin can use, so the bundle "
-                                f"itself was not updated; this run's artifacts wait in {self.delta} for "
-                                f"`pytest-compilecache merge --deltas -o {self.url}`")
+            self.note = (f"{self.protocol}:// offers no conditional write this plugin can use, so the bundle itself "
+                         f"is never written by a session; `pytest-compilecache merge --deltas -o {self.name}` "
+                         "folds the deltas in")
             return delta
+
+        def change(current: Bundle | None) -> list[Entry]:
+            self.unused = {}
+            return combine(current, additions, run, max_unused_runs, rebuild, self.dropped, self.unused)
+
+        try:
+            result = self.update(change, replace_unreadable=rebuild)
         except NotABundle:
             raise
         except BundleError as exc:
@@ -535,7 +625,7 @@ class RemoteStore:
             except BundleError:
                 raise exc from None
             raise BundleError(f"{exc}; this run's artifacts wait in {self.delta} for "
-                              f"`pytest-compilecache merge --deltas -o {self.url}`") from None
+                              f"`pytest-compilecache merge --deltas -o {self.name}`") from None
         assert result is not None
         return result
 
@@ -548,7 +638,7 @@ class RemoteStore:
         name = f"{hashlib.sha256(data).hexdigest()[:32]}.bundle"
         kept = self.folder / name
         files.replace(staging, kept)
-        url = self.deltas + name
+        url = redacted(self.url) + ".deltas/" + name
         fs, path = self.filesystem()
         target = path.rstrip("/") + ".deltas/" + name
         condition: dict[str, Any] = {"mode": "create"} if self.protocol in ("s3", "s3a") else {}

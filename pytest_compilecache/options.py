@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .objectstore import file_url_path, is_url
+from .bundle import BundleError
+from .objectstore import STORAGE_OPTIONS_ENV, file_url_path, is_url, parse_storage_options
 from .remote import check_url
 
 if TYPE_CHECKING:
@@ -122,7 +123,11 @@ class Options:
             value, base = pick(name, env)
             if not value:
                 return None
-            p = Path(file_url_path(str(value)) or str(value)).expanduser()
+            try:
+                local = file_url_path(str(value))
+            except BundleError as exc:
+                raise pytest.UsageError(f"{name}: {exc}") from None
+            p = Path(local or str(value)).expanduser()
             return (base / p if base is not None and not p.is_absolute() else p).absolute()
 
         word = str(pick("compile_cache_isolate")[0] or "").strip().lower()
@@ -150,7 +155,10 @@ class Options:
             raise pytest.UsageError(f"compile_cache_remote: {check_url(remote)}")
         named = str(pick("compile_cache_bundle", BUNDLE_ENV)[0] or "").strip()
         url = named if is_url(named) else None
-        storage_options = _storage_options(str(config.getini("compile_cache_storage_options") or ""))
+        from_env = os.environ.get(STORAGE_OPTIONS_ENV, "")
+        storage_options = (_storage_options(from_env, STORAGE_OPTIONS_ENV) if from_env.strip() else
+                           _storage_options(str(config.getini("compile_cache_storage_options") or ""),
+                                            "compile_cache_storage_options"))
         return cls(
             isolation=_ISOLATION_WORDS[word],
             bundle=None if url else path("compile_cache_bundle", BUNDLE_ENV),
@@ -169,18 +177,12 @@ class Options:
         )
 
 
-def _storage_options(text: str) -> dict[str, Any]:
-    """The ini value ``compile_cache_storage_options``: a JSON object passed to fsspec."""
-    if not text.strip():
-        return {}
+def _storage_options(text: str, where: str) -> dict[str, Any]:
+    """fsspec options for a bundle URL, from ``where`` (the ini value or the environment variable)."""
     try:
-        value = json.loads(text)
+        return parse_storage_options(text)
     except ValueError as exc:
-        raise pytest.UsageError(f"compile_cache_storage_options must be a JSON object: {exc}") from None
-    if not isinstance(value, dict):
-        raise pytest.UsageError("compile_cache_storage_options must be a JSON object, e.g. "
-                                '{"endpoint_url": "http://127.0.0.1:9000"}')
-    return value
+        raise pytest.UsageError(f"{where} {exc}") from None
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -212,7 +214,8 @@ def add_options(parser: pytest.Parser) -> None:
     option("compile-cache-report", "write per-test and total cache counts as JSON to FILE", metavar="FILE")
     parser.addini("compile_cache_storage_options", type="string",
                   help="a JSON object of fsspec options for a bundle URL, e.g. "
-                       '{"endpoint_url": "http://127.0.0.1:9000"} (credentials come from the environment)')
+                       '{"endpoint_url": "http://127.0.0.1:9000"} (credentials come from the environment; '
+                       f"env: {STORAGE_OPTIONS_ENV})")
     parser.addini("compile_cache_max_unused_runs", type="string",
                   help="with --compile-cache-update: drop artifacts that none of the last N updating runs "
                        "used (default 0: keep everything)")

@@ -327,7 +327,7 @@ def summary_lines(report: SessionReport) -> list[str]:
                      f"({saved.seconds:.2f} s{moved})")
     elif saved.status is SaveStatus.DELTA:
         lines.append(f"bundle saved as a delta only: {saved.path} ({saved.bytes / 1e6:.2f} MB in "
-                     f"{saved.seconds:.2f} s{moved}); see the PROBLEM below")
+                     f"{saved.seconds:.2f} s{moved}): {saved.reason}")
     elif saved.status is not SaveStatus.NOT_ASKED:
         lines.append(f"bundle {saved.status.value}: {saved.reason}" + moved)
     failure = report.warmup_failed

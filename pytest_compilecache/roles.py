@@ -504,12 +504,12 @@ class Saver:
             self._problem(report, str(exc) if str(path) in str(exc) else f"{path}: {exc}")
             report.saved.transfer = _moved(store)
             return
-        status, saved_at = SaveStatus.SAVED, path
+        status, saved_at, why = SaveStatus.SAVED, path, ""
         if isinstance(store, RemoteStore) and store.unchanged:
             status = SaveStatus.UNCHANGED
         elif isinstance(store, RemoteStore) and store.delta is not None:
-            status, saved_at = SaveStatus.DELTA, store.delta
-        report.saved = SaveResult(status, path=saved_at, artifacts=artifacts,
+            status, saved_at, why = SaveStatus.DELTA, store.delta, store.note
+        report.saved = SaveResult(status, why, path=saved_at, artifacts=artifacts,
                                   bytes=merged.path.stat().st_size if merged.path.is_file() else encoded_size(merged),
                                   seconds=round(time.perf_counter() - start, 3),
                                   dropped_unused=dict(store.unused), transfer=moved)

@@ -291,7 +291,11 @@ class Preparer:
             published = read_manifest(kept_at)
         else:
             self.report.problems.extend(f"{self.publish.name}: {why}" for why in self.publish.dropped)
-            self._write_marker(published=True)
+            if isinstance(self.publish, RemoteStore) and self.publish.delta is not None:
+                # Only a delta holds it (a store without conditional writes): the others load that.
+                self._write_marker(published=False, unpublished=str(published.path))
+            else:
+                self._write_marker(published=True)
         with published:
             entry = published.find(env)
             return entry is not None and self._load(published, entry)

@@ -141,8 +141,7 @@ def test_shards_share_one_s3_bundle(pytester: pytest.Pytester, run_inner: Callab
                                     s3: str) -> None:
     """The first shard creates the bundle; the command line adds another machine's entry to it;
     another machine loads it, downloading only its own entry; a machine that has this version
-    downloads nothing; a shard whose code changed adds to it. (That one with nothing new uploads
-    nothing is shown in test_with_the_key_set_an_unsigned_entry_is_replaced_not_kept.)"""
+    downloads nothing, and with nothing new it uploads nothing; a shard whose code changed adds to it."""
     url = f"{s3}/ci/suite.bundle"
     pytester.makepyfile(test_s=TESTS)
 
@@ -174,6 +173,11 @@ def test_shards_share_one_s3_bundle(pytester: pytest.Pytester, run_inner: Callab
     assert again["processes"][0]["status"] == "loaded"
     assert again["processes"][0]["downloaded_bytes"] == 0
     assert "this machine keeps a copy of this version" in again["at_start"]
+
+    nothing_new = shard("two", "--compile-cache-update")
+    assert nothing_new["saved"]["status"] == "unchanged"
+    assert nothing_new["saved"]["transfer"] == {"downloaded": 0, "uploaded": 0, "conflicts": 0}, \
+        "this machine's copy of its own entry showed that nothing was new: nothing moved"
 
     pytester.makepyfile(test_s=TESTS + MORE)
     changed = shard("three", "--compile-cache-update")
@@ -217,7 +221,7 @@ def test_a_store_without_conditional_writes_keeps_deltas_for_merge(tmp_path: Pat
     store = RemoteStore(url, tmp_path / "copies", 30)
     kept = store.add([_tagged("x")])
     assert store.delta is not None and store.delta.startswith(url + ".deltas/")
-    assert "offers no conditional write" in store.dropped[0]
+    assert "offers no conditional write" in store.note and store.dropped == [], "by design, not a problem"
     assert kept.entries[0].env["cache_key_tag"] == "x"
     assert not (tmp_path / "store" / "b.bundle").exists(), "the bundle itself is never written without a condition"
     RemoteStore(url, tmp_path / "copies-2", 30).add([_tagged("y")])
@@ -405,3 +409,126 @@ def test_with_the_key_set_an_unsigned_entry_is_replaced_not_kept(s3: str, built:
     assert entry.signature and not entry.vouched(b"s3cret")
     store.add([make_entry(old.env, payload, _torchapi.describe_artifacts(payload))])
     assert store.unchanged, "now signed and complete: nothing to write"
+
+
+def test_xdist_workers_load_a_warmup_kept_only_as_a_delta(pytester: pytest.Pytester,
+                                                          run_inner: Callable[..., pytest.RunResult],
+                                                          tmp_path: Path) -> None:
+    """On a store without conditional writes the warmup's artifacts go to a delta, not to the bundle:
+    the worker that did not run the warmup loads them from that delta, and its warm test hits."""
+    pytest.importorskip("xdist")
+    url = f"local://{tmp_path / 'store' / 'b.bundle'}"
+    pytester.makeconftest(
+        "import torch\n\ndef pytest_compilecache_warmup(cache):\n"
+        "    torch.compile(lambda x: torch.sin(x) * 3 + 1, dynamic=False)(torch.randn(8))\n")
+    warm = """
+import torch
+
+def test_warm_{n}(warm_cache):
+    torch.compile(lambda x: torch.sin(x) * 3 + 1, dynamic=False)(torch.randn(8))
+    warm_cache.assert_misses(fx_graph=0)
+    warm_cache.assert_hits(fx_graph=1)
+"""
+    pytester.makepyfile(test_a=warm.format(n="a"), test_b=warm.format(n="b"))
+    report = pytester.path / "r.json"
+    result = run_inner(f"--compile-cache-bundle={url}", f"--compile-cache-report={report}", "-n", "2",
+                       "--dist", "loadfile", "--compile-cache-strict",
+                       ini=f"compile_cache_home = {pytester.path / 'home'}")
+    result.assert_outcomes(passed=2)
+    assert result.ret == 0, "a delta on a store without conditional writes is by design, not a problem"
+    bundle = _report(report)
+    assert sorted(p["status"] for p in bundle["processes"]) == ["loaded", "loaded"], bundle["processes"]
+    assert bundle["saved"]["status"] == "delta"
+    result.stdout.fnmatch_lines([f"bundle saved as a delta only: {url}.deltas/*offers no conditional write*"])
+    assert "PROBLEM" not in result.stdout.str()
+
+
+def test_a_plain_http_server_that_cannot_be_reached_is_not_a_missing_bundle(tmp_path: Path) -> None:
+    pytest.importorskip("aiohttp", reason="aiohttp is not installed (pip install 'pytest-compilecache[http]')")
+    dead = f"http://127.0.0.1:{free_port()}/suite.bundle"
+    with pytest.raises(BundleError, match=f"^{dead}: cannot read it: .*(onnect|refused)"):
+        RemoteStore(dead, tmp_path, 30).version()
+    served = tmp_path / "www"
+    served.mkdir()
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "--directory", str(served),
+                             str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        _wait_for(port, proc, "http.server")
+        assert RemoteStore(f"http://127.0.0.1:{port}/none.bundle", tmp_path, 30).version() is None, \
+            "a 404 is a bundle that does not exist yet"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def test_a_missing_bucket_is_said_at_the_start(s3: str, tmp_path: Path) -> None:
+    url = f"s3://no-such-bucket-{uuid.uuid4().hex[:8]}/b.bundle"
+    with pytest.raises(BundleError, match=f"^{url}: no such bucket"):
+        RemoteStore(url, tmp_path, 30).version()
+    assert RemoteStore(f"{s3}/not-yet.bundle", tmp_path, 30).version() is None
+
+
+def test_urls_are_parsed_and_shown_without_credentials(tmp_path: Path, capsys: Any) -> None:
+    from pytest_compilecache.objectstore import file_url_path, is_url
+
+    signed = RemoteStore("https://user:pw@cdn.example/b.bundle?X-Amz-Signature=abc", tmp_path, 30)
+    assert signed.name == "https://cdn.example/b.bundle"
+    assert signed.folder == RemoteStore("https://cdn.example/b.bundle?X-Amz-Signature=other", tmp_path, 30).folder, \
+        "a presigned URL that changes every run keeps one folder of copies"
+    assert cli.main(["--storage-options", "[1]", "inspect", "s3://b/x.bundle"]) == 2
+    assert "--storage-options must be a JSON object" in capsys.readouterr().err
+
+    assert file_url_path("file:///tmp/a%20b/x.bundle") == "/tmp/a b/x.bundle"
+    assert file_url_path("file://localhost/tmp/x.bundle") == "/tmp/x.bundle"
+    assert file_url_path("/tmp/x.bundle") is None
+    for bad in ("file://host/x.bundle", "file://x.bundle"):
+        with pytest.raises(BundleError, match="file://"):
+            file_url_path(bad)
+    assert not is_url("file:///tmp/x.bundle") and not is_url("C:\\x\\y.bundle") and not is_url("c://x/y.bundle")
+    assert is_url("s3://b/x.bundle") and is_url("memory://x.bundle")
+
+
+def test_a_conflict_retried_says_each_dropped_thing_once(s3: str, built: Path, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rebuild over an unreadable bundle whose first conditional write loses a race on the server:
+    the retry reads again, and what it drops is said once, not once per attempt."""
+    url = f"{s3}/unreadable.bundle"
+    store = RemoteStore(url, tmp_path, 30)
+    fs, path = store.filesystem()
+    with read_manifest(built) as local:
+        inside_payload = local._start + local.entries[0].offset + 100
+    bad = bytearray(built.read_bytes())
+    bad[inside_payload] ^= 0xFF
+    fs.pipe_file(path, bytes(bad))
+    put = store._put
+
+    def racing_put(data: bytes, expected: Any, unconditional: bool = False) -> str:
+        if not store.conflicts:
+            bad[inside_payload + 1] ^= 0xFF
+            fs.pipe_file(path, bytes(bad))  # another writer: a new version, still unreadable
+        return put(data, expected, unconditional)
+
+    monkeypatch.setattr(store, "_put", racing_put)
+    store.add([_tagged("fresh")], rebuild=True)
+    assert store.conflicts == 1
+    assert [d for d in store.dropped if "could not be read" in d] == [store.dropped[0]] and len(store.dropped) == 1
+    assert [e.env["cache_key_tag"] for e in read_url(url, tmp_path / "check").entries] == ["fresh"]
+
+
+def test_the_command_line_takes_storage_options(s3: str, built: Path, endpoint: str, capsys: Any,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The endpoint given only as storage options (as in an ini file) reaches the command line too:
+    through --storage-options or the environment variable the plugin also reads."""
+    url = f"{s3}/cli.bundle"
+    fs, path = RemoteStore(url, Path(built).parent / "cli-copies", 30).filesystem()
+    fs.put_file(str(built), path)
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    import s3fs
+
+    s3fs.S3FileSystem.clear_instance_cache()  # no client made with the endpoint from the environment is reused
+    options = json.dumps({"endpoint_url": endpoint})
+    assert cli.main(["--storage-options", options, "inspect", "--json", url]) == 0
+    assert json.loads(capsys.readouterr().out)["path"] == url
+    monkeypatch.setenv("PYTEST_COMPILE_CACHE_STORAGE_OPTIONS", options)
+    assert cli.main(["verify", url]) == 0

@@ -128,3 +128,24 @@ def test_a_server_that_does_not_answer_is_said_and_fatal_when_strict(
     bad = run_inner("--compile-cache-remote=http://example.invalid/")
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
     assert "is not a Redis URL" in bad.stderr.str()
+
+
+def test_a_cache_key_tag_is_a_key_space_of_its_own(pytester: pytest.Pytester,
+                                                    run_inner: Callable[..., pytest.RunResult],
+                                                    redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three shards with empty local caches share one Redis: a shard with another
+    ``TORCH_COMPILE_CACHE_KEY_TAG`` misses what the first put, one with the same tag hits it."""
+    pytester.makepyfile(test_r=PLAIN.split("def test_cold")[0])
+    plain = []
+    for shard, tag in (("one", "suite-a"), ("two", "suite-b"), ("three", "suite-a")):
+        monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(pytester.path / f"local-{shard}"))
+        monkeypatch.setenv("TORCH_COMPILE_CACHE_KEY_TAG", tag)
+        report = pytester.path / f"{shard}.json"
+        result = run_inner(f"--compile-cache-remote={redis_url}", f"--compile-cache-report={report}",
+                           "--compile-cache-strict")
+        result.assert_outcomes(passed=1)
+        plain.append(json.loads(report.read_text())["tests"]["test_r.py::test_plain"])
+    one, two, three = (p["remote_fx_graph"] for p in plain)
+    assert one["misses"] == 1 and one["saved"] == 1, one
+    assert two["hits"] == 0 and two["misses"] == 1, "another tag never reads the first tag's entry"
+    assert three["hits"] == 1 and three["misses"] == 0, "the same tag hits what the first shard put"
