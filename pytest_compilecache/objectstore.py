@@ -5,8 +5,8 @@ kept per version of the object, written with conditional writes, with deltas bes
   is used as it is, so a machine that already has it reads nothing. Otherwise the manifest is read
   with a range request, and only the entry for this machine is downloaded (also by ranges) and
   checked against its checksums before it is kept as the local copy.
-- Writing: what a session compiled is folded into the bundle with a conditional write (S3
-  ``If-Match`` / ``If-None-Match``), re-reading and retrying on conflict. Where the store has no
+- Writing: what a session compiled is folded into the bundle with a conditional write (S3 and
+  Azure Blob ``If-Match`` / ``If-None-Match``), re-reading and retrying on conflict. Where the store has no
   conditional write here, or the write cannot be done, it is uploaded instead as a
   content-addressed delta (``URL.deltas/<sha256>.bundle``, create-only) for
   ``pytest-compilecache merge --deltas``, and that is said. No reader ever sees a half-written object.
@@ -41,6 +41,8 @@ EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure", "ab
 READ_ONLY = ("http", "https")
 #: Protocols whose paths start with a bucket (or container) that must exist before anything is written.
 OBJECT_STORES = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss")
+S3 = ("s3", "s3a")
+AZURE = ("az", "abfs", "abfss")
 #: How many times a conditional write is tried (with a fresh read each time) before giving up.
 ATTEMPTS = 8
 #: How much of a bundle's start the first range request reads: the marker, and most manifests.
@@ -135,7 +137,7 @@ def _precondition_failed(exc: BaseException) -> bool:
         code = error.get("Code") if isinstance(error, dict) else None
         if code in ("PreconditionFailed", "ConditionalRequestConflict", "412", "409"):
             return True
-        if isinstance(seen, FileExistsError):
+        if isinstance(seen, FileExistsError) or getattr(seen, "status_code", None) in (409, 412):  # Azure's
             return True
         seen = seen.__cause__ or seen.__context__
     text = str(exc).lower()
@@ -316,7 +318,8 @@ class RemoteStore:
             try:
                 fs.info(bucket)
             except FileNotFoundError:
-                raise BundleError(f"{self.name}: no such bucket {bucket!r} (create it, or check the URL "
+                what = "container" if self.protocol in AZURE else "bucket"
+                raise BundleError(f"{self.name}: no such {what} {bucket!r} (create it, or check the URL "
                                   "and the endpoint)") from None
             except Exception:
                 pass  # not allowed to ask about the bucket: the object is simply missing
@@ -497,12 +500,20 @@ class RemoteStore:
         if self.protocol in READ_ONLY:
             raise BundleError(f"{self.name}: {self.protocol}:// bundles are read-only; publish to an object "
                               "store (s3://...) and serve that over HTTP")
-        if self.protocol in ("s3", "s3a"):
+        if self.protocol in S3 + AZURE:
             if expected is not None and not expected.tag:
                 raise NoConditionalWrite()
-            condition: dict[str, Any] = {"IfMatch": expected.tag} if expected is not None else {"mode": "create"}
-            answer = self._call("write it", lambda: fs.pipe_file(path, data, chunksize=5 * 2**30, **condition))
-            tag = answer.get("ETag") if isinstance(answer, dict) else None
+            condition: dict[str, Any] = {"mode": "create"}
+            if self.protocol in S3:
+                condition = {"IfMatch": expected.tag} if expected is not None else condition
+                answer = self._call("write it", lambda: fs.pipe_file(path, data, chunksize=5 * 2**30, **condition))
+            else:
+                from azure.core import MatchConditions  # adlfs depends on it
+
+                if expected is not None:
+                    condition = {"etag": expected.tag, "match_condition": MatchConditions.IfNotModified}
+                answer = self._call("write it", lambda: fs.pipe_file(path, data, **condition))
+            tag = (answer.get("ETag") or answer.get("etag")) if isinstance(answer, dict) else None
             return str(tag) if tag else ""  # unknown: keep no copy rather than guess
         if self.protocol == "memory":
             with _MEMORY_WRITES:
@@ -518,7 +529,7 @@ class RemoteStore:
     @property
     def conditional(self) -> bool:
         """Whether this plugin can write the store conditionally (compare-and-swap)."""
-        return self.protocol in ("s3", "s3a", "memory")
+        return self.protocol in S3 + AZURE + ("memory",)
 
     def update(self, change: Callable[[Bundle | None], list[Entry] | None],
                replace_unreadable: bool = False, unconditional: bool = False) -> Bundle | None:
@@ -641,7 +652,7 @@ class RemoteStore:
         url = redacted(self.url) + ".deltas/" + name
         fs, path = self.filesystem()
         target = path.rstrip("/") + ".deltas/" + name
-        condition: dict[str, Any] = {"mode": "create"} if self.protocol in ("s3", "s3a") else {}
+        condition: dict[str, Any] = {"mode": "create"} if self.protocol in S3 + AZURE else {}
         with contextlib.suppress(Exception):
             fs.makedirs(path.rstrip("/") + ".deltas", exist_ok=True)  # file systems with folders
         try:

@@ -99,6 +99,50 @@ def _bucket(endpoint: str) -> str:
     return f"s3://{name}"
 
 
+#: Azurite's well-known development account (public, in Microsoft's documentation).
+AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+
+@pytest.fixture(scope="module")
+def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Azurite's Blob service (Microsoft's Azure Storage emulator, from npm) on a free loopback port;
+    its connection string."""
+    server = shutil.which("azurite-blob")
+    if server is None:
+        pytest.skip("azurite is not installed (npm install -g azurite; .ci/run installs it)")
+    pytest.importorskip("adlfs", reason="adlfs is not installed (pip install 'pytest-compilecache[azure]')")
+    port = free_port()
+    proc = subprocess.Popen([server, "--blobHost", "127.0.0.1", "--blobPort", str(port), "--inMemoryPersistence",
+                             "--skipApiVersionCheck", "--loose", "--silent"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        _wait_for(port, proc, "azurite")
+        yield (f"DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={AZURITE_KEY};"
+               f"BlobEndpoint=http://127.0.0.1:{port}/devstoreaccount1;")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+@pytest.fixture
+def az(azurite: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A new, empty container on the module's Azurite, with its connection string in the environment
+    (as a CI runner has it); its URL."""
+    import adlfs
+
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite)
+    name = f"bundles-{uuid.uuid4().hex[:12]}"
+    adlfs.AzureBlobFileSystem(connection_string=azurite, skip_instance_cache=True).mkdir(name)
+    return f"az://{name}"
+
+
+@pytest.fixture(params=["s3", "az"])
+def store_root(request: pytest.FixtureRequest) -> str:
+    """A new, empty bucket (S3, on moto) or container (Azure Blob, on Azurite): each store with
+    conditional writes."""
+    return str(request.getfixturevalue(request.param))
+
+
 @pytest.fixture(autouse=True)
 def own_cache_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The command line keeps its copies in the user's cache folder: a folder of the test's own."""
@@ -191,10 +235,10 @@ def test_shards_share_one_s3_bundle(pytester: pytest.Pytester, run_inner: Callab
     assert len(whole.entries) == 2 and mine[0].artifacts["inductor"]["count"] == 2, "the other entry is kept"
 
 
-def test_racing_writers_both_land(s3: str, tmp_path: Path) -> None:
+def test_racing_writers_both_land(store_root: str, tmp_path: Path) -> None:
     """Shard B writes between shard A's read and A's write: A's conditional write fails on the real
     server, A reads again and writes the union."""
-    url = f"{s3}/race.bundle"
+    url = f"{store_root}/race.bundle"
     a = RemoteStore(url, tmp_path / "a", 30)
     b = RemoteStore(url, tmp_path / "b", 30)
     b.add([_tagged("first")])
@@ -532,3 +576,44 @@ def test_the_command_line_takes_storage_options(s3: str, built: Path, endpoint: 
     assert json.loads(capsys.readouterr().out)["path"] == url
     monkeypatch.setenv("PYTEST_COMPILE_CACHE_STORAGE_OPTIONS", options)
     assert cli.main(["verify", url]) == 0
+
+
+def test_two_writers_creating_one_bundle_both_land(store_root: str, tmp_path: Path) -> None:
+    """No bundle yet; B creates it between A's read and A's write: A's create-only write fails on the
+    real server, and A merges into B's bundle."""
+    url = f"{store_root}/new.bundle"
+    a = RemoteStore(url, tmp_path / "a", 30)
+    b = RemoteStore(url, tmp_path / "b", 30)
+    reads: list[int] = []
+
+    def change(current: Any) -> list[Entry]:
+        reads.append(len(current.entries) if current else 0)
+        if len(reads) == 1:
+            b.add([_tagged("b")])
+        return combine(current, [_tagged("a")], None, 0, False, [], {})
+
+    a.update(change)
+    assert reads == [0, 1] and a.conflicts == 1
+    assert {e.env["cache_key_tag"] for e in read_url(url, tmp_path / "check").entries} == {"a", "b"}
+
+
+def test_shards_share_one_azure_bundle(pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult],
+                                       az: str) -> None:
+    """Through Azure Blob (Azurite): the first shard creates the bundle by a conditional write, a
+    fresh runner loads it and hits, and with nothing new it moves nothing."""
+    url = f"{az}/ci/suite.bundle"
+    pytester.makepyfile(test_s=TESTS)
+    reports = []
+    for n, args in enumerate(((), (), ("--compile-cache-update",))):
+        report = pytester.path / f"r{n}.json"
+        result = run_inner(f"--compile-cache-bundle={url}", f"--compile-cache-report={report}", *args,
+                           ini=f"compile_cache_home = {pytester.path / ('home-' + str(min(n, 1)))}")
+        assert result.ret == 0 and "Traceback" not in result.stdout.str(), result.stdout.str()
+        reports.append(json.loads(report.read_text()))
+    first, second, third = reports
+    assert first["bundle"]["saved"]["status"] == "saved" and first["totals"]["fx_graph"]["misses"] == 1
+    assert second["bundle"]["processes"][0]["status"] == "loaded"
+    assert second["bundle"]["processes"][0]["downloaded_bytes"] > 0
+    assert second["totals"]["fx_graph"]["hits"] == 1 and second["totals"]["fx_graph"]["misses"] == 0
+    assert third["bundle"]["saved"]["status"] == "unchanged"
+    assert third["bundle"]["saved"]["transfer"]["uploaded"] == 0
