@@ -15,7 +15,7 @@ from . import _torchapi, signing
 from .binaries import build_id, identity_differences, is_cpp
 from .bundle import Bundle, BundleError, Entry, differences, encoded_size, env_label, printable, read_manifest
 from .keyindex import KeyIndex, artifact_id
-from .objectstore import STORAGE_OPTIONS_ENV, RemoteStore, file_url_path, is_url, parse_storage_options, read_url
+from .objectstore import STORAGE_OPTIONS_ENV, RemoteStore, file_url_path, is_url, parse_storage_options, read_url, redacted
 from .options import user_cache_dir
 from .store import BundleStore, union
 
@@ -28,6 +28,11 @@ class UserError(Exception):
 
 #: fsspec options for bundle URLs: ``--storage-options``, else the environment variable.
 _storage: dict[str, Any] = {}
+
+
+def _shown(name: str) -> str:
+    """A path, or a URL without credentials (``redacted``), for messages."""
+    return redacted(name) if is_url(name) else name
 
 
 def _local(name: str) -> Path:
@@ -50,7 +55,7 @@ def _read(path: str) -> Bundle:
             return read_url(path, user_cache_dir() / "bundle-copies", _storage)
         return read_manifest(_local(path))
     except FileNotFoundError:
-        raise UserError(f"{path}: no such {'object' if is_url(path) else 'file'}") from None
+        raise UserError(f"{_shown(path)}: no such {'object' if is_url(path) else 'file'}") from None
     except BundleError as exc:
         raise UserError(str(exc)) from None
 
@@ -208,7 +213,7 @@ def _update(name: str, change: Any) -> Bundle | None:
     try:
         if isinstance(store, RemoteStore):
             if not store.conditional:
-                _say(f"{name}: warning: {store.protocol}:// offers no conditional write this plugin can use; it is "
+                _say(f"{store.name}: warning: {store.protocol}:// offers no conditional write this plugin can use; it is "
                      "written without one, so run this where no other writer runs (a final CI job)", sys.stderr)
             return store.update(change, unconditional=True)
         return store.update(change)
@@ -230,7 +235,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
             raise UserError(str(exc)) from None
         inputs += deltas
         if not inputs:
-            _say(f"{out}: no deltas wait beside it; nothing to fold in")
+            _say(f"{_shown(out)}: no deltas wait beside it; nothing to fold in")
             return 0
     if not inputs:
         raise UserError("merge needs bundles to merge (or --deltas, to fold in the deltas beside OUTPUT)")
@@ -245,7 +250,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
         except UserError as exc:
             if name not in deltas:
                 raise
-            _say(f"{out}: warning: a delta is left where it is: {exc}", sys.stderr)
+            _say(f"{_shown(out)}: warning: a delta is left where it is: {exc}", sys.stderr)
             continue
         others.extend(entries)
         count += 1
@@ -255,11 +260,11 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
     def change(current: Bundle | None) -> list[Entry]:
         if reads_output and current is None and not args.deltas:
-            raise UserError(f"{out}: no such file")
+            raise UserError(f"{_shown(out)}: no such file")
         try:
             return union([*(current.entries if reads_output and current else []), *others])
         except BundleError as exc:
-            raise UserError(f"{', '.join(inputs)}: {exc}; {out} is unchanged") from None
+            raise UserError(f"{', '.join(map(_shown, inputs))}: {exc}; {_shown(out)} is unchanged") from None
 
     try:
         result = _update(out, change)
@@ -273,9 +278,9 @@ def cmd_merge(args: argparse.Namespace) -> int:
         left = store.remove_deltas(folded)
         said = f"; {len(folded)} delta(s) folded in, {len(folded) - len(left)} removed"
         for url in left:
-            _say(f"{out}: warning: {url} is folded in but could not be removed; a later merge folds it again "
+            _say(f"{_shown(out)}: warning: {_shown(url)} is folded in but could not be removed; a later merge folds it again "
                  "(harmless)", sys.stderr)
-    _say(f"{args.output}: {len(result.entries)} environment(s) from {count + reads_output} bundle(s){said}")
+    _say(f"{_shown(args.output)}: {len(result.entries)} environment(s) from {count + reads_output} bundle(s){said}")
     return 0
 
 

@@ -87,12 +87,15 @@ def parse_storage_options(text: str) -> dict[str, Any]:
 
 
 def redacted(url: str) -> str:
-    """``url`` as messages and reports show it: without a user name, password or query (which can
-    carry credentials, such as a presigned URL's signature)."""
+    """``url`` as messages and reports show it: without a ``user:password@`` or a query (which can
+    carry credentials, such as a presigned URL's signature). A ``name@host`` without a password stays
+    (adlfs writes ``abfs://container@account.dfs.core.windows.net/...``)."""
     parts = urlsplit(url)
-    if "@" not in parts.netloc and not parts.query and not parts.fragment:
+    userinfo, at, host = parts.netloc.rpartition("@")
+    secret = bool(at) and ":" in userinfo
+    if not secret and not parts.query and not parts.fragment:
         return url
-    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"
+    return f"{parts.scheme}://{host if secret else parts.netloc}{parts.path}"
 
 
 class Version(NamedTuple):
@@ -228,6 +231,8 @@ class RemoteStore:
         #: Bytes downloaded from and uploaded to the store by this object.
         self.downloaded = 0
         self.uploaded = 0
+        #: The object's size when its version was last asked (0: unknown or missing).
+        self.object_size = 0
         #: Conditional writes that found the object changed by another writer (each retried).
         self.conflicts = 0
         #: Where the last :meth:`add` left this run's artifacts when it could not fold them in, else ``None``.
@@ -295,7 +300,7 @@ class RemoteStore:
             raise BundleError(f"{self.name}: cannot read it: {_why(exc)}") from None
         if info.get("type") == "directory":
             raise BundleError(f"{self.name}: is a folder, not a bundle")
-        size = int(info.get("size") or 0)
+        size = self.object_size = int(info.get("size") or 0)
         for field in ("ETag", "etag", "Content-MD5", "md5Hash", "content_md5", "Digest", "checksum"):
             if info.get(field):
                 return Version(str(info[field]), size)
@@ -584,14 +589,23 @@ class RemoteStore:
             except (Conflict, BundleError):
                 return None
             return current if adds_nothing(current, additions) else None
+        env = next(iter(envs.values()))
         try:
-            current = self.read(next(iter(envs.values())))
+            current = self.read(env)
         except BundleError:
             return None  # the update reads it again, and says what is wrong
-        if adds_nothing(current, additions):
-            return current
-        if current is not None:
-            current.close()
+        if current is None:
+            return None
+        try:
+            have = current.find(env)
+            if have is not None:
+                current.payload(have)
+                current.carried(have)
+            if adds_nothing(current, additions):
+                return current
+        except BundleError:
+            pass
+        current.close()
         return None
 
     def add(self, additions: list[Entry], history: Mapping[str, object] | None = None, run: float | None = None,
@@ -685,7 +699,7 @@ class RemoteStore:
         except FileNotFoundError:
             return []
         except Exception as exc:
-            raise BundleError(f"{self.deltas}: cannot list: {_why(exc)}") from None
+            raise BundleError(f"{self.name}.deltas/: cannot list: {_why(exc)}") from None
         return sorted(self.deltas + str(n).rsplit("/", 1)[-1] for n in names if str(n).endswith(".bundle"))
 
     def remove_deltas(self, urls: list[str]) -> list[str]:
@@ -702,6 +716,6 @@ def read_url(url: str, copies: Path, storage_options: Mapping[str, Any] | None =
         except Conflict:
             continue
         if bundle is None:
-            raise FileNotFoundError(url)
+            raise FileNotFoundError(store.name)
         return bundle
-    raise BundleError(f"{url}: it changed while it was read, twice; try again")
+    raise BundleError(f"{store.name}: it changed while it was read, twice; try again")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .bundle import BundleError
-from .objectstore import STORAGE_OPTIONS_ENV, file_url_path, is_url, parse_storage_options
+from .objectstore import STORAGE_OPTIONS_ENV, file_url_path, is_url, parse_storage_options, redacted
 from .remote import check_url
 
 if TYPE_CHECKING:
@@ -84,8 +84,8 @@ class Options:
 
     @property
     def bundle_name(self) -> str | None:
-        """The bundle as the user named it (its URL, or its absolute path)."""
-        return self.bundle_url or (str(self.bundle) if self.bundle is not None else None)
+        """The bundle as messages show it: its URL (without credentials, see ``redacted``), or its absolute path."""
+        return redacted(self.bundle_url) if self.bundle_url else (str(self.bundle) if self.bundle is not None else None)
 
     def bundle_store(self) -> "BundleStore | RemoteStore | None":
         """The store that reads and writes the session's bundle, or ``None`` without one."""

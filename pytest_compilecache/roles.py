@@ -56,9 +56,9 @@ def _describe_bundle(options: Options) -> tuple[str, bool, str]:
         except BundleError as exc:
             return str(exc), True, str(exc)
         if version is None:
-            return f"{store.url}: missing, the session will create it", False, ""
+            return f"{store.name}: missing, the session will create it", False, ""
         kept = "; this machine keeps a copy of this version" if store.holds(version) else ""
-        return f"{store.url}: {version.size / 1e6:.1f} MB, version {version.tag or '(none given)'}{kept}", True, ""
+        return f"{store.name}: {version.size / 1e6:.1f} MB, version {version.tag or '(none given)'}{kept}", True, ""
     return _describe_path(options.bundle)
 
 
@@ -509,8 +509,12 @@ class Saver:
             status = SaveStatus.UNCHANGED
         elif isinstance(store, RemoteStore) and store.delta is not None:
             status, saved_at, why = SaveStatus.DELTA, store.delta, store.note
-        report.saved = SaveResult(status, why, path=saved_at, artifacts=artifacts,
-                                  bytes=merged.path.stat().st_size if merged.path.is_file() else encoded_size(merged),
+        if status is SaveStatus.UNCHANGED and isinstance(store, RemoteStore):
+            size = store.object_size  # the copy read holds only this machine's entry
+        else:
+            size = merged.path.stat().st_size if merged.path.is_file() else encoded_size(merged)
+        merged.close()
+        report.saved = SaveResult(status, why, path=saved_at, artifacts=artifacts, bytes=size,
                                   seconds=round(time.perf_counter() - start, 3),
                                   dropped_unused=dict(store.unused), transfer=moved)
 

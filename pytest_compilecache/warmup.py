@@ -19,7 +19,7 @@ from .binaries import BinaryPool, identity_differences, in_order, is_cpp, pooled
 from .bundle import Bundle, BundleError, Entry, NotABundle, env_label, make_entry, read_manifest, write_bundle
 from .report import ProcessReport, Status
 from .objectstore import RemoteStore
-from .store import BundleStore
+from .store import BundleStore, union
 
 #: Runs the warmup in a folder (starting from the previous template, if given) and returns the
 #: Mega-Cache bytes it recorded, its stats and its seconds; raises :class:`WarmupFailed`.
@@ -292,13 +292,36 @@ class Preparer:
         else:
             self.report.problems.extend(f"{self.publish.name}: {why}" for why in self.publish.dropped)
             if isinstance(self.publish, RemoteStore) and self.publish.delta is not None:
-                # Only a delta holds it (a store without conditional writes): the others load that.
+                # Only a delta holds it (a store without conditional writes): every process loads the
+                # bundle's entry with the delta folded in.
+                published.close()
+                published = self._with_bundle_entry(env, addition)
                 self._write_marker(published=False, unpublished=str(published.path))
             else:
                 self._write_marker(published=True)
         with published:
             entry = published.find(env)
             return entry is not None and self._load(published, entry)
+
+    def _with_bundle_entry(self, env: dict[str, str], addition: Entry) -> Bundle:
+        """A local bundle of ``addition`` merged with the published bundle's entry for ``env`` (where it
+        can be read: else ``addition`` alone), for the processes of this session."""
+        assert isinstance(self.publish, RemoteStore)
+        entries = [addition]
+        try:
+            current = self.publish.read(env)
+            if current is not None:
+                with current:
+                    entry = current.find(env)
+                    if entry is not None:
+                        current.payload(entry)
+                        current.carried(entry)
+                        entries = union([entry, addition])
+        except (BundleError, _torchapi.MegaCacheError) as exc:
+            self.report.problems.append(f"{exc}; this session uses the warmup's delta without the bundle's entry")
+        kept_at = self.marker.with_name("warmup-with-delta.bundle")
+        write_bundle(Bundle(kept_at, entries))
+        return read_manifest(kept_at)
 
     def _warmup_failed(self, message: str, elsewhere: str = "") -> None:
         where = f" (in {elsewhere})" if elsewhere and elsewhere != self.report.process else ""

@@ -458,10 +458,21 @@ def test_with_the_key_set_an_unsigned_entry_is_replaced_not_kept(s3: str, built:
 def test_xdist_workers_load_a_warmup_kept_only_as_a_delta(pytester: pytest.Pytester,
                                                           run_inner: Callable[..., pytest.RunResult],
                                                           tmp_path: Path) -> None:
-    """On a store without conditional writes the warmup's artifacts go to a delta, not to the bundle:
-    the worker that did not run the warmup loads them from that delta, and its warm test hits."""
+    """On a store without conditional writes an updating session's warmup goes to a delta, not to
+    the bundle: every worker loads the bundle's entry with that delta folded in, so a warm test hits
+    what the warmup compiled and what an earlier session left in the bundle."""
     pytest.importorskip("xdist")
-    url = f"local://{tmp_path / 'store' / 'b.bundle'}"
+    stored = tmp_path / "store" / "b.bundle"
+    url = f"local://{stored}"
+    pytester.makepyfile(test_earlier="""
+import torch
+
+def test_earlier():
+    torch.compile(lambda x: torch.cos(x) - 2, dynamic=False)(torch.randn(8))
+""")
+    first = run_inner(f"--compile-cache-bundle={stored}", ini=f"compile_cache_home = {pytester.path / 'home'}")
+    assert first.ret == 0 and stored.is_file(), first.stdout.str()
+    (pytester.path / "test_earlier.py").unlink()
     pytester.makeconftest(
         "import torch\n\ndef pytest_compilecache_warmup(cache):\n"
         "    torch.compile(lambda x: torch.sin(x) * 3 + 1, dynamic=False)(torch.randn(8))\n")
@@ -470,18 +481,20 @@ import torch
 
 def test_warm_{n}(warm_cache):
     torch.compile(lambda x: torch.sin(x) * 3 + 1, dynamic=False)(torch.randn(8))
+    torch.compile(lambda x: torch.cos(x) - 2, dynamic=False)(torch.randn(8))
     warm_cache.assert_misses(fx_graph=0)
-    warm_cache.assert_hits(fx_graph=1)
+    warm_cache.assert_hits(fx_graph=2)
 """
     pytester.makepyfile(test_a=warm.format(n="a"), test_b=warm.format(n="b"))
     report = pytester.path / "r.json"
     result = run_inner(f"--compile-cache-bundle={url}", f"--compile-cache-report={report}", "-n", "2",
-                       "--dist", "loadfile", "--compile-cache-strict",
+                       "--dist", "loadfile", "--compile-cache-strict", "--compile-cache-update",
                        ini=f"compile_cache_home = {pytester.path / 'home'}")
     result.assert_outcomes(passed=2)
     assert result.ret == 0, "a delta on a store without conditional writes is by design, not a problem"
     bundle = _report(report)
     assert sorted(p["status"] for p in bundle["processes"]) == ["loaded", "loaded"], bundle["processes"]
+    assert all("warmup-with-delta.bundle" in p["reason"] for p in bundle["processes"]), bundle["processes"]
     assert bundle["saved"]["status"] == "delta"
     result.stdout.fnmatch_lines([f"bundle saved as a delta only: {url}.deltas/*offers no conditional write*"])
     assert "PROBLEM" not in result.stdout.str()
@@ -518,6 +531,8 @@ def test_urls_are_parsed_and_shown_without_credentials(tmp_path: Path, capsys: A
 
     signed = RemoteStore("https://user:pw@cdn.example/b.bundle?X-Amz-Signature=abc", tmp_path, 30)
     assert signed.name == "https://cdn.example/b.bundle"
+    azure = "abfs://container@account.dfs.core.windows.net/ci/b.bundle"
+    assert RemoteStore(azure, tmp_path, 30).name == azure, "a container@account is no credential"
     assert signed.folder == RemoteStore("https://cdn.example/b.bundle?X-Amz-Signature=other", tmp_path, 30).folder, \
         "a presigned URL that changes every run keeps one folder of copies"
     assert cli.main(["--storage-options", "[1]", "inspect", "s3://b/x.bundle"]) == 2
@@ -617,3 +632,17 @@ def test_shards_share_one_azure_bundle(pytester: pytest.Pytester, run_inner: Cal
     assert second["totals"]["fx_graph"]["hits"] == 1 and second["totals"]["fx_graph"]["misses"] == 0
     assert third["bundle"]["saved"]["status"] == "unchanged"
     assert third["bundle"]["saved"]["transfer"]["uploaded"] == 0
+
+
+def test_a_machine_whose_copy_is_stale_finds_nothing_new_from_its_entry_alone(s3: str, tmp_path: Path) -> None:
+    """Machine B keeps no copy of the bundle's current version (another shard wrote since): to learn
+    that its run adds nothing it downloads its own entry only, and writes nothing."""
+    url = f"{s3}/stale.bundle"
+    a = RemoteStore(url, tmp_path / "a", 30)
+    a.add([_tagged("other-machine")])
+    a.add([_tagged("b")])
+    b = RemoteStore(url, tmp_path / "b", 30)
+    b.add([_tagged("b")])
+    whole = b.object_size
+    assert b.unchanged and b.uploaded == 0
+    assert 0 < b.downloaded < whole * 0.75, (b.downloaded, whole)
