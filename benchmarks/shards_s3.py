@@ -22,6 +22,7 @@ Per shard: wall time, bytes moved (downloaded at load, downloaded and uploaded a
 started at the same moment, and whether the bundle ends up holding every shard's artifacts.
 
     python benchmarks/shards_s3.py [REPEATS]
+    python benchmarks/shards_s3.py --at-once     # only the four cold shards started together
 """
 
 from __future__ import annotations
@@ -103,8 +104,11 @@ def at_once(project: Path, endpoint: str, work: Path) -> str:
         procs.append(subprocess.Popen(shard_args(s, url, home, report), cwd=project,
                                       env={**env, "TORCHINDUCTOR_CACHE_DIR": str(home / "inductor")},
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    start = time.perf_counter()
+    walls = []
     for p in procs:
         p.communicate(timeout=900)
+        walls.append(time.perf_counter() - start)
     conflicts = sum(json.loads(r.read_text())["bundle"]["saved"].get("transfer", {}).get("conflicts", 0)
                     for r in reports)
     statuses = [json.loads(r.read_text())["bundle"]["saved"]["status"] for r in reports]
@@ -116,7 +120,11 @@ def at_once(project: Path, endpoint: str, work: Path) -> str:
         _, whole = store.read_whole()
     assert whole is not None
     inductor = whole.entries[0].artifacts["inductor"]["count"]
-    return (f"4 cold shards at once: saves {statuses}, {conflicts} conditional write(s) retried after a conflict, "
+    moved = [json.loads(r.read_text())["bundle"]["saved"].get("transfer", {}) for r in reports]
+    return (f"4 cold shards at once (all 4 done after {max(walls):.1f} s on 2 cores; "
+            f"{sum(m.get('downloaded', 0) for m in moved) / 1e6:.2f} MB down, "
+            f"{sum(m.get('uploaded', 0) for m in moved) / 1e6:.2f} MB up at save): "
+            f"saves {statuses}, {conflicts} conditional write(s) retried after a conflict, "
             f"bundle holds {inductor} FX graph artifacts (every shard's own 2 models + the common one: 9 expected), "
             f"{len(store.list_deltas())} delta(s) left")
 
@@ -133,6 +141,14 @@ def main() -> None:
                               stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     endpoint = f"http://127.0.0.1:{port}"
     time.sleep(3)
+    if sys.argv[1:] == ["--at-once"]:
+        try:
+            print(at_once(project, endpoint, work))
+        finally:
+            server.terminate()
+            server.wait(timeout=20)
+            shutil.rmtree(work, ignore_errors=True)
+        return
     repeats = int(sys.argv[1]) if len(sys.argv) > 1 else 3
     runs = (("1st (no bundle)", ""), ("2nd (no change)", ""), ("3rd (shard 1 changed)", "1"))
     modes = ("S3, fresh runner", "S3, kept copy", "S3, kept home", "nothing shared")
