@@ -12,10 +12,13 @@ after the other. Three CI runs: the first (no bundle yet), the second (nothing c
   caches ``~/.cache/pytest-compilecache/bundle-copies``, e.g. with actions/cache);
 - "S3, kept home": the same, and the precompiled C++ headers kept too (a runner that caches all
   of ``~/.cache/pytest-compilecache``);
-- "nothing shared": the same sessions without a bundle.
+- "nothing shared": the same sessions without a bundle (a fresh runner);
+- "torch folder kept": without a bundle, each shard keeps torch's own cache folder and temporary
+  folder from run to run (a runner that caches ``/tmp/torchinductor_<user>`` with actions/cache).
 
-Except in "S3, kept home", every session builds its precompiled C++ headers afresh
-(``compile_cache_headers_dir`` is a new folder each time), so those modes differ only in the bundle.
+Every session gets a new temporary folder (torch's precompiled C++ headers go there when the plugin
+does not place them), and except in the two "kept" modes a new ``compile_cache_headers_dir``, so
+"S3, fresh runner" and "nothing shared" differ only in the bundle.
 
 Per shard: wall time, bytes moved (downloaded at load, downloaded and uploaded at save, from
 ``--compile-cache-report``), FX graph hits and misses. Then, once: the four shards of a cold run
@@ -64,10 +67,15 @@ def environment(endpoint: str, work: Path, changed: str) -> dict[str, str]:
 
 
 def shard(project: Path, number: int, url: str | None, home: Path, env: dict[str, str],
-          keep_headers: bool = False) -> dict[str, float]:
+          keep_headers: bool = False, kept_torch: Path | None = None) -> dict[str, float]:
+    """One shard's session. Its temporary folder (where torch keeps its precompiled C++ headers when
+    the plugin does not) is new, or ``kept_torch``, which also holds its kept torch cache folder."""
     local = Path(tempfile.mkdtemp(prefix="shard-local-", dir=env["TMPDIR"]))
     report = local / "report.json"
-    env = {**env, "TORCHINDUCTOR_CACHE_DIR": str(local / "inductor")}
+    tmp = kept_torch / "tmp" if kept_torch is not None else local / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    inductor = kept_torch / "inductor" if kept_torch is not None else local / "inductor"
+    env = {**env, "TORCHINDUCTOR_CACHE_DIR": str(inductor), "TMPDIR": str(tmp)}
     start = time.perf_counter()
     out = subprocess.run(shard_args(number, url, home, report, keep_headers), cwd=project, env=env, capture_output=True,
                          text=True, timeout=900)
@@ -120,12 +128,16 @@ def at_once(project: Path, endpoint: str, work: Path) -> str:
         _, whole = store.read_whole()
     assert whole is not None
     inductor = whole.entries[0].artifacts["inductor"]["count"]
+    from pytest_compilecache import _torchapi
+
+    keys = {key for kind, key, _ in _torchapi.artifact_identities(whole.payload(whole.entries[0])) if kind == "inductor"}
     moved = [json.loads(r.read_text())["bundle"]["saved"].get("transfer", {}) for r in reports]
     return (f"4 cold shards at once (all 4 done after {max(walls):.1f} s on 2 cores; "
             f"{sum(m.get('downloaded', 0) for m in moved) / 1e6:.2f} MB down, "
             f"{sum(m.get('uploaded', 0) for m in moved) / 1e6:.2f} MB up at save): "
             f"saves {statuses}, {conflicts} conditional write(s) retried after a conflict, "
-            f"bundle holds {inductor} FX graph artifacts (every shard's own 2 models + the common one: 9 expected), "
+            f"bundle holds {inductor} FX graph artifacts under {len(keys)} keys (9 graphs: every shard's own 2 models "
+            f"and the common one; a graph compiled by several shards at once is kept once per distinct content), "
             f"{len(store.list_deltas())} delta(s) left")
 
 
@@ -151,19 +163,20 @@ def main() -> None:
         return
     repeats = int(sys.argv[1]) if len(sys.argv) > 1 else 3
     runs = (("1st (no bundle)", ""), ("2nd (no change)", ""), ("3rd (shard 1 changed)", "1"))
-    modes = ("S3, fresh runner", "S3, kept copy", "S3, kept home", "nothing shared")
+    modes = ("S3, fresh runner", "S3, kept copy", "S3, kept home", "nothing shared", "torch folder kept")
     try:
         found: dict[tuple[str, str, int], list[dict[str, float]]] = {}
         for rep in range(repeats):
             urls = {"S3, fresh runner": make_bucket(endpoint), "S3, kept copy": make_bucket(endpoint),
-                    "S3, kept home": make_bucket(endpoint), "nothing shared": None}
+                    "S3, kept home": make_bucket(endpoint), "nothing shared": None, "torch folder kept": None}
             kept = {(m, s): Path(tempfile.mkdtemp(prefix="kept-", dir=work)) for m in modes for s in range(1, 5)}
             for run, changed in runs:
                 env = environment(endpoint, work, changed)
                 for mode in modes:
                     for s in range(1, 5):
                         home = kept[(mode, s)] if "kept" in mode else Path(tempfile.mkdtemp(prefix="home-", dir=work))
-                        r = shard(project, s, urls[mode], home, env, keep_headers=mode == "S3, kept home")
+                        r = shard(project, s, urls[mode], home, env, keep_headers=mode == "S3, kept home",
+                                  kept_torch=kept[(mode, s)] if mode == "torch folder kept" else None)
                         found.setdefault((run, mode, s), []).append(r)
                         print(f"repeat {rep} {run} {mode} shard {s}: {r}", flush=True)
         med = {k: {f: statistics.median(r[f] for r in v) for f in v[0]} for k, v in found.items()}
@@ -176,7 +189,7 @@ def main() -> None:
         for run, _ in runs:
             alone = sum(med[(run, "nothing shared", s)]["wall"] for s in range(1, 5))
             line = [f"{run}: nothing shared {alone:.1f} s"]
-            for mode in modes[:3]:
+            for mode in modes[:3] + modes[4:]:
                 total = sum(med[(run, mode, s)]["wall"] for s in range(1, 5))
                 down = sum(med[(run, mode, s)]["down"] for s in range(1, 5))
                 up = sum(med[(run, mode, s)]["up"] for s in range(1, 5))
