@@ -588,7 +588,10 @@ class RemoteStore:
                 _, current = self.read_whole()
             except (Conflict, BundleError):
                 return None
-            return current if adds_nothing(current, additions) else None
+            if current is not None and not adds_nothing(current, additions):
+                current.close()
+                return None
+            return current
         env = next(iter(envs.values()))
         try:
             current = self.read(env)
