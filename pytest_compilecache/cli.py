@@ -408,7 +408,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
     def change(current: Bundle | None) -> list[Entry]:
         if current is None:
-            raise UserError(f"{args.path}: no such file")
+            raise UserError(f"{_shown(args.path)}: no such file")
         kept = []
         for i, entry in enumerate(current.entries):
             if here is not None and entry.env != here:
@@ -421,11 +421,11 @@ def cmd_prune(args: argparse.Namespace) -> int:
             try:
                 kept = _fit(current.path, kept, limit, said)
             except (_torchapi.MegaCacheError, _torchapi.TorchUnavailable) as exc:
-                raise UserError(f"{args.path}: {exc}") from None
+                raise UserError(f"{_shown(args.path)}: {exc}") from None
         return kept
 
     _update(args.path, change)
-    _say(f"{args.path}: kept {counts[0]} of {counts[1]} environment(s)" + (f"; {'; '.join(said)}" if said else ""))
+    _say(f"{_shown(args.path)}: kept {counts[0]} of {counts[1]} environment(s)" + (f"; {'; '.join(said)}" if said else ""))
     return 0
 
 

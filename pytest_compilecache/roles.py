@@ -33,7 +33,7 @@ from .keyindex import KeyIndex, KeyIndexError
 from .options import Isolation, Options
 from .report import ProcessReport, SaveResult, SaveStatus, SessionReport, Status, summary_lines
 from .stats import stats_from_counts
-from .objectstore import RemoteStore
+from .objectstore import RemoteStore, redacted
 from .store import BundleStore, env_id
 from .warmup import Preparer, WarmupFailed, died_in_warmup
 
@@ -83,7 +83,7 @@ def _header(options: Options, report: SessionReport, process: ProcessReport | No
     lines = [f"compilecache: isolation: {mode}"]
     if options.remote is not None:
         state = f"UNREACHABLE: {report.remote_problem}" if report.remote_problem else "reachable"
-        lines.append(f"compilecache: remote cache {options.remote} (FX graph, AOTAutograd, autotune): {state}")
+        lines.append(f"compilecache: remote cache {redacted(options.remote)} (FX graph, AOTAutograd, autotune): {state}")
     if options.has_bundle:
         lines.append(f"compilecache: bundle {report.bundle_at_start}")
         lines.append(f"compilecache: bundles are signed and checked with {signing.KEY_ENV}" if signing.key()
@@ -136,7 +136,7 @@ def _check_remote(options: Options, report: SessionReport) -> None:
     why = remote.unreachable(options.remote)
     if why:
         report.remote_problem = why
-        report.problems.append(f"remote cache {options.remote} is unreachable ({why}); torch switches its remote "
+        report.problems.append(f"remote cache {redacted(options.remote)} is unreachable ({why}); torch switches its remote "
                                "cache off in silence, so every remote lookup misses")
     _strict_failure(options, report.problems[-1:] if why else [], "at session start", "remote cache")
 
