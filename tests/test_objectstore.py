@@ -533,6 +533,9 @@ def test_urls_are_parsed_and_shown_without_credentials(tmp_path: Path, capsys: A
     assert signed.name == "https://cdn.example/b.bundle"
     azure = "abfs://container@account.dfs.core.windows.net/ci/b.bundle"
     assert RemoteStore(azure, tmp_path, 30).name == azure, "a container@account is no credential"
+    from pytest_compilecache.objectstore import redacted
+
+    assert redacted("rediss://:s3cret@cache.internal:6380/0") == "rediss://cache.internal:6380/0"
     assert signed.folder == RemoteStore("https://cdn.example/b.bundle?X-Amz-Signature=other", tmp_path, 30).folder, \
         "a presigned URL that changes every run keeps one folder of copies"
     assert cli.main(["--storage-options", "[1]", "inspect", "s3://b/x.bundle"]) == 2
