@@ -253,3 +253,17 @@ def test_a_triton_kernel_still_being_written_is_not_pooled(tmp_path: Path) -> No
     pool.seed(seeded)
     relocated = json.loads((seeded / "triton" / ("k" * 20) / "__grp__k.json").read_text())
     assert relocated["child_paths"]["k.cubin"] == str(seeded / "triton" / ("k" * 20) / "k.cubin")
+
+
+def test_an_updating_warmup_uses_the_carried_binaries(kernels: Kernels, built: tuple[Path, dict[str, Any]],
+                                                      tmp_path: Path) -> None:
+    """With --compile-cache-update the warmup runs again over the loaded bundle: its graphs hit, and
+    their C++ kernels come from the bundle's carried binaries, not from a rebuild."""
+    bundle = tmp_path / "update.bundle"
+    bundle.write_bytes(built[0].read_bytes())
+    kernels.run(bundle, "--compile-cache-update")
+    process = json.loads(bundle.with_suffix(".json").read_text())["bundle"]["processes"][0]
+    assert process["warmup_seconds"] is not None, "the warmup ran again"
+    stats = process["warmup_stats"]
+    assert stats["fx_graph"]["hits"] >= 1 and stats["fx_graph"]["misses"] == 0, stats["fx_graph"]
+    assert stats["cpp"]["misses"] == 0 and stats["cpp"]["from_bundle"] >= 1, stats["cpp"]
