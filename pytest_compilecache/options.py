@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-import json
 import os
 import re
 import sys

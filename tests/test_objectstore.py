@@ -235,13 +235,16 @@ def test_shards_share_one_s3_bundle(pytester: pytest.Pytester, run_inner: Callab
     assert len(whole.entries) == 2 and mine[0].artifacts["inductor"]["count"] == 2, "the other entry is kept"
 
 
-def test_racing_writers_both_land(store_root: str, tmp_path: Path) -> None:
-    """Shard B writes between shard A's read and A's write: A's conditional write fails on the real
-    server, A reads again and writes the union."""
+@pytest.mark.parametrize("exists", [True, False], ids=["update", "create"])
+def test_racing_writers_both_land(store_root: str, tmp_path: Path, exists: bool) -> None:
+    """Shard B writes between shard A's read and A's write (of a bundle that exists, or of a new one):
+    A's conditional write (If-Match, or create-only) fails on the real server, A reads again and
+    writes the union."""
     url = f"{store_root}/race.bundle"
     a = RemoteStore(url, tmp_path / "a", 30)
     b = RemoteStore(url, tmp_path / "b", 30)
-    b.add([_tagged("first")])
+    if exists:
+        b.add([_tagged("first")])
     reads: list[int] = []
 
     def change(current: Any) -> list[Entry]:
@@ -251,10 +254,10 @@ def test_racing_writers_both_land(store_root: str, tmp_path: Path) -> None:
         return combine(current, [_tagged("a")], None, 0, False, [], {})
 
     a.update(change)
-    assert reads == [1, 2], "A read again after its first conditional write failed"
+    assert reads == ([1, 2] if exists else [0, 1]), "A read again after its first conditional write failed"
     assert a.conflicts == 1
     tags = {e.env["cache_key_tag"] for e in read_url(url, tmp_path / "check").entries}
-    assert tags == {"first", "a", "b"}
+    assert tags == ({"first", "a", "b"} if exists else {"a", "b"})
 
 
 def test_a_store_without_conditional_writes_keeps_deltas_for_merge(tmp_path: Path, capsys: Any) -> None:
@@ -594,25 +597,6 @@ def test_the_command_line_takes_storage_options(s3: str, built: Path, endpoint: 
     assert json.loads(capsys.readouterr().out)["path"] == url
     monkeypatch.setenv("PYTEST_COMPILE_CACHE_STORAGE_OPTIONS", options)
     assert cli.main(["verify", url]) == 0
-
-
-def test_two_writers_creating_one_bundle_both_land(store_root: str, tmp_path: Path) -> None:
-    """No bundle yet; B creates it between A's read and A's write: A's create-only write fails on the
-    real server, and A merges into B's bundle."""
-    url = f"{store_root}/new.bundle"
-    a = RemoteStore(url, tmp_path / "a", 30)
-    b = RemoteStore(url, tmp_path / "b", 30)
-    reads: list[int] = []
-
-    def change(current: Any) -> list[Entry]:
-        reads.append(len(current.entries) if current else 0)
-        if len(reads) == 1:
-            b.add([_tagged("b")])
-        return combine(current, [_tagged("a")], None, 0, False, [], {})
-
-    a.update(change)
-    assert reads == [0, 1] and a.conflicts == 1
-    assert {e.env["cache_key_tag"] for e in read_url(url, tmp_path / "check").entries} == {"a", "b"}
 
 
 def test_shards_share_one_azure_bundle(pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult],
