@@ -24,8 +24,8 @@ from typing import Any, Generator, Iterator
 import pytest
 
 from . import _torchapi, files, remote, signing
-from .binaries import BinaryPool, pooled
-from .bundle import BundleError, NotABundle, encoded_size, make_entry, read_manifest
+from .binaries import BinaryPool, CarriedBinaries, pooled
+from .bundle import Bundle, BundleError, Entry, NotABundle, encoded_size, make_entry, read_manifest
 from .cache import CompileCache
 from .environment import SavedEnv, caches_disabled_by_env, point_cache_dirs_at
 from .folders import Folders, WorkerDir
@@ -491,10 +491,11 @@ class Saver:
             artifacts: dict[str, dict[str, int]] = {}
             for entry in (merged.find(env) for env in envs.values()):
                 kinds = dict(entry.artifacts) if entry else {}
-                if entry is not None and entry.binaries:
-                    kinds["cpp"] = entry.binaries.counts()
-                    if entry.binaries.triton_counts()["count"]:
-                        kinds["triton_cache"] = entry.binaries.triton_counts()
+                carried = _carried(merged, entry) if entry is not None else None
+                if carried:
+                    kinds["cpp"] = carried.counts()
+                    if carried.triton_counts()["count"]:
+                        kinds["triton_cache"] = carried.triton_counts()
                 for kind, counts in kinds.items():
                     total = artifacts.setdefault(kind, {"count": 0, "bytes": 0})
                     total["count"] += counts["count"]
@@ -524,6 +525,14 @@ class Saver:
     def _problem(report: SessionReport, message: str) -> None:
         report.saved = SaveResult(SaveStatus.FAILED, message)
         report.problems.append(message)
+
+
+def _carried(bundle: Bundle, entry: Entry) -> CarriedBinaries | None:
+    """The binaries an entry just written carries (read back from the file where they are not in memory)."""
+    try:
+        return entry.binaries or bundle.carried(entry)[0]
+    except BundleError:
+        return None
 
 
 def _moved(store: BundleStore | RemoteStore) -> dict[str, int]:

@@ -199,6 +199,7 @@ def test_shards_share_one_s3_bundle(pytester: pytest.Pytester, run_inner: Callab
 
     first = shard("one")
     assert first["saved"]["status"] == "saved"
+    assert first["saved"]["artifacts"]["cpp"]["count"] > 0, "the summary counts the binaries it uploaded"
     assert first["saved"]["transfer"]["uploaded"] > 0
     assert first["at_start"] == f"{url}: missing, the session will create it"
 
