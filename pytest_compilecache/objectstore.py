@@ -387,8 +387,8 @@ class RemoteStore:
     def read(self, env: Mapping[str, str] | None = None) -> Bundle | None:
         """The bundle (through this machine's copy), or ``None`` if there is no object at the URL.
 
-        With ``env``, only that entry is downloaded; a bundle with no entry for ``env`` is returned
-        with its manifest only (its payloads are never read). A copy whose payload or carried
+        With ``env``, only that entry is downloaded, and it comes back read and checked (payload and
+        carried binaries); a bundle with no entry for ``env`` is returned with its manifest only. A copy whose payload or carried
         binaries fail their checksum is downloaded again. Messages name the URL.
         """
         with self._readers.locked():
@@ -451,7 +451,13 @@ class RemoteStore:
                 self.downloaded += raw.moved
         whole = len(wanted) == len(remote.entries)
         kept = self._keep(Bundle(self.folder / "fetch", wanted), version, None if whole else env)
-        return kept if kept is not None else Bundle(self.folder / "fetch", wanted, label=self.name)
+        if kept is None:
+            return Bundle(self.folder / "fetch", wanted, label=self.name)
+        entry = kept.find(env) if env is not None else None
+        if entry is not None:  # as a held copy is returned: the reader's entry read and checked
+            kept.payload(entry)
+            kept.carried(entry)
+        return kept
 
     def read_whole(self, replace_unreadable: bool = False) -> tuple[Version | None, Bundle | None]:
         """The object's version and the whole bundle, read (every payload checked), for a writer.
@@ -597,19 +603,10 @@ class RemoteStore:
             current = self.read(env)
         except BundleError:
             return None  # the update reads it again, and says what is wrong
-        if current is None:
+        if current is not None and not adds_nothing(current, additions):
+            current.close()
             return None
-        try:
-            have = current.find(env)
-            if have is not None:
-                current.payload(have)
-                current.carried(have)
-            if adds_nothing(current, additions):
-                return current
-        except BundleError:
-            pass
-        current.close()
-        return None
+        return current
 
     def add(self, additions: list[Entry], history: Mapping[str, object] | None = None, run: float | None = None,
             max_unused_runs: int = 0, rebuild: bool = False) -> Bundle:

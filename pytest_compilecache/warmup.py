@@ -314,8 +314,6 @@ class Preparer:
                 with current:
                     entry = current.find(env)
                     if entry is not None:
-                        current.payload(entry)
-                        current.carried(entry)
                         entries = union([entry, addition])
         except (BundleError, _torchapi.MegaCacheError) as exc:
             self.report.problems.append(f"{exc}; this session uses the warmup's delta without the bundle's entry")
