@@ -5,8 +5,8 @@ run with ``-n 2``. Each repeat measures, side by side, the wall time of:
 
 - ``plain``: no plugin option; torch's default directory in a private TMPDIR kept between the two
   runs (what a CI cache of ``/tmp/torchinductor_<user>`` gives), first run then second run;
-- ``worker``: ``--compile-cache-isolate=worker`` with a new ``compile_cache_home``, first then second run;
-- ``test``: ``--compile-cache-isolate=test`` (every test gets an empty cache), one run.
+- ``worker``: ``--compile-cache-isolate-mode=worker`` with a new ``compile_cache_home``, first then second run;
+- ``test``: ``--compile-cache-isolate-mode=test`` (every test gets an empty cache), one run.
 
     python benchmarks/isolation_modes.py [REPEATS] [N]
 """
@@ -71,8 +71,8 @@ def main() -> None:
                 tmp.mkdir()
                 home = Path(d) / f"home-{mode}"
                 (root / "pytest.ini").write_text(f"[pytest]\ncompile_cache_home = {home}\n")
-                args = {"plain": [], "worker": ["--compile-cache-isolate=worker"],
-                        "test": ["--compile-cache-isolate=test"]}[mode]
+                args = {"plain": [], "worker": ["--compile-cache-isolate-mode=worker"],
+                        "test": ["--compile-cache-isolate-mode=test"]}[mode]
                 runs = ("first", "second") if mode != "test" else ("first",)
                 for which in runs:
                     seconds = run(root, tmp, *args)

@@ -8,7 +8,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
 
@@ -33,11 +33,8 @@ class Isolation(enum.Enum):
     WORKER = "worker"
 
 
-_ISOLATION_WORDS = {
-    "": Isolation.OFF, "off": Isolation.OFF, "false": Isolation.OFF, "no": Isolation.OFF, "0": Isolation.OFF,
-    "test": Isolation.TEST, "true": Isolation.TEST, "yes": Isolation.TEST, "1": Isolation.TEST,
-    "worker": Isolation.WORKER,
-}
+#: The isolation modes' words, the same on the command line, in the ini file and in messages.
+ISOLATION_MODES = tuple(mode.value for mode in Isolation)
 
 
 def _bool(value: Any) -> bool:
@@ -108,10 +105,20 @@ class Options:
     @classmethod
     def from_config(cls, config: pytest.Config) -> "Options":
         """Resolve every option; a bad value is a :class:`pytest.UsageError` naming it."""
+        return cls._resolve(config, lambda name: config.getoption(name, None))
+
+    @classmethod
+    def early(cls, early_config: pytest.Config) -> "Options":
+        """The options as known before conftests load (from pytest's first parse of the command line)."""
+        namespace = early_config.known_args_namespace
+        return cls._resolve(early_config, lambda name: getattr(namespace, name, None))
+
+    @classmethod
+    def _resolve(cls, config: pytest.Config, getoption: Callable[[str], Any]) -> "Options":
         inidir = Path(config.inipath).parent if config.inipath else Path(config.rootpath)
 
         def pick(name: str, env: str | None = None) -> tuple[Any, Path | None]:
-            value = config.getoption(name, None)
+            value = getoption(name)
             if value is not None:
                 return value, None
             if env and os.environ.get(env):
@@ -129,11 +136,11 @@ class Options:
             p = Path(local or str(value)).expanduser()
             return (base / p if base is not None and not p.is_absolute() else p).absolute()
 
-        word = str(pick("compile_cache_isolate")[0] or "").strip().lower()
-        if word not in _ISOLATION_WORDS:
+        word = str(pick("compile_cache_isolate")[0] or "off").strip()
+        if word not in ISOLATION_MODES:
             raise pytest.UsageError(
-                f"compile_cache_isolate: {word!r} is not a mode; use test (a cache per test) or worker "
-                "(a kept cache per xdist worker)"
+                f"compile_cache_isolate: {word!r} is not an isolation mode; use off, test or worker "
+                "(off: no isolation; test: an empty cache per test; worker: a kept cache per xdist worker)"
             )
         timeout = pick("compile_cache_lock_timeout")[0]
         try:
@@ -159,7 +166,7 @@ class Options:
                            _storage_options(str(config.getini("compile_cache_storage_options") or ""),
                                             "compile_cache_storage_options"))
         return cls(
-            isolation=_ISOLATION_WORDS[word],
+            isolation=Isolation(word),
             bundle=None if url else path("compile_cache_bundle", BUNDLE_ENV),
             bundle_url=url,
             storage_options=storage_options,
@@ -193,9 +200,16 @@ def add_options(parser: pytest.Parser) -> None:
         group.addoption(f"--{name}", dest=dest, default=None, help=f"{help} (ini: {dest})", **kwargs)
         parser.addini(dest, help=help, type="string")
 
-    option("compile-cache-isolate", "isolate compile caches: 'test' (default when given bare) gives every test "
-           "its own empty cache; 'worker' gives each process or xdist worker its own cache, kept between runs",
-           metavar="MODE", nargs="?", const="test", choices=["test", "worker", "off"])
+    group.addoption("--compile-cache-isolate", dest="compile_cache_isolate", action="store_const", const="test",
+                    default=None, help="give every test its own empty compile cache (the same as "
+                                       "--compile-cache-isolate-mode=test)")
+    group.addoption("--compile-cache-isolate-mode", dest="compile_cache_isolate", metavar="MODE", default=None,
+                    choices=ISOLATION_MODES,
+                    help="isolate compile caches: off, test or worker (off: tests share one cache; test: every "
+                         "test gets its own empty cache; worker: each process or xdist worker gets its own cache, "
+                         "kept between runs) (ini: compile_cache_isolate)")
+    parser.addini("compile_cache_isolate", type="string",
+                  help="isolation mode: off, test or worker (see --compile-cache-isolate-mode)")
     option("compile-cache-bundle", f"Mega-Cache bundle to load at session start and save at the end: a path, "
            f"or a URL (s3://, gs://, az://, http(s):// read-only, memory://; needs pytest-compilecache[s3] "
            f"or the store's extra) (env: {BUNDLE_ENV}; an ini path is relative to the ini file)", metavar="PATH|URL")

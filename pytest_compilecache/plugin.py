@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
-from pathlib import Path
 from typing import Iterator, Union
 
 import pytest
@@ -14,7 +12,7 @@ from . import hooks
 from ._torchapi import defaultdir
 from .cache import CompileCache
 from .environment import SavedEnv
-from .options import BUNDLE_ENV, Options, add_options, user_cache_dir
+from .options import Options, add_options
 from .roles import REMOTE_MARKER, Controller, SingleProcess, Worker, is_controller
 
 Role = Union[SingleProcess, Worker, Controller]
@@ -45,19 +43,13 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     Conftests loaded next may import torch's compiler; nothing of torch is imported here.
     """
     global _early_env
-    namespace = early_config.known_args_namespace
     try:
-        isolate = getattr(namespace, "compile_cache_isolate", None) or early_config.getini("compile_cache_isolate")
-        bundle = getattr(namespace, "compile_cache_bundle", None) or os.environ.get(BUNDLE_ENV) or \
-            early_config.getini("compile_cache_bundle")
-        headers = early_config.getini("compile_cache_headers_dir")
-    except ValueError:
-        return
-    if (isolate and str(isolate).lower() not in ("off", "false", "no", "0")) or bundle:
+        options = Options.early(early_config)
+    except (pytest.UsageError, ValueError):
+        return  # pytest_configure raises it again, with pytest's error reporting in place
+    if options.session_wide:
         _early_env = SavedEnv()
-        home = early_config.getini("compile_cache_home")
-        headers_dir = headers or str(Path(home or user_cache_dir()) / "precompiled-headers")
-        defaultdir.install(_early_process_dir, headers_dir)
+        defaultdir.install(_early_process_dir, str(options.headers_dir))
 
 
 @pytest.hookimpl(trylast=True)
@@ -123,7 +115,7 @@ def warm_cache(request: pytest.FixtureRequest) -> Iterator[CompileCache]:
 
 
 class _IsolateEveryTest:
-    """Registered only with ``--compile-cache-isolate=test``: an isolated, empty cache around every test."""
+    """Registered only with ``--compile-cache-isolate-mode=test``: an isolated, empty cache around every test."""
 
     @pytest.fixture(autouse=True)
     def _compile_cache_isolation(self, request: pytest.FixtureRequest) -> Iterator[CompileCache | None]:

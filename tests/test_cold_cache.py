@@ -162,7 +162,7 @@ def test_isolate_option_gives_every_test_its_own_dir(
             assert len(SEEN) >= 2 or os.environ.get("PYTEST_XDIST_WORKER")
         """
     )
-    result = run_inner("-n", "2", ini="compile_cache_isolate = true")
+    result = run_inner("-n", "2", ini="compile_cache_isolate = test")
     result.assert_outcomes(passed=3)
     assert not default_dir_of.exists(), f"the run created the shared default dir {default_dir_of}"
     result = run_inner("-p", "no:xdist", "--compile-cache-isolate")

@@ -364,7 +364,7 @@ def test_nothing_appears_in_the_default_directory(
 
 
 def test_worker_mode_keeps_one_cache_per_worker_between_runs(pytester: pytest.Pytester, run_inner: RunInner) -> None:
-    """Item 17: ``--compile-cache-isolate=worker``: own folder per worker, warm in the second run."""
+    """Item 17: ``--compile-cache-isolate-mode=worker``: own folder per worker, warm in the second run."""
     home = pytester.path / "home"
     record = pytester.path / "dirs.txt"
     for i in range(4):
@@ -380,7 +380,7 @@ def test_{i}():
     with open({str(record)!r}, "a") as f:
         f.write(f"{{os.environ['PYTEST_XDIST_WORKER']}} {{misses}} {{os.environ['TORCHINDUCTOR_CACHE_DIR']}}\\n")
 '''})
-    args = ("-n", "2", "--dist", "each", "--compile-cache-isolate=worker", "-p", "no:cacheprovider")
+    args = ("-n", "2", "--dist", "each", "--compile-cache-isolate-mode=worker", "-p", "no:cacheprovider")
     first = run_inner(*args, ini=f"compile_cache_home = {home}")
     first.assert_outcomes(passed=8)
     second = run_inner(*args, ini=f"compile_cache_home = {home}")

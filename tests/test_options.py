@@ -1,0 +1,61 @@
+"""How options are typed: flags before paths, and one vocabulary of isolation modes everywhere."""
+
+from __future__ import annotations
+
+import pytest
+
+PLAIN_TEST = "def test_plain():\n    pass\n"
+
+
+@pytest.fixture
+def suite(pytester: pytest.Pytester) -> pytest.Pytester:
+    """A folder ``suite/`` with one test that never imports torch, and a private plugin home."""
+    pytester.mkpydir("suite")
+    (pytester.path / "suite" / "test_plain.py").write_text(PLAIN_TEST)
+    pytester.makeini(f"[pytest]\ncompile_cache_home = {pytester.path / 'home'}\n")
+    return pytester
+
+
+@pytest.mark.parametrize("flag", ["--compile-cache-isolate", "--compile-cache-update", "--compile-cache-rebuild",
+                                  "--compile-cache-explain", "--compile-cache-strict"])
+def test_a_bare_flag_before_a_path_leaves_the_path_alone(suite: pytest.Pytester, flag: str) -> None:
+    result = suite.runpytest_subprocess(flag, "suite/", "--co", "-q")
+    assert result.ret == 0, result.stderr.str()
+    result.stdout.fnmatch_lines(["suite/test_plain.py::test_plain"])
+
+
+def test_bare_isolate_flag_means_a_cache_per_test(suite: pytest.Pytester) -> None:
+    result = suite.runpytest_subprocess("--compile-cache-isolate", "suite/")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["compilecache: isolation: a cache per test"])
+
+
+@pytest.mark.parametrize(("mode", "shown"), [("off", "off"), ("test", "a cache per test"),
+                                             ("worker", "a kept cache per worker")])
+def test_every_mode_is_accepted_on_the_command_line_and_in_the_ini(
+    suite: pytest.Pytester, mode: str, shown: str
+) -> None:
+    on_line = suite.runpytest_subprocess(f"--compile-cache-isolate-mode={mode}", "suite/")
+    on_line.assert_outcomes(passed=1)
+    in_ini = suite.runpytest_subprocess("-o", f"compile_cache_isolate={mode}", "suite/")
+    in_ini.assert_outcomes(passed=1)
+    if mode != "off":
+        on_line.stdout.fnmatch_lines([f"compilecache: isolation: {shown}"])
+        in_ini.stdout.fnmatch_lines([f"compilecache: isolation: {shown}"])
+
+
+@pytest.mark.parametrize("word", ["true", "1", "yes", "false", "per-test"])
+def test_words_outside_the_vocabulary_are_refused_everywhere(suite: pytest.Pytester, word: str) -> None:
+    in_ini = suite.runpytest_subprocess("-o", f"compile_cache_isolate={word}", "suite/")
+    assert in_ini.ret == pytest.ExitCode.USAGE_ERROR
+    in_ini.stderr.fnmatch_lines([f"*compile_cache_isolate: {word!r} is not an isolation mode; use off, test or worker*"])
+    on_line = suite.runpytest_subprocess(f"--compile-cache-isolate-mode={word}", "suite/")
+    assert on_line.ret == pytest.ExitCode.USAGE_ERROR
+    on_line.stderr.fnmatch_lines(["*invalid choice*off*test*worker*"])
+
+
+def test_help_names_the_same_modes_as_the_parser(suite: pytest.Pytester) -> None:
+    text = suite.runpytest_subprocess("--help").stdout.str()
+    assert "--compile-cache-isolate-mode=MODE" in text
+    assert "off, test or worker" in text
+    assert "true" not in text.split("--compile-cache-isolate", 1)[1].split("--compile-cache-bundle", 1)[0]
