@@ -281,11 +281,12 @@ def _explained_lines(totals: CacheStats | None) -> list[str]:
 
 def summary_lines(report: SessionReport) -> list[str]:
     """The terminal summary: per-layer totals, and what was loaded, warmed up and saved."""
-    lines = ["per-layer totals over all tests (summed over workers):"]
-    lines.append((report.totals or CacheStats()).table())
-    if report.totals is not None:
+    if report.totals is None:
+        lines = ["no test compiled anything (or torch's compiler was never imported in a test)"]
+    else:
+        lines = ["per-layer totals over all tests (summed over workers):", report.totals.table()]
         lines.extend(_dynamo_lines(report.totals))
-    lines.extend(_explained_lines(report.totals))
+        lines.extend(_explained_lines(report.totals))
     lines.extend(_compile_time_line(report))
     if report.checked_downloaded:
         lines.append(f"bundle checked at session start (--compile-cache-strict): downloaded "

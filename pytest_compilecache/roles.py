@@ -441,13 +441,19 @@ class TestSide:
 
     # --- hooks shared by the roles that run tests (registered through those roles) ---
 
+    def counts(self, item: pytest.Item) -> bool:
+        """Whether ``item``'s compile counts are recorded: every test when anything session-wide is on,
+        else the tests that use a fixture."""
+        return self.options.active or any(name in _FIXTURES for name in getattr(item, "fixturenames", ()))
+
     def runtest_setup(self, item: pytest.Item) -> None:
-        self.test_started(item.nodeid)
+        if self.counts(item):
+            self.test_started(item.nodeid)
 
     def makereport(self, item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport) -> None:
         if report.failed:
             item.stash[_FAILED] = True
-        if call.when == "teardown" and self.options.active:
+        if call.when == "teardown":
             stats = self.test_finished(item.nodeid)
             if stats is not None:
                 setattr(report, REPORT_ATTR, stats)
@@ -580,8 +586,7 @@ class _RunsTests:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
-        if self.options.active:
-            self.side.runtest_setup(item)
+        self.side.runtest_setup(item)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
@@ -658,8 +663,7 @@ class Worker(_RunsTests):
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         if self.strict_failure:
             pytest.fail(self.strict_failure, pytrace=False)
-        if self.options.active:
-            self.side.runtest_setup(item)
+        self.side.runtest_setup(item)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
