@@ -308,13 +308,34 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
-def _dropped(spec: str, index: int, entry: Entry) -> bool:
-    if spec.isdigit():
-        return int(spec) == index
-    key, sep, value = spec.partition("=")
-    if not sep:
+def _check_drop(spec: str) -> None:
+    """Refuse a ``--drop`` that is neither an entry number nor ``FIELD=VALUE``."""
+    if not spec.isdigit() and "=" not in spec:
         raise UserError(f"--drop {spec!r}: give an entry number (see inspect) or FIELD=VALUE, e.g. device=cpu")
-    return entry.env.get(key) == value
+
+
+def _dropped(name: str, spec: str, entries: list[Entry]) -> set[int]:
+    """The numbers of the entries one ``--drop`` names; one that names none is a user error that says
+    why (no such number, a field no entry has, or no entry with that value), naming the bundle."""
+    unchanged = f"{name} is unchanged"
+    if spec.isdigit():
+        number = int(spec)
+        if number >= len(entries):
+            have = f"numbered 0 to {len(entries) - 1}" if entries else "none"
+            raise UserError(f"{name}: --drop {spec}: there is no entry {number}; its entries are {have} "
+                            f"(see inspect); {unchanged}")
+        return {number}
+    key, _, value = spec.partition("=")
+    fields = sorted({field for entry in entries for field in entry.env})
+    if key not in fields:
+        raise UserError(f"{name}: --drop {spec!r}: no entry has a field {key!r}; the fields are "
+                        f"{', '.join(fields) or 'none'}; {unchanged}")
+    matched = {i for i, entry in enumerate(entries) if entry.env.get(key) == value}
+    if not matched:
+        values = sorted({entry.env[key] for entry in entries if key in entry.env})
+        raise UserError(f"{name}: --drop {spec!r}: no entry has {key}={value!r}; its entries have {key}="
+                        f"{', '.join(map(repr, values))}; {unchanged}")
+    return matched
 
 
 def parse_size(text: str) -> int:
@@ -401,6 +422,8 @@ def cmd_prune(args: argparse.Namespace) -> int:
     if not args.keep_matching and not args.drop and args.max_size is None:
         raise UserError("prune needs --keep-matching, --drop ENV or --max-size SIZE")
     limit = parse_size(args.max_size) if args.max_size is not None else None
+    for spec in args.drop:
+        _check_drop(spec)
     _read(args.path).close()
     here = _here() if args.keep_matching else None
     counts = [0, 0]
@@ -409,13 +432,9 @@ def cmd_prune(args: argparse.Namespace) -> int:
     def change(current: Bundle | None) -> list[Entry]:
         if current is None:
             raise UserError(f"{_shown(args.path)}: no such file")
-        kept = []
-        for i, entry in enumerate(current.entries):
-            if here is not None and entry.env != here:
-                continue
-            if any(_dropped(spec, i, entry) for spec in args.drop):
-                continue
-            kept.append(entry)
+        dropped = set().union(*(_dropped(_shown(args.path), spec, current.entries) for spec in args.drop))
+        kept = [entry for i, entry in enumerate(current.entries)
+                if i not in dropped and (here is None or entry.env == here)]
         counts[:] = [len(kept), len(current.entries)]
         if limit is not None:
             try:

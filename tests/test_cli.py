@@ -149,6 +149,37 @@ def test_merge_errors_leave_no_output(good_bundle: Path, tmp_path: Path) -> None
     assert_user_error(cli("prune", good_bundle), 2, "--keep-matching, --drop ENV or --max-size SIZE")
 
 
+def two_foreign_entries(path: Path) -> Path:
+    """A bundle of two made-up entries (no torch needed): entry 0 on an H200, entry 1 on an A100."""
+    made = [make_entry({"torch": "2.11.0+cu130", "device": device, "cuda": "13.0"}, device.encode(),
+                       {"inductor": {"count": 1, "bytes": len(device)}}) for device in ("NVIDIA H200", "NVIDIA A100")]
+    write_bundle(Bundle(path, made))
+    return path
+
+
+def test_prune_refuses_a_drop_that_matches_no_entry(tmp_path: Path) -> None:
+    """Item 8 of issue 20: ``--drop devcie=cpu`` and ``--drop 5`` said "kept 1 of 1" and exited 0.
+    Each ``--drop`` must match an entry; one that does not is an error naming the bundle and what was
+    wrong, and the bundle is left as it was (the other ``--drop`` options are not applied either)."""
+    path = two_foreign_entries(tmp_path / "two.bundle")
+    before = path.read_bytes()
+    typo = cli("prune", path, "--drop", "devcie=cpu")
+    assert_user_error(typo, 2, str(path), "'devcie'", "no entry has a field", "cuda, device, torch",
+                      f"{path} is unchanged")
+    assert "kept" not in typo.stdout
+    number = cli("prune", path, "--drop", "5")
+    assert_user_error(number, 2, str(path), "no entry 5", "numbered 0 to 1", f"{path} is unchanged")
+    value = cli("prune", path, "--drop", "device=cpu")
+    assert_user_error(value, 2, str(path), "no entry has device='cpu'", "'NVIDIA A100', 'NVIDIA H200'")
+    mixed = cli("prune", path, "--drop", "0", "--drop", "device=cpu")
+    assert_user_error(mixed, 2, str(path), "device='cpu'")
+    assert_user_error(cli("prune", path, "--drop", "gpu"), 2, "'gpu'", "FIELD=VALUE")
+    assert path.read_bytes() == before
+    both = cli("prune", path, "--drop", "0", "--drop", "device=NVIDIA H200")
+    assert both.returncode == 0 and "kept 1 of 2" in both.stdout, both.stderr
+    assert [e.env["device"] for e in read_manifest(path).entries] == ["NVIDIA A100"]
+
+
 def test_python_m_runs_the_same_command(good_bundle: Path) -> None:
     result = subprocess.run([sys.executable, "-m", "pytest_compilecache", "verify", str(good_bundle)],
                             capture_output=True, text=True, timeout=300)
@@ -309,8 +340,8 @@ def test_writing_with_the_key_never_signs_what_it_did_not_verify(
     assert_user_error(merged, 2, str(unsigned), "unsigned")
     assert not (work / "out.bundle").exists()
 
-    pruned = cli_env(with_key("right"), "prune", unsigned, "--drop", "device=nothing-matches")
-    assert pruned.returncode == 0, pruned.stderr
+    pruned = cli_env(with_key("right"), "prune", unsigned, "--max-size", "1GB")
+    assert pruned.returncode == 0 and "kept 1 of 1" in pruned.stdout, pruned.stderr
     assert_user_error(cli_env(with_key("right"), "verify", unsigned), 1, str(unsigned), "unsigned")
 
     (work / "test_update.py").write_text(
