@@ -23,7 +23,12 @@ LOCK_TIMEOUT = 60.0
 
 
 class UserError(Exception):
-    """A problem with the user's input: printed on one line, exit status 2 (1 for verify)."""
+    """A problem with the user's input: printed on one line, exit status 2 (1 for verify and
+    ``inspect --check``)."""
+
+
+class CheckFailed(UserError):
+    """A bundle failed ``inspect --check``: exit status 1, as ``verify``."""
 
 
 #: fsspec options for bundle URLs: ``--storage-options``, else the environment variable.
@@ -78,14 +83,19 @@ def _binaries(bundle: Bundle, entry: Entry, check: bool) -> dict[str, Any]:
     if section is None and entry.binaries is None:
         return {}
     problems: list[str] = []
+    carried = None
     if check or section is None:
         try:
             carried, problems = bundle.carried(entry)
         except BundleError as exc:
-            raise UserError(str(exc)) from None
+            if section is None:
+                raise UserError(str(exc)) from None
+            problems = [str(exc)]
+    if carried is not None:
         builds = carried.builds
         files = [(f.build, f.path, f.size) for f in carried.files.values()]
     else:
+        assert section is not None
         builds = section["builds"]
         files = [(b, p, size) for b, p, _, size, _ in section["files"]]
     try:
@@ -110,24 +120,41 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace, bundle: Bundle) -> int:
+    """The listing; with ``--check``, every entry also gets verify's checks (``problems``), and any
+    problem makes the exit status 1 with the first one on stderr."""
     here = _here()
-    if args.check:
-        for entry in bundle.entries:
-            _check_payload(bundle, entry)
+    items = []
+    for i, entry in enumerate(bundle.entries):
+        binaries = _binaries(bundle, entry, args.check)
+        item = {**entry.describe(), "index": i, "matches_here": entry.env == here,
+                "differences": differences(entry.env, here), "binaries": binaries,
+                "signed": bool(entry.signature), "signature": _signature(entry)}
+        if args.check:
+            item["problems"] = [*_entry_problems(bundle, entry), *binaries.get("problems", [])]
+        items.append(item)
     data: dict[str, Any] = {
         "path": bundle.name,
         "format": 1,
         "bytes": bundle.path.stat().st_size if bundle.path.is_file() else encoded_size(bundle),
-        "entries": [
-            {**entry.describe(), "index": i, "matches_here": entry.env == here,
-             "differences": differences(entry.env, here), "binaries": _binaries(bundle, entry, args.check),
-             "signed": bool(entry.signature), "signature": _signature(entry)}
-            for i, entry in enumerate(bundle.entries)
-        ],
+        "entries": items,
     }
     if args.json:
         print(json.dumps(data, indent=1, sort_keys=True))
+    else:
+        _show(bundle, data, args.check)
+    if not args.check:
         return 0
+    failed = [item for item in items if item["problems"]]
+    if failed:
+        first = failed[0]["problems"][0]
+        more = sum(len(item["problems"]) for item in failed) - 1
+        raise CheckFailed(f"{first}" + (f" (and {more} more problem(s): see the listing)" if more else "")
+                          + f"; {len(failed)} of {len(items)} entries fail the check")
+    return 0
+
+
+def _show(bundle: Bundle, data: dict[str, Any], check: bool) -> None:
+    """``inspect``'s listing as text."""
     _say(f"{bundle.name}: bundle format 1, {data['bytes'] / 1e6:.2f} MB, {len(bundle.entries)} environment(s)")
     for item in data["entries"]:
         created, updated = _when(item["created"]), _when(item["updated"])
@@ -144,11 +171,17 @@ def _inspect(args: argparse.Namespace, bundle: Bundle) -> int:
             _say(f"    {'cpp':14} {build['binaries']:5d} binaries {build['bytes']:>13,d} bytes, "
                  f"built by {build['identity'].get('compiler_version', '?')} for {build['identity'].get('native', '?')}: "
                  f"{fits}")
-        for problem in item["binaries"].get("problems", []):
-            _say(f"    problem: {problem}")
+        if check:
+            for problem in item["problems"]:
+                _say(f"    problem: {problem}")
+            if not item["problems"]:
+                _say(f"    {'check':14} OK: intact (checksums, artifact keys, carried binaries"
+                     f"{', signature' if signing.key() else ''})")
+        else:
+            for problem in item["binaries"].get("problems", []):
+                _say(f"    problem: {problem}")
         for diff in item["differences"]:
             _say(f"    differs: {diff}")
-    return 0
 
 
 def _when(stamp: float) -> str:
@@ -170,20 +203,21 @@ def _signature(entry: Entry) -> str:
     return f"signed; {why}" if why else f"signed; valid for {signing.KEY_ENV}"
 
 
-def _check_payload(bundle: Bundle, entry: Entry) -> None:
-    """The entry's signature (with the key set), its checksum, and that every artifact key stays
-    inside the cache folder torch writes to."""
+def _entry_problems(bundle: Bundle, entry: Entry) -> list[str]:
+    """What makes an entry unusable, short of its carried binaries (see :func:`_binaries`): its
+    signature (with the key set), its payload's checksum, and an artifact key that would leave the
+    cache folder torch writes to. Each names the bundle."""
     secret = signing.key()
-    if secret and bundle.signature_problem(entry, secret):
-        raise UserError(bundle.signature_problem(entry, secret))
+    problems = [bundle.signature_problem(entry, secret)] if secret else []
     try:
         _torchapi.check_keys(bundle.payload(entry))
     except BundleError as exc:
-        raise UserError(str(exc)) from None
+        problems.append(str(exc))
     except _torchapi.MegaCacheError as exc:
-        raise UserError(f"{bundle.name}: the entry for {env_label(entry.env)}: {exc}") from None
+        problems.append(f"{bundle.name}: the entry for {env_label(entry.env)}: {exc}")
     except _torchapi.TorchUnavailable as exc:
         raise UserError(str(exc)) from None
+    return [p for p in problems if p]
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -196,10 +230,10 @@ def _verify(bundle: Bundle) -> int:
     entry = bundle.find(here)
     if entry is None:
         raise UserError(bundle.mismatch(here))
-    _check_payload(bundle, entry)
     binaries = _binaries(bundle, entry, check=True)
-    if binaries.get("problems"):
-        raise UserError(binaries["problems"][0])
+    problems = [*_entry_problems(bundle, entry), *binaries.get("problems", [])]
+    if problems:
+        raise UserError(problems[0])
     fit = sum(b["binaries"] for b in binaries.get("builds", []) if b["fits_here"])
     total = sum(b["binaries"] for b in binaries.get("builds", []))
     carried = f"; {fit} of {total} carried C++ binaries fit this machine" if total else ""
@@ -495,7 +529,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.run(args))
     except UserError as exc:
         _say(f"pytest-compilecache {args.command}: error: {exc}", sys.stderr)
-        return 1 if args.command == "verify" else 2
+        return 1 if args.command == "verify" or getattr(args, "check", False) else 2
     except BundleError as exc:
         _say(f"pytest-compilecache {args.command}: error: {exc}", sys.stderr)
         return 2

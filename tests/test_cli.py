@@ -10,11 +10,13 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
 from pytest_compilecache import signing
-from pytest_compilecache.bundle import Bundle, make_entry, read_manifest, write_bundle
+from pytest_compilecache.binaries import CarriedFile
+from pytest_compilecache.bundle import Bundle, Entry, make_entry, read_manifest, write_bundle
 from pytest_compilecache.cli import main
 
 CLI = shutil.which("pytest-compilecache", path=str(Path(sys.executable).parent)) or "pytest-compilecache"
@@ -116,6 +118,57 @@ def test_verify_is_a_ci_gate(good_bundle: Path, foreign_bundle: Path, tmp_path: 
     text.write_text("hello")
     assert_user_error(cli("verify", text), 1, str(text), "not a pytest-compilecache bundle")
     assert_user_error(cli("verify", tmp_path / "missing.bundle"), 1, "missing.bundle", "no such file")
+
+
+def adopted(source: Path, change: Callable[[Entry], Entry] | None = None) -> list[Entry]:
+    """The entries of ``source``, read whole, to write into another bundle (``change`` may replace each)."""
+    with read_manifest(source) as bundle:
+        bundle.read_all()
+        made = [make_entry(e.env, bundle.payload(e), e.artifacts, e.created, bundle.carried(e)[0])
+                for e in bundle.entries]
+    return [change(e) for e in made] if change else made
+
+
+def test_inspect_check_fails_what_verify_fails(good_bundle: Path, tmp_path: Path) -> None:
+    """Item 8 of issue 20: ``inspect --check`` printed what ``inspect`` prints and exited 0 on carried
+    binaries that ``verify`` fails. It checks every entry as ``verify`` checks this machine's, shows
+    each entry's result, and exits 1 (one line on stderr) when any entry fails."""
+    def break_first(entry: Entry) -> Entry:
+        assert entry.binaries, "the bundle carries the C++ binaries its test built"
+        first = sorted(key for key in entry.binaries.files if key[1].endswith(".so"))[0]
+        garbage = b"\x7fELF but not a shared object " * 64
+        entry.binaries.files[first] = CarriedFile(*first, entry.binaries.files[first].sha256, len(garbage), garbage)
+        return make_entry(entry.env, entry.payload or b"", entry.artifacts, entry.created, entry.binaries)
+
+    tampered = tmp_path / "tampered.bundle"
+    write_bundle(Bundle(tampered, adopted(good_bundle, break_first)))
+    assert_user_error(cli("verify", tampered), 1, str(tampered), "fails its checksum")
+    assert cli("inspect", tampered).returncode == 0, "without --check, nothing is read past the manifest"
+    checked = cli("inspect", tampered, "--check")
+    assert_user_error(checked, 1, str(tampered), "fails its checksum")
+    assert "problem:" in checked.stdout and "fails its checksum" in checked.stdout, checked.stdout
+    as_json = cli("inspect", tampered, "--check", "--json")
+    assert as_json.returncode == 1 and len(as_json.stderr.strip().splitlines()) == 1, as_json.stderr
+    (entry,) = json.loads(as_json.stdout)["entries"]
+    assert any("fails its checksum" in p for p in entry["problems"]), entry
+
+    ok = cli("inspect", good_bundle, "--check")
+    assert ok.returncode == 0 and ok.stderr == "", ok.stderr
+    assert "check          OK" in ok.stdout, ok.stdout
+    assert json.loads(cli("inspect", good_bundle, "--check", "--json").stdout)["entries"][0]["problems"] == []
+
+    # A foreign entry is checked too (verify checks only this machine's): its corrupt payload fails --check.
+    mixed = tmp_path / "mixed.bundle"
+    here, = adopted(good_bundle)
+    other = make_entry({**here.env, "device": "NVIDIA H200"}, here.payload or b"", here.artifacts, here.created)
+    write_bundle(Bundle(mixed, [here, other]))
+    with read_manifest(mixed) as bundle:
+        at = bundle._start + bundle.entries[1].offset + 5
+    data = bytearray(mixed.read_bytes())
+    data[at] ^= 0xFF
+    mixed.write_bytes(bytes(data))
+    assert cli("verify", mixed).returncode == 0, "this machine's entry is intact"
+    assert_user_error(cli("inspect", mixed, "--check"), 1, str(mixed), "NVIDIA H200", "fails its checksum")
 
 
 def test_merge_and_prune(good_bundle: Path, foreign_bundle: Path, tmp_path: Path) -> None:
@@ -240,7 +293,7 @@ def test_a_key_that_leaves_the_cache_folder_is_never_loaded(good_bundle: Path, t
     bad = rekeyed(entry.payload, "inductor", "../../../../escaped")
     write_bundle(Bundle(crafted, [make_entry(entry.env, bad, entry.artifacts, entry.created)]))
     assert_user_error(cli("verify", crafted), 1, str(crafted), "'../../../../escaped'", "outside the cache folder")
-    assert_user_error(cli("inspect", crafted, "--check"), 2, str(crafted), "'../../../../escaped'")
+    assert_user_error(cli("inspect", crafted, "--check"), 1, str(crafted), "'../../../../escaped'")
 
     project = crafted.parent
     (project / "test_uses_it.py").write_text(
