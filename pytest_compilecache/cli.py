@@ -454,7 +454,7 @@ def _without(entry: Entry, names: set[str]) -> Entry:
 
 def cmd_prune(args: argparse.Namespace) -> int:
     if not args.keep_matching and not args.drop and args.max_size is None:
-        raise UserError("prune needs --keep-matching, --drop ENV or --max-size SIZE")
+        raise UserError("prune needs --keep-matching, --drop ENTRY or --max-size SIZE")
     limit = parse_size(args.max_size) if args.max_size is not None else None
     for spec in args.drop:
         _check_drop(spec)
@@ -482,35 +482,65 @@ def cmd_prune(args: argparse.Namespace) -> int:
     return 0
 
 
+DESCRIPTION = ("Inspect, verify, merge and prune pytest-compilecache bundles, at a path or a URL "
+               "(also run as: python -m pytest_compilecache).")
+EPILOG = ("Exit status: 0 on success; 1 when verify or inspect --check finds the bundle unusable or cannot read "
+          "it; 2 for any other error (a command that fails leaves the bundle as it was).")
+BUNDLE = "the bundle: a file path or a URL (s3://, gs://, az://, redis://; http(s):// to read)"
+
+
 def parser() -> argparse.ArgumentParser:
-    """The command line."""
-    p = argparse.ArgumentParser(prog="pytest-compilecache", description=__doc__)
+    """The command line. Every help text is plain text (argparse prints it as it is)."""
+    p = argparse.ArgumentParser(prog="pytest-compilecache", description=DESCRIPTION, epilog=EPILOG)
     p.add_argument("--storage-options", metavar="JSON",
                    help=f"fsspec options for bundle URLs, a JSON object such as "
                         f'\'{{"endpoint_url": "http://127.0.0.1:9000"}}\' (default: ${STORAGE_OPTIONS_ENV})')
-    sub = p.add_subparsers(dest="command", required=True)
-    inspect = sub.add_parser("inspect", help="show a bundle's environments and artifacts")
-    inspect.add_argument("path")
-    inspect.add_argument("--json", action="store_true", help="machine-readable output")
-    inspect.add_argument("--check", action="store_true", help="also verify every payload's checksum")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                           help="what to do; pytest-compilecache COMMAND --help tells more")
+    inspect = sub.add_parser(
+        "inspect", help="show a bundle's entries (one per environment), their artifacts and carried binaries",
+        description="Show a bundle's entries (one per environment): their fields, artifacts, carried C++ binaries, "
+                    "signature, and whether each matches this machine.", epilog=EPILOG)
+    inspect.add_argument("path", help=BUNDLE)
+    inspect.add_argument("--json", action="store_true", help="print the listing as JSON")
+    inspect.add_argument("--check", action="store_true",
+                         help="also check every entry as verify checks this machine's (payload checksum, artifact "
+                              "keys, carried binaries, and the signature where PYTEST_COMPILE_CACHE_KEY is set); "
+                              "exit 1 if any entry fails")
     inspect.set_defaults(run=cmd_inspect)
-    verify = sub.add_parser("verify", help="exit 0 if intact and matching this machine")
-    verify.add_argument("path")
+    verify = sub.add_parser(
+        "verify", help="exit 0 if the bundle holds an intact entry for this machine, else 1 (a CI gate)",
+        description="Exit 0 if the bundle holds an entry for this machine whose payload, artifact keys, carried "
+                    "binaries (and signature, where PYTEST_COMPILE_CACHE_KEY is set) are intact; else print why "
+                    "and exit 1.", epilog=EPILOG)
+    verify.add_argument("path", help=BUNDLE)
     verify.set_defaults(run=cmd_verify)
-    merge = sub.add_parser("merge", help="union of bundles, per environment")
-    merge.add_argument("inputs", nargs="*")
-    merge.add_argument("-o", "--output", required=True)
+    merge = sub.add_parser(
+        "merge", help="write the union of bundles, per environment, to OUTPUT",
+        description="Write to OUTPUT the union of the input bundles: one entry per environment holding every "
+                    "artifact and carried binary of that environment's entries.", epilog=EPILOG)
+    merge.add_argument("inputs", nargs="*", metavar="INPUT",
+                       help="a bundle to merge (a path or a URL); name OUTPUT among them to add to it")
+    merge.add_argument("-o", "--output", required=True, metavar="OUTPUT",
+                       help="the bundle to write (a path or a URL), under its lock; it is replaced unless it is "
+                            "also an input (or --deltas is given)")
     merge.add_argument("--deltas", action="store_true",
                        help="also fold in the deltas that sessions left beside OUTPUT (a URL), then remove them")
     merge.set_defaults(run=cmd_merge)
-    prune = sub.add_parser("prune", help="remove environments")
-    prune.add_argument("path")
-    prune.add_argument("--keep-matching", action="store_true", help="keep only this machine's entry")
-    prune.add_argument("--drop", action="append", default=[], metavar="ENV",
-                       help="drop entry number N (from inspect) or entries with FIELD=VALUE; repeatable")
+    prune = sub.add_parser(
+        "prune", help="make a bundle smaller: drop entries, or its least recently used artifacts",
+        description="Make a bundle smaller, in place: drop whole entries (--keep-matching, --drop), then, with "
+                    "--max-size, the least recently used artifacts and carried binaries of the entries left. "
+                    "A --drop that matches no entry is an error and nothing is changed.", epilog=EPILOG)
+    prune.add_argument("path", help=BUNDLE)
+    prune.add_argument("--keep-matching", action="store_true", help="drop every entry except this machine's")
+    prune.add_argument("--drop", action="append", default=[], metavar="ENTRY",
+                       help="drop entry number N (as inspect numbers them) or every entry whose FIELD is VALUE "
+                            "(FIELD=VALUE, e.g. device=cpu); repeatable; each must match an entry")
     prune.add_argument("--max-size", metavar="SIZE",
-                       help="drop the least recently used artifacts (then carried binaries) until the bundle "
-                            "takes at most SIZE (e.g. 50MB, 2GiB)")
+                       help="then drop the least recently used artifacts (and, if that is not enough, carried "
+                            "binaries) until the bundle takes at most SIZE (e.g. 50MB, 2GiB); an entry left with nothing "
+                            "is dropped")
     prune.set_defaults(run=cmd_prune)
     return p
 

@@ -199,7 +199,7 @@ def test_merge_errors_leave_no_output(good_bundle: Path, tmp_path: Path) -> None
     blocker.write_text("x")
     assert_user_error(cli("merge", good_bundle, "-o", blocker / "out.bundle"), 2, "is not a folder")
     assert list(tmp_path.iterdir()) == [blocker]
-    assert_user_error(cli("prune", good_bundle), 2, "--keep-matching, --drop ENV or --max-size SIZE")
+    assert_user_error(cli("prune", good_bundle), 2, "--keep-matching, --drop ENTRY or --max-size SIZE")
 
 
 def two_foreign_entries(path: Path) -> Path:
@@ -231,6 +231,32 @@ def test_prune_refuses_a_drop_that_matches_no_entry(tmp_path: Path) -> None:
     both = cli("prune", path, "--drop", "0", "--drop", "device=NVIDIA H200")
     assert both.returncode == 0 and "kept 1 of 2" in both.stdout, both.stderr
     assert [e.env["device"] for e in read_manifest(path).entries] == ["NVIDIA A100"]
+
+
+def test_help_is_plain_text_and_says_what_each_argument_does() -> None:
+    """Item 8 of issue 20: ``--help`` showed reST markup (double backticks), ``merge``'s inputs and
+    ``-o`` had no help, and ``prune`` was "remove environments" although ``--max-size`` drops artifacts."""
+    import argparse
+
+    from pytest_compilecache.cli import parser
+
+    top = parser()
+    (commands,) = [a for a in top._actions if isinstance(a, argparse._SubParsersAction)]
+    for name, command in [("", top), *commands.choices.items()]:
+        shown = cli(*([name] if name else []), "--help")
+        assert shown.returncode == 0 and shown.stdout, shown.stderr
+        for markup in ("`", ":class:", ":func:", ":data:", "**"):
+            assert markup not in shown.stdout, f"pytest-compilecache {name} --help shows {markup!r}:\n{shown.stdout}"
+        for action in command._actions:
+            if not isinstance(action, argparse._HelpAction):
+                assert action.help and action.help != argparse.SUPPRESS, f"{name}: {action.dest} has no help"
+    for action in commands._choices_actions:
+        assert action.help, f"{action.dest} has no help"
+    prune = cli("prune", "--help").stdout
+    assert "remove environments" not in prune
+    assert "least recently used artifacts" in prune and "drop entry" in prune and "except this machine's" in prune
+    merge = cli("merge", "--help").stdout
+    assert "replaced unless it is also an input" in merge, merge
 
 
 def test_python_m_runs_the_same_command(good_bundle: Path) -> None:
