@@ -1,0 +1,124 @@
+"""The README's and the documentation's examples run as pasted, and the sample output is real.
+
+A python block that starts with a ``# NAME.py`` line is a file of a suite: the files of one page
+are written into one folder and pytest runs there, with the plugin, as the page's ``pytest ...``
+commands say. Any other python block is a script and must run as it is.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
+FENCE = re.compile(r"^```([\w-]*)\n(.*?)^```$", re.M | re.S)
+FILE = re.compile(r"# ([\w-]+\.py)\n")
+
+
+def blocks(page: Path, lang: str) -> list[str]:
+    """The bodies of the page's fenced blocks in ``lang`` (``""``: no language given)."""
+    return [body for fence, body in FENCE.findall(page.read_text(encoding="utf-8")) if fence == lang]
+
+
+def files(page: Path) -> dict[str, str]:
+    """``{file name: content}`` of the page's python blocks that name a file."""
+    out: dict[str, str] = {}
+    for body in blocks(page, "python"):
+        named = FILE.match(body)
+        if named:
+            assert named.group(1) not in out, f"{page.name}: two blocks are {named.group(1)}"
+            out[named.group(1)] = body
+    return out
+
+
+def scripts(page: Path) -> list[str]:
+    """The page's python blocks that name no file."""
+    return [body for body in blocks(page, "python") if not FILE.match(body)]
+
+
+def commands(page: Path) -> list[list[str]]:
+    """The arguments of each ``pytest ...`` line of the page's bash blocks."""
+    out = []
+    for body in blocks(page, "bash"):
+        for line in body.splitlines():
+            if line.startswith("pytest "):
+                out.append(shlex.split(line, comments=True)[1:])
+    return out
+
+
+def normalized(line: str) -> str:
+    """A line of output with its whitespace collapsed, bundle folders and key prefixes left out."""
+    line = re.sub(r"\S*/(\.compile-cache/)", r".../\1", line)
+    line = re.sub(r"\([a-z0-9]{12}\.\.\.\)", "(KEY...)", line)
+    return " ".join(line.split())
+
+
+def test_every_python_block_is_a_file_or_a_script() -> None:
+    for page in PAGES:
+        for body in blocks(page, "python"):
+            compile(body, f"{page.name} block", "exec")
+    assert set(files(README)) == {"model.py", "conftest.py", "test_model.py"}
+    assert commands(README), "the README's Quickstart has no pytest command"
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if scripts(p)], ids=lambda p: p.name)
+def test_scripts_run(page: Path, tmp_path: Path) -> None:
+    for body in scripts(page):
+        done = subprocess.run([sys.executable, "-c", body], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, f"{page.name}:\n{body}\n{done.stderr}"
+
+
+@pytest.mark.slow
+def test_readme_quickstart_runs_as_pasted_and_its_failure_is_real(
+    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult]
+) -> None:
+    quickstart = files(README)
+    for name, content in quickstart.items():
+        (pytester.path / name).write_text(content)
+    home = f"compile_cache_home = {pytester.path / 'home'}"
+    runs = commands(README)
+    for args in runs:
+        result = run_inner(*args, ini=home)
+        result.assert_outcomes(passed=2)
+    bundle = next(a.split("=", 1)[1] for a in runs[0] if a.startswith("--compile-cache-bundle="))
+    assert (pytester.path / bundle).is_file()
+
+    # The README's failing variant: the warm test feeds a batch of 4 in place of example_input().
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    assert "(`torch.randn(4, 16)` in place of `example_input()`)" in text
+    test_file = quickstart["test_model.py"]
+    warm = test_file.index("def test_model_is_warm")
+    assert test_file[warm:].count("(example_input())") == 1
+    (pytester.path / "test_model.py").write_text(
+        test_file[:warm] + test_file[warm:].replace("(example_input())", "(torch.randn(4, 16))"))
+    result = run_inner(*runs[-1], ini=home)
+    result.assert_outcomes(passed=1, failed=1)
+
+    (sample,) = [b for b in blocks(README, "") if "AssertionError: compile cache misses differ" in b]
+    real = [normalized(line) for line in result.outlines]
+    gpu = not any("none is available" in line for line in real)
+    for line in sample.splitlines():
+        if gpu and ("autotune" in line or "triton" in line):
+            continue
+        assert normalized(line) in real, f"the README's sample line is not in a real run:\n{line}\n\n" + "\n".join(
+            result.outlines)
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES[1:] if files(p)], ids=lambda p: p.name)
+def test_documentation_suites_pass(
+    page: Path, pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult]
+) -> None:
+    for name, content in files(page).items():
+        (pytester.path / name).write_text(content)
+    result = run_inner(ini=f"compile_cache_home = {pytester.path / 'home'}")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("passed", 0) >= 1 and not outcomes.get("failed") and not outcomes.get("errors"), (
+        "\n".join(result.outlines))
