@@ -8,8 +8,6 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Mapping
 
-import filelock
-
 from . import _torchapi, files, signing
 from .binaries import CarriedBinaries
 from .bundle import Bundle, BundleError, Entry, NotABundle, env_label, make_entry, read_manifest, write_bundle
@@ -81,12 +79,13 @@ def union(entries: Iterable[Entry], dropped: list[str] | None = None) -> list[En
 
 
 class BundleStore:
-    """A bundle path, its lock (``PATH.lock``), and the only code that reads or writes it."""
+    """A bundle path, its lock (``PATH.lock``, there only while held: see :class:`files.PathLock`),
+    and the only code that reads or writes it."""
 
     def __init__(self, path: Path, lock_timeout: float) -> None:
         self.path = Path(path)
         self.lock_timeout = lock_timeout
-        self._lock = filelock.FileLock(str(self.path) + ".lock")
+        self._lock = files.PathLock(str(self.path) + ".lock")
         #: What the last :meth:`add` left out (entries not vouched for), in words.
         self.dropped: list[str] = []
         #: ``{artifact type: count}`` the last :meth:`add` dropped as unused in too many updating runs.
@@ -100,11 +99,19 @@ class BundleStore:
     def read(self, env: Mapping[str, str] | None = None) -> Bundle | None:
         """The bundle as it is now (its file kept open for payload reads), or ``None`` if missing.
 
-        ``env`` (the entry the reader wants) matters only to stores that copy bundles from elsewhere."""
+        ``env`` (the entry the reader wants) matters only to stores that copy bundles from elsewhere.
+        An empty file counts as missing: it holds nothing to lose, and writes always replace whole files."""
         try:
+            if self.path.stat().st_size == 0:
+                return None
             return read_manifest(self.path)
         except FileNotFoundError:
             return None
+        except NotADirectoryError:
+            blocked = next((p for p in self.path.parents if p.exists() and not p.is_dir()), self.path.parent)
+            raise BundleError(f"{self.path}: cannot be read or written: {blocked} is a file, not a folder") from None
+        except OSError as exc:
+            raise BundleError(f"{self.path}: cannot read: {exc.strerror or exc}") from None
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
@@ -117,7 +124,7 @@ class BundleStore:
         try:
             folder.mkdir(parents=True, exist_ok=True)
             self._lock.acquire(timeout=self.lock_timeout)
-        except filelock.Timeout:
+        except files.LockTimeout:
             holders = files.lock_holders(lock_file)
             who = f"held by {', '.join(holders)}" if holders else "another process holds it"
             raise BundleError(
