@@ -128,6 +128,25 @@ def test_automatic_dynamic_recompiles_once_on_a_new_size(cold_cache):
     assert "size mismatch at index 0. expected 3, actual 5" in cold_cache.stats.dynamo.recompile_reasons[0]
 
 
+class Doubler(torch.nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+def test_a_module_recompile_is_located_in_the_users_code(cold_cache):
+    model = torch.compile(Doubler(), backend="eager", dynamic=False)
+    model(torch.randn(8))
+    model(torch.randn(9))
+    layers = torch.compile(torch.nn.Sequential(torch.nn.ReLU()), backend="eager", dynamic=False)
+    layers(torch.randn(8))
+    layers(torch.randn(9))  # a torch.nn module: Dynamo compiles a wrapper frame of its own
+    cold_cache.assert_compiles(recompiles=2)
+    own, builtin = cold_cache.stats.dynamo.recompile_reasons
+    assert own.startswith("forward (") and "test_inner.py" in own, own
+    assert builtin.startswith("Sequential.forward (called at ") and "test_inner.py:" in builtin, builtin
+    assert "external_utils" not in own + builtin
+
+
 def test_counts_are_per_test(cold_cache):
     def scale(x):
         return x * 2 + 1
@@ -157,7 +176,7 @@ def test_real_compiles(
     pytester.makepyfile(test_inner=INNER)
     report = tmp_path / "report.json"
     result = run_inner("-p", "no:cacheprovider", f"--compile-cache-report={report}")
-    result.assert_outcomes(passed=6, failed=1)
+    result.assert_outcomes(passed=7, failed=1)
     text = result.stdout.str()
     assert "Dynamo compile counts differ: graphs expected 1, got 4; recompiles expected 0, got 2; " \
            "graph_breaks expected 0, got 2" in text, text
@@ -174,4 +193,4 @@ def test_real_compiles(
     assert tests["test_inner.py::test_counts_are_per_test"]["dynamo"] == {
         "frames": 1, "graphs": 1, "recompiles": 0, "graph_breaks": 0}
     totals = json.loads(report.read_text())["totals"]["dynamo"]
-    assert (totals["recompiles"], totals["graph_breaks"]) == (4, 5)
+    assert (totals["recompiles"], totals["graph_breaks"]) == (6, 5)

@@ -9,6 +9,7 @@ failures it returns are the reasons, as ``TORCH_LOGS=recompiles`` would print th
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections import Counter
@@ -53,11 +54,51 @@ def install() -> None:
 
 
 def _describe(frame: Any, reasons: Any) -> str:
-    """``function (file:line): guard failure; ...`` for one recompile."""
+    """``function (file:line): guard failure; ...`` for one recompile.
+
+    A frame of torch's own (the wrapper Dynamo compiles around a ``torch.nn`` module) is named after
+    the module and located at the user's call, the first frame outside torch on the stack."""
     code = getattr(frame, "f_code", None)
-    where = f"{code.co_name} ({code.co_filename}:{code.co_firstlineno})" if code is not None else "a frame"
+    if code is None:
+        where = "a frame"
+    elif _in_torch(code.co_filename):
+        where = f"{_wrapped_name(frame) or code.co_name} (called at {_caller_outside_torch()})"
+    else:
+        where = f"{code.co_name} ({code.co_filename}:{code.co_firstlineno})"
     failures = [str(r) for r in reasons] if isinstance(reasons, (list, tuple)) else [str(reasons)] if reasons else []
     return f"{where}: {'; '.join(failures) or 'torch found no guard failure'}"
+
+
+def _torch_dir() -> str:
+    torch = sys.modules.get("torch")
+    return os.path.dirname(getattr(torch, "__file__", "") or "") + os.sep
+
+
+def _in_torch(filename: str) -> bool:
+    return filename.startswith(_torch_dir())
+
+
+def _wrapped_name(frame: Any) -> str:
+    """``Sequential.forward`` for the wrapper frame around a module (its ``fn``), else ``""``."""
+    try:
+        fn = (getattr(frame, "f_locals", None) or {}).get("fn")
+    except Exception:
+        return ""
+    forward = getattr(type(fn), "forward", None) if fn is not None and hasattr(fn, "_modules") else None
+    target = forward if forward is not None else getattr(fn, "__func__", fn)
+    return str(getattr(target, "__qualname__", "") or "")
+
+
+def _caller_outside_torch() -> str:
+    """``file:line`` of the innermost frame on this thread's stack outside torch and this package."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not _in_torch(name) and not name.startswith(here) and not name.startswith("<"):
+            return f"{name}:{frame.f_lineno}"
+        frame = frame.f_back  # type: ignore[assignment]
+    return "an unknown place"
 
 
 def counts() -> dict[str, int]:
