@@ -38,6 +38,7 @@ class SaveStatus(enum.Enum):
     UNCHANGED = "unchanged"
     DELTA = "delta"
     KEPT = "kept"
+    LEFT_ALONE = "left alone"
     NOTHING = "nothing to save"
     FAILED = "failed"
 
@@ -64,6 +65,8 @@ class ProcessReport:
     problems: list[str] = field(default_factory=list)
     binaries: dict[str, int] = field(default_factory=dict)
     binary_problems: list[str] = field(default_factory=list)
+    #: Why the bundle could not be read here (a damaged file, not a bundle); "" when it could.
+    bundle_unreadable: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """A plain dict (for ``workeroutput`` and the JSON report)."""

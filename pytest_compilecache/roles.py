@@ -66,15 +66,17 @@ def _describe_path(path: Path | None) -> tuple[str, bool, str]:
     """How PATH looks now, without torch: (description, whether it exists, problem or "")."""
     if path is None:
         return "", False, ""
-    existed = path.exists() or path.is_symlink()
+    store = BundleStore(path, 0)
     try:
-        with read_manifest(path) as bundle:
-            size = path.stat().st_size
-            return f"{path}: {len(bundle.entries)} environment(s), {size / 1e6:.1f} MB", existed, ""
-    except FileNotFoundError:
-        return f"{path}: missing, the session will create it", existed, ""
+        bundle = store.read()
     except BundleError as exc:
-        return str(exc), existed, str(exc)
+        return str(exc), True, str(exc)
+    if bundle is None:
+        empty = path.is_file()
+        return f"{path}: {'an empty file' if empty else 'missing'}, the session will write the bundle there", False, ""
+    with bundle:
+        size = path.stat().st_size
+        return f"{path}: {len(bundle.entries)} environment(s), {size / 1e6:.1f} MB", True, ""
 
 
 def _header(options: Options, report: SessionReport, process: ProcessReport | None) -> list[str]:
@@ -178,6 +180,8 @@ class TestSide:
         self.process = process
         self.run = run
         self.bundle_existed = False
+        #: Why the bundle could not be read at session start ("" when it could, or is missing).
+        self.bundle_problem = ""
         self._saved_env: SavedEnv | None = None
         self._worker_dir: WorkerDir | None = None
         self._preparer: Preparer | None = None
@@ -268,15 +272,22 @@ class TestSide:
     @property
     def writes_bundle(self) -> bool:
         """Whether this session writes PATH at its end (so its artifacts and binaries are worth saving)."""
-        return self.options.has_bundle and (self.options.update or not self.bundle_existed)
+        if not self.options.has_bundle or (self.unreadable and not self.options.rebuild):
+            return False
+        return self.options.update or not self.bundle_existed
+
+    @property
+    def unreadable(self) -> str:
+        """Why the bundle could not be read, at session start or while preparing; "" when it could."""
+        return self.bundle_problem or self.process_report.bundle_unreadable
 
     def _make_preparer(self, hook: Any) -> Preparer:
         source = self.options.bundle_store()
-        publish = source if self.writes_bundle and source is not None else \
-            BundleStore(self.folders.shared / "session.bundle", self.options.lock_timeout)
+        own = BundleStore(self.folders.shared / "session.bundle", self.options.lock_timeout)
         return Preparer(
             source=source,
-            publish=publish,
+            publish=source if self.writes_bundle and source is not None else own,
+            fallback=own,
             update=self.options.update,
             template=self.folders.template,
             marker=self.folders.shared / "warmup-done",
@@ -462,9 +473,11 @@ class TestSide:
 class Saver:
     """The end of the session: merge every process's artifacts into PATH, once, under its lock."""
 
-    def __init__(self, options: Options, bundle_existed: bool, run: float, pools: Path | None = None) -> None:
+    def __init__(self, options: Options, bundle_existed: bool, run: float, pools: Path | None = None,
+                 bundle_problem: str = "") -> None:
         self.options = options
         self.bundle_existed = bundle_existed
+        self.bundle_problem = bundle_problem
         self.run = run
         self.pools = pools
 
@@ -474,8 +487,16 @@ class Saver:
         if store is None:
             return
         path = store.name
+        unreadable = self.bundle_problem or next((p.bundle_unreadable for p in report.processes
+                                                  if p.bundle_unreadable), "")
+        if unreadable and not self.options.rebuild:
+            report.saved = SaveResult(SaveStatus.LEFT_ALONE, f"{path} could not be read (see the problem above), so "
+                                      "this session wrote nothing there; --compile-cache-rebuild writes a fresh bundle "
+                                      "over a damaged one (never over a file that is not a bundle)")
+            return
         if not (self.options.update or not self.bundle_existed):
-            report.saved = SaveResult(SaveStatus.KEPT, "PATH existed; add --compile-cache-update to merge into it")
+            report.saved = SaveResult(SaveStatus.KEPT, f"{path} existed; add --compile-cache-update to merge this "
+                                      "session's artifacts into it")
             return
         if not blobs:
             report.saved = SaveResult(SaveStatus.NOTHING, "nothing was compiled or used")
@@ -603,7 +624,8 @@ class SingleProcess(_RunsTests):
         super().__init__(config, options, TestSide(config, options, Folders(config), "main", self.run))
         self.report = SessionReport(bundle_path=options.bundle_name)
         self.collector = Collector(options, self.report)
-        self.report.bundle_at_start, self.side.bundle_existed, self.start_problem = _describe_path(options.bundle)
+        self.report.bundle_at_start, self.side.bundle_existed, self.side.bundle_problem = \
+            _describe_path(options.bundle)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -611,10 +633,10 @@ class SingleProcess(_RunsTests):
         (not in runs that only collect)."""
         if not self.config.option.collectonly:
             if self.options.bundle_url is not None:
-                self.report.bundle_at_start, self.side.bundle_existed, self.start_problem = \
+                self.report.bundle_at_start, self.side.bundle_existed, self.side.bundle_problem = \
                     _describe_bundle(self.options)
             _check_remote(self.options, self.report)
-            _check_at_start(self.options, self.start_problem, self.side.bundle_existed, self.side.folders.process,
+            _check_at_start(self.options, self.side.bundle_problem, self.side.bundle_existed, self.side.folders.process,
                             self.report)
 
     @pytest.hookimpl(tryfirst=True)
@@ -630,7 +652,7 @@ class SingleProcess(_RunsTests):
         self.report.processes = [process]
         env = process.env
         pools = self.side.folders.shared / "binaries"
-        Saver(self.options, self.side.bundle_existed, self.run, pools).save(
+        Saver(self.options, self.side.bundle_existed, self.run, pools, self.side.bundle_problem).save(
             self.report, [(env, *own)] if own and env else [])
         _write_json(self.options.report, self.report)
         _exit_status(self.options, self.report, session)
@@ -651,6 +673,7 @@ class Worker(_RunsTests):
         super().__init__(config, options, TestSide(config, options, folders, str(workerinput.get("workerid", "worker")),
                                                    run))
         self.side.bundle_existed = bool(workerinput.get("compilecache_bundle_existed", False))
+        self.side.bundle_problem = str(workerinput.get("compilecache_bundle_problem", ""))
         self.strict_failure: str | None = None
 
     @pytest.hookimpl(tryfirst=True)
@@ -709,6 +732,7 @@ class Controller:
         """Tell a new worker where the session's shared folder is and whether PATH existed at start."""
         node.workerinput["compilecache_shared"] = str(self.folders.shared)
         node.workerinput["compilecache_bundle_existed"] = self.bundle_existed
+        node.workerinput["compilecache_bundle_problem"] = self.start_problem
         node.workerinput["compilecache_run"] = self.run
 
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
@@ -738,7 +762,8 @@ class Controller:
             file = process.artifacts_file
             if file and process.env and os.path.exists(file):
                 blobs.append((process.env, Path(file).read_bytes(), _read_index(process.index_file)))
-        Saver(self.options, self.bundle_existed, self.run, self.folders.shared / "binaries").save(self.report, blobs)
+        Saver(self.options, self.bundle_existed, self.run, self.folders.shared / "binaries",
+              self.start_problem).save(self.report, blobs)
         _write_json(self.options.report, self.report)
         _exit_status(self.options, self.report, session)
 

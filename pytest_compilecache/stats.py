@@ -384,7 +384,7 @@ def stats_from_counts(
             counts.get(f"{name}.misses", 0),
             counts.get(f"{name}.bypasses", 0),
             _saved=counts.get(f"{name}.saved", 0),
-            from_bundle=counts.get(f"{name}.from_bundle", 0),
+            from_bundle=min(counts.get(f"{name}.from_bundle", 0), counts.get(f"{name}.hits", 0)),
             bypass_reasons=tuple(bypass_reasons.get(name, ())),
             saved_unobservable=(unobservable_fields or {}).get(f"{name}.saved", ""),
             explanations=_reasons(counts, name + EXPLANATION),

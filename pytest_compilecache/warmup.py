@@ -65,9 +65,11 @@ class Preparer:
         binaries: BinaryPool | None = None,
         run: float | None = None,
         rebuild: bool = False,
+        fallback: BundleStore | None = None,
     ) -> None:
         self.source = source
         self.publish = publish
+        self.fallback = fallback
         self.update = update
         self.template = template
         self.marker = marker
@@ -106,8 +108,10 @@ class Preparer:
                     return True
         except NotABundle as exc:
             self._problem(Status.NOT_A_BUNDLE, str(exc))
+            self._unreadable(str(exc))
         except BundleError as exc:
             self._problem(Status.UNUSABLE, str(exc))
+            self._unreadable(str(exc))
 
         if not loaded and self.source is not None:
             _torchapi.use_bundle_index(None, "", cannot=f"no bundle entry was loaded ({self.report.status.value}: "
@@ -129,6 +133,13 @@ class Preparer:
         else:
             self._problem(Status.UNUSABLE, problem)
         return loaded
+
+    def _unreadable(self, why: str) -> None:
+        """The bundle could not be read: it is left alone, and the warmup publishes to this session's own
+        bundle instead (nothing is ever written over a file that could not be read)."""
+        self.report.bundle_unreadable = why
+        if self.publish is self.source and self.fallback is not None:
+            self.publish = self.fallback
 
     def _status(self, status: Status, reason: str) -> None:
         self.report.status, self.report.reason = status, reason
@@ -152,6 +163,8 @@ class Preparer:
         except (BundleError, _torchapi.MegaCacheError) as exc:
             message = str(exc) if str(exc).startswith(bundle.name) else f"{bundle.name}: {exc}"
             self._problem(Status.UNUSABLE, message)
+            if isinstance(exc, BundleError) and bundle.path == getattr(self.source, "path", None):
+                self._unreadable(message)
             shutil.rmtree(self.template, ignore_errors=True)
             return False
         self._status(Status.LOADED, f"{bundle.name}: {env_label(entry.env)}")
@@ -170,6 +183,7 @@ class Preparer:
         if problem:
             self.report.problems.append(problem)
         keys = {k for kind in ("inductor", "aot_autograd") for k in loaded.get(kind, [])}
+        _torchapi.note_bundle_keys(loaded.get("aot_autograd", []))
         name = f"the bundle {bundle.name}"
         if index is not None and index.torch and index.torch != entry.env.get("torch", index.torch):
             _torchapi.use_bundle_index(None, name, cannot=f"the bundle's key details were recorded by torch "

@@ -61,3 +61,80 @@ def test_no_counted_test_prints_no_table_of_zeros(
     text = result.stdout.str()
     assert "per-layer totals" not in text
     result.stdout.fnmatch_lines(["*no test compiled anything*"])
+
+
+def _summary(result: pytest.RunResult) -> str:
+    text = result.stdout.str()
+    return text[text.index("= compilecache ="):]
+
+
+@pytest.fixture(scope="module")
+def built_bundle(tmp_path_factory: pytest.TempPathFactory, shared_headers_dir) -> bytes:  # type: ignore[no-untyped-def]
+    """The bytes of a real bundle built by a session with the warmup hook (read by the cases below)."""
+    import subprocess
+    import sys
+
+    folder = tmp_path_factory.mktemp("built")
+    (folder / "conftest.py").write_text(WARMUP_CONFTEST)
+    (folder / "test_model.py").write_text(WARM_TEST)
+    (folder / "pytest.ini").write_text(f"[pytest]\ncompile_cache_home = {folder / 'home'}\n"
+                                       f"compile_cache_headers_dir = {shared_headers_dir}\n")
+    subprocess.run([sys.executable, "-m", "pytest", "-p", "no:randomly", "--compile-cache-bundle=b.bundle", "-q"],
+                   cwd=folder, check=True, capture_output=True, timeout=600)
+    return (folder / "b.bundle").read_bytes()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("update", [["--compile-cache-update"], []], ids=["update", "no-update"])
+@pytest.mark.parametrize("case", ["text", "truncated", "corrupt"])
+def test_an_unreadable_bundle_still_warms_up_and_is_left_alone_said_once(
+    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], built_bundle: bytes,
+    case: str, update: list[str],
+) -> None:
+    pytester.makeconftest(WARMUP_CONFTEST)
+    pytester.makepyfile(test_model=WARM_TEST)
+    mid = len(built_bundle) // 2
+    bad = {"text": b"just some notes\n", "truncated": built_bundle[: len(built_bundle) // 2],
+           "corrupt": built_bundle[:mid] + bytes(200) + built_bundle[mid + 200:]}[case]
+    path = pytester.path / "b.bundle"
+    path.write_bytes(bad)
+    result = run_inner("--compile-cache-bundle=b.bundle", *update, ini=f"compile_cache_home = {pytester.path / 'home'}")
+    result.assert_outcomes(passed=2)
+    summary = _summary(result)
+    assert path.read_bytes() == bad
+    assert "warmup ran here" in summary
+    assert "add --compile-cache-update" not in summary
+    assert "bundle left alone" in summary
+    problems = [line for line in summary.splitlines() if line.startswith("PROBLEM:")]
+    assert len(problems) == 1, summary
+    assert str(path) in problems[0]
+
+
+@pytest.mark.parametrize("update", [["--compile-cache-update"], []], ids=["update", "no-update"])
+def test_an_empty_bundle_file_is_a_bundle_to_create(
+    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], update: list[str]
+) -> None:
+    pytester.makeconftest(WARMUP_CONFTEST)
+    pytester.makepyfile(test_model=WARM_TEST)
+    path = pytester.path / "b.bundle"
+    path.write_bytes(b"")
+    result = run_inner("--compile-cache-bundle=b.bundle", *update, ini=f"compile_cache_home = {pytester.path / 'home'}")
+    result.assert_outcomes(passed=2)
+    summary = _summary(result)
+    assert "warmup ran here" in summary and "PROBLEM" not in summary, summary
+    assert f"bundle saved: {path}" in summary
+    assert path.stat().st_size > 0
+
+
+def test_a_bundle_path_under_a_file_is_one_problem(
+    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult]
+) -> None:
+    pytester.makeconftest(WARMUP_CONFTEST)
+    pytester.makepyfile(test_model=WARM_TEST)
+    (pytester.path / "afile").write_text("not a folder")
+    result = run_inner("--compile-cache-bundle=afile/b.bundle", ini=f"compile_cache_home = {pytester.path / 'home'}")
+    result.assert_outcomes(passed=2)
+    summary = _summary(result)
+    problems = [line for line in summary.splitlines() if line.startswith("PROBLEM:")]
+    assert len(problems) == 1, summary
+    assert f"{pytester.path / 'afile'} is a file, not a folder" in problems[0]

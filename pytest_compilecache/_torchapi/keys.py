@@ -19,11 +19,13 @@ import re
 import sys
 import threading
 from collections import Counter
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from ..explain import Explanation, Known, explain
 from ..keyindex import KeyIndex
 from ..stats import EXPLANATION, MISS_KIND
+
+FROM_BUNDLE_AOT = "aot_autograd.from_bundle"
 
 _LINE = re.compile(r"^\[([A-Za-z0-9]+)\] ([^\s:\[]+(?:\[[^\]]*\])?): (.*)$", re.DOTALL)
 _TRACE = re.compile(r'File "([^"]+)", line \d+, in (\S+)')
@@ -35,6 +37,8 @@ _explaining = 0
 _bundle: Known | None = None
 _cannot = ""
 _installed = False
+#: AOTAutograd keys whose entries the loaded bundle put into cache folders.
+_bundle_aot_keys: frozenset[str] = frozenset()
 
 
 def install() -> None:
@@ -100,7 +104,10 @@ def _wrap_aot(original: Callable[..., Any], folder: Callable[[str], str | None],
     def keyed(*args: Any, **kwargs: Any) -> Any:
         key, lines = original(*args, **kwargs)
         with contextlib.suppress(Exception):
-            if _missing(folder, key):
+            if key in _bundle_aot_keys and not _missing(folder, key):
+                with _lock:
+                    _counts[FROM_BUNDLE_AOT] += 1
+            elif _missing(folder, key):
                 if not lines:
                     lines = _debug_lines(original, logger, args, kwargs)
                 gm = args[0] if args else kwargs.get("mod")
@@ -214,6 +221,14 @@ def use_bundle_index(index: KeyIndex | None, name: str, undocumented: int = 0, c
     with _lock:
         _bundle = Known(name, index, undocumented, fills=True) if index is not None else None
         _cannot = cannot
+
+
+def note_bundle_keys(aot_keys: Iterable[str]) -> None:
+    """The AOTAutograd keys the loaded bundle holds: a lookup that finds one of them in the cache folder
+    counts as ``aot_autograd.from_bundle`` (torch counts FX graphs from a bundle, not AOTAutograd entries)."""
+    global _bundle_aot_keys
+    with _lock:
+        _bundle_aot_keys = frozenset(aot_keys)
 
 
 def index_for(payload: bytes) -> KeyIndex:
