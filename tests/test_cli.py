@@ -10,7 +10,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import pytest
 
@@ -22,9 +22,48 @@ from pytest_compilecache.cli import main
 CLI = shutil.which("pytest-compilecache", path=str(Path(sys.executable).parent)) or "pytest-compilecache"
 
 
-def cli_process(*args: str) -> subprocess.CompletedProcess[str]:
-    """The CLI through its installed entry point, in a new process."""
-    return subprocess.run([CLI, *map(str, args)], capture_output=True, text=True, timeout=300)
+class Sessions:
+    """How this module runs pytest sessions and the CLI in new processes: with a plugin home of their
+    own (the ini value ``compile_cache_home``) and the suite's shared precompiled headers, and with HOME
+    and XDG_CACHE_HOME pointed at ``user_home``, a folder that stands for the developer's home and must
+    stay empty (item 14 of issue 20: the bundle builders filled ~/.cache/pytest-compilecache)."""
+
+    def __init__(self, home: Path, headers: Path, user_home: Path) -> None:
+        self.home = home
+        self.headers = headers
+        self.user_home = user_home
+
+    def env(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        env = dict(os.environ if base is None else base)
+        env.update(HOME=str(self.user_home), XDG_CACHE_HOME=str(self.user_home / ".cache"))
+        return env
+
+    def args(self) -> list[str]:
+        """The options that give a session its plugin home and headers."""
+        return ["-o", f"compile_cache_home={self.home}", "-o", f"compile_cache_headers_dir={self.headers}"]
+
+    def run(self, cwd: Path, *args: str, env: dict[str, str] | None = None,
+            check: bool = False) -> subprocess.CompletedProcess[str]:
+        """``pytest ARGS`` in ``cwd`` (without the cache provider)."""
+        return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *self.args(), *args],
+                              cwd=cwd, capture_output=True, text=True, timeout=300, env=self.env(env), check=check)
+
+
+def written_into(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+@pytest.fixture(scope="module")
+def sessions(tmp_path_factory: pytest.TempPathFactory, shared_headers_dir: Path) -> Iterator[Sessions]:
+    """The module's way to run processes; after its last test, the stand-in user home must still be empty."""
+    made = Sessions(tmp_path_factory.mktemp("plugin-home"), shared_headers_dir, tmp_path_factory.mktemp("user-home"))
+    yield made
+    assert written_into(made.user_home) == [], "a session of this module wrote into the user's home"
+
+
+def cli_process(sessions: Sessions, *args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI through its installed entry point, in a new process (with the stand-in user home)."""
+    return subprocess.run([CLI, *map(str, args)], capture_output=True, text=True, timeout=300, env=sessions.env())
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -59,7 +98,7 @@ def assert_user_error(result: subprocess.CompletedProcess[str], code: int, *word
 
 
 @pytest.fixture(scope="module")
-def good_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def good_bundle(tmp_path_factory: pytest.TempPathFactory, sessions: Sessions) -> Path:
     """A real bundle for this machine, made by a pytest run that compiles two small functions."""
     project = tmp_path_factory.mktemp("project")
     (project / "test_make.py").write_text(
@@ -68,10 +107,7 @@ def good_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "    torch.compile(lambda x: x.cos() * 2)(torch.randn(8))\n"
     )
     bundle = project / "good.bundle"
-    subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--compile-cache-bundle={bundle}"],
-        cwd=project, check=True, capture_output=True, timeout=300,
-    )
+    sessions.run(project, "-q", f"--compile-cache-bundle={bundle}", check=True)
     return bundle
 
 
@@ -97,8 +133,8 @@ def test_inspect_shows_environments_and_layers(good_bundle: Path, foreign_bundle
     assert any(d.startswith("device: bundle NVIDIA H200, here") for d in foreign["differences"])
 
 
-def test_verify_is_a_ci_gate(good_bundle: Path, foreign_bundle: Path, tmp_path: Path) -> None:
-    ok = cli_process("verify", good_bundle)
+def test_verify_is_a_ci_gate(good_bundle: Path, foreign_bundle: Path, tmp_path: Path, sessions: Sessions) -> None:
+    ok = cli_process(sessions, "verify", good_bundle)
     assert ok.returncode == 0 and "OK" in ok.stdout
     assert_user_error(cli("verify", foreign_bundle), 1, str(foreign_bundle), "no entry matches this machine", "device")
     with read_manifest(good_bundle) as bundle:
@@ -307,9 +343,16 @@ def test_the_lock_file_is_removed_without_breaking_mutual_exclusion(tmp_path: Pa
     assert not lock.exists() or others == "filelock", "the last holder removes the lock file"
 
 
-def test_python_m_runs_the_same_command(good_bundle: Path) -> None:
+def test_nothing_is_written_into_the_users_home(good_bundle: Path, sessions: Sessions) -> None:
+    """Item 14 of issue 20: this module's bundle builder (and every session it runs) gets a plugin home of
+    its own; HOME and XDG_CACHE_HOME point at a stand-in for the developer's home, which stays empty."""
+    assert good_bundle.is_file()
+    assert written_into(sessions.user_home) == [], "the bundle builder wrote into the user's home"
+
+
+def test_python_m_runs_the_same_command(good_bundle: Path, sessions: Sessions) -> None:
     result = subprocess.run([sys.executable, "-m", "pytest_compilecache", "verify", str(good_bundle)],
-                            capture_output=True, text=True, timeout=300)
+                            capture_output=True, text=True, timeout=300, env=sessions.env())
     assert result.returncode == 0 and "OK" in result.stdout
 
 
@@ -328,14 +371,18 @@ def test_a_real_gpu_bundle_does_not_match_a_cpu_machine(tmp_path: Path) -> None:
     assert entry["artifacts"]["autotune"]["count"] == 1
 
 
-def test_a_real_gpu_bundle_is_not_loaded_on_a_cpu_machine(pytester: pytest.Pytester) -> None:
+def test_a_real_gpu_bundle_is_not_loaded_on_a_cpu_machine(pytester: pytest.Pytester, sessions: Sessions,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU; the check is for CPU machines")
     bundle = pytester.path / "gpu.bundle"
     shutil.copy(H200_BUNDLE, bundle)
     pytester.makepyfile("def test_w(warm_cache):\n    pass\n")
-    result = pytester.runpytest_subprocess(f"--compile-cache-bundle={bundle}", "-rs", "-p", "no:cacheprovider")
+    for name, value in sessions.env({}).items():
+        monkeypatch.setenv(name, value)
+    result = pytester.runpytest_subprocess(*sessions.args(), f"--compile-cache-bundle={bundle}", "-rs",
+                                           "-p", "no:cacheprovider")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*bundle (main): incompatible:*no entry matches this machine*device: bundle NVIDIA H200, here cpu*"])
     assert bundle.read_bytes() == H200_BUNDLE.read_bytes()
@@ -357,7 +404,8 @@ def rekeyed(payload: bytes, kind: str, key: str) -> bytes:
     return bytes(serializer.to_bytes())
 
 
-def test_a_key_that_leaves_the_cache_folder_is_never_loaded(good_bundle: Path, tmp_path: Path) -> None:
+def test_a_key_that_leaves_the_cache_folder_is_never_loaded(good_bundle: Path, tmp_path: Path,
+                                                            sessions: Sessions) -> None:
     pytest.importorskip("torch")
     with read_manifest(good_bundle) as bundle:
         bundle.read_all()
@@ -373,11 +421,8 @@ def test_a_key_that_leaves_the_cache_folder_is_never_loaded(good_bundle: Path, t
     (project / "test_uses_it.py").write_text(
         "import torch\n\ndef test_warm(warm_cache):\n    torch.compile(lambda x: x.sin() + 1)(torch.randn(8))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-p", "no:randomly",
-         f"--compile-cache-bundle={crafted}", f"--basetemp={project / 'base'}"],
-        cwd=project, capture_output=True, text=True, timeout=300,
-    )
+    done = sessions.run(project, "-q", "-rs", "-p", "no:randomly", f"--compile-cache-bundle={crafted}",
+                        f"--basetemp={project / 'base'}")
     assert "could write outside the cache folder" in done.stdout and str(crafted) in done.stdout, done.stdout
     assert not list(tmp_path.rglob("escaped*")), "a byte was written outside the cache folder"
 
@@ -403,7 +448,7 @@ def rewrite_manifest(source: Path, target: Path, change: Callable[[dict], None])
     target.write_bytes(magic + b"\n" + b"%d\n" % len(new) + new + rest[int(length):])
 
 
-def test_signed_bundles(good_bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_signed_bundles(good_bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sessions: Sessions) -> None:
     """With PYTEST_COMPILE_CACHE_KEY set, only entries signed with it are used, in sessions and in verify."""
     signed = tmp_path / "project" / "signed.bundle"
     monkeypatch.setenv("PYTEST_COMPILE_CACHE_KEY", "right")
@@ -434,11 +479,8 @@ def test_signed_bundles(good_bundle: Path, tmp_path: Path, monkeypatch: pytest.M
     )
 
     def session(bundle: Path, secret: str | None, *extra: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "pytest", "-rs", "-p", "no:cacheprovider", "-p", "no:randomly",
-             f"--compile-cache-bundle={bundle}", f"--basetemp={project / 'base'}", *extra],
-            cwd=project, capture_output=True, text=True, timeout=300, env=with_key(secret),
-        )
+        return sessions.run(project, "-rs", "-p", "no:randomly", f"--compile-cache-bundle={bundle}",
+                            f"--basetemp={project / 'base'}", *extra, env=with_key(secret))
 
     good = session(signed, "right")
     assert good.returncode == 0 and "bundles are signed and checked with PYTEST_COMPILE_CACHE_KEY" in good.stdout
@@ -453,7 +495,7 @@ def test_signed_bundles(good_bundle: Path, tmp_path: Path, monkeypatch: pytest.M
 
 
 def test_writing_with_the_key_never_signs_what_it_did_not_verify(
-    good_bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    good_bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sessions: Sessions
 ) -> None:
     """An unsigned (or forged) entry that reaches a write made with the key set (merge, prune, an
     updating session) is never signed: merge refuses it, prune keeps it refused, and an updating
@@ -474,11 +516,8 @@ def test_writing_with_the_key_never_signs_what_it_did_not_verify(
     (work / "test_update.py").write_text(
         "import torch\n\ndef test_other():\n    torch.compile(lambda x: x.tan() - 1)(torch.randn(8))\n"
     )
-    updated = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "test_update.py",
-         f"--compile-cache-bundle={unsigned}", "--compile-cache-update", f"--basetemp={work / 'base'}"],
-        cwd=work, capture_output=True, text=True, timeout=300, env=with_key("right"),
-    )
+    updated = sessions.run(work, "-p", "no:randomly", "test_update.py", f"--compile-cache-bundle={unsigned}",
+                           "--compile-cache-update", f"--basetemp={work / 'base'}", env=with_key("right"))
     assert updated.returncode == 0, updated.stdout + updated.stderr
     assert "dropped" in updated.stdout and "unsigned" in updated.stdout, updated.stdout
     assert cli_env(with_key("right"), "verify", unsigned).returncode == 0, "the session's own entry is signed"
@@ -487,7 +526,7 @@ def test_writing_with_the_key_never_signs_what_it_did_not_verify(
         assert entry.artifacts["inductor"]["count"] == 1, "only the session's own graph, not the fork's two"
 
 
-def test_a_warmup_with_the_key_set_uses_what_it_published(tmp_path: Path) -> None:
+def test_a_warmup_with_the_key_set_uses_what_it_published(tmp_path: Path, sessions: Sessions) -> None:
     """The process that runs the warmup loads the entry it just signed (no 'unsigned' refusal)."""
     (tmp_path / "conftest.py").write_text(
         "import pytest\n\n@pytest.hookimpl(optionalhook=True)\ndef pytest_compilecache_warmup(cache):\n"
@@ -497,10 +536,8 @@ def test_a_warmup_with_the_key_set_uses_what_it_published(tmp_path: Path) -> Non
         "import torch\n\ndef test_warm(warm_cache):\n    torch.compile(lambda x: x.sin() + 1)(torch.randn(8))\n"
         "    warm_cache.assert_hits(fx_graph=1)\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "--compile-cache-strict",
-         f"--compile-cache-bundle={tmp_path / 'w.bundle'}", f"--basetemp={tmp_path / 'base'}"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300, env=with_key("right"),
-    )
+    result = sessions.run(tmp_path, "-p", "no:randomly", "--compile-cache-strict",
+                          f"--compile-cache-bundle={tmp_path / 'w.bundle'}", f"--basetemp={tmp_path / 'base'}",
+                          env=with_key("right"))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "1 passed" in result.stdout and "unsigned" not in result.stdout, result.stdout
