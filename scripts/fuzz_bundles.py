@@ -54,8 +54,12 @@ class Hang(BaseException):
 # ---------------------------------------------------------------- real bundles
 
 
-def build_real_bundle(folder: Path) -> Path:
-    """A real bundle for this machine: a pytest run that compiles two small functions (as tests/test_cli.py)."""
+def build_real_bundle(folder: Path, env: dict[str, str] | None = None, headers: Path | None = None) -> Path:
+    """A real bundle for this machine: a pytest run that compiles two small functions (as tests/test_cli.py).
+
+    The run's plugin home is ``folder/home`` (never the user's cache folder), its precompiled headers
+    there too unless ``headers`` names a folder for them. ``env``: variables to set for that run (over
+    this process's environment, without the signing key)."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "test_make.py").write_text(
         "import torch\n\ndef test_make():\n"
@@ -63,11 +67,13 @@ def build_real_bundle(folder: Path) -> Path:
         "    torch.compile(lambda x: x.cos() * 2)(torch.randn(8))\n"
     )
     bundle = folder / "good.bundle"
-    env = {k: v for k, v in os.environ.items() if k != signing.KEY_ENV}
+    run_env = {**{k: v for k, v in os.environ.items() if k != signing.KEY_ENV}, **(env or {})}
     subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+         "-o", f"compile_cache_home={folder / 'home'}",
+         *(["-o", f"compile_cache_headers_dir={headers}"] if headers is not None else []),
          f"--compile-cache-bundle={bundle}", f"--basetemp={folder / 'base'}"],
-        cwd=folder, check=True, capture_output=True, timeout=600, env=env,
+        cwd=folder, check=True, capture_output=True, timeout=600, env=run_env,
     )
     return bundle
 

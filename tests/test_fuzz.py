@@ -39,11 +39,24 @@ fuzz = _load_script()
 
 
 @pytest.fixture(scope="module")
-def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def user_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder that stands for the developer's home (HOME and XDG_CACHE_HOME) while the real bundle is made."""
+    return tmp_path_factory.mktemp("user-home")
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory: pytest.TempPathFactory, user_home: Path, shared_headers_dir: Path) -> Iterator[Any]:
     """The fuzzer's harness around real bundles: made by a pytest run that really compiles, then signed."""
-    real = fuzz.build_real_bundle(tmp_path_factory.mktemp("real"))
+    real = fuzz.build_real_bundle(tmp_path_factory.mktemp("real"), headers=shared_headers_dir,
+                                  env={"HOME": str(user_home), "XDG_CACHE_HOME": str(user_home / ".cache")})
     seeds = fuzz.Seeds.from_real(real, tmp_path_factory.mktemp("seeds"))
     yield fuzz.Harness(seeds, tmp_path_factory.mktemp("fuzz"))
+
+
+def test_the_bundle_builder_writes_nothing_into_the_users_home(harness: Any, user_home: Path) -> None:
+    """Item 14 of issue 20: the script's bundle builder set no plugin home and filled
+    ~/.cache/pytest-compilecache; its run gets a home of its own beside the bundle."""
+    assert sorted(str(p.relative_to(user_home)) for p in user_home.rglob("*")) == []
 
 
 def test_seeded_subset_breaks_no_invariant(harness: Any) -> None:
