@@ -152,6 +152,17 @@ class SessionReport:
         current = CacheStats.from_dict(stats)
         self.totals = current if self.totals is None else self.totals + current
 
+    def misses_in_cold_caches(self) -> dict[str, int]:
+        """``{layer: misses}`` in tests whose cache starts empty by design (``cold_cache``, per-test isolation)."""
+        out: dict[str, int] = {}
+        for stats in self.tests.values():
+            if stats.get("cache") != "cold":
+                continue
+            for layer in CacheStats.from_dict(stats):
+                if layer.observable and layer.cell("misses") != "0":
+                    out[layer.layer] = out.get(layer.layer, 0) + layer.misses
+        return out
+
     def binary_problems(self) -> list[str]:
         """Carried binaries that were not used (checksum, fit, load), once each; problems in strict mode."""
         return list(dict.fromkeys(p for r in self.processes for p in r.binary_problems))
@@ -240,7 +251,7 @@ def _compile_time_line(report: SessionReport) -> list[str]:
     compared = report.compared_with_build()
     if compared is not None:
         c = compared
-        ratio = f" ({c.then / c.now:.1f}x this run's)" if c.now > 0.05 and c.then > c.now else ""
+        ratio = f" ({c.then / c.now:.1f}x this run's)" if c.now > 0.05 and c.then >= 1.1 * c.now else ""
         plus = f", plus {c.warmup_then:.1f} s in its warmup" if c.warmup_then else ""
         lines.append(f"  the same {c.tests} tests in the run that built the bundle: {c.then:.1f} s{ratio}{plus}")
         total_then, total_now = c.then + c.warmup_then, c.now + c.warmup_now
@@ -282,12 +293,24 @@ def _explained_lines(totals: CacheStats | None) -> list[str]:
     return lines
 
 
+def _cold_lines(report: SessionReport) -> list[str]:
+    """Which misses happened in caches that start empty by design, so that a reader looks at the rest."""
+    assert report.totals is not None
+    cold = report.misses_in_cold_caches()
+    parts = [f"{layer} {n} of {report.totals.layer(layer).misses}" for layer, n in cold.items()]
+    if not parts:
+        return []
+    return [f"  misses in tests whose cache starts empty by design (cold_cache, --compile-cache-isolate): "
+            f"{', '.join(parts)}"]
+
+
 def summary_lines(report: SessionReport) -> list[str]:
     """The terminal summary: per-layer totals, and what was loaded, warmed up and saved."""
     if report.totals is None:
         lines = ["no test compiled anything (or torch's compiler was never imported in a test)"]
     else:
         lines = ["per-layer totals over all tests (summed over workers):", report.totals.table()]
+        lines.extend(_cold_lines(report))
         lines.extend(_dynamo_lines(report.totals))
         lines.extend(_explained_lines(report.totals))
     lines.extend(_compile_time_line(report))

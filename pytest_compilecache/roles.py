@@ -450,6 +450,14 @@ class TestSide:
             report.problems.append(f"could not save this process's compile artifacts: {exc}")
             return None
 
+    def _cache_kind(self, item: pytest.Item) -> str | None:
+        """The cache the test ran in: "warm" (from the bundle), "cold" (empty by design), or ``None``
+        (a cache shared with other tests)."""
+        names = getattr(item, "fixturenames", ())
+        if "warm_cache" in names:
+            return "warm"
+        return "cold" if "cold_cache" in names or self.options.isolation is Isolation.TEST else None
+
     # --- hooks shared by the roles that run tests (registered through those roles) ---
 
     def counts(self, item: pytest.Item) -> bool:
@@ -467,6 +475,7 @@ class TestSide:
         if call.when == "teardown":
             stats = self.test_finished(item.nodeid)
             if stats is not None:
+                stats["cache"] = self._cache_kind(item)
                 setattr(report, REPORT_ATTR, stats)
 
 

@@ -23,7 +23,8 @@ from conftest import f
 
 def test_warm(warm_cache):
     torch.compile(f)(torch.randn(8))
-    warm_cache.assert_hits(fx_graph=1)
+    warm_cache.assert_hits(fx_graph=1, aot_autograd=1)
+    assert warm_cache.stats.aot_autograd.from_bundle == 1  # the entry came from the bundle
 
 def test_cold(cold_cache):
     torch.compile(lambda x: x.cos() + 1)(torch.randn(4))
@@ -49,6 +50,8 @@ def test_fixture_runs_without_options_summarise_real_counts(
     plain.stdout.fnmatch_lines(["*fx_graph*1*1*", "Dynamo over all tests*"])
     assert "compile time in tests: 0.0 s" not in summary
     assert "autotune      0" not in summary  # a GPU-only layer on CPU is '-', never 0
+    assert "misses in tests whose cache starts empty by design (cold_cache, --compile-cache-isolate): " \
+           "fx_graph 1 of 1, aot_autograd 1 of 1" in summary, summary
 
 
 def test_no_counted_test_prints_no_table_of_zeros(
