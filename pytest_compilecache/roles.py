@@ -27,6 +27,7 @@ from . import _torchapi, files, remote, signing
 from .binaries import BinaryPool, CarriedBinaries, pooled
 from .bundle import Bundle, BundleError, Entry, NotABundle, encoded_size, make_entry, read_manifest
 from .cache import CompileCache
+from .capture import warnings_to_pytest
 from .environment import SavedEnv, caches_disabled_by_env, point_cache_dirs_at
 from .folders import Folders, WorkerDir
 from .keyindex import KeyIndex, KeyIndexError
@@ -650,12 +651,17 @@ class SingleProcess(_RunsTests):
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> None:
-        failure = self.side.prepare_for(session)
+        with warnings_to_pytest(self.config):
+            failure = self.side.prepare_for(session)
         if failure:
             raise pytest.UsageError(failure)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        with warnings_to_pytest(self.config):
+            self._finish(session)
+
+    def _finish(self, session: pytest.Session) -> None:
         process = self.side.finish()
         own = self.side.own_artifacts(process)
         self.report.processes = [process]
@@ -687,7 +693,8 @@ class Worker(_RunsTests):
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> None:
-        self.strict_failure = self.side.prepare_for(session)
+        with warnings_to_pytest(self.config):
+            self.strict_failure = self.side.prepare_for(session)
         if self.strict_failure:
             session.shouldstop = self.strict_failure
 
@@ -699,6 +706,10 @@ class Worker(_RunsTests):
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        with warnings_to_pytest(self.config):
+            self._finish(session)
+
+    def _finish(self, session: pytest.Session) -> None:
         process = self.side.finish()
         own = self.side.own_artifacts(process)
         if own is not None:
@@ -766,6 +777,10 @@ class Controller:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        with warnings_to_pytest(self.config):
+            self._finish(session)
+
+    def _finish(self, session: pytest.Session) -> None:
         blobs = []
         for process in self.report.processes:
             file = process.artifacts_file

@@ -141,3 +141,21 @@ def test_a_bundle_path_under_a_file_is_one_problem(
     problems = [line for line in summary.splitlines() if line.startswith("PROBLEM:")]
     assert len(problems) == 1, summary
     assert f"{pytester.path / 'afile'} is a file, not a folder" in problems[0]
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "n2"])
+def test_warnings_while_preparing_the_bundle_go_to_pytests_summary(
+    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], workers: list[str]
+) -> None:
+    pytester.makeconftest(WARMUP_CONFTEST + """
+import warnings
+
+def pytest_compilecache_warmup(cache):
+    warnings.warn("raised while warming up", UserWarning)
+    torch.compile(f)(torch.randn(8))
+""")
+    pytester.makepyfile(test_model=WARM_TEST)
+    result = run_inner(*workers, "--compile-cache-bundle=b.bundle", ini=f"compile_cache_home = {pytester.path / 'home'}")
+    result.assert_outcomes(passed=2)
+    assert "raised while warming up" not in result.stderr.str()
+    result.stdout.fnmatch_lines(["*warnings summary*", "*UserWarning: raised while warming up*"])
