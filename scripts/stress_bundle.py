@@ -51,7 +51,9 @@ def check(ok: bool, what: str, detail: str = "") -> None:
 
 
 def session(project: Path, tmp: Path, *args: str, **env: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(pytest_args(*args), cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    """A session in ``project`` with a plugin home of its round's own (never the user's cache folder)."""
+    home = ("-o", f"compile_cache_home={project.parent / 'plugin-home'}")
+    return subprocess.Popen(pytest_args(*home, *args), cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, env=clean_env(tmp, **env))
 
 
@@ -133,6 +135,7 @@ def crash_round(work: Path, headers: Path, workers: int, existing: bool) -> None
     check(counts == {"": 1 + len(chains)}, f"PATH holds the warmup's graph and the {len(chains)} test graph(s) that ran",
           str(counts))
     check(not leftovers(bundle.parent, bundle), "no temporary file beside PATH")
+    check(not Path(f"{bundle}.lock").exists(), "no lock file beside PATH (the killed holder's was removed by the next)")
 
 
 def concurrency_round(work: Path, headers: Path, sessions: int) -> None:
@@ -203,6 +206,7 @@ def concurrency_round(work: Path, headers: Path, sessions: int) -> None:
           str(sorted(set(seen))))
     print(f"  FX graph counts seen by the reader: {sorted(set(seen))}", flush=True)
     check(not leftovers(work, bundle), "no temporary file beside PATH")
+    check(not Path(f"{bundle}.lock").exists(), "no lock file beside PATH")
 
 
 def _by_type(ids: set[tuple[str, str, str]]) -> dict[str, int]:
