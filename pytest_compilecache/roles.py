@@ -339,7 +339,8 @@ class TestSide:
 
     def _run_warmup(self, previous: Path | None) -> tuple[bytes | None, dict[str, Any], float]:
         hook = self.config.hook.pytest_compilecache_warmup
-        cache = self._new_cache("warmup", "warmup")
+        kept = WorkerDir(self.options.home, "warmup") if self.options.isolation is Isolation.WORKER else None
+        cache = self._new_cache("warmup", "warmup", path=kept.path if kept is not None else None)
         if previous is not None:
             shutil.copytree(previous, cache.path, dirs_exist_ok=True)
         if self._pool is not None:
@@ -362,14 +363,17 @@ class TestSide:
                 data = _torchapi.save_artifacts()
         finally:
             self.harvest(cache.path)
-            shutil.rmtree(cache.path, ignore_errors=True)
+            if kept is not None:
+                kept.release()  # kept between runs, as the workers' folders: the next warmup hits
+            else:
+                shutil.rmtree(cache.path, ignore_errors=True)
         return data, cache.stats.to_dict(), time.perf_counter() - start
 
     # --- caches for tests ---
 
-    def _new_cache(self, nodeid: str, kind: str, remote: bool = False) -> CompileCache:
-        return CompileCache(self.folders.for_test(nodeid), self.folders.process, self.options.headers_dir, kind,
-                            explain=self.options.explain, remote=remote)
+    def _new_cache(self, nodeid: str, kind: str, remote: bool = False, path: Path | None = None) -> CompileCache:
+        return CompileCache(path or self.folders.for_test(nodeid), self.folders.process, self.options.headers_dir,
+                            kind, explain=self.options.explain, remote=remote)
 
     def open_cache(self, request: pytest.FixtureRequest, kind: str) -> Iterator[CompileCache]:
         """The body of the ``cold_cache`` / ``warm_cache`` fixtures (and of per-test isolation)."""

@@ -1,0 +1,45 @@
+"""``--compile-cache-isolate-mode=worker``: kept folders, and a warmup that is warm from the second run on."""
+
+from __future__ import annotations
+
+import json
+from typing import Callable
+
+import pytest
+
+CONFTEST = """
+import torch
+
+def f(x):
+    return torch.sin(x) * 2 + 1
+
+def pytest_compilecache_warmup(cache):
+    torch.compile(f)(torch.randn(8))
+"""
+
+TEST = """
+import torch
+from conftest import f
+
+def test_warm(warm_cache):
+    torch.compile(f)(torch.randn(8))
+    warm_cache.assert_hits(fx_graph=1)
+"""
+
+
+@pytest.mark.parametrize("workers", [["-p", "no:xdist"], ["-n", "2"]], ids=["serial", "n2"])
+def test_the_warmup_is_warm_in_a_second_run(
+    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], workers: list[str]
+) -> None:
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_model=TEST)
+    ini = f"compile_cache_home = {pytester.path / 'home'}"
+    stats = []
+    for _ in range(2):
+        result = run_inner(*workers, "--compile-cache-isolate-mode=worker", "--compile-cache-report=r.json", ini=ini)
+        result.assert_outcomes(passed=1)
+        processes = json.loads((pytester.path / "r.json").read_text())["bundle"]["processes"]
+        (warmup,) = [p["warmup_stats"] for p in processes if p.get("warmup_stats")]
+        stats.append(warmup["fx_graph"])
+    assert stats[0]["misses"] == 1 and stats[0]["hits"] == 0
+    assert stats[1]["misses"] == 0 and stats[1]["hits"] == 1, stats
