@@ -405,8 +405,11 @@ def _plan(path: Path, entries: list[Entry], limit: int,
 
     def drop_binaries() -> None:
         nonlocal size
-        order = sorted(range(len(entries)),
-                       key=lambda i: -(entries[i].binaries.counts()["bytes"] if entries[i].binaries else 0))
+        def carried_bytes(number: int) -> int:
+            binaries = entries[number].binaries
+            return binaries.counts()["bytes"] if binaries else 0
+
+        order = sorted(range(len(entries)), key=lambda number: -carried_bytes(number))
         for number in order:
             entry = entries[number]
             if size <= limit:
@@ -557,12 +560,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             where = "--storage-options" if args.storage_options is not None else STORAGE_OPTIONS_ENV
             raise UserError(f"{where} {exc}") from None
         return int(args.run(args))
-    except UserError as exc:
+    except (UserError, BundleError) as exc:
         _say(f"pytest-compilecache {args.command}: error: {exc}", sys.stderr)
         return 1 if args.command == "verify" or getattr(args, "check", False) else 2
-    except BundleError as exc:
-        _say(f"pytest-compilecache {args.command}: error: {exc}", sys.stderr)
-        return 2
 
 
 def _entry() -> Any:

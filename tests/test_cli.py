@@ -61,12 +61,12 @@ def sessions(tmp_path_factory: pytest.TempPathFactory, shared_headers_dir: Path)
     assert written_into(made.user_home) == [], "a session of this module wrote into the user's home"
 
 
-def cli_process(sessions: Sessions, *args: str) -> subprocess.CompletedProcess[str]:
+def cli_process(sessions: Sessions, *args: str | Path) -> subprocess.CompletedProcess[str]:
     """The CLI through its installed entry point, in a new process (with the stand-in user home)."""
     return subprocess.run([CLI, *map(str, args)], capture_output=True, text=True, timeout=300, env=sessions.env())
 
 
-def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def cli(*args: str | Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """The CLI's ``main`` in this process (as the entry point calls it), output captured, with the
     signing key of ``env`` (as :func:`with_key` makes it) while it runs."""
     before = os.environ.get(signing.KEY_ENV)
@@ -434,7 +434,7 @@ def with_key(secret: str | None) -> dict[str, str]:
     return env
 
 
-def cli_env(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+def cli_env(env: dict[str, str], *args: str | Path) -> subprocess.CompletedProcess[str]:
     return cli(*args, env=env)
 
 
