@@ -168,12 +168,14 @@ class PathLock:
     (filelock 4.x; 3.20.4 to 3.29 removed it, and took it back, tox-dev/filelock#574). Here the
     holder removes the path while it still holds the lock, and every acquirer, once its ``flock``
     succeeds, checks that the path still names the file it locked (same inode, linked); if not, it
-    starts over on the new file. So whoever locked a removed file knows it and never proceeds. The
-    filelock versions this package allows (3.20.4 and later check the link count after locking)
-    wait correctly too, so a process holding ``filelock.FileLock(PATH.lock)`` still excludes this
-    lock. The one gap: an older release of this plugin running filelock before 3.20.4, writing the
-    same bundle at the same moment, could lock a removed file; mixed versions should not share one
-    bundle at once.
+    starts over on the new file. So whoever locked a removed file knows it and never proceeds.
+    Nothing in this release takes ``PATH.lock`` another way. A process that does it with
+    ``filelock.FileLock`` (an older release of this plugin, a test holding the lock) is excluded as
+    before while it holds the lock, and, with filelock 3.20.4 or later (which checks the link count
+    after locking), waits correctly too. The one gap: such a process with filelock before 3.20.4,
+    waiting at the moment this lock is let go, could lock the removed file while another takes the
+    new one; so an older release of the plugin with an old filelock should not write the same
+    bundle at the same time as this one.
 
     A killed holder leaves the file (the OS drops its lock); the next holder takes it and removes it.
     A file that cannot be removed (a folder the user may not write, holding a lock file anyone may
