@@ -196,6 +196,7 @@ class _Ranges(io.RawIOBase):
                 raise
             except Exception as exc:  # a client's own error types (aiohttp, botocore)
                 raise OSError(_why(exc)) from None
+            data = bytes(data)
             self.moved += len(data)
             if len(data) <= end - start:
                 if start == 0 and not head:
@@ -425,7 +426,7 @@ class RemoteStore:
         fs, path = self.filesystem()
         if version.size:
             raw = _Ranges(fs, path, version.size)
-            remote = parse(io.BufferedReader(raw, HEAD_BYTES), self.folder / "fetch", self.name)  # type: ignore[arg-type]
+            remote = parse(io.BufferedReader(raw, HEAD_BYTES), self.folder / "fetch", self.name)
             remote._file = raw  # type: ignore[assignment]  # each section in one range request, no read-ahead
         else:  # a server that gives no size: the whole object, once
             data = self._call("read it", lambda: fs.cat_file(path))
@@ -453,10 +454,10 @@ class RemoteStore:
         kept = self._keep(Bundle(self.folder / "fetch", wanted), version, None if whole else env)
         if kept is None:
             return Bundle(self.folder / "fetch", wanted, label=self.name)
-        entry = kept.find(env) if env is not None else None
-        if entry is not None:  # as a held copy is returned: the reader's entry read and checked
-            kept.payload(entry)
-            kept.carried(entry)
+        found = kept.find(env) if env is not None else None
+        if found is not None:  # as a held copy is returned: the reader's entry read and checked
+            kept.payload(found)
+            kept.carried(found)
         return kept
 
     def read_whole(self, replace_unreadable: bool = False) -> tuple[Version | None, Bundle | None]:

@@ -29,7 +29,7 @@ def install() -> None:
     bundler = getattr(module, "TritonBundler", None)
     original = getattr(bundler, "read_and_emit", None)
     cache_dir = getattr(module, "triton_cache_dir", None)
-    if original is None or cache_dir is None or getattr(original, "_compilecache", False):
+    if bundler is None or original is None or cache_dir is None or getattr(original, "_compilecache", False):
         return
 
     def read_and_emit(bundle: Any, *args: Any, **kwargs: Any) -> Any:
