@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import enum
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Iterator, Mapping
@@ -12,6 +13,24 @@ import pytest
 from . import _torchapi
 from .environment import SavedEnv, caches_disabled_by_env, point_cache_dirs_at
 from .stats import DYNAMO_COUNTS, CacheStats, DynamoStats, check_layer_names, stats_from_counts
+
+
+class CacheKind(enum.Enum):
+    """What a :class:`CompileCache` starts with, and whether its compiles go into the session's bundle."""
+
+    #: ``cold_cache``: empty; its compiles are never saved (an empty cache is never looked up in a bundle).
+    COLD = "cold"
+    #: ``warm_cache``: filled from the session's bundle.
+    WARM = "warm"
+    #: ``--compile-cache-isolate``: empty, around a test that asked for no fixture; its compiles are saved.
+    ISOLATED = "isolated"
+    #: The ``pytest_compilecache_warmup`` hook's cache.
+    WARMUP = "warmup"
+
+    @property
+    def starts_empty(self) -> bool:
+        """Whether a miss in this cache is a miss by design."""
+        return self in (CacheKind.COLD, CacheKind.ISOLATED)
 
 
 class CompileCache:
@@ -24,12 +43,12 @@ class CompileCache:
     :attr:`stats` counts from entry.
     """
 
-    def __init__(self, path: Path, process_dir: Path, headers_dir: Path, kind: str = "cold",
+    def __init__(self, path: Path, process_dir: Path, headers_dir: Path, kind: CacheKind = CacheKind.COLD,
                  explain: bool = False, remote: bool = False) -> None:
         self.path = Path(path)
         self.kind = kind
         self.remote = remote
-        self.explain = explain or kind == "warm"
+        self.explain = explain or kind is CacheKind.WARM
         self._process_dir = process_dir
         self._headers_dir = headers_dir
         self._stack: ExitStack | None = None
@@ -38,7 +57,7 @@ class CompileCache:
         self._final: CacheStats | None = None
 
     def __repr__(self) -> str:
-        return f"<CompileCache {self.kind} {str(self.path)!r}>"
+        return f"<CompileCache {self.kind.value} {str(self.path)!r}>"
 
     def __enter__(self) -> "CompileCache":
         _torchapi.bootstrap(str(self._process_dir))

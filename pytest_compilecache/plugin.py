@@ -10,7 +10,7 @@ import pytest
 
 from . import hooks
 from ._torchapi import defaultdir
-from .cache import CompileCache
+from .cache import CacheKind, CompileCache
 from .environment import SavedEnv
 from .options import Options, add_options
 from .roles import REMOTE_MARKER, Controller, SingleProcess, Worker, is_controller
@@ -92,7 +92,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         _early_dir = None
 
 
-def _caches(request: pytest.FixtureRequest, kind: str) -> Iterator[CompileCache]:
+def _caches(request: pytest.FixtureRequest, kind: CacheKind) -> Iterator[CompileCache]:
     role = request.config.stash[_ROLE]
     if isinstance(role, Controller):
         raise RuntimeError("the xdist controller runs no tests")
@@ -102,7 +102,7 @@ def _caches(request: pytest.FixtureRequest, kind: str) -> Iterator[CompileCache]
 @pytest.fixture
 def cold_cache(request: pytest.FixtureRequest) -> Iterator[CompileCache]:
     """An empty, isolated torch.compile cache for this test; see :class:`CompileCache`."""
-    yield from _caches(request, "cold")
+    yield from _caches(request, CacheKind.COLD)
 
 
 @pytest.fixture
@@ -111,7 +111,7 @@ def warm_cache(request: pytest.FixtureRequest) -> Iterator[CompileCache]:
 
     Skipped, with a reason, when the session has no usable bundle.
     """
-    yield from _caches(request, "warm")
+    yield from _caches(request, CacheKind.WARM)
 
 
 class _IsolateEveryTest:
@@ -122,4 +122,4 @@ class _IsolateEveryTest:
         if "cold_cache" in request.fixturenames or "warm_cache" in request.fixturenames:
             yield None
         else:
-            yield from _caches(request, "cold")
+            yield from _caches(request, CacheKind.ISOLATED)

@@ -156,7 +156,7 @@ class SessionReport:
         """``{layer: misses}`` in tests whose cache starts empty by design (``cold_cache``, per-test isolation)."""
         out: dict[str, int] = {}
         for stats in self.tests.values():
-            if stats.get("cache") != "cold":
+            if stats.get("cache") not in ("cold", "isolated"):
                 continue
             for layer in CacheStats.from_dict(stats):
                 if layer.observable and layer.cell("misses") != "0":

@@ -26,7 +26,7 @@ import pytest
 from . import _torchapi, files, remote, signing
 from .binaries import BinaryPool, CarriedBinaries, pooled
 from .bundle import Bundle, BundleError, Entry, NotABundle, encoded_size, make_entry, read_manifest
-from .cache import CompileCache
+from .cache import CacheKind, CompileCache
 from .capture import warnings_to_pytest
 from .environment import SavedEnv, caches_disabled_by_env, point_cache_dirs_at
 from .folders import Folders, WorkerDir
@@ -340,7 +340,7 @@ class TestSide:
     def _run_warmup(self, previous: Path | None) -> tuple[bytes | None, dict[str, Any], float]:
         hook = self.config.hook.pytest_compilecache_warmup
         kept = WorkerDir(self.options.home, "warmup") if self.options.isolation is Isolation.WORKER else None
-        cache = self._new_cache("warmup", "warmup", path=kept.path if kept is not None else None)
+        cache = self._new_cache("warmup", CacheKind.WARMUP, path=kept.path if kept is not None else None)
         if previous is not None:
             shutil.copytree(previous, cache.path, dirs_exist_ok=True)
         if self._pool is not None:
@@ -371,19 +371,19 @@ class TestSide:
 
     # --- caches for tests ---
 
-    def _new_cache(self, nodeid: str, kind: str, remote: bool = False, path: Path | None = None) -> CompileCache:
+    def _new_cache(self, nodeid: str, kind: CacheKind, remote: bool = False, path: Path | None = None) -> CompileCache:
         return CompileCache(path or self.folders.for_test(nodeid), self.folders.process, self.options.headers_dir,
                             kind, explain=self.options.explain, remote=remote)
 
-    def open_cache(self, request: pytest.FixtureRequest, kind: str) -> Iterator[CompileCache]:
+    def open_cache(self, request: pytest.FixtureRequest, kind: CacheKind) -> Iterator[CompileCache]:
         """The body of the ``cold_cache`` / ``warm_cache`` fixtures (and of per-test isolation)."""
-        remote = request.node.get_closest_marker(REMOTE_MARKER) is not None and kind == "warm"
+        remote = request.node.get_closest_marker(REMOTE_MARKER) is not None and kind is CacheKind.WARM
         if request.node.get_closest_marker(REMOTE_MARKER) is not None and "cold_cache" in request.fixturenames:
             pytest.fail(f"@pytest.mark.{REMOTE_MARKER}: cold_cache never reads the remote cache (it would not be "
                         "cold); use warm_cache", pytrace=False)
         cache = self._new_cache(request.node.nodeid, kind, remote=remote)
         try:
-            if kind == "warm":
+            if kind is CacheKind.WARM:
                 template = self.folders.template if self.prepare() else None
                 if template is None:
                     report = self.process_report
@@ -402,10 +402,15 @@ class TestSide:
         except _torchapi.TorchUnavailable as exc:
             pytest.fail(str(exc), pytrace=False)
         try:
-            yield cache
+            if kind is CacheKind.COLD:
+                with _torchapi.fresh_recording():  # never reused: kept out of the bundle (torch >= 2.8)
+                    yield cache
+            else:
+                yield cache
         finally:
             cache.__exit__(None, None, None)
-            self.harvest(cache.path)
+            if kind is not CacheKind.COLD:
+                self.harvest(cache.path)
             if not self._keep(request.node):
                 shutil.rmtree(cache.path, ignore_errors=True)
 
@@ -456,12 +461,13 @@ class TestSide:
             return None
 
     def _cache_kind(self, item: pytest.Item) -> str | None:
-        """The cache the test ran in: "warm" (from the bundle), "cold" (empty by design), or ``None``
-        (a cache shared with other tests)."""
+        """The cache the test ran in (a :class:`CacheKind` value), or ``None``: a cache shared with other tests."""
         names = getattr(item, "fixturenames", ())
         if "warm_cache" in names:
-            return "warm"
-        return "cold" if "cold_cache" in names or self.options.isolation is Isolation.TEST else None
+            return CacheKind.WARM.value
+        if "cold_cache" in names:
+            return CacheKind.COLD.value
+        return CacheKind.ISOLATED.value if self.options.isolation is Isolation.TEST else None
 
     # --- hooks shared by the roles that run tests (registered through those roles) ---
 

@@ -246,3 +246,51 @@ def test_a_dead_lock_holder_does_not_block_the_others(
     result = run_inner(f"--compile-cache-bundle={bundle}", "--compile-cache-lock-timeout=30")
     result.assert_outcomes(passed=8)
     assert warmups(warm_project) == 1
+
+
+GROWTH_CONFTEST = """
+import torch
+
+def f(x):
+    return torch.sin(x) * 2 + 1
+
+def pytest_compilecache_warmup(cache):
+    torch.compile(f)(torch.randn(8))
+"""
+
+GROWTH_TESTS = """
+import torch
+from conftest import f
+
+def test_warm(warm_cache):
+    torch.compile(f)(torch.randn(8))
+    warm_cache.assert_misses(fx_graph=0)
+
+def test_a_config_change_misses(cold_cache):
+    from torch._inductor import config
+    with config.patch(fallback_random=True):
+        torch.compile(lambda x: x.cos() * 3)(torch.randn(16))
+    cold_cache.assert_misses(fx_graph=1)
+"""
+
+
+@pytest.mark.slow
+def test_updating_runs_with_no_change_leave_the_bundle_size_unchanged(
+    pytester: pytest.Pytester, run_inner: RunInner
+) -> None:
+    """cold_cache compiles are never reusable, so an updating run does not add them."""
+    pytester.makeconftest(GROWTH_CONFTEST)
+    pytester.makepyfile(test_growth=GROWTH_TESTS)
+    bundle = pytester.path / "suite.bundle"
+    sizes, artifacts = [], []
+    for args in ([], ["--compile-cache-update"], ["--compile-cache-update"]):
+        result = run_inner(f"--compile-cache-bundle={bundle}", *args, ini=f"compile_cache_home = {pytester.path / 'h'}")
+        result.assert_outcomes(passed=2)
+        sizes.append(bundle.stat().st_size)
+        with read_manifest(bundle) as written:
+            (entry,) = written.entries
+            artifacts.append(entry.artifacts)
+    assert artifacts[0] == artifacts[1] == artifacts[2], artifacts
+    # Only the usage record grows (the time of each updating run, for compile_cache_max_unused_runs;
+    # at most keyindex.MAX_RUNS of them are kept).
+    assert all(0 <= later - earlier < 64 for earlier, later in zip(sizes, sizes[1:])), sizes
