@@ -4,9 +4,19 @@ from __future__ import annotations
 
 import getpass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_user_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """No test writes into the developer's ``~/.cache``: every process started from here (inner pytest
+    runs, the CLI, scripts) gets a per-user cache folder of its own through ``XDG_CACHE_HOME``."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+    yield
+    patch.undo()
 
 
 @pytest.fixture(scope="session")
