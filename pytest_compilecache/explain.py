@@ -24,6 +24,7 @@ _INPUT = re.compile(r"^example_inputs\[(\d+)\]$")
 _CONFIG = re.compile(r"^(inductor_config|inductor_config_comms|functorch_config)\[(.+)\]$")
 _KWARG = re.compile(r"^fx_kwargs\[(.+)\]$")
 _CODE_NOISE = re.compile(r";\s+[\w, ]+= None$")
+_SYMBOL = re.compile(r"\b[su]\d+\b")
 
 
 @dataclass(frozen=True)
@@ -105,8 +106,32 @@ def _differing(theirs: Mapping[str, tuple[str, str]], ours: Mapping[str, tuple[s
     return [n for n in names if theirs.get(n, ("", ""))[0] != ours.get(n, ("", ""))[0]]
 
 
+def _dynamic(components: Mapping[str, tuple[str, str]]) -> bool:
+    """Whether a key's inputs have symbolic sizes (``s33``, ``u0``): a graph compiled for dynamic shapes."""
+    return any(_INPUT.match(name) and _SYMBOL.search(value[1]) for name, value in components.items())
+
+
+def _sizes(entry_dynamic: bool) -> Explanation:
+    if entry_dynamic:
+        return Explanation(
+            "the entry has dynamic (symbolic) sizes and this compile static ones: Dynamo recompiled this code "
+            "with symbolic sizes after it met other shapes earlier in the run that built the entry (automatic "
+            "dynamic shapes, e.g. a warmup that ran two models through one forward); mark the dimension dynamic "
+            "here too (torch._dynamo.mark_dynamic, or torch.compile(dynamic=True)), or warm up each model "
+            "through a code object of its own", ("static sizes, the entry dynamic",))
+    return Explanation(
+        "this compile has dynamic (symbolic) sizes and the entry static ones: Dynamo recompiled this code with "
+        "symbolic sizes after it met other shapes earlier in this run, while the entry was compiled for one "
+        "shape; warm up with the same sequence of shapes, or mark the dimension dynamic in both",
+        ("dynamic sizes, the entry static",))
+
+
 def _reasons(theirs: Mapping[str, tuple[str, str]], ours: Mapping[str, tuple[str, str]]) -> list[Explanation]:
     names = _differing(theirs, ours)
+    if _dynamic(theirs) != _dynamic(ours):
+        # Inputs, graph and AOT config all follow from the sizes becoming symbolic: say that, and the rest.
+        rest = [n for n in names if not _INPUT.match(n) and n not in ("gm", "aot_config")]
+        return [_sizes(_dynamic(theirs)), *(_reason(n, theirs.get(n), ours.get(n)) for n in rest)]
     if any(n.startswith("functorch_config[") for n in names):
         names = [n for n in names if n != "autograd_config"]
     inputs = [n for n in names if _INPUT.match(n)]

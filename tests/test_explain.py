@@ -258,3 +258,32 @@ def test_a_malformed_key_index_loses_explanations_only(tmp_path: Path, monkeypat
     round_trip = KeyIndex.unpack(index.pack())
     assert round_trip.components("fold") == index.components("fold")
     shutil.rmtree(tmp_path)
+
+
+def test_a_static_compile_against_a_dynamic_entry_says_so_in_the_users_words() -> None:
+    """The warmup recompiled the code with symbolic sizes; this test compiled static ones (real key formats)."""
+    def tensor(shape: str) -> str:
+        return (f"TensorMetadata(dtype=torch.float32, shape=torch.Size([{shape}]), stride=(32, 1), "
+                "device=device(type='cpu'), layout=torch.strided)")
+
+    static = {"gm": ("g1", "GraphModule()\\n\\ndef forward(self, w, b, x):\\n    linear = torch._C._nn.linear(x, w, b)\\n"),
+              "example_inputs[0]": ("w", tensor("32, 32")), "example_inputs[1]": ("b", tensor("32")),
+              "example_inputs[2]": ("x1", tensor("4, 32")), "aot_config": ("a1", "(0, True, False)"),
+              "inductor_config[fallback_random]": ("c1", "False")}
+    dynamic = {"gm": ("g2", "GraphModule()\\n\\ndef forward(self, w, b, s33, x):\\n    linear = torch._C._nn.linear(x, w, b)\\n"),
+               "example_inputs[0]": ("w", tensor("32, 32")), "example_inputs[1]": ("b", tensor("32")),
+               "example_inputs[2]": ("s", "('s33',)"), "example_inputs[3]": ("x2", tensor("s33, 32")),
+               "aot_config": ("a2", "(0, True, True)"), "inductor_config[fallback_random]": ("c1", "False")}
+    bundle = Known("the bundle b", _index(kdyn=("fx_graph", "the Sequential module", dynamic)), fills=True)
+    why = explain("fx_graph", "knew", "the Sequential module", static, [bundle])
+    assert "the entry has dynamic (symbolic) sizes and this compile static ones" in why.text, why.text
+    assert "mark the dimension dynamic" in why.text and "a code object of its own" in why.text
+    assert "inputs" not in why.kinds and "graph changed" not in why.kinds and why.kinds == ("static sizes, the entry dynamic",)
+
+    changed = {**static, "inductor_config[fallback_random]": ("c2", "True")}
+    both = explain("fx_graph", "knew", "the Sequential module", changed, [bundle])
+    assert "config `fallback_random` changed" in both.text, "other differences are still named"
+
+    session = Known("this session's earlier compiles", _index(kstatic=("fx_graph", "the Sequential module", static)))
+    reverse = explain("fx_graph", "knew", "the Sequential module", dynamic, [session])
+    assert reverse.kinds == ("dynamic sizes, the entry static",), reverse.text
