@@ -75,6 +75,8 @@ class CompileCache:
             self._bypass = stack.enter_context(_torchapi.record_bypass_reasons())
             if self.explain:
                 stack.enter_context(_torchapi.explaining())
+            if self.kind.starts_empty:
+                stack.enter_context(_torchapi.empty_folder())
             self.restart_counting()
             self._stack = stack.pop_all()
         return self

@@ -50,7 +50,7 @@ class Known:
 
 
 def explain(layer: str, key: str, code: str, components: Mapping[str, tuple[str, str]],
-            known: Sequence[Known], cannot: str = "") -> Explanation:
+            known: Sequence[Known], cannot: str = "", starts_empty: bool = False) -> Explanation:
     """Why ``key`` (of ``layer``, compiled from ``code``) missed, against the entries ``known`` holds.
 
     A source that filled the cache folder (the bundle) holding the very key that missed means the
@@ -59,8 +59,14 @@ def explain(layer: str, key: str, code: str, components: Mapping[str, tuple[str,
     not compared with: it is new code under an old name.
 
     ``cannot`` is said instead when no source can explain (e.g. the bundle holds no key details).
+    ``starts_empty``: the lookup's cache folder starts empty by design (``cold_cache``, per-test
+    isolation), so an entry known elsewhere under the very key is expected to be missing from it.
     """
     where = f"{_layer_name(layer)} miss in {code or 'unknown code'}"
+    holder = next((s for s in known if key in s.index.keys), None)
+    if starts_empty and holder is not None:
+        return Explanation(f"{where}: this cache starts empty by design (cold_cache, --compile-cache-isolate); "
+                           f"{holder.name} holds this very entry", ("cache starts empty",))
     for source in known:
         if source.fills and key in source.index.keys:
             return Explanation(f"{where}: {source.name} holds an entry with this very key, but it was not in "

@@ -287,3 +287,10 @@ def test_a_static_compile_against_a_dynamic_entry_says_so_in_the_users_words() -
     session = Known("this session's earlier compiles", _index(kstatic=("fx_graph", "the Sequential module", static)))
     reverse = explain("fx_graph", "knew", "the Sequential module", dynamic, [session])
     assert reverse.kinds == ("dynamic sizes, the entry static",), reverse.text
+
+
+def test_a_miss_in_an_empty_cache_of_a_key_known_elsewhere_is_by_design() -> None:
+    bundle = Known("the bundle b", _index(fold=("fx_graph", "f (x.py)", BASE)), fills=False)
+    why = explain("fx_graph", "fold", "f (x.py)", BASE, [bundle], starts_empty=True)
+    assert why.kinds == ("cache starts empty",) and "the bundle b holds this very entry" in why.text, why.text
+    assert "new code" not in why.text

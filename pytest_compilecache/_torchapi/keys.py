@@ -12,6 +12,7 @@ costs one ``os.path.exists``; nothing more is done for hits.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import logging
 import os
@@ -34,6 +35,8 @@ _lock = threading.RLock()
 _recorded = KeyIndex()
 _counts: Counter[str] = Counter()
 _explaining = 0
+#: Whether the current cache folder was filled from the loaded bundle (False inside an empty cache).
+_filled_from_bundle = True
 _bundle: Known | None = None
 _cannot = ""
 _installed = False
@@ -182,8 +185,10 @@ def _seen(layer: str, key: str, gm: Any, lines: list[str], extra: dict[str, tupl
     code = code_of(gm)
     with _lock:
         if _explaining:
-            known = [*([_bundle] if _bundle is not None else []), Known("this session's earlier compiles", _recorded)]
-            found = explain(layer, key, code, components, known, "" if _bundle is not None else _cannot)
+            bundle = dataclasses.replace(_bundle, fills=_filled_from_bundle) if _bundle is not None else None
+            known = [*([bundle] if bundle is not None else []), Known("this session's earlier compiles", _recorded)]
+            found = explain(layer, key, code, components, known, "" if _bundle is not None else _cannot,
+                            starts_empty=not _filled_from_bundle)
             _count(layer, found)
         if components:
             _recorded.add(key, layer, code, components)
@@ -200,6 +205,20 @@ def counts() -> dict[str, int]:
     install()
     with _lock:
         return dict(_counts)
+
+
+@contextlib.contextmanager
+def empty_folder() -> Iterator[None]:
+    """Inside, the cache folder starts empty (``cold_cache``, per-test isolation): an entry the bundle
+    holds is not expected in it, so a miss of one is explained as for any other source."""
+    global _filled_from_bundle
+    with _lock:
+        before, _filled_from_bundle = _filled_from_bundle, False
+    try:
+        yield
+    finally:
+        with _lock:
+            _filled_from_bundle = before
 
 
 @contextlib.contextmanager
