@@ -2,12 +2,14 @@
 
 A torch upgrade that moves a private name should change this package and nothing else. Each module
 imports torch lazily; importing the package is cheap. No private torch module is named outside it.
+``core`` is the bottom module every other one builds on; no module imports one that imports it back.
 """
 
+from . import keys
 from .binaries import build_identity, mark_carried
 from .binaries import rejected as rejected_binaries
 from .binaries import rejected_names as rejected_binary_names
-from .core import MIN_TORCH, TorchUnavailable, torch_module
+from .core import MIN_TORCH, TorchUnavailable, compiler_loaded, inductor_config_loaded, torch_module
 from .counters import (
     compile_seconds,
     read_counts,
@@ -16,27 +18,38 @@ from .counters import (
     unobservable_layers,
 )
 from .defaultdir import headers_at, redirect
-from .fingerprint import environment_fingerprint, gpu_count
+from .devices import gpu_count
+from .fingerprint import environment_fingerprint
 from .isolation import bootstrap, caches_disabled_by_config, remote_caches_on, reset_in_memory, without_remote_caches
-from .keys import empty_folder, explaining, index_for, note_bundle_keys, use_bundle_index
+from .keys import empty_folder, explaining, note_bundle_keys, use_bundle_index
 from .megacache import (
     MegaCacheError,
     artifact_identities,
+    artifact_sizes,
+    can_leave_out,
     check_keys,
     describe_artifacts,
     fresh_recording,
     load_artifacts,
-    artifact_sizes,
-    can_leave_out,
     merge_artifacts,
     save_artifacts,
     select_artifacts,
 )
+from ..keyindex import KeyIndex
+
+
+def index_for(payload: bytes) -> KeyIndex:
+    """What this process knows about the artifact keys in Mega-Cache bytes (see :func:`keys.index_of`)."""
+    return keys.index_of(key for _, key, _ in artifact_identities(payload))
+
 
 __all__ = [
-    "MIN_TORCH", "MegaCacheError", "TorchUnavailable", "artifact_identities", "bootstrap", "build_identity",
-    "caches_disabled_by_config", "check_keys", "remote_caches_on", "explaining", "empty_folder", "index_for", "use_bundle_index", "note_bundle_keys", "compile_seconds", "describe_artifacts", "environment_fingerprint",
-    "fresh_recording", "gpu_count", "headers_at", "load_artifacts", "mark_carried", "merge_artifacts", "read_counts", "select_artifacts", "artifact_sizes", "can_leave_out",
-    "record_bypass_reasons", "redirect", "rejected_binaries", "rejected_binary_names", "reset_in_memory", "save_artifacts", "torch_module",
-    "unobservable_fields", "unobservable_layers", "without_remote_caches",
+    "MIN_TORCH", "MegaCacheError", "TorchUnavailable", "artifact_identities", "artifact_sizes",
+    "bootstrap", "build_identity", "caches_disabled_by_config", "can_leave_out", "check_keys", "compile_seconds",
+    "compiler_loaded", "describe_artifacts", "empty_folder", "environment_fingerprint", "explaining",
+    "fresh_recording", "gpu_count", "headers_at", "index_for", "inductor_config_loaded", "load_artifacts",
+    "mark_carried", "merge_artifacts", "note_bundle_keys", "read_counts", "record_bypass_reasons", "redirect",
+    "rejected_binaries", "rejected_binary_names", "remote_caches_on", "reset_in_memory", "save_artifacts",
+    "select_artifacts", "torch_module", "unobservable_fields", "unobservable_layers", "use_bundle_index",
+    "without_remote_caches",
 ]

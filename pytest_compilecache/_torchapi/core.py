@@ -1,7 +1,8 @@
-"""Importing torch, and the error raised when it is missing or too old."""
+"""Importing torch, the error raised when it is missing or too old, and whether its compiler is loaded."""
 
 from __future__ import annotations
 
+import sys
 from types import ModuleType
 
 MIN_TORCH = "2.7"
@@ -26,3 +27,15 @@ def torch_module() -> ModuleType:
             f"but found torch {getattr(torch, '__version__', 'of unknown version')}"
         )
     return torch
+
+
+def compiler_loaded() -> bool:
+    """Whether torch's compiler (Dynamo, and with it the cache counters) was imported in this process.
+
+    Asked without importing anything: a process that never compiled has nothing to count or save."""
+    return "torch._dynamo.utils" in sys.modules
+
+
+def inductor_config_loaded() -> bool:
+    """Whether Inductor's config module was imported (settings made before that are read at its import)."""
+    return "torch._inductor.config" in sys.modules

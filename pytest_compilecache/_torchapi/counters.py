@@ -10,6 +10,7 @@ from typing import Any
 
 from . import autotune, binaries, clock, dynamo, keys, tritoncache
 from .core import torch_module
+from .devices import gpu_count
 
 _own_counts: Counter[str] = Counter()
 _unobservable: dict[str, str] | None = None
@@ -156,8 +157,6 @@ def unobservable_layers() -> dict[str, str]:
     """``{layer: reason}`` for each layer this torch build or machine cannot observe."""
     global _unobservable
     if _unobservable is None:
-        from .fingerprint import gpu_count
-
         found: dict[str, str] = {}
         gpu = gpu_count() > 0
         torch_module()

@@ -2,90 +2,15 @@
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import importlib
-import os
 import platform
 import sys
 from typing import Any
 
 from .core import torch_module
+from .devices import gpu_names
 from .isolation import bootstrap
-
-_NAME_LENGTH = 96
-
-
-def _visible(count: int) -> list[int] | list[str]:
-    """Indices (or UUIDs) of the devices torch will see, from ``CUDA_VISIBLE_DEVICES``."""
-    spec = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if spec is None:
-        return list(range(count))
-    items = [s.strip() for s in spec.split(",") if s.strip()]
-    out: list[Any] = []
-    for item in items:
-        if item.lstrip("-").isdigit():
-            index = int(item)
-            if index < 0 or index >= count:
-                break
-            out.append(index)
-        else:
-            out.append(item)
-    return out
-
-
-def nvml_device_names() -> list[str] | None:
-    """Names of the CUDA devices torch would see, read through NVML (no CUDA context is made).
-
-    ``None`` when NVML is not there (no NVIDIA driver).
-    """
-    try:
-        lib = ctypes.CDLL("libnvidia-ml.so.1")
-    except OSError:
-        return None
-    if lib.nvmlInit_v2() != 0:
-        return None
-    try:
-        count = ctypes.c_uint()
-        if lib.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
-            return None
-        names = []
-        for device in _visible(count.value):
-            handle = ctypes.c_void_p()
-            if isinstance(device, int):
-                status = lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(device), ctypes.byref(handle))
-            else:
-                status = lib.nvmlDeviceGetHandleByUUID(device.encode(), ctypes.byref(handle))
-            if status != 0:
-                continue
-            buffer = ctypes.create_string_buffer(_NAME_LENGTH)
-            if lib.nvmlDeviceGetName(handle, buffer, ctypes.c_uint(_NAME_LENGTH)) == 0:
-                names.append(buffer.value.decode(errors="replace"))
-        return names
-    finally:
-        lib.nvmlShutdown()
-
-
-def _cuda_initialized(torch: Any) -> bool:
-    return bool(getattr(torch.cuda, "is_initialized", lambda: False)())
-
-
-def gpu_names() -> list[str]:
-    """Names of the GPUs torch can use here; never initialises CUDA."""
-    torch = torch_module()
-    if getattr(torch.version, "cuda", None):
-        if _cuda_initialized(torch):
-            return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-        return nvml_device_names() or []
-    if getattr(torch.version, "xpu", None) and torch.xpu.is_available():
-        return ["xpu"] * torch.xpu.device_count()
-    return []
-
-
-def gpu_count() -> int:
-    """How many GPUs torch can use here; never initialises CUDA."""
-    return len(gpu_names())
-
 
 def _portable(config: Any) -> dict[str, Any]:
     save = getattr(config, "save_config_portable", None)

@@ -250,12 +250,10 @@ def note_bundle_keys(aot_keys: Iterable[str]) -> None:
         _bundle_aot_keys = frozenset(aot_keys)
 
 
-def index_for(payload: bytes) -> KeyIndex:
-    """What this process knows about the artifact keys in Mega-Cache bytes: the components it
-    recorded for them, or those the loaded bundle's index holds."""
-    from .megacache import artifact_identities
-
-    wanted = {key for _, key, _ in artifact_identities(payload)}
+def index_of(wanted: Iterable[str]) -> KeyIndex:
+    """What this process knows about the artifact keys ``wanted``: the components it recorded for
+    them, or those the loaded bundle's index holds."""
+    wanted = set(wanted)
     with _lock:
         known = [_recorded, *([_bundle.index] if _bundle is not None else [])]
         return KeyIndex.union(known).restricted(wanted)
