@@ -15,3 +15,15 @@ def fingerprint_here() -> dict[str, str]:
         capture_output=True, text=True, check=True, timeout=300,
     ).stdout
     return dict(json.loads(out.splitlines()[-1]))
+
+
+#: A conftest whose warmup hook compiles ``f``, for small suites with one warm and one cold test.
+WARMUP_CONFTEST = """
+import torch
+
+def f(x):
+    return torch.sin(x) * 2 + 1
+
+def pytest_compilecache_warmup(cache):
+    torch.compile(f)(torch.randn(8))
+"""

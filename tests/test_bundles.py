@@ -12,7 +12,7 @@ from typing import Callable
 import filelock
 import pytest
 
-from helpers import fingerprint_here
+from helpers import WARMUP_CONFTEST, fingerprint_here
 from pytest_compilecache.bundle import MAGIC, Bundle, make_entry, read_manifest, write_bundle
 
 CONFTEST = '''
@@ -248,15 +248,6 @@ def test_a_dead_lock_holder_does_not_block_the_others(
     assert warmups(warm_project) == 1
 
 
-GROWTH_CONFTEST = """
-import torch
-
-def f(x):
-    return torch.sin(x) * 2 + 1
-
-def pytest_compilecache_warmup(cache):
-    torch.compile(f)(torch.randn(8))
-"""
 
 GROWTH_TESTS = """
 import torch
@@ -279,7 +270,7 @@ def test_updating_runs_with_no_change_leave_the_bundle_size_unchanged(
     pytester: pytest.Pytester, run_inner: RunInner
 ) -> None:
     """cold_cache compiles are never reusable, so an updating run does not add them."""
-    pytester.makeconftest(GROWTH_CONFTEST)
+    pytester.makeconftest(WARMUP_CONFTEST)
     pytester.makepyfile(test_growth=GROWTH_TESTS)
     bundle = pytester.path / "suite.bundle"
     sizes, artifacts = [], []

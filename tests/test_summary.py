@@ -7,15 +7,8 @@ from typing import Callable
 
 import pytest
 
-WARMUP_CONFTEST = """
-import torch
+from helpers import WARMUP_CONFTEST
 
-def f(x):
-    return torch.sin(x) * 2 + 1
-
-def pytest_compilecache_warmup(cache):
-    torch.compile(f)(torch.randn(8))
-"""
 
 WARM_TEST = """
 import torch

@@ -7,15 +7,8 @@ from typing import Callable
 
 import pytest
 
-CONFTEST = """
-import torch
+from helpers import WARMUP_CONFTEST
 
-def f(x):
-    return torch.sin(x) * 2 + 1
-
-def pytest_compilecache_warmup(cache):
-    torch.compile(f)(torch.randn(8))
-"""
 
 TEST = """
 import torch
@@ -31,7 +24,7 @@ def test_warm(warm_cache):
 def test_the_warmup_is_warm_in_a_second_run(
     pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], workers: list[str]
 ) -> None:
-    pytester.makeconftest(CONFTEST)
+    pytester.makeconftest(WARMUP_CONFTEST)
     pytester.makepyfile(test_model=TEST)
     ini = f"compile_cache_home = {pytester.path / 'home'}"
     stats = []
