@@ -61,3 +61,32 @@ def default_dir_of(private_tmp: Path) -> Path:
 
 
 
+
+
+@pytest.fixture(scope="session")
+def build_bundle(tmp_path_factory: pytest.TempPathFactory, shared_headers_dir: Path) -> Callable[..., Path]:
+    """``build_bundle({"test_x.py": source, ...}, *args)``: the path of a bundle written by one real
+    pytest session over those files, built once per test session for the same files and arguments.
+    Callers copy it before changing it."""
+    import subprocess
+    import sys
+
+    built: dict[tuple[tuple[tuple[str, str], ...], tuple[str, ...]], Path] = {}
+
+    def build(files: dict[str, str], *args: str) -> Path:
+        key = (tuple(sorted(files.items())), args)
+        if key not in built:
+            folder = tmp_path_factory.mktemp("built")
+            for name, text in files.items():
+                (folder / name).write_text(text)
+            (folder / "pytest.ini").write_text(f"[pytest]\ncompile_cache_headers_dir = {shared_headers_dir}\n"
+                                               f"compile_cache_home = {folder / 'home'}\n")
+            bundle = folder / "b.bundle"
+            out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+                                  f"--compile-cache-bundle={bundle}", *args], cwd=folder, capture_output=True,
+                                 text=True, timeout=600)
+            assert out.returncode == 0, out.stdout + out.stderr
+            built[key] = bundle
+        return built[key]
+
+    return build

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import Callable
 import subprocess
 import sys
 
@@ -27,3 +29,6 @@ def f(x):
 def pytest_compilecache_warmup(cache):
     torch.compile(f)(torch.randn(8))
 """
+
+#: The ``build_bundle`` fixture: ``build_bundle({file name: source}, *pytest args) -> bundle path``.
+BuildBundle = Callable[..., Path]

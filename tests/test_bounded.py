@@ -12,6 +12,8 @@ from typing import Callable
 
 import pytest
 
+from helpers import BuildBundle
+
 from pytest_compilecache.bundle import Bundle, make_entry, read_manifest, write_bundle
 
 TESTS = '''
@@ -45,16 +47,9 @@ def inductor_count(bundle: Path) -> int:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory, shared_headers_dir: Path) -> Path:
+def built(build_bundle: BuildBundle) -> Path:
     """A bundle built by one real run of both tests (copied by each test that needs one)."""
-    folder = tmp_path_factory.mktemp("built")
-    (folder / "test_b.py").write_text(TESTS)
-    (folder / "pytest.ini").write_text(f"[pytest]\ncompile_cache_headers_dir = {shared_headers_dir}\n")
-    bundle = folder / "b.bundle"
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-                          f"--compile-cache-bundle={bundle}"], cwd=folder, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stdout + out.stderr
-    return bundle
+    return build_bundle({"test_b.py": TESTS})
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from typing import Callable
 
 import pytest
 
-from helpers import WARMUP_CONFTEST
+from helpers import WARMUP_CONFTEST, BuildBundle
 
 
 WARM_TEST = """
@@ -65,19 +65,9 @@ def _summary(result: pytest.RunResult) -> str:
 
 
 @pytest.fixture(scope="module")
-def built_bundle(tmp_path_factory: pytest.TempPathFactory, shared_headers_dir) -> bytes:  # type: ignore[no-untyped-def]
+def built_bundle(build_bundle: BuildBundle) -> bytes:
     """The bytes of a real bundle built by a session with the warmup hook (read by the cases below)."""
-    import subprocess
-    import sys
-
-    folder = tmp_path_factory.mktemp("built")
-    (folder / "conftest.py").write_text(WARMUP_CONFTEST)
-    (folder / "test_model.py").write_text(WARM_TEST)
-    (folder / "pytest.ini").write_text(f"[pytest]\ncompile_cache_home = {folder / 'home'}\n"
-                                       f"compile_cache_headers_dir = {shared_headers_dir}\n")
-    subprocess.run([sys.executable, "-m", "pytest", "-p", "no:randomly", "--compile-cache-bundle=b.bundle", "-q"],
-                   cwd=folder, check=True, capture_output=True, timeout=600)
-    return (folder / "b.bundle").read_bytes()
+    return build_bundle({"conftest.py": WARMUP_CONFTEST, "test_model.py": WARM_TEST}).read_bytes()
 
 
 @pytest.mark.slow
