@@ -8,17 +8,13 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import pytest
 
 from .bundle import BundleError
-from .objectstore import STORAGE_OPTIONS_ENV, file_url_path, is_url, parse_storage_options, redacted
 from .remote import check_url
-
-if TYPE_CHECKING:
-    from .objectstore import RemoteStore
-    from .store import BundleStore
+from .storage.urls import STORAGE_OPTIONS_ENV, file_url_path, is_url, parse_storage_options, redacted
 
 DEFAULT_LOCK_TIMEOUT = 900.0
 BUNDLE_ENV = "PYTEST_COMPILE_CACHE_BUNDLE"
@@ -83,15 +79,6 @@ class Options:
         """The bundle as messages show it: its URL (without credentials, see ``redacted``), or its absolute path."""
         return redacted(self.bundle_url) if self.bundle_url else (str(self.bundle) if self.bundle is not None else None)
 
-    def bundle_store(self) -> "BundleStore | RemoteStore | None":
-        """The store that reads and writes the session's bundle, or ``None`` without one."""
-        from .objectstore import RemoteStore
-        from .store import BundleStore
-
-        if self.bundle_url is not None:
-            return RemoteStore(self.bundle_url, self.home / "bundle-copies", self.lock_timeout, self.storage_options)
-        return BundleStore(self.bundle, self.lock_timeout) if self.bundle is not None else None
-
     @property
     def session_wide(self) -> bool:
         """Whether compiles outside fixtures are redirected (isolation or a bundle is on)."""
@@ -123,7 +110,7 @@ class Options:
                 return value, None
             if env and os.environ.get(env):
                 return os.environ[env], None
-            return config.getini(name), inidir
+            return config.getini(name) or "", inidir  # pytest < 8 gives [] for an unset string value
 
         def path(name: str, env: str | None = None) -> Path | None:
             value, base = pick(name, env)
