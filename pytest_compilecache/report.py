@@ -306,21 +306,25 @@ def _cold_lines(report: SessionReport) -> list[str]:
 
 def summary_lines(report: SessionReport) -> list[str]:
     """The terminal summary: per-layer totals, and what was loaded, warmed up and saved."""
-    if report.totals is None:
+    if report.totals is None or report.totals.nothing_happened:
         lines = ["no test compiled anything (or torch's compiler was never imported in a test)"]
     else:
         lines = ["per-layer totals over all tests (summed over workers):", report.totals.table()]
         lines.extend(_cold_lines(report))
         lines.extend(_dynamo_lines(report.totals))
         lines.extend(_explained_lines(report.totals))
-    lines.extend(_compile_time_line(report))
+    if report.compile_seconds or report.warmup_seconds or report.compared_with_build() is not None:
+        lines.extend(_compile_time_line(report))
     if report.checked_downloaded:
         lines.append(f"bundle checked at session start (--compile-cache-strict): downloaded "
                      f"{report.checked_downloaded / 1e6:.2f} MB from {report.bundle_path}")
     for process in report.processes:
         if process.status in (Status.UNUSED,):
             continue
-        lines.append(f"bundle ({process.process}): {process.status.value}: {process.reason}")
+        if process.status is Status.WARMUP_FAILED:
+            lines.append(f"bundle ({process.process}): warmup failed, see WARMUP FAILED below")
+        else:
+            lines.append(f"bundle ({process.process}): {process.status.value}: {process.reason}")
         if process.loaded:
             loaded = ", ".join(f"{n} {k}" for k, n in process.loaded.items())
             lines.append(

@@ -313,6 +313,13 @@ class CacheStats:
     #: Dynamo's counts; not a cache layer, so not among the layers iterated, tabled or named in ``assert_hits``.
     dynamo: DynamoStats = field(default_factory=DynamoStats)
 
+    @property
+    def nothing_happened(self) -> bool:
+        """Whether no layer counted anything and Dynamo compiled no frame (a span with no compile)."""
+        counted = any(getattr(layer, f"_{kind}") for layer in self if layer.observable
+                      for kind in ("hits", "misses", "bypasses", "saved"))
+        return not counted and not self.dynamo._frames and not self.dynamo._graphs
+
     def __iter__(self) -> Iterator[LayerStats]:
         return (getattr(self, name) for name in LAYERS)
 

@@ -47,15 +47,20 @@ def test_fixture_runs_without_options_summarise_real_counts(
            "fx_graph 1 of 1, aot_autograd 1 of 1" in summary, summary
 
 
-def test_no_counted_test_prints_no_table_of_zeros(
-    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult]
+@pytest.mark.parametrize(("source", "args", "outcome"), [
+    ("def test_plain():\n    pass\n", ["--compile-cache-report=report.json"], {"passed": 1}),
+    ("def test_warm(warm_cache):\n    pass\n", [], {"skipped": 1}),
+], ids=["no-torch", "warm-skipped"])
+def test_no_compile_prints_no_table_of_zeros(
+    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], source: str, args: list[str],
+    outcome: dict[str, int],
 ) -> None:
-    """A run that asked for a report but whose tests never imported torch has nothing to tabulate."""
-    pytester.makepyfile(test_plain="def test_plain():\n    pass\n")
-    result = run_inner("--compile-cache-report=report.json")
-    result.assert_outcomes(passed=1)
+    """Tests that compiled nothing (never imported torch, or skipped for want of a bundle) have nothing to tabulate."""
+    pytester.makepyfile(test_plain=source)
+    result = run_inner(*args)
+    result.assert_outcomes(**outcome)
     text = result.stdout.str()
-    assert "per-layer totals" not in text
+    assert "per-layer totals" not in text and "compile time in tests: 0.0 s" not in text, text
     result.stdout.fnmatch_lines(["*no test compiled anything*"])
 
 
