@@ -120,10 +120,10 @@ def at_once(project: Path, endpoint: str, work: Path) -> str:
     conflicts = sum(json.loads(r.read_text())["bundle"]["saved"].get("transfer", {}).get("conflicts", 0)
                     for r in reports)
     statuses = [json.loads(r.read_text())["bundle"]["saved"]["status"] for r in reports]
-    from pytest_compilecache.objectstore import RemoteStore
+    from pytest_compilecache.storage.objects import UrlStore
 
     os.environ.update({k: env[k] for k in ENDPOINT_ENV})
-    store = RemoteStore(url, work / "check", 60)
+    store = UrlStore(url, work / "check", 60)
     with store.locked():
         _, whole = store.read_whole()
     assert whole is not None

@@ -31,7 +31,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Mapping
+from typing import Any, BinaryIO, Mapping, cast
 
 from . import files, signing
 from .binaries import CarriedBinaries, check_section, unpack
@@ -143,6 +143,17 @@ class Bundle:
     #: What messages call the bundle when ``path`` is only a local copy of it (the URL it came from).
     label: str = ""
 
+    @classmethod
+    def over(cls, source: io.RawIOBase, path: Path, label: str = "", head: int = io.DEFAULT_BUFFER_SIZE) -> "Bundle":
+        """The manifest of the bundle ``source`` holds, where every read may cost a request (a range
+        request to a server): the manifest is read ``head`` bytes at a time, then each section in one
+        read of its own, with no read-ahead. ``source`` stays open for those reads (close the bundle);
+        ``path`` is where it would be written. Raises :class:`BundleError`."""
+        buffered = io.BufferedReader(source, head)
+        bundle = parse(cast(BinaryIO, buffered), path, label)
+        bundle._file = cast(BinaryIO, buffered.detach())
+        return bundle
+
     @property
     def name(self) -> str:
         """The bundle as the user named it: its URL for a copy of one at a URL, else its path."""
@@ -191,6 +202,19 @@ class Bundle:
             return self._file.read(size)
         except OSError as exc:
             raise BundleError(f"{self.name}: cannot read: {exc.strerror or exc}") from None
+
+    def read_entry(self, entry: Entry) -> None:
+        """Read every section of ``entry`` now, so that it outlives :meth:`close` and a bundle written
+        from it holds them all: the payload and binaries checked, the key index as stored (it is
+        checked where it is used)."""
+        self.payload(entry)
+        self.carried(entry)
+        section = entry.index_section
+        if section is not None and entry._index_blob is None:
+            blob = self._read(entry, "the key index", section["offset"], section["size"])
+            if len(blob) != section["size"]:
+                raise BundleError(f"{self.name}: truncated: the key index of the entry is cut short")
+            entry._index_blob = blob
 
     def signature_problem(self, entry: Entry, secret: bytes) -> str:
         """``""`` when the entry's signature is valid for ``secret``; otherwise the problem, naming the file."""

@@ -15,9 +15,12 @@ from . import _torchapi, signing
 from .binaries import build_id, identity_differences, is_cpp
 from .bundle import Bundle, BundleError, Entry, differences, encoded_size, env_label, printable, read_manifest
 from .keyindex import KeyIndex, artifact_id
-from .objectstore import STORAGE_OPTIONS_ENV, RemoteStore, file_url_path, is_url, parse_storage_options, read_url, redacted
 from .options import user_cache_dir
-from .store import BundleStore, union
+from .storage.interface import BundleStore
+from .storage.merge import union
+from .storage.objects import read_url
+from .storage.stores import open_store
+from .storage.urls import STORAGE_OPTIONS_ENV, file_url_path, is_url, parse_storage_options, redacted
 
 LOCK_TIMEOUT = 60.0
 
@@ -47,11 +50,12 @@ def _local(name: str) -> Path:
         raise UserError(str(exc)) from None
 
 
-def _store(name: str) -> BundleStore | RemoteStore:
+def _store(name: str) -> BundleStore:
     """The store of a bundle named by path or URL (credentials and endpoints from the environment)."""
-    if is_url(name):
-        return RemoteStore(name, user_cache_dir() / "bundle-copies", LOCK_TIMEOUT, _storage)
-    return BundleStore(_local(name), LOCK_TIMEOUT)
+    try:
+        return open_store(name, LOCK_TIMEOUT, user_cache_dir() / "bundle-copies", _storage)
+    except BundleError as exc:
+        raise UserError(str(exc)) from None
 
 
 def _read(path: str) -> Bundle:
@@ -245,12 +249,10 @@ def _update(name: str, change: Any) -> Bundle | None:
     """Read-modify-write the bundle at a path (under its lock) or URL (conditionally, where the store can)."""
     store = _store(name)
     try:
-        if isinstance(store, RemoteStore):
-            if not store.conditional:
-                _say(f"{store.name}: warning: {store.protocol}:// offers no conditional write this plugin can use; it is "
-                     "written without one, so run this where no other writer runs (a final CI job)", sys.stderr)
-            return store.update(change, unconditional=True)
-        return store.update(change)
+        warning = store.write_warning()
+        if warning:
+            _say(f"{store.name}: warning: {warning}", sys.stderr)
+        return store.update(change, unconditional=True)
     except BundleError as exc:
         raise UserError(str(exc)) from None
 
@@ -261,7 +263,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     deltas: list[str] = []
     if args.deltas:
         store = _store(out)
-        if not isinstance(store, RemoteStore):
+        if not store.deltas:
             raise UserError(f"--deltas: {out} is not a URL; deltas are left only beside bundles at URLs")
         try:
             deltas = store.list_deltas()
@@ -307,9 +309,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     assert result is not None
     said = ""
     if args.deltas:
-        store = _store(out)
-        assert isinstance(store, RemoteStore)
-        left = store.remove_deltas(folded)
+        left = _store(out).remove_deltas(folded)
         said = f"; {len(folded)} delta(s) folded in, {len(folded) - len(left)} removed"
         for url in left:
             _say(f"{_shown(out)}: warning: {_shown(url)} is folded in but could not be removed; a later merge folds it again "

@@ -25,7 +25,7 @@ import pytest
 
 from . import _torchapi, files, remote, signing
 from .binaries import BinaryPool, CarriedBinaries, pooled
-from .bundle import Bundle, BundleError, Entry, NotABundle, encoded_size, make_entry, read_manifest
+from .bundle import Bundle, BundleError, Entry, NotABundle, make_entry
 from .cache import CacheKind, CompileCache
 from .capture import warnings_to_pytest
 from .environment import SavedEnv, caches_disabled_by_env, point_cache_dirs_at
@@ -34,8 +34,11 @@ from .keyindex import KeyIndex, KeyIndexError
 from .options import Isolation, Options
 from .report import ProcessReport, SaveResult, SaveStatus, SessionReport, Status, summary_lines
 from .stats import stats_from_counts
-from .objectstore import RemoteStore, redacted
-from .store import BundleStore, env_id
+from .storage.interface import BundleStore, Written
+from .storage.local import LocalStore
+from .storage.merge import env_id
+from .storage.stores import open_store
+from .storage.urls import redacted
 from .warmup import Preparer, WarmupFailed, died_in_warmup
 
 WORKER_OUTPUT_KEY = "compilecache"
@@ -46,38 +49,22 @@ _FIXTURES = ("cold_cache", "warm_cache")
 REMOTE_MARKER = "compile_cache_remote"
 
 
-def _describe_bundle(options: Options) -> tuple[str, bool, str]:
+def _open_store(options: Options) -> BundleStore | None:
+    """The session's bundle store, opened once by each process that needs it (``None`` without a bundle)."""
+    where = options.bundle_url or options.bundle
+    if where is None:
+        return None
+    return open_store(where, options.lock_timeout, options.home / "bundle-copies", options.storage_options)
+
+
+def _describe(store: BundleStore | None) -> tuple[str, bool, str]:
     """How the bundle looks now, without torch: (description, whether it exists, problem or "").
 
     A bundle at a URL is asked for its version only (one request, nothing downloaded)."""
-    store = options.bundle_store()
-    if isinstance(store, RemoteStore):
-        try:
-            version = store.version()
-        except BundleError as exc:
-            return str(exc), True, str(exc)
-        if version is None:
-            return f"{store.name}: missing, the session will create it", False, ""
-        kept = "; this machine keeps a copy of this version" if store.holds(version) else ""
-        return f"{store.name}: {version.size / 1e6:.1f} MB, version {version.tag or '(none given)'}{kept}", True, ""
-    return _describe_path(options.bundle)
-
-
-def _describe_path(path: Path | None) -> tuple[str, bool, str]:
-    """How PATH looks now, without torch: (description, whether it exists, problem or "")."""
-    if path is None:
+    if store is None:
         return "", False, ""
-    store = BundleStore(path, 0)
-    try:
-        bundle = store.read()
-    except BundleError as exc:
-        return str(exc), True, str(exc)
-    if bundle is None:
-        empty = path.is_file()
-        return f"{path}: {'an empty file' if empty else 'missing'}, the session will write the bundle there", False, ""
-    with bundle:
-        size = path.stat().st_size
-        return f"{path}: {len(bundle.entries)} environment(s), {size / 1e6:.1f} MB", True, ""
+    look = store.describe()
+    return look.text, look.exists, look.problem
 
 
 def _header(options: Options, report: SessionReport, process: ProcessReport | None) -> list[str]:
@@ -99,19 +86,17 @@ def _header(options: Options, report: SessionReport, process: ProcessReport | No
     return lines
 
 
-def _entry_problems(options: Options, process_dir: Path, report: SessionReport) -> list[str]:
+def _entry_problems(store: BundleStore, process_dir: Path, report: SessionReport) -> list[str]:
     """Strict mode's check before any test: PATH has an intact entry for this machine. What it
     downloads from a bundle URL is noted in ``report``."""
-    store = options.bundle_store()
-    assert store is not None
+    before = store.transfer
     try:
         return _problems_of(store, process_dir)
     finally:
-        if isinstance(store, RemoteStore):
-            report.checked_downloaded = store.downloaded
+        report.checked_downloaded = store.transfer.since(before).downloaded
 
 
-def _problems_of(store: BundleStore | RemoteStore, process_dir: Path) -> list[str]:
+def _problems_of(store: BundleStore, process_dir: Path) -> list[str]:
     try:
         _torchapi.bootstrap(str(process_dir))
         here = _torchapi.environment_fingerprint()
@@ -144,15 +129,15 @@ def _check_remote(options: Options, report: SessionReport) -> None:
     _strict_failure(options, report.problems[-1:] if why else [], "at session start", "remote cache")
 
 
-def _check_at_start(options: Options, start_problem: str, existed: bool, process_dir: Path,
-                    report: SessionReport) -> None:
+def _check_at_start(options: Options, store: BundleStore | None, start_problem: str, existed: bool,
+                    process_dir: Path, report: SessionReport) -> None:
     """In strict mode, stop before any test when PATH is unreadable or has no intact entry for here
     (unless the session rebuilds it)."""
-    if not options.strict or not options.has_bundle or options.rebuild:
+    if not options.strict or store is None or options.rebuild:
         return
     problems = [start_problem] if start_problem else []
     if not problems and existed:
-        problems = _entry_problems(options, process_dir, report)
+        problems = _entry_problems(store, process_dir, report)
     _strict_failure(options, problems, "at session start")
 
 
@@ -174,10 +159,11 @@ class TestSide:
     """What a process that runs tests does: caches for fixtures, the bundle, per-test counts."""
 
     def __init__(self, config: pytest.Config, options: Options, folders: Folders, process: str,
-                 run: float) -> None:
+                 run: float, store: BundleStore | None) -> None:
         self.config = config
         self.options = options
         self.folders = folders
+        self.store = store
         self.process = process
         self.run = run
         self.bundle_existed = False
@@ -283,8 +269,8 @@ class TestSide:
         return self.bundle_problem or self.process_report.bundle_unreadable
 
     def _make_preparer(self, hook: Any) -> Preparer:
-        source = self.options.bundle_store()
-        own = BundleStore(self.folders.shared / "session.bundle", self.options.lock_timeout)
+        source = self.store
+        own = LocalStore(self.folders.shared / "session.bundle", self.options.lock_timeout)
         return Preparer(
             source=source,
             publish=source if self.writes_bundle and source is not None else own,
@@ -493,8 +479,9 @@ class TestSide:
 class Saver:
     """The end of the session: merge every process's artifacts into PATH, once, under its lock."""
 
-    def __init__(self, options: Options, bundle_existed: bool, run: float, pools: Path | None = None,
-                 bundle_problem: str = "") -> None:
+    def __init__(self, store: BundleStore | None, options: Options, bundle_existed: bool, run: float,
+                 pools: Path | None = None, bundle_problem: str = "") -> None:
+        self.store = store
         self.options = options
         self.bundle_existed = bundle_existed
         self.bundle_problem = bundle_problem
@@ -503,7 +490,7 @@ class Saver:
 
     def save(self, report: SessionReport, blobs: list[tuple[dict[str, str], bytes, KeyIndex | None]]) -> None:
         """Fill ``report.saved``; every problem names PATH. The pooled binaries go with every entry."""
-        store = self.options.bundle_store()
+        store = self.store
         if store is None:
             return
         path = store.name
@@ -527,13 +514,14 @@ class Saver:
             "built_compile_seconds": round(report.compile_seconds + report.warmup_seconds, 3),
             "tests": {nodeid: stats.get("compile_seconds", 0.0) for nodeid, stats in report.tests.items()},
         }
+        before = store.transfer
         try:
             additions = [make_entry(env, blob, _torchapi.describe_artifacts(blob), binaries=binaries, index=index)
                          for env, blob, index in blobs]
-            merged = store.add(additions, history, run=self.run, max_unused_runs=self.options.max_unused_runs,
-                               rebuild=self.options.rebuild)
-            report.problems.extend(f"{path}: {why}" for why in store.dropped)
-            moved = _moved(store)
+            saved = store.add(additions, history, run=self.run, max_unused_runs=self.options.max_unused_runs,
+                              rebuild=self.options.rebuild)
+            merged = saved.bundle
+            report.problems.extend(f"{path}: {why}" for why in saved.dropped)
             envs = {env_id(env): env for env, _, _ in blobs}
             artifacts: dict[str, dict[str, int]] = {}
             for entry in (merged.find(env) for env in envs.values()):
@@ -552,21 +540,12 @@ class Saver:
             return
         except (BundleError, _torchapi.MegaCacheError, _torchapi.TorchUnavailable) as exc:
             self._problem(report, str(exc) if str(path) in str(exc) else f"{path}: {exc}")
-            report.saved.transfer = _moved(store)
+            report.saved.transfer = store.transfer.since(before).to_json()
             return
-        status, saved_at, why = SaveStatus.SAVED, path, ""
-        if isinstance(store, RemoteStore) and store.unchanged:
-            status = SaveStatus.UNCHANGED
-        elif isinstance(store, RemoteStore) and store.delta is not None:
-            status, saved_at, why = SaveStatus.DELTA, store.delta, store.note
-        if status is SaveStatus.UNCHANGED and isinstance(store, RemoteStore):
-            size = store.object_size  # the copy read holds only this machine's entry
-        else:
-            size = merged.path.stat().st_size if merged.path.is_file() else encoded_size(merged)
         merged.close()
-        report.saved = SaveResult(status, why, path=saved_at, artifacts=artifacts, bytes=size,
-                                  seconds=round(time.perf_counter() - start, 3),
-                                  dropped_unused=dict(store.unused), transfer=moved)
+        report.saved = SaveResult(_SAVE_STATUS[saved.status], saved.note, path=saved.delta or path,
+                                  artifacts=artifacts, bytes=saved.size, seconds=round(time.perf_counter() - start, 3),
+                                  dropped_unused=dict(saved.unused), transfer=saved.transfer.to_json())
 
     @staticmethod
     def _problem(report: SessionReport, message: str) -> None:
@@ -582,11 +561,8 @@ def _carried(bundle: Bundle, entry: Entry) -> CarriedBinaries | None:
         return None
 
 
-def _moved(store: BundleStore | RemoteStore) -> dict[str, int]:
-    """Bytes a bundle at a URL moved to and from its store (nothing for a local path)."""
-    if not isinstance(store, RemoteStore):
-        return {}
-    return {"downloaded": store.downloaded, "uploaded": store.uploaded, "conflicts": store.conflicts}
+_SAVE_STATUS = {Written.SAVED: SaveStatus.SAVED, Written.UNCHANGED: SaveStatus.UNCHANGED,
+                Written.DELTA: SaveStatus.DELTA}
 
 
 def _exit_status(options: Options, report: SessionReport, session: pytest.Session) -> None:
@@ -641,11 +617,12 @@ class SingleProcess(_RunsTests):
 
     def __init__(self, config: pytest.Config, options: Options) -> None:
         self.run = time.time()
-        super().__init__(config, options, TestSide(config, options, Folders(config), "main", self.run))
+        self.store = _open_store(options)
+        super().__init__(config, options, TestSide(config, options, Folders(config), "main", self.run, self.store))
         self.report = SessionReport(bundle_path=options.bundle_name)
         self.collector = Collector(options, self.report)
         self.report.bundle_at_start, self.side.bundle_existed, self.side.bundle_problem = \
-            _describe_path(options.bundle)
+            _describe(self.store if options.bundle is not None else None)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -654,10 +631,10 @@ class SingleProcess(_RunsTests):
         if not self.config.option.collectonly:
             if self.options.bundle_url is not None:
                 self.report.bundle_at_start, self.side.bundle_existed, self.side.bundle_problem = \
-                    _describe_bundle(self.options)
+                    _describe(self.store)
             _check_remote(self.options, self.report)
-            _check_at_start(self.options, self.side.bundle_problem, self.side.bundle_existed, self.side.folders.process,
-                            self.report)
+            _check_at_start(self.options, self.store, self.side.bundle_problem, self.side.bundle_existed,
+                            self.side.folders.process, self.report)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> None:
@@ -677,7 +654,7 @@ class SingleProcess(_RunsTests):
         self.report.processes = [process]
         env = process.env
         pools = self.side.folders.shared / "binaries"
-        Saver(self.options, self.side.bundle_existed, self.run, pools, self.side.bundle_problem).save(
+        Saver(self.store, self.options, self.side.bundle_existed, self.run, pools, self.side.bundle_problem).save(
             self.report, [(env, *own)] if own and env else [])
         _write_json(self.options.report, self.report)
         _exit_status(self.options, self.report, session)
@@ -696,7 +673,7 @@ class Worker(_RunsTests):
         folders = Folders(config, Path(shared) if shared else None)
         run = float(workerinput.get("compilecache_run", time.time()))
         super().__init__(config, options, TestSide(config, options, folders, str(workerinput.get("workerid", "worker")),
-                                                   run))
+                                                   run, _open_store(options)))
         self.side.bundle_existed = bool(workerinput.get("compilecache_bundle_existed", False))
         self.side.bundle_problem = str(workerinput.get("compilecache_bundle_problem", ""))
         self.strict_failure: str | None = None
@@ -741,9 +718,11 @@ class Controller:
         self.options = options
         self.folders = Folders(config)
         self.run = time.time()
+        self.store = _open_store(options)
         self.report = SessionReport(bundle_path=options.bundle_name)
         self.collector = Collector(options, self.report)
-        self.report.bundle_at_start, self.bundle_existed, self.start_problem = _describe_path(options.bundle)
+        self.report.bundle_at_start, self.bundle_existed, self.start_problem = \
+            _describe(self.store if options.bundle is not None else None)
         self._died_in_warmup: dict[str, str] = {}
 
     def close(self) -> None:
@@ -754,9 +733,10 @@ class Controller:
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         """Look at a bundle URL and the remote cache; in strict mode, check the bundle before workers start."""
         if self.options.bundle_url is not None:
-            self.report.bundle_at_start, self.bundle_existed, self.start_problem = _describe_bundle(self.options)
+            self.report.bundle_at_start, self.bundle_existed, self.start_problem = _describe(self.store)
         _check_remote(self.options, self.report)
-        _check_at_start(self.options, self.start_problem, self.bundle_existed, self.folders.process, self.report)
+        _check_at_start(self.options, self.store, self.start_problem, self.bundle_existed, self.folders.process,
+                        self.report)
 
     def pytest_configure_node(self, node: Any) -> None:
         """Tell a new worker where the session's shared folder is and whether PATH existed at start."""
@@ -796,7 +776,7 @@ class Controller:
             file = process.artifacts_file
             if file and process.env and os.path.exists(file):
                 blobs.append((process.env, Path(file).read_bytes(), _read_index(process.index_file)))
-        Saver(self.options, self.bundle_existed, self.run, self.folders.shared / "binaries",
+        Saver(self.store, self.options, self.bundle_existed, self.run, self.folders.shared / "binaries",
               self.start_problem).save(self.report, blobs)
         _write_json(self.options.report, self.report)
         _exit_status(self.options, self.report, session)

@@ -18,8 +18,8 @@ from . import _torchapi, files, signing
 from .binaries import BinaryPool, identity_differences, in_order, is_cpp, pooled
 from .bundle import Bundle, BundleError, Entry, NotABundle, env_label, make_entry, read_manifest, write_bundle
 from .report import ProcessReport, Status
-from .objectstore import RemoteStore
-from .store import BundleStore, union
+from .storage.interface import BundleStore, Written
+from .storage.merge import union
 
 #: Runs the warmup in a folder (starting from the previous template, if given) and returns the
 #: Mega-Cache bytes it recorded, its stats and its seconds; raises :class:`WarmupFailed`.
@@ -55,8 +55,8 @@ class Preparer:
 
     def __init__(
         self,
-        source: BundleStore | RemoteStore | None,
-        publish: BundleStore | RemoteStore,
+        source: BundleStore | None,
+        publish: BundleStore,
         update: bool,
         template: Path,
         marker: Path,
@@ -81,11 +81,13 @@ class Preparer:
 
     def prepare(self, env: dict[str, str]) -> bool:
         """Fill the template folder; True when it holds a usable bundle entry."""
+        source = self.source
+        before = source.transfer if source is not None else None
         try:
             return self._prepare(env)
         finally:
-            if isinstance(self.source, RemoteStore):
-                self.report.downloaded_bytes = self.source.downloaded
+            if source is not None and before is not None and before.counted:
+                self.report.downloaded_bytes = source.transfer.since(before).downloaded
 
     def _prepare(self, env: dict[str, str]) -> bool:
         self.report.env = env
@@ -163,7 +165,7 @@ class Preparer:
         except (BundleError, _torchapi.MegaCacheError) as exc:
             message = str(exc) if str(exc).startswith(bundle.name) else f"{bundle.name}: {exc}"
             self._problem(Status.UNUSABLE, message)
-            if isinstance(exc, BundleError) and bundle.path == getattr(self.source, "path", None):
+            if isinstance(exc, BundleError) and self.source is not None and bundle.name == self.source.name:
                 self._unreadable(message)
             shutil.rmtree(self.template, ignore_errors=True)
             return False
@@ -247,25 +249,28 @@ class Preparer:
                     entry = kept.find(env)
                     return entry is not None and self._load(kept, entry)
             try:
-                current = self.publish.read(env) or Bundle(self.publish.path, [])
+                current = self.publish.read(env)
             except NotABundle:
                 raise
             except BundleError as exc:
-                if marker is not None or not isinstance(self.publish, RemoteStore):
+                if marker is not None or not self.publish.may_be_unreachable:
                     raise
                 self.report.problems.append(f"{exc}; the warmup runs without it")
-                current = Bundle(self.publish.path, [])
-            with current:
-                entry = current.find(env)
-                appeared = entry is not None and not self.update and self.publish is self.source
-                if entry is not None and self.rebuild and self.publish is self.source \
-                        and entry.history.get("run") != self.run:
-                    entry = None
-                if marker is not None or appeared:
-                    return entry is not None and self._load(current, entry)
+                current = None
+            if current is not None:
+                with current:
+                    entry = current.find(env)
+                    appeared = entry is not None and not self.update and self.publish is self.source
+                    if entry is not None and self.rebuild and self.publish is self.source \
+                            and entry.history.get("run") != self.run:
+                        entry = None
+                    if marker is not None or appeared:
+                        return entry is not None and self._load(current, entry)
+            elif marker is not None:
+                return False
             note = running_note(self.marker, self.report.process)
-            lock = f"{self.publish.path}.lock"
-            files.write_atomic(note, json.dumps({"pid": os.getpid(), "lock": lock}).encode(), fsync=False)
+            files.write_atomic(note, json.dumps({"pid": os.getpid(), "lock": self.publish.lock_file}).encode(),
+                               fsync=False)
             try:
                 return self._warm_up_and_publish(env, have_previous)
             finally:
@@ -292,10 +297,10 @@ class Preparer:
                               index=_torchapi.index_for(data))
         rebuilding = self.rebuild and self.publish is self.source
         try:
-            published = self.publish.add([addition], {"warmup_seconds": round(seconds, 3)}, run=self.run,
-                                         rebuild=rebuilding)
+            saved = self.publish.add([addition], {"warmup_seconds": round(seconds, 3)}, run=self.run,
+                                     rebuild=rebuilding)
         except BundleError as exc:
-            if not isinstance(self.publish, RemoteStore):
+            if not self.publish.may_be_unreachable:
                 raise
             # The store failed (a network, a server): this session still uses what the warmup compiled.
             kept_at = self.marker.with_name("warmup-unpublished.bundle")
@@ -304,8 +309,9 @@ class Preparer:
             self._write_marker(published=False, unpublished=str(kept_at))
             published = read_manifest(kept_at)
         else:
-            self.report.problems.extend(f"{self.publish.name}: {why}" for why in self.publish.dropped)
-            if isinstance(self.publish, RemoteStore) and self.publish.delta is not None:
+            published = saved.bundle
+            self.report.problems.extend(f"{self.publish.name}: {why}" for why in saved.dropped)
+            if saved.status is Written.DELTA:
                 # Only a delta holds it (a store without conditional writes): every process loads the
                 # bundle's entry with the delta folded in.
                 published.close()
@@ -320,7 +326,6 @@ class Preparer:
     def _with_bundle_entry(self, env: dict[str, str], addition: Entry) -> Bundle:
         """A local bundle of ``addition`` merged with the published bundle's entry for ``env`` (where it
         can be read: else ``addition`` alone), for the processes of this session."""
-        assert isinstance(self.publish, RemoteStore)
         entries = [addition]
         try:
             current = self.publish.read(env)

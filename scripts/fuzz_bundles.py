@@ -37,7 +37,7 @@ from typing import Any, Callable, Iterator
 from pytest_compilecache import _torchapi, cli, signing
 from pytest_compilecache.binaries import BinaryPool
 from pytest_compilecache.bundle import Bundle, BundleError, make_entry, read_manifest, write_bundle
-from pytest_compilecache.store import BundleStore
+from pytest_compilecache.storage.local import LocalStore
 from pytest_compilecache.warmup import Preparer
 
 KEY = "fuzz-signing-key"
@@ -853,7 +853,7 @@ class Harness:
         shutil.rmtree(self.pool_root, ignore_errors=True)
         shutil.rmtree(self.template, ignore_errors=True)
         handed.clear()
-        store = BundleStore(path, 5.0)
+        store = LocalStore(path, 5.0)
         pool = BinaryPool(self.pool_root, self.identity)
         preparer = Preparer(store, store, False, self.template, self.sandbox / "marker.json", None, "fuzz", pool)
         try:

@@ -13,7 +13,7 @@ import pytest
 from pytest_compilecache import bundle as bundle_module
 from pytest_compilecache import files
 from pytest_compilecache.bundle import Bundle, BundleError, make_entry, read_manifest, write_bundle
-from pytest_compilecache.store import BundleStore
+from pytest_compilecache.storage.local import LocalStore
 
 ENV = {"torch": "2.13.0+cpu", "device": "cpu"}
 
@@ -63,7 +63,7 @@ def test_a_symlink_planted_at_the_lock_file_is_refused_and_its_target_untouched(
     victim.write_text("precious")
     path = tmp_path / "cache.bundle"
     Path(str(path) + ".lock").symlink_to(victim)
-    store = BundleStore(path, lock_timeout=1)
+    store = LocalStore(path, lock_timeout=1)
     with pytest.raises(BundleError) as info:
         with store.locked():
             pass
@@ -83,7 +83,7 @@ def test_the_lock_timeout_names_the_process_holding_the_lock(tmp_path: Path) -> 
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         start = time.monotonic()
         with pytest.raises(BundleError) as info:
-            with BundleStore(path, lock_timeout=0.5).locked():
+            with LocalStore(path, lock_timeout=0.5).locked():
                 pass
         assert time.monotonic() - start < 5
     finally:
@@ -163,7 +163,7 @@ def test_a_writer_killed_mid_write_leaves_nothing_after_the_next_update(tmp_path
     leftovers = [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
     assert leftovers, "the killed writer should have left its temporary file"
 
-    BundleStore(path, lock_timeout=5).add([make_entry({**ENV, "device": "other"}, b"new", {})])
+    LocalStore(path, lock_timeout=5).add([make_entry({**ENV, "device": "other"}, b"new", {})])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache.bundle"]
     assert len(read_manifest(path).entries) == 2
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import io
 import json
 import os
 import shutil
@@ -23,9 +22,11 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from pytest_compilecache import cli
-from pytest_compilecache.bundle import BundleError, Entry, NotABundle, parse, read_manifest
-from pytest_compilecache.objectstore import HEAD_BYTES, RemoteStore, _Ranges, read_url
-from pytest_compilecache.store import combine
+from pytest_compilecache.bundle import Bundle, BundleError, Entry, NotABundle, read_manifest
+from pytest_compilecache.storage.interface import Written
+from pytest_compilecache.storage.merge import combine
+from pytest_compilecache.storage.objects import UrlStore, read_url
+from pytest_compilecache.storage.ranges import HEAD_BYTES, Ranges
 
 pytest.importorskip("s3fs", reason="s3fs is not installed (pip install 'pytest-compilecache[test]')")
 pytest.importorskip("moto.server", reason="moto's server is not installed (pip install 'moto[server]')")
@@ -228,7 +229,7 @@ def test_shards_share_one_s3_bundle(pytester: pytest.Pytester, run_inner: Callab
     changed = shard("three", "--compile-cache-update")
     assert changed["saved"]["status"] == "saved"
     assert changed["saved"]["transfer"]["uploaded"] > 0
-    store = RemoteStore(url, pytester.path / "check2", 30)
+    store = UrlStore(url, pytester.path / "check2", 30)
     with store.locked():
         _, whole = store.read_whole()
     assert whole is not None
@@ -242,8 +243,8 @@ def test_racing_writers_both_land(store_root: str, tmp_path: Path, exists: bool)
     A's conditional write (If-Match, or create-only) fails on the real server, A reads again and
     writes the union."""
     url = f"{store_root}/race.bundle"
-    a = RemoteStore(url, tmp_path / "a", 30)
-    b = RemoteStore(url, tmp_path / "b", 30)
+    a = UrlStore(url, tmp_path / "a", 30)
+    b = UrlStore(url, tmp_path / "b", 30)
     if exists:
         b.add([_tagged("first")])
     reads: list[int] = []
@@ -252,11 +253,11 @@ def test_racing_writers_both_land(store_root: str, tmp_path: Path, exists: bool)
         reads.append(len(current.entries) if current else 0)
         if len(reads) == 1:
             b.add([_tagged("b")])
-        return combine(current, [_tagged("a")], None, 0, False, [], {})
+        return combine(current, [_tagged("a")]).entries
 
     a.update(change)
     assert reads == ([1, 2] if exists else [0, 1]), "A read again after its first conditional write failed"
-    assert a.conflicts == 1
+    assert a.transfer.conflicts == 1
     tags = {e.env["cache_key_tag"] for e in read_url(url, tmp_path / "check").entries}
     assert tags == ({"first", "a", "b"} if exists else {"a", "b"})
 
@@ -266,13 +267,13 @@ def test_a_store_without_conditional_writes_keeps_deltas_for_merge(tmp_path: Pat
     leaves a delta and says so, the bundle is never written, and `merge --deltas` folds the deltas in
     (writing without a condition, with a warning) and removes them."""
     url = f"local://{tmp_path / 'store' / 'b.bundle'}"
-    store = RemoteStore(url, tmp_path / "copies", 30)
-    kept = store.add([_tagged("x")])
-    assert store.delta is not None and store.delta.startswith(url + ".deltas/")
-    assert "offers no conditional write" in store.note and store.dropped == [], "by design, not a problem"
-    assert kept.entries[0].env["cache_key_tag"] == "x"
+    store = UrlStore(url, tmp_path / "copies", 30)
+    saved = store.add([_tagged("x")])
+    assert saved.status is Written.DELTA and saved.delta.startswith(url + ".deltas/")
+    assert "offers no conditional write" in saved.note and saved.dropped == (), "by design, not a problem"
+    assert saved.bundle.entries[0].env["cache_key_tag"] == "x"
     assert not (tmp_path / "store" / "b.bundle").exists(), "the bundle itself is never written without a condition"
-    RemoteStore(url, tmp_path / "copies-2", 30).add([_tagged("y")])
+    UrlStore(url, tmp_path / "copies-2", 30).add([_tagged("y")])
     assert len(store.list_deltas()) == 2
     assert cli.main(["merge", "--deltas", "-o", url]) == 0
     out, err = capsys.readouterr()
@@ -287,13 +288,13 @@ def test_a_store_without_conditional_writes_keeps_deltas_for_merge(tmp_path: Pat
 def test_an_object_deleted_while_it_is_read(s3: str, built: Path, tmp_path: Path) -> None:
     """The manifest is read by range; the object is deleted before the payload is: a clear error."""
     url = f"{s3}/gone.bundle"
-    store = RemoteStore(url, tmp_path, 30)
-    fs, path = store.filesystem()
+    store = UrlStore(url, tmp_path, 30)
+    fs, path = store.client.filesystem()
     fs.put_file(str(built), path)
     version = store.version()
     assert version is not None
-    raw = _Ranges(fs, path, version.size)
-    remote = parse(io.BufferedReader(raw, HEAD_BYTES), tmp_path / "x", url)  # type: ignore[arg-type]
+    raw = Ranges(fs, path, version.size)
+    remote = Bundle.over(raw, tmp_path / "x", url, head=HEAD_BYTES)
     assert raw.moved <= HEAD_BYTES, "only the start of the object was read for the manifest"
     fs.rm_file(path)
     with pytest.raises(BundleError, match=f"^{url}: cannot read: the object was deleted while it was being read"):
@@ -303,8 +304,8 @@ def test_an_object_deleted_while_it_is_read(s3: str, built: Path, tmp_path: Path
 
 def test_a_corrupt_object_never_replaces_a_good_copy(s3: str, built: Path, tmp_path: Path) -> None:
     url = f"{s3}/flip.bundle"
-    store = RemoteStore(url, tmp_path, 30)
-    fs, path = store.filesystem()
+    store = UrlStore(url, tmp_path, 30)
+    fs, path = store.client.filesystem()
     good = built.read_bytes()
     fs.pipe_file(path, good)
     with read_manifest(built) as local:
@@ -312,7 +313,7 @@ def test_a_corrupt_object_never_replaces_a_good_copy(s3: str, built: Path, tmp_p
         inside_payload = local._start + local.entries[0].offset + 100
     with store.read(env) as bundle:
         assert bundle.find(env) is not None
-    copies = {p: p.read_bytes() for p in store.folder.glob("*.bundle")}
+    copies = {p: p.read_bytes() for p in store.copies.folder.glob("*.bundle")}
     assert len(copies) == 1
     with read_manifest(built) as local:
         section = local.entries[0].binaries_section
@@ -324,7 +325,7 @@ def test_a_corrupt_object_never_replaces_a_good_copy(s3: str, built: Path, tmp_p
         fs.pipe_file(path, bytes(bad))
         with pytest.raises(BundleError, match=f"^{url}: corrupt: the {what} "):
             store.read(env)
-        assert {p: p.read_bytes() for p in store.folder.glob("*.bundle")} == copies, "no bad copy was kept"
+        assert {p: p.read_bytes() for p in store.copies.folder.glob("*.bundle")} == copies, "no bad copy was kept"
     fs.pipe_file(path, b"hello, not a bundle")
     with pytest.raises(NotABundle):
         store.add([_tagged("z")])
@@ -396,7 +397,7 @@ def test_wrong_credentials_and_missing_packages_are_named(pytester: pytest.Pytes
         import gcsfs  # noqa: F401
     except ImportError:
         with pytest.raises(BundleError, match=r"pip install 'pytest-compilecache\[gcs\]'"):
-            RemoteStore("gs://bundles/b.bundle", pytester.path, 30).version()
+            UrlStore("gs://bundles/b.bundle", pytester.path, 30).version()
 
 
 def test_an_unreachable_store_still_gets_a_warm_session(pytester: pytest.Pytester,
@@ -443,20 +444,19 @@ def test_with_the_key_set_an_unsigned_entry_is_replaced_not_kept(s3: str, built:
     from pytest_compilecache.bundle import make_entry
 
     url = f"{s3}/signed.bundle"
-    store = RemoteStore(url, tmp_path, 30)
-    fs, path = store.filesystem()
+    store = UrlStore(url, tmp_path, 30)
+    fs, path = store.client.filesystem()
     fs.put_file(str(built), path)
     with read_manifest(built) as local:
         local.read_all()
         old = local.entries[0]
     payload = local.payload(old)
     monkeypatch.setenv("PYTEST_COMPILE_CACHE_KEY", "s3cret")
-    store.add([make_entry(old.env, payload, _torchapi.describe_artifacts(payload))])
-    assert not store.unchanged
+    assert store.add([make_entry(old.env, payload, _torchapi.describe_artifacts(payload))]).status is Written.SAVED
     (entry,) = read_url(url, tmp_path / "check").entries
     assert entry.signature and not entry.vouched(b"s3cret")
-    store.add([make_entry(old.env, payload, _torchapi.describe_artifacts(payload))])
-    assert store.unchanged, "now signed and complete: nothing to write"
+    saved = store.add([make_entry(old.env, payload, _torchapi.describe_artifacts(payload))])
+    assert saved.status is Written.UNCHANGED, "now signed and complete: nothing to write"
 
 
 def test_xdist_workers_load_a_warmup_kept_only_as_a_delta(pytester: pytest.Pytester,
@@ -508,7 +508,7 @@ def test_a_plain_http_server_that_cannot_be_reached_is_not_a_missing_bundle(tmp_
     pytest.importorskip("aiohttp", reason="aiohttp is not installed (pip install 'pytest-compilecache[http]')")
     dead = f"http://127.0.0.1:{free_port()}/suite.bundle"
     with pytest.raises(BundleError, match=f"^{dead}: cannot read it: .*(onnect|refused)"):
-        RemoteStore(dead, tmp_path, 30).version()
+        UrlStore(dead, tmp_path, 30).version()
     served = tmp_path / "www"
     served.mkdir()
     port = free_port()
@@ -516,7 +516,7 @@ def test_a_plain_http_server_that_cannot_be_reached_is_not_a_missing_bundle(tmp_
                              str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     try:
         _wait_for(port, proc, "http.server")
-        assert RemoteStore(f"http://127.0.0.1:{port}/none.bundle", tmp_path, 30).version() is None, \
+        assert UrlStore(f"http://127.0.0.1:{port}/none.bundle", tmp_path, 30).version() is None, \
             "a 404 is a bundle that does not exist yet"
     finally:
         proc.terminate()
@@ -526,21 +526,22 @@ def test_a_plain_http_server_that_cannot_be_reached_is_not_a_missing_bundle(tmp_
 def test_a_missing_bucket_is_said_at_the_start(s3: str, tmp_path: Path) -> None:
     url = f"s3://no-such-bucket-{uuid.uuid4().hex[:8]}/b.bundle"
     with pytest.raises(BundleError, match=f"^{url}: no such bucket"):
-        RemoteStore(url, tmp_path, 30).version()
-    assert RemoteStore(f"{s3}/not-yet.bundle", tmp_path, 30).version() is None
+        UrlStore(url, tmp_path, 30).version()
+    assert UrlStore(f"{s3}/not-yet.bundle", tmp_path, 30).version() is None
 
 
 def test_urls_are_parsed_and_shown_without_credentials(tmp_path: Path, capsys: Any) -> None:
-    from pytest_compilecache.objectstore import file_url_path, is_url
+    from pytest_compilecache.storage.urls import file_url_path, is_url
 
-    signed = RemoteStore("https://user:pw@cdn.example/b.bundle?X-Amz-Signature=abc", tmp_path, 30)
+    signed = UrlStore("https://user:pw@cdn.example/b.bundle?X-Amz-Signature=abc", tmp_path, 30)
     assert signed.name == "https://cdn.example/b.bundle"
     azure = "abfs://container@account.dfs.core.windows.net/ci/b.bundle"
-    assert RemoteStore(azure, tmp_path, 30).name == azure, "a container@account is no credential"
-    from pytest_compilecache.objectstore import redacted
+    assert UrlStore(azure, tmp_path, 30).name == azure, "a container@account is no credential"
+    from pytest_compilecache.storage.urls import redacted
 
     assert redacted("rediss://:s3cret@cache.internal:6380/0") == "rediss://cache.internal:6380/0"
-    assert signed.folder == RemoteStore("https://cdn.example/b.bundle?X-Amz-Signature=other", tmp_path, 30).folder, \
+    other = UrlStore("https://cdn.example/b.bundle?X-Amz-Signature=other", tmp_path, 30)
+    assert signed.copies.folder == other.copies.folder, \
         "a presigned URL that changes every run keeps one folder of copies"
     assert cli.main(["--storage-options", "[1]", "inspect", "s3://b/x.bundle"]) == 2
     assert "--storage-options must be a JSON object" in capsys.readouterr().err
@@ -560,25 +561,25 @@ def test_a_conflict_retried_says_each_dropped_thing_once(s3: str, built: Path, t
     """A rebuild over an unreadable bundle whose first conditional write loses a race on the server:
     the retry reads again, and what it drops is said once, not once per attempt."""
     url = f"{s3}/unreadable.bundle"
-    store = RemoteStore(url, tmp_path, 30)
-    fs, path = store.filesystem()
+    store = UrlStore(url, tmp_path, 30)
+    fs, path = store.client.filesystem()
     with read_manifest(built) as local:
         inside_payload = local._start + local.entries[0].offset + 100
     bad = bytearray(built.read_bytes())
     bad[inside_payload] ^= 0xFF
     fs.pipe_file(path, bytes(bad))
-    put = store._put
+    put = store.client.put
 
     def racing_put(data: bytes, expected: Any, unconditional: bool = False) -> str:
-        if not store.conflicts:
+        if not store.transfer.conflicts:
             bad[inside_payload + 1] ^= 0xFF
             fs.pipe_file(path, bytes(bad))  # another writer: a new version, still unreadable
         return put(data, expected, unconditional)
 
-    monkeypatch.setattr(store, "_put", racing_put)
-    store.add([_tagged("fresh")], rebuild=True)
-    assert store.conflicts == 1
-    assert [d for d in store.dropped if "could not be read" in d] == [store.dropped[0]] and len(store.dropped) == 1
+    monkeypatch.setattr(store.client, "put", racing_put)
+    saved = store.add([_tagged("fresh")], rebuild=True)
+    assert saved.transfer.conflicts == 1
+    assert [d for d in saved.dropped if "could not be read" in d] == [saved.dropped[0]] and len(saved.dropped) == 1
     assert [e.env["cache_key_tag"] for e in read_url(url, tmp_path / "check").entries] == ["fresh"]
 
 
@@ -587,7 +588,7 @@ def test_the_command_line_takes_storage_options(s3: str, built: Path, endpoint: 
     """The endpoint given only as storage options (as in an ini file) reaches the command line too:
     through --storage-options or the environment variable the plugin also reads."""
     url = f"{s3}/cli.bundle"
-    fs, path = RemoteStore(url, Path(built).parent / "cli-copies", 30).filesystem()
+    fs, path = UrlStore(url, Path(built).parent / "cli-copies", 30).client.filesystem()
     fs.put_file(str(built), path)
     monkeypatch.delenv("AWS_ENDPOINT_URL")
     import s3fs
@@ -626,11 +627,11 @@ def test_a_machine_whose_copy_is_stale_finds_nothing_new_from_its_entry_alone(s3
     """Machine B keeps no copy of the bundle's current version (another shard wrote since): to learn
     that its run adds nothing it downloads its own entry only, and writes nothing."""
     url = f"{s3}/stale.bundle"
-    a = RemoteStore(url, tmp_path / "a", 30)
+    a = UrlStore(url, tmp_path / "a", 30)
     a.add([_tagged("other-machine")])
     a.add([_tagged("b")])
-    b = RemoteStore(url, tmp_path / "b", 30)
-    b.add([_tagged("b")])
-    whole = b.object_size
-    assert b.unchanged and b.uploaded == 0
-    assert 0 < b.downloaded < whole * 0.75, (b.downloaded, whole)
+    b = UrlStore(url, tmp_path / "b", 30)
+    saved = b.add([_tagged("b")])
+    whole = saved.size
+    assert saved.status is Written.UNCHANGED and saved.transfer.uploaded == 0
+    assert 0 < saved.transfer.downloaded < whole * 0.75, (saved.transfer.downloaded, whole)

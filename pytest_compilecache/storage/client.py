@@ -1,0 +1,124 @@
+"""One object at a URL through fsspec: its version, reads and writes, and the bytes they move."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Mapping
+from urllib.parse import urlsplit
+
+from ..bundle import BundleError
+from .errors import Conflict, NoConditionalWrite, precondition_failed, why
+from .interface import Version
+from .urls import redacted
+from .writers import writer_for
+
+
+class Client:
+    """The object at ``url``, with fsspec and the protocol's package imported only when first used.
+
+    Every failure is a :class:`BundleError` naming the URL (without credentials), except a lost
+    conditional write (:class:`Conflict`) and a store with none (:class:`NoConditionalWrite`)."""
+
+    def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None) -> None:
+        self.url = url
+        self.name = redacted(url)
+        self.protocol = urlsplit(url).scheme.lower()
+        self.writer = writer_for(self.protocol)
+        self.storage_options = dict(storage_options or {})
+        self._fs: tuple[Any, str] | None = None
+        #: Bytes downloaded from and uploaded to the store, and conditional writes that found the
+        #: object changed by another writer (each retried).
+        self.downloaded = 0
+        self.uploaded = 0
+        self.conflicts = 0
+        #: The object's size when its version was last asked (0: unknown or missing).
+        self.size = 0
+
+    def filesystem(self) -> tuple[Any, str]:
+        """fsspec's file system for the URL and the path inside it; a missing package is named with its extra."""
+        if self._fs is None:
+            hint = self.writer.install_hint()
+            try:
+                import fsspec
+            except ImportError:
+                hint = hint if self.writer.extra else "pip install fsspec"
+                raise BundleError(f"{self.name}: bundles at URLs need fsspec ({hint})") from None
+            try:
+                self._fs = fsspec.core.url_to_fs(self.url, **self.storage_options)
+            except ImportError as exc:
+                raise BundleError(f"{self.name}: {exc} ({hint})") from None
+            except Exception as exc:
+                raise BundleError(f"{self.name}: cannot open: {why(exc)}") from None
+        return self._fs
+
+    def call(self, doing: str, action: Callable[[], Any]) -> Any:
+        """``action()``, its failure said as "cannot ``doing``" (a lost conditional write: :class:`Conflict`)."""
+        try:
+            return action()
+        except (BundleError, Conflict, NoConditionalWrite):
+            raise
+        except Exception as exc:
+            if precondition_failed(exc):
+                raise Conflict(str(exc)) from None
+            raise BundleError(f"{self.name}: cannot {doing}: {why(exc)}") from None
+
+    def version(self) -> Version | None:
+        """The object's version now, or ``None`` when it does not exist. A size of 0 means unknown."""
+        fs, path = self.filesystem()
+        with contextlib.suppress(Exception):
+            fs.invalidate_cache(path)
+        try:
+            info = fs.info(path)
+        except FileNotFoundError as exc:
+            self._check_missing(fs, path, exc)
+            return None
+        except Exception as exc:
+            raise BundleError(f"{self.name}: cannot read it: {why(exc)}") from None
+        if info.get("type") == "directory":
+            raise BundleError(f"{self.name}: is a folder, not a bundle")
+        size = self.size = int(info.get("size") or 0)
+        for field in ("ETag", "etag", "Content-MD5", "md5Hash", "content_md5", "Digest", "checksum"):
+            if info.get(field):
+                return Version(str(info[field]), size)
+        for field in ("LastModified", "Last-Modified", "last_modified", "mtime", "updated", "created"):
+            if info.get(field):
+                return Version(f"{field}={info[field]}", size)
+        return Version("", size)
+
+    def _check_missing(self, fs: Any, path: str, exc: FileNotFoundError) -> None:
+        """Raise :class:`BundleError` where "not found" does not mean a bundle that does not exist yet:
+        an HTTP server that could not be reached or answered with an error other than 404 (fsspec
+        reports both as not found), or an object store's bucket that does not exist."""
+        cause = self.writer.unreachable(exc)
+        if cause is not None:
+            raise BundleError(f"{self.name}: cannot read it: {why(cause)}") from None
+        bucket = path.strip("/").split("/", 1)[0]
+        if self.writer.bucket and bucket and bucket != path.strip("/"):
+            try:
+                fs.info(bucket)
+            except FileNotFoundError:
+                raise BundleError(f"{self.name}: no such {self.writer.bucket} {bucket!r} (create it, or check the URL "
+                                  "and the endpoint)") from None
+            except Exception:
+                pass  # not allowed to ask about the bucket: the object is simply missing
+
+    def cat(self) -> bytes:
+        """The whole object."""
+        fs, path = self.filesystem()
+        data: bytes = self.call("read it", lambda: fs.cat_file(path))
+        self.downloaded += len(data)
+        return data
+
+    def put(self, data: bytes, expected: Version | None, unconditional: bool = False) -> str:
+        """Write ``data`` as the object if it still is ``expected`` (absent: ``None``); its new version tag.
+
+        Raises :class:`Conflict` when another writer got there first, :class:`NoConditionalWrite`
+        where the store has none this plugin can use (unless ``unconditional``: then it just writes).
+        """
+        fs, path = self.filesystem()
+        if self.writer.read_only:
+            raise BundleError(f"{self.name}: {self.protocol}:// bundles are read-only; publish to an object "
+                              "store (s3://...) and serve that over HTTP")
+        tag: str = self.call("write it", lambda: self.writer.put(fs, path, data, expected, unconditional, self.version))
+        self.uploaded += len(data)
+        return tag

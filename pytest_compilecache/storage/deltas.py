@@ -1,0 +1,82 @@
+"""Deltas: a session's additions left beside a bundle at a URL, for ``pytest-compilecache merge --deltas``."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from pathlib import Path
+
+from .. import files
+from ..bundle import Bundle, BundleError, Entry, read_manifest, write_bundle
+from .client import Client
+from .errors import Conflict, why
+
+
+class Deltas:
+    """``URL.deltas/<sha256>.bundle`` beside the object of ``client``: content-addressed and created
+    only where none is, each also kept in ``folder`` (this machine's copies)."""
+
+    def __init__(self, client: Client, folder: Path) -> None:
+        self.client = client
+        self.folder = folder
+
+    @property
+    def url(self) -> str:
+        """The folder of deltas beside the bundle."""
+        return self.client.url + ".deltas/"
+
+    def _target(self, name: str) -> str:
+        _, path = self.client.filesystem()
+        return path.rstrip("/") + ".deltas/" + name
+
+    def upload(self, additions: list[Entry]) -> tuple[str, Bundle]:
+        """Upload the additions as a delta; its URL (without credentials) and its local bundle, open."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        staging = self.folder / f"delta-{os.getpid()}.bundle"
+        write_bundle(Bundle(staging, additions))
+        data = staging.read_bytes()
+        name = f"{hashlib.sha256(data).hexdigest()[:32]}.bundle"
+        kept = self.folder / name
+        files.replace(staging, kept)
+        url = self.client.name + ".deltas/" + name
+        fs, path = self.client.filesystem()
+        target = self._target(name)
+        condition = self.client.writer.create_only()
+        with contextlib.suppress(Exception):
+            fs.makedirs(path.rstrip("/") + ".deltas", exist_ok=True)  # file systems with folders
+        try:
+            self.client.call("upload its delta", lambda: fs.pipe_file(target, data, **condition))
+            self.client.uploaded += len(data)
+        except Conflict:
+            pass  # the same content is there already
+        return url, read_manifest(kept, label=url)
+
+    def waiting(self) -> list[str]:
+        """The URLs of the deltas waiting beside the bundle."""
+        fs, path = self.client.filesystem()
+        folder = path.rstrip("/") + ".deltas"
+        try:
+            names = fs.ls(folder, detail=False)
+        except FileNotFoundError:
+            return []
+        except Exception as exc:
+            raise BundleError(f"{self.client.name}.deltas/: cannot list: {why(exc)}") from None
+        return sorted(self.url + str(n).rsplit("/", 1)[-1] for n in names if str(n).endswith(".bundle"))
+
+    def remove(self, urls: list[str]) -> list[str]:
+        """Remove deltas (and this machine's copies of them); those that could not be removed."""
+        return [url for url in urls if not self._remove(url)]
+
+    def _remove(self, url: str) -> bool:
+        fs, _ = self.client.filesystem()
+        name = url.rsplit("/", 1)[-1]
+        with contextlib.suppress(OSError):
+            (self.folder / name).unlink()
+        try:
+            fs.rm_file(self._target(name))
+        except FileNotFoundError:
+            return True
+        except Exception:
+            return False
+        return True

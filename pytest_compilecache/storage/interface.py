@@ -1,0 +1,149 @@
+"""The one interface of a bundle store (a local path or a URL) and the values its operations return."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+from typing import Callable, ContextManager, Mapping, NamedTuple, Protocol
+
+from ..bundle import Bundle, Entry
+
+
+class Version(NamedTuple):
+    """What identifies one version of a bundle: its ETag (or checksum, or modification time) and size."""
+
+    tag: str
+    size: int
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """Bytes a store moved down and up, and its conditional writes retried after a conflict.
+
+    ``counted`` is False for a store that moves nothing over a network (a local path): its
+    figures stay 0 and reports leave them out."""
+
+    counted: bool = False
+    downloaded: int = 0
+    uploaded: int = 0
+    conflicts: int = 0
+
+    def since(self, earlier: "Transfer") -> "Transfer":
+        """What was moved after ``earlier`` (the same store's figures, taken before)."""
+        return replace(self, downloaded=self.downloaded - earlier.downloaded,
+                       uploaded=self.uploaded - earlier.uploaded, conflicts=self.conflicts - earlier.conflicts)
+
+    def to_json(self) -> dict[str, int]:
+        """The report's form: empty where nothing is counted."""
+        if not self.counted:
+            return {}
+        return {"downloaded": self.downloaded, "uploaded": self.uploaded, "conflicts": self.conflicts}
+
+
+class Written(enum.Enum):
+    """Where :meth:`BundleStore.add` left the additions."""
+
+    SAVED = "saved"
+    #: The bundle already held every addition; nothing was written.
+    UNCHANGED = "unchanged"
+    #: Beside the bundle, as a delta for ``pytest-compilecache merge --deltas``.
+    DELTA = "delta"
+
+
+@dataclass(frozen=True)
+class Saved:
+    """What :meth:`BundleStore.add` did."""
+
+    #: The bundle now holding the additions (open: close it): the one written, the one that already
+    #: held them, or the delta's own.
+    bundle: Bundle
+    status: Written = Written.SAVED
+    #: The bundle's size in bytes (the whole object's, where only an entry of it was read).
+    size: int = 0
+    #: The delta's URL, with :attr:`Written.DELTA`.
+    delta: str = ""
+    #: Why a delta, when it is one by design (not a problem).
+    note: str = ""
+    #: What was left out (entries not vouched for, an unreadable bundle replaced), in words.
+    dropped: tuple[str, ...] = ()
+    #: ``{artifact type: count}`` dropped as unused in too many updating runs.
+    unused: dict[str, int] = field(default_factory=dict)
+    transfer: Transfer = Transfer()
+
+
+@dataclass(frozen=True)
+class Look:
+    """How a bundle looks, found cheaply (nothing downloaded, no payload read)."""
+
+    #: For the session header: the bundle's name and what it is now.
+    text: str
+    exists: bool
+    #: Why it cannot be read ("" when it can, or is missing).
+    problem: str = ""
+
+
+class BundleStore(Protocol):
+    """A bundle at a local path or a URL: the only code that reads or writes it."""
+
+    @property
+    def name(self) -> str:
+        """The bundle as messages show it (a URL without credentials)."""
+
+    @property
+    def lock_file(self) -> str:
+        """The lock this machine's writers (and a session's warmup) hold, for messages."""
+
+    @property
+    def deltas(self) -> str:
+        """Where deltas wait beside the bundle ("" where none are ever left)."""
+
+    @property
+    def may_be_unreachable(self) -> bool:
+        """Whether reading or writing can fail for the store's sake (a network, a server), not the
+        bundle's: a session then warms up without it and keeps what it compiled unpublished."""
+
+    @property
+    def transfer(self) -> Transfer:
+        """What this store moved so far (take it before and after an operation: :meth:`Transfer.since`)."""
+
+    def read(self, env: Mapping[str, str] | None = None) -> Bundle | None:
+        """The bundle now (open for payload reads; close it), or ``None`` if missing. With ``env``, that
+        entry comes back read and checked where the store copies bundles from elsewhere."""
+
+    def locked(self) -> ContextManager[None]:
+        """Hold this machine's writers' lock (reentrant in one process); raises ``BundleError`` naming it."""
+
+    def version(self) -> Version | None:
+        """The bundle's version now, or ``None`` when it is missing."""
+
+    def holds(self, version: Version) -> bool:
+        """Whether this machine has ``version`` of the bundle (all or part of it)."""
+
+    def describe(self) -> Look:
+        """How the bundle looks now, cheaply."""
+
+    def add(self, additions: list[Entry], history: Mapping[str, object] | None = None, run: float | None = None,
+            max_unused_runs: int = 0, rebuild: bool = False) -> Saved:
+        """Merge ``additions`` (new payloads, each with its environment) into the bundle: the union.
+
+        ``run`` (the session's start) is noted as an updating run that used every artifact of the
+        additions; with ``max_unused_runs``, artifacts of those environments that none of their last
+        that many runs used are dropped. With ``rebuild``, what the bundle holds for the additions'
+        environments is replaced, unless this same run wrote it; a bundle that cannot be read is
+        then replaced too (never a file that is not a bundle).
+        """
+
+    def update(self, change: Callable[[Bundle | None], list[Entry] | None],
+               unconditional: bool = False) -> Bundle | None:
+        """Read the bundle whole, let ``change`` compute the new entries (``None``: leave it), write them
+        so that no other writer's change is lost; the bundle now. ``unconditional`` writes a store
+        that has no conditional write (see :meth:`write_warning`) without one."""
+
+    def write_warning(self) -> str:
+        """Why a write here cannot be made safe against other writers ("" where it can)."""
+
+    def list_deltas(self) -> list[str]:
+        """The URLs of the deltas waiting beside the bundle."""
+
+    def remove_deltas(self, urls: list[str]) -> list[str]:
+        """Remove deltas once they are folded into the bundle; those that could not be removed."""

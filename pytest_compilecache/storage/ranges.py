@@ -1,0 +1,70 @@
+"""An object at a URL read by range requests, counting the bytes moved."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from .errors import why
+
+#: How much of a bundle's start the first range request reads: the marker, and most manifests.
+HEAD_BYTES = 64 * 1024
+
+
+class Ranges(io.RawIOBase):
+    """An object read by range requests, counting the bytes it moves. A server that ignores ranges
+    answers with the whole object; it is then kept and sliced."""
+
+    def __init__(self, fs: Any, path: str, size: int) -> None:
+        super().__init__()
+        self.fs, self.path, self.size = fs, path, size
+        self.pos = 0
+        self.moved = 0
+        self._whole: bytes | None = None
+        self._head = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence]
+        self.pos = max(0, base + offset)
+        return self.pos
+
+    def readinto(self, buffer: Any) -> int:
+        end = min(self.pos + len(buffer), self.size)
+        if end <= self.pos:
+            return 0
+        data = self._get(self.pos, end)
+        buffer[:len(data)] = data
+        self.pos += len(data)
+        return len(data)
+
+    def _get(self, start: int, end: int) -> bytes:
+        head = self._head
+        if head and start < len(head):
+            known = bytes(head[start:min(end, len(head))])
+            return known + (self._get(len(head), end) if end > len(head) else b"")
+        if self._whole is None:
+            try:
+                data = self.fs.cat_file(self.path, start=start, end=end)
+            except FileNotFoundError:
+                raise OSError("the object was deleted while it was being read") from None
+            except OSError:
+                raise
+            except Exception as exc:  # a client's own error types (aiohttp, botocore)
+                raise OSError(why(exc)) from None
+            data = bytes(data)
+            self.moved += len(data)
+            if len(data) <= end - start:
+                if start == 0 and not head:
+                    self._head = data
+                return data
+            self._whole = data
+        return self._whole[start:end]

@@ -1,0 +1,21 @@
+"""Opening a bundle's store: a URL's or a local path's, once per process that needs it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from .interface import BundleStore
+from .local import LocalStore
+from .objects import UrlStore
+from .urls import file_url_path, is_url
+
+
+def open_store(where: str | Path, lock_timeout: float, copies: Path,
+               storage_options: Mapping[str, Any] | None = None) -> BundleStore:
+    """The store of the bundle at ``where``: a URL (its copies kept under ``copies``, fsspec given
+    ``storage_options``), or a path (also as a ``file://`` URL; one naming another host raises ``BundleError``)."""
+    name = str(where)
+    if is_url(name):
+        return UrlStore(name, copies, lock_timeout, storage_options)
+    return LocalStore(Path(file_url_path(name) or name), lock_timeout)
