@@ -64,7 +64,7 @@ class LocalStore:
 
     @property
     def deltas(self) -> str:
-        """None: deltas are left only beside bundles at URLs."""
+        """"": deltas are left only beside bundles at URLs."""
         return ""
 
     @property
@@ -182,7 +182,7 @@ class LocalStore:
         return ""
 
     def list_deltas(self) -> list[str]:
-        """None: deltas are left only beside bundles at URLs."""
+        """No deltas: they are left only beside bundles at URLs."""
         return []
 
     def remove_deltas(self, urls: list[str]) -> list[str]:

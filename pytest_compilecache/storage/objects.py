@@ -1,17 +1,5 @@
-"""A bundle at a URL (fsspec: s3://, gs://, az://, http(s)://, memory://): read through this machine's
-copies, written by conditional writes, with deltas beside it where it cannot be.
-
-- Reading: the object's version (its ETag or checksum) is asked first; a local copy of that version
-  is used as it is, so a machine that already has it reads nothing. Otherwise the manifest is read
-  with a range request, and only the entry for this machine is downloaded (also by ranges) and
-  checked against its checksums before it is kept as the local copy.
-- Writing: what a session compiled is folded into the bundle with a conditional write (see
-  :mod:`.writers`), re-reading and retrying on conflict. Where the store has no conditional write
-  here, or the write cannot be done, it is uploaded instead as a delta (:mod:`.deltas`) for
-  ``pytest-compilecache merge --deltas``, and that is said. No reader ever sees a half-written object.
-
-fsspec and the store's own package are imported only when a URL is used. No module here imports torch.
-"""
+"""A bundle at a URL (fsspec: s3://, gs://, az://, http(s)://, memory://), read through this
+machine's copies and written conditionally."""
 
 from __future__ import annotations
 
@@ -41,7 +29,15 @@ ATTEMPTS = 8
 
 class UrlStore:
     """A bundle at a URL (see :class:`.interface.BundleStore`); ``copies`` is the folder of this
-    machine's copies of bundles at URLs, this URL's in a folder of their own under it."""
+    machine's copies of bundles at URLs, this URL's in a folder of their own under it.
+
+    Reading asks the object's version first and uses this machine's copy of that version as it is;
+    otherwise the manifest is read by a range request and only the wanted entry is downloaded (by
+    ranges too) and checked before it is kept as the copy. Writing folds the additions in with a
+    conditional write (:mod:`.writers`), reading again and retrying on conflict; where the store has
+    none, or the write fails, the additions go to a delta (:mod:`.deltas`) instead, and that is said.
+    No reader ever sees a half-written object. fsspec is imported only when a URL is used; no torch.
+    """
 
     def __init__(self, url: str, copies: Path, lock_timeout: float,
                  storage_options: Mapping[str, Any] | None = None) -> None:
