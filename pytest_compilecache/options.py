@@ -33,10 +33,18 @@ class Isolation(enum.Enum):
 ISOLATION_MODES = tuple(mode.value for mode in Isolation)
 
 
-def _bool(value: Any) -> bool:
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("", "0", "false", "no", "off")
+
+
+def _bool(value: Any, name: str) -> bool:
+    """An on/off value; a word that is neither (a typo that would silently mean off) is a usage error."""
     if isinstance(value, bool):
         return value
-    return str(value).strip().lower() in ("1", "true", "yes", "on")
+    word = str(value).strip().lower()
+    if word not in _TRUE + _FALSE:
+        raise pytest.UsageError(f"{name}: {value!r} is neither on nor off; use true or false")
+    return word in _TRUE
 
 
 def user_cache_dir() -> Path:
@@ -142,7 +150,7 @@ class Options:
             raise pytest.UsageError(
                 f"compile_cache_max_unused_runs must be a whole number of updating runs (0: keep everything), "
                 f"not {unused!r}")
-        rebuild = _bool(pick("compile_cache_rebuild")[0])
+        rebuild = _bool(pick("compile_cache_rebuild")[0], "compile_cache_rebuild")
         remote = str(pick("compile_cache_remote", REMOTE_ENV)[0] or "").strip() or None
         if remote is not None and check_url(remote):
             raise pytest.UsageError(f"compile_cache_remote: {check_url(remote)}")
@@ -152,17 +160,21 @@ class Options:
         storage_options = (_storage_options(from_env, STORAGE_OPTIONS_ENV) if from_env.strip() else
                            _storage_options(str(config.getini("compile_cache_storage_options") or ""),
                                             "compile_cache_storage_options"))
+        update = _bool(pick("compile_cache_update")[0], "compile_cache_update")
+        if (update or rebuild) and not named:
+            flag = "--compile-cache-rebuild" if rebuild else "--compile-cache-update"
+            raise pytest.UsageError(f"{flag} changes the bundle named by --compile-cache-bundle, and none is named")
         return cls(
             isolation=Isolation(word),
             bundle=None if url else path("compile_cache_bundle", BUNDLE_ENV),
             bundle_url=url,
             storage_options=storage_options,
-            update=_bool(pick("compile_cache_update")[0]) or rebuild,
+            update=update or rebuild,
             rebuild=rebuild,
-            explain=_bool(pick("compile_cache_explain")[0]),
+            explain=_bool(pick("compile_cache_explain")[0], "compile_cache_explain"),
             max_unused_runs=int(unused),
             remote=remote,
-            strict=_bool(pick("compile_cache_strict")[0]),
+            strict=_bool(pick("compile_cache_strict")[0], "compile_cache_strict"),
             lock_timeout=lock_timeout,
             report=path("compile_cache_report"),
             home=home,

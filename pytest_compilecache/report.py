@@ -67,6 +67,8 @@ class ProcessReport:
     binary_problems: list[str] = field(default_factory=list)
     #: Why the bundle could not be read here (a damaged file, not a bundle); "" when it could.
     bundle_unreadable: str = ""
+    #: Whether this process's warmup wrote the session's bundle (PATH itself, not a bundle of the session's own).
+    wrote_bundle: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """A plain dict (for ``workeroutput`` and the JSON report)."""
@@ -341,7 +343,8 @@ def summary_lines(report: SessionReport) -> list[str]:
                          f"{process.binaries.get('fit', 0)} fit this machine"
                          + (f"; {kernels} Triton kernels from Triton's own cache" if kernels else ""))
         if process.warmup_seconds is not None and not process.warmup_error:
-            lines.append(f"  warmup ran here: {process.warmup_seconds:.1f} s")
+            wrote = f" and wrote {report.bundle_path}" if process.wrote_bundle else ""
+            lines.append(f"  warmup ran here{wrote}: {process.warmup_seconds:.1f} s")
     saved = report.saved
     moved = (f"; moved {saved.transfer.get('downloaded', 0) / 1e6:.2f} MB down, "
              f"{saved.transfer.get('uploaded', 0) / 1e6:.2f} MB up" if saved.transfer else "")

@@ -64,6 +64,8 @@ def _describe(store: BundleStore | None) -> tuple[str, bool, str]:
     if store is None:
         return "", False, ""
     look = store.describe()
+    if look.problem:  # the reason is said once, as a PROBLEM in the summary
+        return f"{store.name}: cannot be used (see PROBLEM in the compilecache summary)", look.exists, look.problem
     return look.text, look.exists, look.problem
 
 
@@ -374,8 +376,8 @@ class TestSide:
                 if template is None:
                     report = self.process_report
                     if report.warmup_error:
-                        pytest.skip(f"warm_cache: the warmup hook failed, see the compilecache summary "
-                                    f"({report.reason})")
+                        pytest.skip("warm_cache: the warmup hook failed (see WARMUP FAILED in the compilecache "
+                                    "summary)")
                     pytest.skip(
                         f"warm_cache needs a usable bundle ({report.status.value}: {report.reason}); get one "
                         "with --compile-cache-bundle=PATH after a run that builds it, or a "
@@ -497,16 +499,19 @@ class Saver:
         unreadable = self.bundle_problem or next((p.bundle_unreadable for p in report.processes
                                                   if p.bundle_unreadable), "")
         if unreadable and not self.options.rebuild:
-            report.saved = SaveResult(SaveStatus.LEFT_ALONE, f"{path} could not be read (see the problem above), so "
-                                      "this session wrote nothing there; --compile-cache-rebuild writes a fresh bundle "
-                                      "over a damaged one (never over a file that is not a bundle)")
+            report.saved = SaveResult(SaveStatus.LEFT_ALONE, f"{path} was neither used nor written (see PROBLEM "
+                                      "below): move the file away or name another path; --compile-cache-rebuild "
+                                      "writes a fresh bundle over a damaged one")
             return
         if not (self.options.update or not self.bundle_existed):
             report.saved = SaveResult(SaveStatus.KEPT, f"{path} existed; add --compile-cache-update to merge this "
                                       "session's artifacts into it")
             return
         if not blobs:
-            report.saved = SaveResult(SaveStatus.NOTHING, "nothing was compiled or used")
+            wrote = any(p.wrote_bundle for p in report.processes)
+            report.saved = SaveResult(SaveStatus.NOTHING, f"the warmup wrote {path} during the session, and the tests "
+                                      "compiled nothing to add" if wrote else
+                                      "nothing was compiled or used outside cold_cache tests")
             return
         start = time.perf_counter()
         binaries = pooled(self.pools) if self.pools is not None else None
@@ -581,7 +586,9 @@ def _write_json(path: Path | None, report: SessionReport) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         files.write_atomic(path, json.dumps(report.to_json(), indent=1, sort_keys=True).encode(), fsync=False)
     except OSError as exc:
-        report.problems.append(f"{path}: cannot write the report: {exc.strerror or exc}")
+        blocked = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+        why = f"{blocked} is a file, not a folder" if blocked is not None else (exc.strerror or str(exc))
+        report.problems.append(f"{path}: cannot write the report: {why}")
 
 
 class _RunsTests:
@@ -632,6 +639,8 @@ class SingleProcess(_RunsTests):
             if self.options.bundle_url is not None:
                 self.report.bundle_at_start, self.side.bundle_existed, self.side.bundle_problem = \
                     _describe(self.store)
+            if self.side.bundle_problem:
+                self.report.problems.append(self.side.bundle_problem)
             _check_remote(self.options, self.report)
             _check_at_start(self.options, self.store, self.side.bundle_problem, self.side.bundle_existed,
                             self.side.folders.process, self.report)
@@ -734,6 +743,8 @@ class Controller:
         """Look at a bundle URL and the remote cache; in strict mode, check the bundle before workers start."""
         if self.options.bundle_url is not None:
             self.report.bundle_at_start, self.bundle_existed, self.start_problem = _describe(self.store)
+        if self.start_problem:
+            self.report.problems.append(self.start_problem)
         _check_remote(self.options, self.report)
         _check_at_start(self.options, self.store, self.start_problem, self.bundle_existed, self.folders.process,
                         self.report)

@@ -319,6 +319,7 @@ class Preparer:
                 self._write_marker(published=False, unpublished=str(published.path))
             else:
                 self._write_marker(published=True)
+                self.report.wrote_bundle = self.publish is self.source
         with published:
             entry = published.find(env)
             return entry is not None and self._load(published, entry)

@@ -19,7 +19,7 @@ def suite(pytester: pytest.Pytester) -> pytest.Pytester:
 @pytest.mark.parametrize("flag", ["--compile-cache-isolate", "--compile-cache-update", "--compile-cache-rebuild",
                                   "--compile-cache-explain", "--compile-cache-strict"])
 def test_a_bare_flag_before_a_path_leaves_the_path_alone(suite: pytest.Pytester, flag: str) -> None:
-    result = suite.runpytest_subprocess(flag, "suite/", "--co", "-q")
+    result = suite.runpytest_subprocess(flag, "suite/", "--co", "-q", "--compile-cache-bundle=b.bundle")
     assert result.ret == 0, result.stderr.str()
     result.stdout.fnmatch_lines(["suite/test_plain.py::test_plain"])
 
@@ -59,3 +59,16 @@ def test_help_names_the_same_modes_as_the_parser(suite: pytest.Pytester) -> None
     assert "--compile-cache-isolate-mode=MODE" in text
     assert "off, test or worker" in text
     assert "true" not in text.split("--compile-cache-isolate", 1)[1].split("--compile-cache-bundle", 1)[0]
+
+
+def test_an_on_off_value_that_is_neither_is_refused(suite: pytest.Pytester) -> None:
+    result = suite.runpytest_subprocess("-o", "compile_cache_strict=treu", "suite/")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*compile_cache_strict: 'treu' is neither on nor off; use true or false*"])
+
+
+@pytest.mark.parametrize("flag", ["--compile-cache-update", "--compile-cache-rebuild"])
+def test_changing_a_bundle_without_naming_one_is_refused(suite: pytest.Pytester, flag: str) -> None:
+    result = suite.runpytest_subprocess(flag, "suite/")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{flag} changes the bundle named by --compile-cache-bundle, and none is named*"])
