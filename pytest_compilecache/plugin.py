@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from typing import Iterator, Union
+from typing import Iterator
 
 import pytest
 
@@ -12,10 +12,10 @@ from . import hooks
 from ._torchapi import defaultdir
 from .cache import CacheKind, CompileCache
 from .environment import SavedEnv
-from .options import Options, add_options
-from .roles import REMOTE_MARKER, Controller, SingleProcess, Worker, is_controller
+from .options import Isolation, Options, add_options
+from .roles import Role, choose_role
+from .testside import REMOTE_MARKER
 
-Role = Union[SingleProcess, Worker, Controller]
 _ROLE = pytest.StashKey[Role]()
 _early_env: SavedEnv | None = None
 _early_dir: str | None = None
@@ -57,25 +57,10 @@ def pytest_configure(config: pytest.Config) -> None:
     """Choose this process's role, once; after pytest's own set-up (basetemp) is in place."""
     config.addinivalue_line("markers", f"{REMOTE_MARKER}: let this test's warm_cache read and write torch's remote "
                                        "cache (--compile-cache-remote), which fixtures otherwise switch off")
-    options = Options.from_config(config)
-    role: Role
-    if hasattr(config, "workerinput"):
-        role = Worker(config, options)
-    elif is_controller(config):
-        role = Controller(config, options)
-    else:
-        role = SingleProcess(config, options)
+    role = choose_role(config, Options.from_config(config))
     config.stash[_ROLE] = role
-    config.pluginmanager.register(role, "compilecache-role")
-    if not isinstance(role, Worker):
-        config.pluginmanager.register(role.collector, "compilecache-collector")
-    if isinstance(role, Controller):
-        return
-    role.configure(_early_env)
-    if options.session_wide:
-        folders = role.side.folders
-        defaultdir.install(lambda: str(folders.process), str(options.headers_dir))
-    if options.isolation.value == "test":
+    role.start(config.pluginmanager, _early_env)
+    if role.options.isolation is Isolation.TEST:
         config.pluginmanager.register(_IsolateEveryTest(), "compilecache-isolate-every-test")
 
 
@@ -84,8 +69,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     role = config.stash.get(_ROLE, None)
     if role is not None:
         role.close()
-    if role is not None and role.options.session_wide:
-        defaultdir.uninstall()
     _early_env = None
     if _early_dir is not None:
         shutil.rmtree(_early_dir, ignore_errors=True)
@@ -93,10 +76,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def _caches(request: pytest.FixtureRequest, kind: CacheKind) -> Iterator[CompileCache]:
-    role = request.config.stash[_ROLE]
-    if isinstance(role, Controller):
-        raise RuntimeError("the xdist controller runs no tests")
-    yield from role.side.open_cache(request, kind)
+    yield from request.config.stash[_ROLE].open_cache(request, kind)
 
 
 @pytest.fixture

@@ -1,0 +1,138 @@
+"""The end of a session: merge every process's artifacts into the bundle once, write the JSON report, set the exit status."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from . import _torchapi, files
+from .binaries import CarriedBinaries, pooled
+from .bundle import Bundle, BundleError, Entry, NotABundle, make_entry
+from .keyindex import KeyIndex, KeyIndexError
+from .options import Options
+from .report import SaveResult, SaveStatus, SessionReport
+from .storage.interface import BundleStore, Written
+from .storage.merge import env_id
+
+class Saver:
+    """The end of the session: merge every process's artifacts into PATH, once, under its lock."""
+
+    def __init__(self, store: BundleStore | None, options: Options, bundle_existed: bool, run: float,
+                 pools: Path | None = None, bundle_problem: str = "") -> None:
+        self.store = store
+        self.options = options
+        self.bundle_existed = bundle_existed
+        self.bundle_problem = bundle_problem
+        self.run = run
+        self.pools = pools
+
+    def save(self, report: SessionReport, blobs: list[tuple[dict[str, str], bytes, KeyIndex | None]]) -> None:
+        """Fill ``report.saved``; every problem names PATH. The pooled binaries go with every entry."""
+        store = self.store
+        if store is None:
+            return
+        path = store.name
+        unreadable = self.bundle_problem or next((p.bundle_unreadable for p in report.processes
+                                                  if p.bundle_unreadable), "")
+        if unreadable and not self.options.rebuild:
+            report.saved = SaveResult(SaveStatus.LEFT_ALONE, f"{path} was neither used nor written (see PROBLEM "
+                                      "below): move the file away or name another path; --compile-cache-rebuild "
+                                      "writes a fresh bundle over a damaged one")
+            return
+        if not (self.options.update or not self.bundle_existed):
+            report.saved = SaveResult(SaveStatus.KEPT, f"{path} existed; add --compile-cache-update to merge this "
+                                      "session's artifacts into it")
+            return
+        if not blobs:
+            wrote = any(p.wrote_bundle for p in report.processes)
+            report.saved = SaveResult(SaveStatus.NOTHING, f"the warmup wrote {path} during the session, and the tests "
+                                      "compiled nothing to add" if wrote else
+                                      "nothing was compiled or used outside cold_cache tests")
+            return
+        start = time.perf_counter()
+        binaries = pooled(self.pools) if self.pools is not None else None
+        history = {
+            "built_compile_seconds": round(report.compile_seconds + report.warmup_seconds, 3),
+            "tests": {nodeid: stats.get("compile_seconds", 0.0) for nodeid, stats in report.tests.items()},
+        }
+        before = store.transfer
+        try:
+            additions = [make_entry(env, blob, _torchapi.describe_artifacts(blob), binaries=binaries, index=index)
+                         for env, blob, index in blobs]
+            saved = store.add(additions, history, run=self.run, max_unused_runs=self.options.max_unused_runs,
+                              rebuild=self.options.rebuild)
+            merged = saved.bundle
+            report.problems.extend(f"{path}: {why}" for why in saved.dropped)
+            envs = {env_id(env): env for env, _, _ in blobs}
+            artifacts: dict[str, dict[str, int]] = {}
+            for entry in (merged.find(env) for env in envs.values()):
+                kinds = dict(entry.artifacts) if entry else {}
+                carried = _carried(merged, entry) if entry is not None else None
+                if carried:
+                    kinds["cpp"] = carried.counts()
+                    if carried.triton_counts()["count"]:
+                        kinds["triton_cache"] = carried.triton_counts()
+                for kind, counts in kinds.items():
+                    total = artifacts.setdefault(kind, {"count": 0, "bytes": 0})
+                    total["count"] += counts["count"]
+                    total["bytes"] += counts["bytes"]
+        except NotABundle as exc:
+            self._problem(report, f"{exc}; it was left alone")
+            return
+        except (BundleError, _torchapi.MegaCacheError, _torchapi.TorchUnavailable) as exc:
+            self._problem(report, str(exc) if str(path) in str(exc) else f"{path}: {exc}")
+            report.saved.transfer = store.transfer.since(before).to_json()
+            return
+        merged.close()
+        report.saved = SaveResult(_SAVE_STATUS[saved.status], saved.note, path=saved.delta or path,
+                                  artifacts=artifacts, bytes=saved.size, seconds=round(time.perf_counter() - start, 3),
+                                  dropped_unused=dict(saved.unused), transfer=saved.transfer.to_json())
+
+    @staticmethod
+    def _problem(report: SessionReport, message: str) -> None:
+        report.saved = SaveResult(SaveStatus.FAILED, message)
+        report.problems.append(message)
+
+
+def _carried(bundle: Bundle, entry: Entry) -> CarriedBinaries | None:
+    """The binaries an entry just written carries (read back from the file where they are not in memory)."""
+    try:
+        return entry.binaries or bundle.carried(entry)[0]
+    except BundleError:
+        return None
+
+
+_SAVE_STATUS = {Written.SAVED: SaveStatus.SAVED, Written.UNCHANGED: SaveStatus.UNCHANGED,
+                Written.DELTA: SaveStatus.DELTA}
+
+
+def exit_status(options: Options, report: SessionReport, session: pytest.Session) -> None:
+    """A warmup failure, or a strict-mode problem, makes the exit status non-zero (never 0 or 5)."""
+    bad = report.warmup_failed or (options.strict and (report.all_problems() or report.binary_problems()))
+    if bad and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def write_json(path: Path | None, report: SessionReport) -> None:
+    if path is None:
+        return
+    import json
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        files.write_atomic(path, json.dumps(report.to_json(), indent=1, sort_keys=True).encode(), fsync=False)
+    except OSError as exc:
+        blocked = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+        why = f"{blocked} is a file, not a folder" if blocked is not None else (exc.strerror or str(exc))
+        report.problems.append(f"{path}: cannot write the report: {why}")
+
+
+
+def read_index(file: str | None) -> KeyIndex | None:
+    """A worker's key index, or ``None`` when it wrote none (or it cannot be read: explanations only)."""
+    try:
+        return KeyIndex.unpack(Path(file).read_bytes()) if file else None
+    except (OSError, KeyIndexError):
+        return None

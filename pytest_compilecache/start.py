@@ -1,0 +1,114 @@
+"""What a session checks and says before any test: the bundle's state, the remote cache, strict mode's checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from . import _torchapi, remote, signing
+from .bundle import BundleError
+from .environment import caches_disabled_by_env
+from .options import Isolation, Options
+from .report import ProcessReport, SessionReport, Status
+from .storage.interface import BundleStore
+from .storage.stores import open_store
+from .storage.urls import redacted
+
+def open_bundle_store(options: Options) -> BundleStore | None:
+    """The session's bundle store, opened once by each process that needs it (``None`` without a bundle)."""
+    where = options.bundle_url or options.bundle
+    if where is None:
+        return None
+    return open_store(where, options.lock_timeout, options.home / "bundle-copies", options.storage_options)
+
+
+def describe(store: BundleStore | None) -> tuple[str, bool, str]:
+    """How the bundle looks now, without torch: (description, whether it exists, problem or "").
+
+    A bundle at a URL is asked for its version only (one request, nothing downloaded)."""
+    if store is None:
+        return "", False, ""
+    look = store.describe()
+    if look.problem:  # the reason is said once, as a PROBLEM in the summary
+        return f"{store.name}: cannot be used (see PROBLEM in the compilecache summary)", look.exists, look.problem
+    return look.text, look.exists, look.problem
+
+
+def header_lines(options: Options, report: SessionReport, process: ProcessReport | None) -> list[str]:
+    mode = {Isolation.OFF: "off", Isolation.TEST: "a cache per test",
+            Isolation.WORKER: "a kept cache per worker"}[options.isolation]
+    lines = [f"compilecache: isolation: {mode}"]
+    if options.remote is not None:
+        state = f"UNREACHABLE: {report.remote_problem}" if report.remote_problem else "reachable"
+        lines.append(f"compilecache: remote cache {redacted(options.remote)} (FX graph, AOTAutograd, autotune): {state}")
+    if options.has_bundle:
+        lines.append(f"compilecache: bundle {report.bundle_at_start}")
+        lines.append(f"compilecache: bundles are signed and checked with {signing.KEY_ENV}" if signing.key()
+                     else f"compilecache: bundles are unsigned (set {signing.KEY_ENV} to sign and check them)")
+        if process is not None and process.status is not Status.UNUSED:
+            lines.append(f"compilecache: bundle {process.status.value}: {process.reason}")
+    lines.extend(
+        f"compilecache: WARNING: {line}; cache assertions are meaningless" for line in caches_disabled_by_env()
+    )
+    return lines
+
+
+def _entry_problems(store: BundleStore, process_dir: Path, report: SessionReport) -> list[str]:
+    """Strict mode's check before any test: PATH has an intact entry for this machine. What it
+    downloads from a bundle URL is noted in ``report``."""
+    before = store.transfer
+    try:
+        return _problems_of(store, process_dir)
+    finally:
+        report.checked_downloaded = store.transfer.since(before).downloaded
+
+
+def _problems_of(store: BundleStore, process_dir: Path) -> list[str]:
+    try:
+        _torchapi.bootstrap(str(process_dir))
+        here = _torchapi.environment_fingerprint()
+        bundle = store.read(here)
+        if bundle is None:
+            return []
+        with bundle:
+            entry = bundle.find(here)
+            if entry is None:
+                return [bundle.mismatch(here)]
+            secret = signing.key()
+            refused = bundle.signature_problem(entry, secret) if secret else ""
+            if refused:
+                return [refused]
+            bundle.payload(entry)
+    except (BundleError, _torchapi.TorchUnavailable) as exc:
+        return [str(exc)]
+    return []
+
+
+def check_remote(options: Options, report: SessionReport) -> None:
+    """Ask the remote cache's server for a PING before any test: torch hides a server it cannot reach."""
+    if options.remote is None:
+        return
+    why = remote.unreachable(options.remote)
+    if why:
+        report.remote_problem = why
+        report.problems.append(f"remote cache {redacted(options.remote)} is unreachable ({why}); torch switches its remote "
+                               "cache off in silence, so every remote lookup misses")
+    strict_failure(options, report.problems[-1:] if why else [], "at session start", "remote cache")
+
+
+def check_at_start(options: Options, store: BundleStore | None, start_problem: str, existed: bool,
+                    process_dir: Path, report: SessionReport) -> None:
+    """In strict mode, stop before any test when PATH is unreadable or has no intact entry for here
+    (unless the session rebuilds it)."""
+    if not options.strict or store is None or options.rebuild:
+        return
+    problems = [start_problem] if start_problem else []
+    if not problems and existed:
+        problems = _entry_problems(store, process_dir, report)
+    strict_failure(options, problems, "at session start")
+
+
+def strict_failure(options: Options, problems: list[str], when: str, what: str = "bundle") -> None:
+    if options.strict and problems:
+        raise pytest.UsageError(f"--compile-cache-strict: {what} problem {when}:\n  " + "\n  ".join(problems))
