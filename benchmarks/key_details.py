@@ -43,7 +43,7 @@ def run(project: Path, bundle: Path, env: dict[str, str]) -> tuple[float, str]:
 
 
 def index_bytes(bundle: Path) -> int:
-    from pytest_compilecache.bundle import read_manifest
+    from pytest_compilecache.bundle.format import read_manifest
 
     with read_manifest(bundle) as b:
         return sum((e.index_section or {}).get("size", 0) for e in b.entries)

@@ -11,11 +11,12 @@ import time
 from pathlib import Path
 from typing import Any, Sequence, TextIO
 
-from . import _torchapi, signing
-from .binaries import build_id, identity_differences, is_cpp
-from .bundle import Bundle, BundleError, Entry, differences, encoded_size, env_label, printable, read_manifest
-from .keyindex import KeyIndex, artifact_id
-from .options import user_cache_dir
+from . import _torchapi
+from .bundle import signing
+from .bundle.binaries import build_id, identity_differences, is_cpp
+from .bundle.format import Bundle, BundleError, Entry, differences, encoded_size, env_label, printable, read_manifest
+from .bundle.keyindex import KeyIndex, artifact_id
+from .session.options import user_cache_dir
 from .storage.interface import BundleStore
 from .storage.merge import union
 from .storage.objects import read_url

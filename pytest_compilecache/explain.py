@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from .keyindex import KeyIndex
+from .bundle.keyindex import KeyIndex
 
 #: Differences named one by one in an explanation; the rest are counted.
 SHOWN = 4

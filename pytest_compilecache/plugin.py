@@ -12,9 +12,9 @@ from . import hooks
 from ._torchapi import defaultdir
 from .cache import CacheKind, CompileCache
 from .environment import SavedEnv
-from .options import Isolation, Options, add_options
-from .roles import Role, choose_role
-from .testside import REMOTE_MARKER
+from .session.options import Isolation, Options, add_options
+from .session.roles import Role, choose_role
+from .session.testside import REMOTE_MARKER
 
 _ROLE = pytest.StashKey[Role]()
 _early_env: SavedEnv | None = None

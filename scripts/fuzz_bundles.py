@@ -34,11 +34,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from pytest_compilecache import _torchapi, cli, signing
-from pytest_compilecache.binaries import BinaryPool
-from pytest_compilecache.bundle import Bundle, BundleError, make_entry, read_manifest, write_bundle
+from pytest_compilecache import _torchapi, cli
+from pytest_compilecache.bundle import signing
+from pytest_compilecache.bundle.binaries import BinaryPool
+from pytest_compilecache.bundle.format import Bundle, BundleError, make_entry, read_manifest, write_bundle
 from pytest_compilecache.storage.local import LocalStore
-from pytest_compilecache.warmup import Preparer
+from pytest_compilecache.session.warmup import Preparer
 
 KEY = "fuzz-signing-key"
 OTHER_KEY = "some-other-key"
@@ -694,7 +695,7 @@ def m_binaries(rng: random.Random, seeds: Seeds, ctx: str) -> tuple[str, bytes]:
         how = "build identity forged (id kept)"
     elif choice == 2:
         forged = {"compiler": "x"}
-        from pytest_compilecache.binaries import build_id
+        from pytest_compilecache.bundle.binaries import build_id
 
         bid = build_id(forged)
         section["builds"][bid] = forged

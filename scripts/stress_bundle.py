@@ -39,7 +39,7 @@ from test_faults import (  # noqa: E402
 )
 
 from pytest_compilecache import files  # noqa: E402
-from pytest_compilecache.bundle import Bundle, make_entry, read_manifest, write_bundle  # noqa: E402
+from pytest_compilecache.bundle.format import Bundle, make_entry, read_manifest, write_bundle  # noqa: E402
 
 violations: list[str] = []
 

@@ -12,8 +12,8 @@ from typing import Any, Callable
 
 import pytest
 
-from pytest_compilecache.binaries import BinaryPool, CarriedBinaries, CarriedFile, build_id
-from pytest_compilecache.bundle import Bundle, make_entry, read_manifest, write_bundle
+from pytest_compilecache.bundle.binaries import BinaryPool, CarriedBinaries, CarriedFile, build_id
+from pytest_compilecache.bundle.format import Bundle, make_entry, read_manifest, write_bundle
 
 KERNELS = """
 import torch

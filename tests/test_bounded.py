@@ -14,7 +14,7 @@ import pytest
 
 from helpers import BuildBundle
 
-from pytest_compilecache.bundle import Bundle, make_entry, read_manifest, write_bundle
+from pytest_compilecache.bundle.format import Bundle, make_entry, read_manifest, write_bundle
 
 TESTS = '''
 import torch

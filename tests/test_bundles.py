@@ -13,7 +13,7 @@ import filelock
 import pytest
 
 from helpers import WARMUP_CONFTEST, fingerprint_here
-from pytest_compilecache.bundle import MAGIC, Bundle, make_entry, read_manifest, write_bundle
+from pytest_compilecache.bundle.format import MAGIC, Bundle, make_entry, read_manifest, write_bundle
 
 CONFTEST = '''
 import os

@@ -14,9 +14,9 @@ from typing import Callable, Iterator
 
 import pytest
 
-from pytest_compilecache import signing
-from pytest_compilecache.binaries import CarriedFile
-from pytest_compilecache.bundle import Bundle, Entry, make_entry, read_manifest, write_bundle
+from pytest_compilecache.bundle import signing
+from pytest_compilecache.bundle.binaries import CarriedFile
+from pytest_compilecache.bundle.format import Bundle, Entry, make_entry, read_manifest, write_bundle
 from pytest_compilecache.cli import main
 
 CLI = shutil.which("pytest-compilecache", path=str(Path(sys.executable).parent)) or "pytest-compilecache"

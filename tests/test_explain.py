@@ -10,9 +10,9 @@ from typing import Callable
 
 import pytest
 
-from pytest_compilecache.bundle import Bundle, read_manifest, write_bundle
+from pytest_compilecache.bundle.format import Bundle, read_manifest, write_bundle
 from pytest_compilecache.explain import Known, explain
-from pytest_compilecache.keyindex import KeyIndex
+from pytest_compilecache.bundle.keyindex import KeyIndex
 
 FNS = '''
 import torch
@@ -233,8 +233,8 @@ def test_explanations_for_what_a_cpu_machine_cannot_stage() -> None:
 def test_a_malformed_key_index_loses_explanations_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A key index that fails its checksum: the entry still reads, the problem is said, nothing
     crashes, and a signed entry keeps its valid signature through a rewrite (the index is copied as it is)."""
-    from pytest_compilecache import signing
-    from pytest_compilecache.bundle import make_entry
+    from pytest_compilecache.bundle import signing
+    from pytest_compilecache.bundle.format import make_entry
 
     monkeypatch.setenv(signing.KEY_ENV, "right")
     path = tmp_path / "x.bundle"

@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from pytest_compilecache import files
-from pytest_compilecache.bundle import Bundle, make_entry, read_manifest, write_bundle
+from pytest_compilecache.bundle.format import Bundle, make_entry, read_manifest, write_bundle
 
 LOCK_TIMEOUT = 600
 
@@ -170,7 +170,7 @@ def inductor_counts(path: Path) -> dict[str, int]:
 def identities(*paths: Path) -> list[set[tuple[str, str, str]]]:
     """(type, key, content hash) of every artifact in each bundle's entry for this machine."""
     code = (
-        "import json, sys; from pytest_compilecache.bundle import read_manifest; "
+        "import json, sys; from pytest_compilecache.bundle.format import read_manifest; "
         "from pytest_compilecache import _torchapi; here = _torchapi.environment_fingerprint(); "
         "bs = [read_manifest(p) for p in sys.argv[1:]]; "
         "print(json.dumps([sorted(_torchapi.artifact_identities(b.payload(b.find(here)))) for b in bs]))"

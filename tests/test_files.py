@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_compilecache import bundle as bundle_module
+from pytest_compilecache.bundle import format as bundle_module
 from pytest_compilecache import files
-from pytest_compilecache.bundle import Bundle, BundleError, make_entry, read_manifest, write_bundle
+from pytest_compilecache.bundle.format import Bundle, BundleError, make_entry, read_manifest, write_bundle
 from pytest_compilecache.storage.local import LocalStore
 
 ENV = {"torch": "2.13.0+cpu", "device": "cpu"}
@@ -102,7 +102,7 @@ def test_a_failed_write_leaves_the_old_bundle_and_no_temporary_file(tmp_path: Pa
     script = (
         "import resource, signal, sys\n"
         "from pathlib import Path\n"
-        "from pytest_compilecache.bundle import Bundle, BundleError, make_entry, write_bundle\n"
+        "from pytest_compilecache.bundle.format import Bundle, BundleError, make_entry, write_bundle\n"
         "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
         "resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))\n"
         f"entry = make_entry({ENV!r}, {entry.payload!r}, {{}})\n"

@@ -18,8 +18,8 @@ import pytest
 pytest.importorskip("torch")
 
 from pytest_compilecache import cli
-from pytest_compilecache.binaries import unpack
-from pytest_compilecache.bundle import BundleError, read_manifest
+from pytest_compilecache.bundle.binaries import unpack
+from pytest_compilecache.bundle.format import BundleError, read_manifest
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "fuzz_bundles.py"
 SEED = 20261123
@@ -154,7 +154,7 @@ def test_regression_a_zlib_bomb_among_carried_binaries_is_not_inflated() -> None
     stored = zlib.compress(b"\0" * 50_000_000, 9)
     section = {"offset": 0, "size": len(stored), "sha256": hashlib.sha256(stored).hexdigest(),
                "builds": {}, "files": []}
-    from pytest_compilecache.binaries import build_id
+    from pytest_compilecache.bundle.binaries import build_id
 
     identity = {"compiler": "x"}
     section["builds"] = {build_id(identity): identity}

@@ -82,7 +82,7 @@ def test_gpu_cold_and_warm(
     first = run_inner(*args)
     first.assert_outcomes(passed=3)
     assert len(log.read_text().split()) == 1
-    from pytest_compilecache.bundle import read_manifest
+    from pytest_compilecache.bundle.format import read_manifest
 
     with read_manifest(bundle) as saved:
         saved.read_all()

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from pytest_compilecache import cli
-from pytest_compilecache.bundle import Bundle, BundleError, Entry, NotABundle, read_manifest
+from pytest_compilecache.bundle.format import Bundle, BundleError, Entry, NotABundle, read_manifest
 from pytest_compilecache.storage.interface import Written
 from pytest_compilecache.storage.merge import combine
 from pytest_compilecache.storage.objects import UrlStore, read_url
@@ -440,7 +440,7 @@ def test_with_the_key_set_an_unsigned_entry_is_replaced_not_kept(s3: str, built:
     """A bundle written before signing was turned on already holds every artifact of this run: with
     the key set, the run still writes, so the entry becomes one that the next run can use."""
     from pytest_compilecache import _torchapi
-    from pytest_compilecache.bundle import make_entry
+    from pytest_compilecache.bundle.format import make_entry
 
     url = f"{s3}/signed.bundle"
     store = UrlStore(url, tmp_path, 30)

@@ -13,7 +13,7 @@ from typing import Callable
 import pytest
 
 from helpers import fingerprint_here
-from pytest_compilecache.bundle import Bundle, make_entry, read_manifest, write_bundle
+from pytest_compilecache.bundle.format import Bundle, make_entry, read_manifest, write_bundle
 
 RunInner = Callable[..., pytest.RunResult]
 
@@ -61,7 +61,7 @@ def warmups(log: Path) -> int:
 def identities(*bundles: Path) -> list[set[tuple[str, str, str]]]:
     """(type, key, content hash) of every artifact in each bundle's only entry, read in one subprocess."""
     code = (
-        "import json, sys; from pytest_compilecache.bundle import read_manifest; "
+        "import json, sys; from pytest_compilecache.bundle.format import read_manifest; "
         "from pytest_compilecache import _torchapi; bs = [read_manifest(p) for p in sys.argv[1:]]; "
         "print(json.dumps([sorted(_torchapi.artifact_identities(b.payload(b.entries[0]))) for b in bs]))"
     )

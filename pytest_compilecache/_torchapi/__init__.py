@@ -5,18 +5,13 @@ imports torch lazily; importing the package is cheap. No private torch module is
 ``core`` is the bottom module every other one builds on; no module imports one that imports it back.
 """
 
+from ..bundle.keyindex import KeyIndex
 from . import keys
 from .binaries import build_identity, mark_carried
 from .binaries import rejected as rejected_binaries
 from .binaries import rejected_names as rejected_binary_names
 from .core import MIN_TORCH, TorchUnavailable, compiler_loaded, inductor_config_loaded, torch_module
-from .counters import (
-    compile_seconds,
-    read_counts,
-    record_bypass_reasons,
-    unobservable_fields,
-    unobservable_layers,
-)
+from .counters import compile_seconds, read_counts, record_bypass_reasons, unobservable_fields, unobservable_layers
 from .defaultdir import headers_at, redirect
 from .devices import gpu_count
 from .fingerprint import environment_fingerprint
@@ -35,7 +30,6 @@ from .megacache import (
     save_artifacts,
     select_artifacts,
 )
-from ..keyindex import KeyIndex
 
 
 def index_for(payload: bytes) -> KeyIndex:

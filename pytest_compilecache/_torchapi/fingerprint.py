@@ -12,6 +12,7 @@ from .core import torch_module
 from .devices import gpu_names
 from .isolation import bootstrap
 
+
 def _portable(config: Any) -> dict[str, Any]:
     save = getattr(config, "save_config_portable", None)
     if save is None:

@@ -22,8 +22,8 @@ import threading
 from collections import Counter
 from typing import Any, Callable, Iterable, Iterator
 
+from ..bundle.keyindex import KeyIndex
 from ..explain import Explanation, Known, explain
-from ..keyindex import KeyIndex
 from ..stats import EXPLANATION, MISS_KIND
 
 FROM_BUNDLE_AOT = "aot_autograd.from_bundle"

@@ -6,7 +6,7 @@ import contextlib
 from typing import Any, Callable, Mapping
 from urllib.parse import urlsplit
 
-from ..bundle import BundleError
+from ..bundle.format import BundleError
 from .errors import Conflict, NoConditionalWrite, precondition_failed, why
 from .interface import Version
 from .urls import redacted

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Mapping
 
-from ..bundle import Bundle, read_manifest, write_bundle
+from ..bundle.format import Bundle, read_manifest, write_bundle
 from .interface import Version
 from .local import Lock
 from .merge import env_id

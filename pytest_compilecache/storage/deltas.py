@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from .. import files
-from ..bundle import Bundle, BundleError, Entry, read_manifest, write_bundle
+from ..bundle.format import Bundle, BundleError, Entry, read_manifest, write_bundle
 from .client import Client
 from .errors import Conflict, why
 

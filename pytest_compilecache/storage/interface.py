@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass, field, replace
 from typing import Callable, ContextManager, Mapping, NamedTuple, Protocol
 
-from ..bundle import Bundle, Entry
+from ..bundle.format import Bundle, Entry
 
 
 class Version(NamedTuple):

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Mapping
 
 from .. import files
-from ..bundle import Bundle, BundleError, Entry, NotABundle, encoded_size, read_manifest, write_bundle
+from ..bundle.format import Bundle, BundleError, Entry, NotABundle, encoded_size, read_manifest, write_bundle
 from .interface import Look, Saved, Transfer, Version
 from .merge import combine, stamp
 

@@ -7,10 +7,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
-from .. import _torchapi, signing
-from ..binaries import CarriedBinaries
-from ..bundle import Bundle, BundleError, Entry, env_label, make_entry
-from ..keyindex import KeyIndex, artifact_id
+from .. import _torchapi
+from ..bundle import signing
+from ..bundle.binaries import CarriedBinaries
+from ..bundle.format import Bundle, BundleError, Entry, env_label, make_entry
+from ..bundle.keyindex import KeyIndex, artifact_id
 
 
 def env_id(env: Mapping[str, str]) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .. import files
-from ..bundle import Bundle, BundleError, Entry, NotABundle, encoded_size, parse, read_manifest, write_bundle
+from ..bundle.format import Bundle, BundleError, Entry, NotABundle, encoded_size, parse, read_manifest, write_bundle
 from .client import Client
 from .copies import Copies
 from .deltas import Deltas

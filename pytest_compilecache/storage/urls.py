@@ -8,7 +8,7 @@ from typing import Any
 from urllib.parse import urlsplit
 from urllib.request import url2pathname
 
-from ..bundle import BundleError
+from ..bundle.format import BundleError
 
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")  # one letter is a Windows drive, not a scheme
 

@@ -14,12 +14,13 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from . import _torchapi, files, signing
-from .binaries import BinaryPool, identity_differences, in_order, is_cpp, pooled
-from .bundle import Bundle, BundleError, Entry, NotABundle, env_label, make_entry, read_manifest, write_bundle
-from .report import ProcessReport, Status
-from .storage.interface import BundleStore, Written
-from .storage.merge import union
+from .. import _torchapi, files
+from ..bundle import signing
+from ..bundle.binaries import BinaryPool, identity_differences, in_order, is_cpp, pooled
+from ..bundle.format import Bundle, BundleError, Entry, NotABundle, env_label, make_entry, read_manifest, write_bundle
+from ..report.model import ProcessReport, Status
+from ..storage.interface import BundleStore, Written
+from ..storage.merge import union
 
 #: Runs the warmup in a folder (starting from the previous template, if given) and returns the
 #: Mega-Cache bytes it recorded, its stats and its seconds; raises :class:`WarmupFailed`.

@@ -12,20 +12,20 @@ from typing import Any, Iterator
 
 import pytest
 
-from . import _torchapi, remote
-from .binaries import BinaryPool
-from .cache import CacheKind, CompileCache
-from .environment import SavedEnv, point_cache_dirs_at
+from .. import _torchapi
+from ..bundle.binaries import BinaryPool
+from ..bundle.keyindex import KeyIndex
+from ..cache import CacheKind, CompileCache
+from ..environment import SavedEnv, point_cache_dirs_at
+from ..report.model import REPORT_ATTR, ProcessReport
+from ..stats import stats_from_counts
+from ..storage.interface import BundleStore
+from ..storage.local import LocalStore
+from . import remote
 from .folders import Folders, WorkerDir
-from .keyindex import KeyIndex
 from .options import Isolation, Options
-from .report import ProcessReport
-from .stats import stats_from_counts
-from .storage.interface import BundleStore
-from .storage.local import LocalStore
 from .warmup import Preparer, WarmupFailed
 
-REPORT_ATTR = "compilecache"
 _FAILED = pytest.StashKey[bool]()
 _FIXTURES = ("cold_cache", "warm_cache")
 #: The marker that lets a test's warm_cache use torch's remote cache.

@@ -7,14 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from . import _torchapi, files
-from .binaries import CarriedBinaries, pooled
-from .bundle import Bundle, BundleError, Entry, NotABundle, make_entry
-from .keyindex import KeyIndex, KeyIndexError
+from .. import _torchapi, files
+from ..bundle.binaries import CarriedBinaries, pooled
+from ..bundle.format import Bundle, BundleError, Entry, NotABundle, make_entry
+from ..bundle.keyindex import KeyIndex, KeyIndexError
+from ..report.model import SaveResult, SaveStatus, SessionReport
+from ..storage.interface import BundleStore, Written
+from ..storage.merge import env_id
 from .options import Options
-from .report import SaveResult, SaveStatus, SessionReport
-from .storage.interface import BundleStore, Written
-from .storage.merge import env_id
+
 
 class Saver:
     """The end of the session: merge every process's artifacts into PATH, once, under its lock."""

@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Mapping, cast
 
-from . import files, signing
+from .. import files
+from . import signing
 from .binaries import CarriedBinaries, check_section, unpack
 from .keyindex import KeyIndex, KeyIndexError
 

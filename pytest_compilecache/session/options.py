@@ -12,9 +12,9 @@ from typing import Any, Callable
 
 import pytest
 
-from .bundle import BundleError
+from ..bundle.format import BundleError
+from ..storage.urls import STORAGE_OPTIONS_ENV, file_url_path, is_url, parse_storage_options, redacted
 from .remote import check_url
-from .storage.urls import STORAGE_OPTIONS_ENV, file_url_path, is_url, parse_storage_options, redacted
 
 DEFAULT_LOCK_TIMEOUT = 900.0
 BUNDLE_ENV = "PYTEST_COMPILE_CACHE_BUNDLE"

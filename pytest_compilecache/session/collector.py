@@ -6,9 +6,10 @@ from typing import Any
 
 import pytest
 
+from ..report.model import REPORT_ATTR, SessionReport, Status
+from ..report.terminal import summary_lines
 from .options import Options
-from .report import SessionReport, Status, summary_lines
-from .testside import REPORT_ATTR
+
 
 class Collector:
     """Registered beside the roles that report (single process, controller): gathers per-test

@@ -18,19 +18,19 @@ from typing import Any, Generator, Iterator, Union
 
 import pytest
 
-from . import files
-from ._torchapi import defaultdir
-from .cache import CacheKind, CompileCache
+from .. import files
+from .._torchapi import defaultdir
+from ..cache import CacheKind, CompileCache
+from ..environment import SavedEnv
+from ..report.model import ProcessReport, SessionReport
 from .capture import warnings_to_pytest
-from .environment import SavedEnv
+from .collector import Collector
 from .folders import Folders
 from .options import Options
-from .report import ProcessReport, SessionReport
-from .warmup import died_in_warmup
+from .saving import Saver, exit_status, read_index, write_json
 from .start import check_at_start, check_remote, describe, header_lines, open_bundle_store
 from .testside import TestSide
-from .saving import Saver, exit_status, read_index, write_json
-from .collector import Collector
+from .warmup import died_in_warmup
 
 WORKER_OUTPUT_KEY = "compilecache"
 

@@ -24,7 +24,7 @@ from typing import Any, Iterable, Mapping
 
 from filelock import FileLock
 
-from . import files
+from .. import files
 
 #: What a carried file may be called, relative to a cache folder: ``<subdir>/<name>`` (a C++
 #: binary or source) or ``triton/<key>/<name>`` (a file of Triton's own kernel cache).

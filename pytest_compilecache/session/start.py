@@ -6,14 +6,17 @@ from pathlib import Path
 
 import pytest
 
-from . import _torchapi, remote, signing
-from .bundle import BundleError
-from .environment import caches_disabled_by_env
+from .. import _torchapi
+from ..bundle import signing
+from ..bundle.format import BundleError
+from ..environment import caches_disabled_by_env
+from ..report.model import ProcessReport, SessionReport, Status
+from ..storage.interface import BundleStore
+from ..storage.stores import open_store
+from ..storage.urls import redacted
+from . import remote
 from .options import Isolation, Options
-from .report import ProcessReport, SessionReport, Status
-from .storage.interface import BundleStore
-from .storage.stores import open_store
-from .storage.urls import redacted
+
 
 def open_bundle_store(options: Options) -> BundleStore | None:
     """The session's bundle store, opened once by each process that needs it (``None`` without a bundle)."""

@@ -1,0 +1,1 @@
+"""The bundle file: its format, the C++ binaries it carries, the key index, and signatures."""

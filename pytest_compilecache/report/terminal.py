@@ -1,0 +1,142 @@
+"""The compilecache section of the terminal summary, rendered from a :class:`~.model.SessionReport`."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..stats import CacheStats
+from .model import SaveStatus, SessionReport, Status
+
+
+def _compile_time_line(report: SessionReport) -> list[str]:
+    """Compile time as wall time, and the same tests in the run that built the bundle, when recorded."""
+    line = (f"compile time in tests: {report.compile_seconds:.1f} s of wall time (Dynamo, Inductor, C++ builds, "
+            "Triton, autotuning, loading compiled code; summed over workers)")
+    warmup = report.warmup_seconds
+    if warmup:
+        line += f", plus {warmup:.1f} s in the warmup"
+    lines = [line]
+    compared = report.compared_with_build()
+    if compared is not None:
+        c = compared
+        ratio = f" ({c.then / c.now:.1f}x this run's)" if c.now > 0.05 and c.then >= 1.1 * c.now else ""
+        plus = f", plus {c.warmup_then:.1f} s in its warmup" if c.warmup_then else ""
+        lines.append(f"  the same {c.tests} tests in the run that built the bundle: {c.then:.1f} s{ratio}{plus}")
+        total_then, total_now = c.then + c.warmup_then, c.now + c.warmup_now
+        verdict = f"{c.saved:.1f} s saved" if c.saved >= 0 else f"{-c.saved:.1f} s MORE this run"
+        lines.append(f"  compiling, warmups included: {total_then:.1f} s then, {total_now:.1f} s now: {verdict}")
+    return lines
+
+
+#: Reasons of each kind the summary prints; the JSON report has them all, per test.
+SUMMARY_REASONS = 5
+
+
+def _dynamo_lines(totals: CacheStats) -> list[str]:
+    """Dynamo's counts over all tests, with the first few reasons (first lines only)."""
+    dynamo = totals.dynamo
+    shown = dataclasses.replace(dynamo, recompile_reasons=dynamo.recompile_reasons[:SUMMARY_REASONS],
+                                graph_break_reasons=dynamo.graph_break_reasons[:SUMMARY_REASONS])
+    lines = ["Dynamo over all tests (summed over workers):", shown.table(brief=True)]
+    hidden = (len(dynamo.recompile_reasons) + len(dynamo.graph_break_reasons)
+              - len(shown.recompile_reasons) - len(shown.graph_break_reasons))
+    if hidden:
+        lines.append(f"  ... and {hidden} more reasons, per test in --compile-cache-report")
+    return lines
+
+
+def _explained_lines(totals: CacheStats | None) -> list[str]:
+    """Explained misses per layer, by kind, and the first few explanations (all in the JSON report)."""
+    if totals is None:
+        return []
+    layers = [s for s in totals if s.observable and s.explained]
+    if not layers:
+        return []
+    lines = ["misses explained (the nearest known entry for the same code, and what differs):"]
+    for layer in layers:
+        lines.append(f"  {layer.explained_summary()}")
+        lines.extend(f"    {text}" for text in layer.explanations[:SUMMARY_REASONS])
+        if len(layer.explanations) > SUMMARY_REASONS:
+            lines.append(f"    ... and {len(layer.explanations) - SUMMARY_REASONS} more, per test in --compile-cache-report")
+    return lines
+
+
+def _cold_lines(report: SessionReport) -> list[str]:
+    """Which misses happened in caches that start empty by design, so that a reader looks at the rest."""
+    assert report.totals is not None
+    cold = report.misses_in_cold_caches()
+    parts = [f"{layer} {n} of {report.totals.layer(layer).misses}" for layer, n in cold.items()]
+    if not parts:
+        return []
+    return [f"  misses in tests whose cache starts empty by design (cold_cache, --compile-cache-isolate): "
+            f"{', '.join(parts)}"]
+
+
+def summary_lines(report: SessionReport) -> list[str]:
+    """The terminal summary: per-layer totals, and what was loaded, warmed up and saved."""
+    if report.totals is None or report.totals.nothing_happened:
+        lines = ["no test compiled anything (or torch's compiler was never imported in a test)"]
+    else:
+        lines = ["per-layer totals over all tests (summed over workers):", report.totals.table()]
+        lines.extend(_cold_lines(report))
+        lines.extend(_dynamo_lines(report.totals))
+        lines.extend(_explained_lines(report.totals))
+    if report.compile_seconds or report.warmup_seconds or report.compared_with_build() is not None:
+        lines.extend(_compile_time_line(report))
+    if report.checked_downloaded:
+        lines.append(f"bundle checked at session start (--compile-cache-strict): downloaded "
+                     f"{report.checked_downloaded / 1e6:.2f} MB from {report.bundle_path}")
+    for process in report.processes:
+        if process.status in (Status.UNUSED,):
+            continue
+        if process.status is Status.WARMUP_FAILED:
+            lines.append(f"bundle ({process.process}): warmup failed, see WARMUP FAILED below")
+        else:
+            lines.append(f"bundle ({process.process}): {process.status.value}: {process.reason}")
+        if process.loaded:
+            loaded = ", ".join(f"{n} {k}" for k, n in process.loaded.items())
+            lines.append(
+                f"  loaded {loaded} ({process.loaded_bytes / 1e6:.2f} MB in {process.load_seconds:.2f} s)"
+            )
+        if process.downloaded_bytes:
+            lines.append(f"  downloaded {process.downloaded_bytes / 1e6:.2f} MB from {report.bundle_path}")
+        elif process.downloaded_bytes == 0 and process.status is Status.LOADED and report.bundle_path \
+                and process.reason.startswith(f"{report.bundle_path}: "):
+            lines.append("  this machine's copy of this version was used: nothing downloaded")
+        if process.binaries:
+            kernels = process.binaries.get("triton_kernels", 0)
+            lines.append(f"  C++ binaries: {process.binaries.get('carried', 0)} carried, "
+                         f"{process.binaries.get('fit', 0)} fit this machine"
+                         + (f"; {kernels} Triton kernels from Triton's own cache" if kernels else ""))
+        if process.warmup_seconds is not None and not process.warmup_error:
+            wrote = f" and wrote {report.bundle_path}" if process.wrote_bundle else ""
+            lines.append(f"  warmup ran here{wrote}: {process.warmup_seconds:.1f} s")
+    saved = report.saved
+    moved = (f"; moved {saved.transfer.get('downloaded', 0) / 1e6:.2f} MB down, "
+             f"{saved.transfer.get('uploaded', 0) / 1e6:.2f} MB up" if saved.transfer else "")
+    if saved.transfer.get("conflicts"):
+        moved += f"; {saved.transfer['conflicts']} write(s) found it changed by another writer and were retried"
+    if saved.status is SaveStatus.SAVED:
+        arts = ", ".join(f"{v['count']} {k}" for k, v in saved.artifacts.items())
+        lines.append(f"bundle saved: {saved.path}: {arts} ({saved.bytes / 1e6:.2f} MB in {saved.seconds:.2f} s{moved})")
+        if saved.dropped_unused:
+            gone = ", ".join(f"{n} {kind}" for kind, n in saved.dropped_unused.items())
+            lines.append(f"  dropped as unused in the last updating runs (compile_cache_max_unused_runs): {gone}")
+    elif saved.status is SaveStatus.UNCHANGED:
+        lines.append(f"bundle unchanged: {report.bundle_path} already holds everything this run compiled "
+                     f"({saved.seconds:.2f} s{moved})")
+    elif saved.status is SaveStatus.DELTA:
+        lines.append(f"bundle saved as a delta only: {saved.path} ({saved.bytes / 1e6:.2f} MB in "
+                     f"{saved.seconds:.2f} s{moved}): {saved.reason}")
+    elif saved.status is not SaveStatus.NOT_ASKED:
+        lines.append(f"bundle {saved.status.value}: {saved.reason}" + moved)
+    failure = report.warmup_failed
+    if failure:
+        lines.append("WARMUP FAILED (warm_cache tests were skipped):")
+        lines.extend("  " + line for line in failure.rstrip().splitlines())
+    for problem in report.all_problems():
+        if failure and problem.startswith("the warmup hook failed"):
+            continue
+        lines.append(f"PROBLEM: {problem}")
+    lines.extend(f"C++ binary not used: {problem}" for problem in report.binary_problems())
+    return lines
