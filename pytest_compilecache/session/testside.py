@@ -78,7 +78,7 @@ class TestSide:
             self._explaining.enter_context(_torchapi.explaining())
         if self.options.remote is not None:
             self._remote_before = remote.switch_on(self.options.remote)
-            if "torch._inductor.config" in sys.modules:
+            if _torchapi.inductor_config_loaded():
                 _torchapi.remote_caches_on()
         if not self.options.session_wide:
             return
@@ -191,7 +191,7 @@ class TestSide:
         ``warm_cache`` test and the bundle."""
         if self._pool is not None:
             try:
-                if "torch._dynamo" in sys.modules:
+                if _torchapi.compiler_loaded():
                     rejected = _torchapi.rejected_binary_names() - self._dropped
                     self._pool.drop(rejected)
                     self._dropped |= rejected
@@ -204,7 +204,7 @@ class TestSide:
         process = self.process_report
         if self._saved_env is not None and self.writes_bundle:
             self.harvest(self.session_cache, since=self._started)
-        if "torch._dynamo" in sys.modules:
+        if _torchapi.compiler_loaded():
             source = self.options.bundle_name or "the session's warmup bundle"
             process.binary_problems.extend(f"{source}: {why}" for why in _torchapi.rejected_binaries())
         return process
@@ -299,13 +299,13 @@ class TestSide:
 
     def test_started(self, nodeid: str) -> None:
         """Take the counters' starting point for a test."""
-        loaded = "torch._dynamo.utils" in sys.modules
+        loaded = _torchapi.compiler_loaded()
         self._test_start[nodeid] = (_torchapi.read_counts() if loaded else {}, _torchapi.compile_seconds())
 
     def test_finished(self, nodeid: str) -> dict[str, Any] | None:
         """This test's per-layer counts and compile seconds, or ``None`` if torch's compiler never loaded."""
         start = self._test_start.pop(nodeid, None)
-        if start is None or "torch._dynamo.utils" not in sys.modules:
+        if start is None or not _torchapi.compiler_loaded():
             return None
         counts, seconds = start
         now = _torchapi.read_counts()
@@ -319,7 +319,7 @@ class TestSide:
     def own_artifacts(self, report: ProcessReport) -> tuple[bytes, KeyIndex] | None:
         """This process's recorded Mega-Cache bytes (once) and what it knows of their keys, when a
         bundle path is set."""
-        if "torch._dynamo" not in sys.modules or not self.writes_bundle:
+        if not _torchapi.compiler_loaded() or not self.writes_bundle:
             return None
         try:
             data = _torchapi.save_artifacts()
