@@ -18,16 +18,15 @@ from ..bundle.keyindex import KeyIndex
 from ..cache import CacheKind, CompileCache
 from ..environment import SavedEnv, point_cache_dirs_at
 from ..report.model import REPORT_ATTR, ProcessReport
-from ..stats import stats_from_counts
 from ..storage.interface import BundleStore
 from ..storage.local import LocalStore
 from . import remote
+from .counting import TestCounts
 from .folders import Folders, WorkerDir
 from .options import Isolation, Options
 from .warmup import Preparer, WarmupFailed
 
 _FAILED = pytest.StashKey[bool]()
-_FIXTURES = ("cold_cache", "warm_cache")
 #: The marker that lets a test's warm_cache use torch's remote cache.
 REMOTE_MARKER = "compile_cache_remote"
 
@@ -62,7 +61,7 @@ class TestSide:
         self._pool: BinaryPool | None = None
         self._dropped: set[str] = set()
         self._started = time.time()
-        self._test_start: dict[str, tuple[dict[str, int], float]] = {}
+        self.counts = TestCounts(options)
         self._explaining = contextlib.ExitStack()
         self._remote_before: dict[str, str | None] | None = None
 
@@ -295,27 +294,6 @@ class TestSide:
             pass
         return policy != "none" and item.stash.get(_FAILED, False)
 
-    # --- per-test counts ---
-
-    def test_started(self, nodeid: str) -> None:
-        """Take the counters' starting point for a test."""
-        loaded = _torchapi.compiler_loaded()
-        self._test_start[nodeid] = (_torchapi.read_counts() if loaded else {}, _torchapi.compile_seconds())
-
-    def test_finished(self, nodeid: str) -> dict[str, Any] | None:
-        """This test's per-layer counts and compile seconds, or ``None`` if torch's compiler never loaded."""
-        start = self._test_start.pop(nodeid, None)
-        if start is None or not _torchapi.compiler_loaded():
-            return None
-        counts, seconds = start
-        now = _torchapi.read_counts()
-        delta = {k: v - counts.get(k, 0) for k, v in now.items()}
-        stats = stats_from_counts(delta, _torchapi.unobservable_layers(),
-                                  unobservable_fields=_torchapi.unobservable_fields())
-        result: dict[str, Any] = stats.to_dict()
-        result["compile_seconds"] = round(_torchapi.compile_seconds() - seconds, 4)
-        return result
-
     def own_artifacts(self, report: ProcessReport) -> tuple[bytes, KeyIndex] | None:
         """This process's recorded Mega-Cache bytes (once) and what it knows of their keys, when a
         bundle path is set."""
@@ -332,31 +310,15 @@ class TestSide:
             report.problems.append(f"could not save this process's compile artifacts: {exc}")
             return None
 
-    def _cache_kind(self, item: pytest.Item) -> str | None:
-        """The cache the test ran in (a :class:`CacheKind` value), or ``None``: a cache shared with other tests."""
-        names = getattr(item, "fixturenames", ())
-        if "warm_cache" in names:
-            return CacheKind.WARM.value
-        if "cold_cache" in names:
-            return CacheKind.COLD.value
-        return CacheKind.ISOLATED.value if self.options.isolation is Isolation.TEST else None
-
     # --- hooks shared by the roles that run tests (registered through those roles) ---
 
-    def counts(self, item: pytest.Item) -> bool:
-        """Whether ``item``'s compile counts are recorded: every test when anything session-wide is on,
-        else the tests that use a fixture."""
-        return self.options.active or any(name in _FIXTURES for name in getattr(item, "fixturenames", ()))
-
     def runtest_setup(self, item: pytest.Item) -> None:
-        if self.counts(item):
-            self.test_started(item.nodeid)
+        self.counts.started(item)
 
     def makereport(self, item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport) -> None:
         if report.failed:
             item.stash[_FAILED] = True
         if call.when == "teardown":
-            stats = self.test_finished(item.nodeid)
+            stats = self.counts.finished(item)
             if stats is not None:
-                stats["cache"] = self._cache_kind(item)
                 setattr(report, REPORT_ATTR, stats)

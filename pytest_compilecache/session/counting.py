@@ -1,0 +1,59 @@
+"""Per-test compile counts: a reading of torch's counters at setup, the difference at teardown."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from .. import _torchapi
+from ..cache import CacheKind
+from ..stats import stats_from_counts
+from .options import Isolation, Options
+
+_FIXTURES = ("cold_cache", "warm_cache")
+
+
+class TestCounts:
+    """Counts every test when anything session-wide is on, else the tests that use a fixture."""
+
+    __test__ = False  # not a test class, whatever its name
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self._start: dict[str, tuple[dict[str, int], float]] = {}
+
+    def counted(self, item: pytest.Item) -> bool:
+        """Whether ``item``'s compile counts are recorded."""
+        return self.options.active or any(name in _FIXTURES for name in getattr(item, "fixturenames", ()))
+
+    def started(self, item: pytest.Item) -> None:
+        """Take the counters' starting point for ``item`` (if it is counted)."""
+        if self.counted(item):
+            loaded = _torchapi.compiler_loaded()
+            self._start[item.nodeid] = (_torchapi.read_counts() if loaded else {}, _torchapi.compile_seconds())
+
+    def finished(self, item: pytest.Item) -> dict[str, Any] | None:
+        """``item``'s per-layer counts, compile seconds and cache kind, or ``None`` (not counted, or
+        torch's compiler never loaded)."""
+        start = self._start.pop(item.nodeid, None)
+        if start is None or not _torchapi.compiler_loaded():
+            return None
+        counts, seconds = start
+        now = _torchapi.read_counts()
+        delta = {k: v - counts.get(k, 0) for k, v in now.items()}
+        stats = stats_from_counts(delta, _torchapi.unobservable_layers(),
+                                  unobservable_fields=_torchapi.unobservable_fields())
+        result: dict[str, Any] = stats.to_dict()
+        result["compile_seconds"] = round(_torchapi.compile_seconds() - seconds, 4)
+        result["cache"] = self._cache_kind(item)
+        return result
+
+    def _cache_kind(self, item: pytest.Item) -> str | None:
+        """The cache the test ran in (a :class:`CacheKind` value), or ``None``: a cache shared with other tests."""
+        names = getattr(item, "fixturenames", ())
+        if "warm_cache" in names:
+            return CacheKind.WARM.value
+        if "cold_cache" in names:
+            return CacheKind.COLD.value
+        return CacheKind.ISOLATED.value if self.options.isolation is Isolation.TEST else None
