@@ -147,3 +147,18 @@ def pytest_compilecache_warmup(cache):
     result.assert_outcomes(passed=2)
     assert "raised while warming up" not in result.stderr.str()
     result.stdout.fnmatch_lines(["*warnings summary*", "*UserWarning: raised while warming up*"])
+
+
+def test_a_warm_run_slower_in_its_tests_says_why_and_points_at_the_totals() -> None:
+    """torch's one-off start-up moves from the building run's warmup into the warm run's first test."""
+    from pytest_compilecache.report.model import ProcessReport, SessionReport, Status
+    from pytest_compilecache.report.terminal import summary_lines
+
+    report = SessionReport(bundle_path="b.bundle")
+    report.processes = [ProcessReport(status=Status.LOADED, reason="b.bundle: here",
+                                      history={"warmup_seconds": 20.0, "tests": {"t::a": 2.0}})]
+    report.add_test("t::a", {"compile_seconds": 7.5})
+    text = "\n".join(summary_lines(report))
+    assert "the same 1 tests in the run that built the bundle: 2.0 s, plus 20.0 s in its warmup" in text, text
+    assert "pays torch's one-off start-up" in text
+    assert "compiling, warmups included: 22.0 s then, 7.5 s now: 14.5 s saved" in text

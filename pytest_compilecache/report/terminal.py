@@ -22,6 +22,9 @@ def _compile_time_line(report: SessionReport) -> list[str]:
         ratio = f" ({c.then / c.now:.1f}x this run's)" if c.now > 0.05 and c.then >= 1.1 * c.now else ""
         plus = f", plus {c.warmup_then:.1f} s in its warmup" if c.warmup_then else ""
         lines.append(f"  the same {c.tests} tests in the run that built the bundle: {c.then:.1f} s{ratio}{plus}")
+        if c.now > c.then and c.warmup_then and not c.warmup_now:
+            lines.append("  (the first compile in each process pays torch's one-off start-up: the building run paid it "
+                         "in its warmup, this run in its first test; compare the totals)")
         total_then, total_now = c.then + c.warmup_then, c.now + c.warmup_now
         verdict = f"{c.saved:.1f} s saved" if c.saved >= 0 else f"{-c.saved:.1f} s MORE this run"
         lines.append(f"  compiling, warmups included: {total_then:.1f} s then, {total_now:.1f} s now: {verdict}")
