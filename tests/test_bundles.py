@@ -180,7 +180,7 @@ def test_unwritable_path_is_reported_and_the_session_goes_on(
     result = run_inner(f"--compile-cache-bundle={bundle}")
     result.assert_outcomes(passed=8)  # the warmup still runs, into the session's own bundle
     result.stdout.fnmatch_lines([f"PROBLEM: {bundle}: cannot be read or written: {blocker} is a file, not a folder"])
-    assert result.stdout.str().count("PROBLEM") == 1
+    assert sum(line.startswith("PROBLEM") for line in result.stdout.lines) == 1
     strict = run_inner(f"--compile-cache-bundle={bundle}", "--compile-cache-strict", "-p", "no:xdist")
     assert strict.ret != 0
 
