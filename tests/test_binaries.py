@@ -15,6 +15,9 @@ import pytest
 from pytest_compilecache.bundle.binaries import BinaryPool, CarriedBinaries, CarriedFile, build_id
 from pytest_compilecache.bundle.format import Bundle, make_entry, read_manifest, write_bundle
 
+#: Real sessions against real servers and suites: left out of the fast tier (-m "not slow").
+pytestmark = pytest.mark.slow
+
 KERNELS = """
 import torch
 

@@ -16,6 +16,9 @@ from helpers import BuildBundle
 
 from pytest_compilecache.bundle.format import Bundle, make_entry, read_manifest, write_bundle
 
+#: Real sessions against real servers and suites: left out of the fast tier (-m "not slow").
+pytestmark = pytest.mark.slow
+
 TESTS = '''
 import torch
 

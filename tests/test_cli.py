@@ -19,6 +19,9 @@ from pytest_compilecache.bundle.binaries import CarriedFile
 from pytest_compilecache.bundle.format import Bundle, Entry, make_entry, read_manifest, write_bundle
 from pytest_compilecache.cli import main
 
+#: Real sessions against real servers and suites: left out of the fast tier (-m "not slow").
+pytestmark = pytest.mark.slow
+
 CLI = shutil.which("pytest-compilecache", path=str(Path(sys.executable).parent)) or "pytest-compilecache"
 
 

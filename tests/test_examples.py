@@ -9,6 +9,9 @@ from typing import Callable
 
 import pytest
 
+#: Real sessions against real servers and suites: left out of the fast tier (-m "not slow").
+pytestmark = pytest.mark.slow
+
 EXAMPLES = Path(__file__).parent.parent / "examples"
 WARMED = ("_warm", "warm_hit")
 

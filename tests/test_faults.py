@@ -22,6 +22,9 @@ import pytest
 from pytest_compilecache import files
 from pytest_compilecache.bundle.format import Bundle, make_entry, read_manifest, write_bundle
 
+#: Real sessions against real servers and suites: left out of the fast tier (-m "not slow").
+pytestmark = pytest.mark.slow
+
 LOCK_TIMEOUT = 600
 
 WARMUP_CONFTEST = '''

@@ -21,6 +21,9 @@ from pytest_compilecache import cli
 from pytest_compilecache.bundle.binaries import unpack
 from pytest_compilecache.bundle.format import BundleError, read_manifest
 
+#: Real sessions against real servers and suites: left out of the fast tier (-m "not slow").
+pytestmark = pytest.mark.slow
+
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "fuzz_bundles.py"
 SEED = 20261123
 FAST_CASES = 208

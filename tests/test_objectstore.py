@@ -28,6 +28,9 @@ from pytest_compilecache.storage.merge import combine
 from pytest_compilecache.storage.objects import UrlStore, read_url
 from pytest_compilecache.storage.ranges import HEAD_BYTES, Ranges
 
+#: Real sessions against real servers and suites: left out of the fast tier (-m "not slow").
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("s3fs", reason="s3fs is not installed (pip install 'pytest-compilecache[test]')")
 pytest.importorskip("moto.server", reason="moto's server is not installed (pip install 'moto[server]')")
 

@@ -14,6 +14,9 @@ from typing import Callable, Iterator
 
 import pytest
 
+#: Real sessions against real servers and suites: left out of the fast tier (-m "not slow").
+pytestmark = pytest.mark.slow
+
 PLAIN = '''
 import pytest
 import torch
