@@ -67,6 +67,15 @@ class _RunsTests:
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         self.side.runtest_setup(item)
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """Each role's end of the session, with its warnings in pytest's summary."""
+        with warnings_to_pytest(self.config):
+            self._finish(session)
+
+    def _finish(self, session: pytest.Session) -> None:
+        raise NotImplementedError
+
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
         report = yield
@@ -112,11 +121,6 @@ class SingleProcess(_RunsTests):
         if failure:
             raise pytest.UsageError(failure)
 
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        with warnings_to_pytest(self.config):
-            self._finish(session)
-
     def _finish(self, session: pytest.Session) -> None:
         process = self.side.finish()
         own = self.side.own_artifacts(process)
@@ -159,11 +163,6 @@ class Worker(_RunsTests):
         if self.strict_failure:
             pytest.fail(self.strict_failure, pytrace=False)
         self.side.runtest_setup(item)
-
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        with warnings_to_pytest(self.config):
-            self._finish(session)
 
     def _finish(self, session: pytest.Session) -> None:
         process = self.side.finish()
