@@ -1,11 +1,9 @@
-"""An object at a URL read by range requests, counting the bytes moved."""
+"""An object at a URL read by range requests (each one the client's, with its deadline), counting the bytes moved."""
 
 from __future__ import annotations
 
 import io
-from typing import Any
-
-from .errors import why
+from typing import Any, Callable
 
 #: How much of a bundle's start the first range request reads: the marker, and most manifests.
 HEAD_BYTES = 64 * 1024
@@ -15,9 +13,9 @@ class Ranges(io.RawIOBase):
     """An object read by range requests, counting the bytes it moves. A server that ignores ranges
     answers with the whole object; it is then kept and sliced."""
 
-    def __init__(self, fs: Any, path: str, size: int) -> None:
+    def __init__(self, read: Callable[[int, int], bytes], size: int) -> None:
         super().__init__()
-        self.fs, self.path, self.size = fs, path, size
+        self.read_range, self.size = read, size
         self.pos = 0
         self.moved = 0
         self._whole: bytes | None = None
@@ -52,15 +50,7 @@ class Ranges(io.RawIOBase):
             known = bytes(head[start:min(end, len(head))])
             return known + (self._get(len(head), end) if end > len(head) else b"")
         if self._whole is None:
-            try:
-                data = self.fs.cat_file(self.path, start=start, end=end)
-            except FileNotFoundError:
-                raise OSError("the object was deleted while it was being read") from None
-            except OSError:
-                raise
-            except Exception as exc:  # a client's own error types (aiohttp, botocore)
-                raise OSError(why(exc)) from None
-            data = bytes(data)
+            data = self.read_range(start, end)
             self.moved += len(data)
             if len(data) <= end - start:
                 if start == 0 and not head:
