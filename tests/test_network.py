@@ -169,6 +169,7 @@ def test_a_session_against_a_store_that_never_answers_runs_warm_without_it(
 
 # --- uploads cut midway --------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["s3", "az"])
 def test_an_upload_cut_midway_leaves_the_object_as_it_was(kind: str, request: pytest.FixtureRequest,
                                                          tmp_path: Path) -> None:

@@ -1,0 +1,134 @@
+"""GPU, the user's baseline: the model suite warm from a bundle (the plugin) against the same compiles
+run by plain pytest without the plugin on a kept TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR.
+
+On a GPU machine with timm and transformers (see benchmarks/gpu_models/):
+
+1. Build: the plugin's suite (``gpu_models/``) with ``--compile-cache-bundle`` (the warmup compiles
+   the three models once), and the plain suite (``gpu_models_plain/``, ``-p no:compilecache``, only
+   ``torch._dynamo.reset()`` between tests) once on a new kept folder.
+2. REPEATS rounds, the order alternating each round: a warm plugin run (a new process loading the
+   bundle) and a warm plain run on the kept folder. Each run's wall time (the subprocess, as a user
+   times it) and each model test's compile-and-first-call seconds; for the plugin's warm tests, the
+   autotune counts and how often Triton's autotuner and Inductor's GEMM autotuning benchmarked.
+3. The floor: the plain suite with Dynamo off (eager), twice.
+4. With ``--cold-mlp``: the plugin's suite built again with one more cold_cache test (the
+   max-autotune MLP compiled cold before the warm tests), then warm runs: does a warm test benchmark?
+
+    python3 benchmarks/gpu_vs_kept.py [--repeats 5] [--cold-mlp 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).parent
+QUIET = ["-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-W", "ignore::DeprecationWarning",
+         "-W", "ignore::UserWarning"]
+
+
+def run(args: list[str], env: dict[str, str]) -> tuple[float, str]:
+    """Run a pytest; its wall time and output (it must pass)."""
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "pytest", *args], env={**os.environ, **env}, capture_output=True,
+                          text=True, timeout=900, cwd=HERE)
+    took = time.perf_counter() - start
+    if done.returncode != 0:
+        print(done.stdout[-6000:], done.stderr[-3000:], sep="\n")
+        raise SystemExit(f"failed: {args}")
+    return took, done.stdout
+
+
+def lines(log: Path) -> list[dict]:
+    found = [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
+    log.unlink(missing_ok=True)
+    return found
+
+
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--cold-mlp", type=int, default=0, help="warm runs after a build with a cold MLP test")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="gpu-vs-kept-"))
+    log = work / "tests.jsonl"
+    bundle = work / "models.bundle"
+    kept = work / "kept"
+    plugin = ["gpu_models", *QUIET, f"--compile-cache-bundle={bundle}"]
+    plain = ["gpu_models_plain", *QUIET, "-p", "no:compilecache"]
+    kept_env = {"TORCHINDUCTOR_CACHE_DIR": str(kept), "TRITON_CACHE_DIR": str(kept / "triton"),
+                "GPU_MODELS_LOG": str(log)}
+    built_plugin, _ = run(plugin, {"GPU_MODELS_LOG": str(log)})
+    lines(log)
+    built_plain, _ = run(plain, kept_env)
+    lines(log)
+    walls: dict[str, list[float]] = {"plugin": [], "kept": [], "eager": []}
+    tests: dict[str, dict[str, list[float]]] = {}
+    warm_counts: list[dict] = []
+    for round_ in range(args.repeats):
+        order = ["plugin", "kept"] if round_ % 2 == 0 else ["kept", "plugin"]
+        for who in order:
+            if who == "plugin":
+                took, _ = run(plugin, {"GPU_MODELS_LOG": str(log)})
+            else:
+                took, _ = run(plain, kept_env)
+            walls[who].append(took)
+            for item in lines(log):
+                tests.setdefault(item["model"], {}).setdefault(who, []).append(item["seconds"])
+                if who == "plugin":
+                    warm_counts.append({k: item.get(k) for k in ("model", "benchmarks", "autotune")})
+    for _ in range(2):
+        took, _ = run(plain, {"TORCHDYNAMO_DISABLE": "1", "GPU_MODELS_LOG": str(log)})
+        walls["eager"].append(took)
+        for item in lines(log):
+            tests.setdefault(item["model"], {}).setdefault("eager", []).append(item["seconds"])
+
+    import torch
+
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}; {args.repeats} alternating rounds; "
+          f"bundle {bundle.stat().st_size / 1e6:.1f} MB; building runs: plugin {built_plugin:.1f} s, "
+          f"kept folder {built_plain:.1f} s")
+    print("\n| | plugin, warm from the bundle | kept folder, plain pytest | median ratio (pairwise) | eager |")
+    print("|---|---|---|---|---|")
+    for name, row in tests.items():
+        ratios = [a / b for a, b in zip(row["plugin"], row["kept"])]
+        print(f"| {name} test body, s | {spread(row['plugin'])} | {spread(row['kept'])} | "
+              f"{statistics.median(ratios):.2f}x | {spread(row['eager'])} |")
+    ratios = [a / b for a, b in zip(walls["plugin"], walls["kept"])]
+    print(f"| whole run (wall), s | {spread(walls['plugin'])} | {spread(walls['kept'])} | "
+          f"{statistics.median(ratios):.2f}x | {spread(walls['eager'])} |")
+    print("\neach run, in order:")
+    for who, values in walls.items():
+        print(f"  {who}: {' '.join(f'{v:.2f}' for v in values)}")
+    benchmarked = [c for c in warm_counts if any(v > 0 for v in (c["benchmarks"] or {}).values())
+                   or (c["autotune"] or {}).get("saved", 0)]
+    print(f"warm tests that benchmarked or saved an autotune result: {len(benchmarked)} of {len(warm_counts)}"
+          + "".join(f"\n  {c}" for c in benchmarked))
+
+    if args.cold_mlp:
+        bundle.unlink()
+        env = {"GPU_MODELS_LOG": str(log), "GPU_MODELS_COLD_MLP": "1"}
+        _, out = run(plugin, env)
+        lines(log)
+        errors = out.count("Runtime error during autotuning")
+        print(f"\nwith a cold max-autotune MLP test before the warm ones: building run logged {errors} autotuning errors")
+        for i in range(args.cold_mlp):
+            took, out = run(plugin, env)
+            for item in lines(log):
+                print(f"  warm run {i + 1}: {item['model']}: {item['seconds']:.2f} s, benchmarks {item['benchmarks']}, "
+                      f"autotune {item['autotune']}")
+
+
+if __name__ == "__main__":
+    main()
