@@ -22,6 +22,7 @@ before any byte reaches torch. This module never imports torch.
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import io
 import json
@@ -51,6 +52,20 @@ class BundleError(Exception):
 
 class NotABundle(BundleError):
     """The file exists but is not a bundle at all; it is never overwritten."""
+
+
+class Unreadable(enum.Enum):
+    """Why a bundle path could not be read, told by what the user can do about it."""
+
+    #: A bundle that cannot be read (corrupt, truncated, another format): ``--compile-cache-rebuild`` replaces it.
+    DAMAGED = "damaged"
+    #: Some other file: never written over.
+    NOT_A_BUNDLE = "not a bundle"
+
+    @classmethod
+    def of(cls, exc: BundleError) -> Unreadable:
+        """The kind of problem ``exc`` is."""
+        return cls.NOT_A_BUNDLE if isinstance(exc, NotABundle) else cls.DAMAGED
 
 
 @dataclass

@@ -14,6 +14,7 @@ import pytest
 
 from .. import _torchapi
 from ..bundle.binaries import BinaryPool
+from ..bundle.format import Unreadable
 from ..bundle.keyindex import KeyIndex
 from ..cache import CacheKind, CompileCache
 from ..environment import SavedEnv, point_cache_dirs_at
@@ -144,7 +145,10 @@ class TestSide:
     @property
     def writes_bundle(self) -> bool:
         """Whether this session writes PATH at its end (so its artifacts and binaries are worth saving)."""
-        if not self.options.has_bundle or (self.unreadable and not self.options.rebuild):
+        if not self.options.has_bundle:
+            return False
+        if self.unreadable and not (self.options.rebuild and self.process_report.bundle_unreadable_kind
+                                    in (None, Unreadable.DAMAGED)):
             return False
         return self.options.update or not self.bundle_existed
 

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Callable, Iterator, Mapping
 
 from .. import files
-from ..bundle.format import Bundle, BundleError, Entry, NotABundle, encoded_size, read_manifest, write_bundle
+from ..bundle.format import (Bundle, BundleError, Entry, NotABundle, Unreadable, encoded_size, read_manifest,
+                             write_bundle)
 from .interface import Look, Saved, Transfer, Version
 from .merge import combine, stamp
 
@@ -122,7 +123,7 @@ class LocalStore:
         try:
             bundle = self.read()
         except BundleError as exc:
-            return Look(str(exc), True, str(exc))
+            return Look(str(exc), True, str(exc), Unreadable.of(exc))
         if bundle is None:
             empty = self.path.is_file()
             return Look(f"{self.path}: {'an empty file' if empty else 'missing'}, the session will write the bundle "
