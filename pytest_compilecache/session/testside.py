@@ -250,6 +250,14 @@ class TestSide:
         return CompileCache(path or self.folders.for_test(nodeid), self.folders.process, self.options.headers_dir,
                             kind, explain=self.options.explain, remote=remote)
 
+    def isolate(self, request: pytest.FixtureRequest) -> Iterator[CompileCache | None]:
+        """The body of per-test isolation: an isolated cache, or ``None`` for a test that starts before
+        torch is imported (see :meth:`_isolated_before_torch`)."""
+        if "torch" not in sys.modules and self.options.remote is None:
+            yield from self._isolated_before_torch(request)
+        else:
+            yield from self.open_cache(request, CacheKind.ISOLATED)
+
     def open_cache(self, request: pytest.FixtureRequest, kind: CacheKind) -> Iterator[CompileCache]:
         """The body of the ``cold_cache`` / ``warm_cache`` fixtures (and of per-test isolation)."""
         remote = request.node.get_closest_marker(REMOTE_MARKER) is not None and kind is CacheKind.WARM
@@ -288,6 +296,23 @@ class TestSide:
                 self.harvest(cache.path)
             if not self._keep(request.node):
                 shutil.rmtree(cache.path, ignore_errors=True)
+
+    def _isolated_before_torch(self, request: pytest.FixtureRequest) -> Iterator[None]:
+        """Per-test isolation of a test that starts before torch is imported: nothing is in memory to
+        reset, so only its cache folders are its own (torch reads them when it compiles); a torch the
+        test imported is reset after it, as every isolated test's is."""
+        folder = self.folders.for_test(request.node.nodeid)
+        saved = SavedEnv()
+        point_cache_dirs_at(str(folder))
+        try:
+            yield None
+        finally:
+            saved.restore()
+            if _torchapi.compiler_loaded():
+                _torchapi.reset_in_memory()
+                self.harvest(folder)
+            if not self._keep(request.node):
+                shutil.rmtree(folder, ignore_errors=True)
 
     def _keep(self, item: pytest.Item) -> bool:
         """Keep a failed test's folder for inspection (unless ``tmp_path_retention_policy = none``)."""
