@@ -342,6 +342,10 @@ class TestSide:
     # --- hooks shared by the roles that run tests (registered through those roles) ---
 
     def runtest_setup(self, item: pytest.Item) -> None:
+        if "torch" in sys.modules and self.counts.counted(item):
+            # Counting what torch does not count (C++ loads, FX graph saves) needs hooks in its compiler,
+            # put in when it is imported: here, for tests that compile without a fixture.
+            _torchapi.bootstrap(str(self.folders.process))
         self.counts.started(item)
 
     def makereport(self, item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport) -> None:
