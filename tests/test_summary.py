@@ -117,18 +117,23 @@ def test_an_empty_bundle_file_is_a_bundle_to_create(
     assert path.stat().st_size > 0
 
 
+@pytest.mark.parametrize("rebuild", [[], ["--compile-cache-rebuild"]], ids=["plain", "rebuild"])
 def test_a_bundle_path_under_a_file_is_one_problem(
-    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult]
+    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], rebuild: list[str]
 ) -> None:
     pytester.makeconftest(WARMUP_CONFTEST)
     pytester.makepyfile(test_model=WARM_TEST)
     (pytester.path / "afile").write_text("not a folder")
-    result = run_inner("--compile-cache-bundle=afile/b.bundle", ini=f"compile_cache_home = {pytester.path / 'home'}")
+    result = run_inner("--compile-cache-bundle=afile/b.bundle", *rebuild,
+                       ini=f"compile_cache_home = {pytester.path / 'home'}")
     result.assert_outcomes(passed=2)
     summary = _summary(result)
     problems = [line for line in summary.splitlines() if line.startswith("PROBLEM:")]
     assert len(problems) == 1, summary
     assert f"{pytester.path / 'afile'} is a file, not a folder" in problems[0]
+    (left_alone,) = [line for line in summary.splitlines() if "bundle left alone" in line]
+    assert "move the file away" not in left_alone and "--compile-cache-rebuild" not in left_alone, left_alone
+    assert "there is no file there to move: name another path" in left_alone, left_alone
 
 
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "n2"])

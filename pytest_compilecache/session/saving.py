@@ -107,6 +107,7 @@ _LEFT_ALONE_ADVICE = {
                         "over a damaged one",
     Unreadable.NOT_A_BUNDLE: "it is not a bundle, and nothing ever writes over it (not even --compile-cache-rebuild): "
                              "move the file away or name another path",
+    Unreadable.NOT_A_FILE: "there is no file there to move: name another path, to a file inside a folder",
 }
 
 

@@ -17,8 +17,8 @@ from typing import Any, Callable
 from .. import _torchapi, files
 from ..bundle import signing
 from ..bundle.binaries import BinaryPool, identity_differences, in_order, is_cpp, pooled
-from ..bundle.format import (Bundle, BundleError, Entry, NotABundle, Unreadable, env_label, make_entry, read_manifest,
-                             write_bundle)
+from ..bundle.format import (Bundle, BundleError, Entry, NotABundle, NotAFile, Unreadable, env_label, make_entry,
+                             read_manifest, write_bundle)
 from ..report.model import ProcessReport, Status
 from ..storage.interface import BundleStore, Written
 from ..storage.merge import union
@@ -242,13 +242,17 @@ class Preparer:
     def _warm_up_once(self, env: dict[str, str], have_previous: bool) -> bool:
         try:
             return self._warm_up_under_lock(env, have_previous)
-        except NotABundle as exc:
+        except (NotABundle, NotAFile) as exc:
             # Only --compile-cache-rebuild, which did not read PATH, finds it here: a file that is not a
-            # bundle is never written over, so the warmup publishes to the session's own bundle.
+            # bundle is never written over, and a path with no file cannot be, so the warmup publishes to
+            # the session's own bundle.
             if self.publish is not self.source or self.fallback is None or self.report.warmup_seconds is not None:
                 raise
-            self._problem(Status.NOT_A_BUNDLE, str(exc))
-            self._unreadable(str(exc), Unreadable.NOT_A_BUNDLE)
+            if isinstance(exc, NotABundle):
+                self._problem(Status.NOT_A_BUNDLE, str(exc))
+            else:  # a local path only, said by the session's look at it before any test
+                self._status(Status.UNUSABLE, str(exc))
+            self._unreadable(str(exc), Unreadable.of(exc))
             return self._warm_up_under_lock(env, have_previous)
 
     def _warm_up_under_lock(self, env: dict[str, str], have_previous: bool) -> bool:
