@@ -209,3 +209,20 @@ def test_rebuild_writes_a_fresh_bundle_over_a_damaged_one(
     from pytest_compilecache.bundle.format import read_manifest
     with read_manifest(path) as rebuilt:
         assert len(rebuilt.entries) == 1
+
+
+@pytest.mark.parametrize("content", [None, b"hello, not a bundle\n"], ids=["missing", "not-a-bundle"])
+def test_a_collect_only_run_prints_no_summary(
+    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], content: bytes | None
+) -> None:
+    """docs/bundles.md: nothing happens in a --co run, so there is nothing to sum up or advise."""
+    pytester.makeconftest(WARMUP_CONFTEST)
+    pytester.makepyfile(test_model=WARM_TEST)
+    path = pytester.path / "b.bundle"
+    if content is not None:
+        path.write_bytes(content)
+    result = run_inner("--co", "-q", "--compile-cache-bundle=b.bundle", ini=f"compile_cache_home = {pytester.path / 'home'}")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["test_model.py::test_warm", "test_model.py::test_cold"])
+    assert "compilecache" not in result.stdout.str() and "bundle" not in result.stdout.str(), result.stdout.str()
+    assert path.read_bytes() == content if content is not None else not path.exists()
