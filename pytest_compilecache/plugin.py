@@ -102,4 +102,4 @@ class _IsolateEveryTest:
         if "cold_cache" in request.fixturenames or "warm_cache" in request.fixturenames:
             yield None
         else:
-            yield from _caches(request, CacheKind.ISOLATED)
+            yield from request.config.stash[_ROLE].isolate(request)

@@ -89,3 +89,55 @@ def test_the_wheel_ships_every_module(tmp_path: Path) -> None:
     shipped = set(zipfile.ZipFile(wheel).namelist())
     sources = {p.relative_to(root).as_posix() for p in (root / "pytest_compilecache").rglob("*.py")}
     assert sources - shipped == set()
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "n2"])
+def test_isolation_leaves_torch_alone_in_tests_that_never_use_it(pytester: pytest.Pytester,
+                                                                 workers: list[str]) -> None:
+    """--compile-cache-isolate resets torch around every test, but a test that never imports torch has
+    nothing to reset: torch stays unimported."""
+    pytester.makepyfile(
+        """
+        import sys
+        def test_a():
+            assert "torch" not in sys.modules
+        def test_b():
+            assert "torch" not in sys.modules
+        """
+    )
+    pytester.runpytest_subprocess("-p", "no:randomly", *workers, "--compile-cache-isolate").assert_outcomes(passed=2)
+
+
+def test_isolation_is_exact_for_a_test_that_imports_torch_itself(
+    pytester: pytest.Pytester, default_dir_of: Path
+) -> None:
+    """A test that imports torch in its body still compiles in a cache of its own, and the next test
+    starts from an empty cache and a reset Dynamo."""
+    pytester.makepyfile(
+        """
+        import os
+        import sys
+        FOLDERS = []
+
+        def compile_and_count():
+            import torch
+            from torch._dynamo.utils import counters
+            before = counters["inductor"]["fxgraph_cache_miss"]
+            torch.compile(lambda x: x.cos() + 1)(torch.randn(4))
+            FOLDERS.append(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+            return counters["inductor"]["fxgraph_cache_miss"] - before
+
+        def test_plain():
+            assert "torch" not in sys.modules
+
+        def test_imports_torch():
+            assert compile_and_count() == 1
+
+        def test_compiles_the_same_again():
+            assert compile_and_count() == 1
+            assert len(set(FOLDERS)) == 2
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:randomly", "--compile-cache-isolate")
+    result.assert_outcomes(passed=3)
+    assert not default_dir_of.exists(), f"the run created the shared default dir {default_dir_of}"

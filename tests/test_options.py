@@ -72,3 +72,20 @@ def test_changing_a_bundle_without_naming_one_is_refused(suite: pytest.Pytester,
     result = suite.runpytest_subprocess(flag, "suite/")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*{flag} changes the bundle named by --compile-cache-bundle, and none is named*"])
+
+
+@pytest.mark.parametrize(("flag", "form"), [("--compile-cache-report", "--compile-cache-report=FILE"),
+                                            ("--compile-cache-bundle", "--compile-cache-bundle=PATH")])
+def test_a_value_option_before_a_path_is_refused_at_startup(suite: pytest.Pytester, flag: str, form: str) -> None:
+    """``--compile-cache-report suite/`` takes the folder as its value: a usage error at once, not a
+    problem at the end with exit status 0."""
+    result = suite.runpytest_subprocess("-q", flag, "suite/")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+    result.stderr.fnmatch_lines([f"*{flag}: {suite.path / 'suite'} is a folder, not a file*{form}*"])
+    assert sorted(p.name for p in (suite.path / "suite").iterdir()) == ["__init__.py", "test_plain.py"]
+
+
+def test_a_mode_given_to_the_bare_isolate_flag_points_at_the_mode_option(suite: pytest.Pytester) -> None:
+    result = suite.runpytest_subprocess("--compile-cache-isolate=worker", "suite/")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--compile-cache-isolate*--compile-cache-isolate-mode=worker*"])

@@ -117,18 +117,23 @@ def test_an_empty_bundle_file_is_a_bundle_to_create(
     assert path.stat().st_size > 0
 
 
+@pytest.mark.parametrize("rebuild", [[], ["--compile-cache-rebuild"]], ids=["plain", "rebuild"])
 def test_a_bundle_path_under_a_file_is_one_problem(
-    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult]
+    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], rebuild: list[str]
 ) -> None:
     pytester.makeconftest(WARMUP_CONFTEST)
     pytester.makepyfile(test_model=WARM_TEST)
     (pytester.path / "afile").write_text("not a folder")
-    result = run_inner("--compile-cache-bundle=afile/b.bundle", ini=f"compile_cache_home = {pytester.path / 'home'}")
+    result = run_inner("--compile-cache-bundle=afile/b.bundle", *rebuild,
+                       ini=f"compile_cache_home = {pytester.path / 'home'}")
     result.assert_outcomes(passed=2)
     summary = _summary(result)
     problems = [line for line in summary.splitlines() if line.startswith("PROBLEM:")]
     assert len(problems) == 1, summary
     assert f"{pytester.path / 'afile'} is a file, not a folder" in problems[0]
+    (left_alone,) = [line for line in summary.splitlines() if "bundle left alone" in line]
+    assert "move the file away" not in left_alone and "--compile-cache-rebuild" not in left_alone, left_alone
+    assert "there is no file there to move: name another path" in left_alone, left_alone
 
 
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "n2"])
@@ -162,3 +167,62 @@ def test_a_warm_run_slower_in_its_tests_says_why_and_points_at_the_totals() -> N
     assert "the same 1 tests in the run that built the bundle: 2.0 s, plus 20.0 s in its warmup" in text, text
     assert "pays torch's one-off start-up" in text
     assert "compiling, warmups included: 22.0 s then, 7.5 s now: 14.5 s saved" in text
+
+
+
+def test_rebuild_over_a_file_that_is_not_a_bundle_warms_up_and_leaves_it_alone(
+    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult]
+) -> None:
+    """--compile-cache-rebuild never writes over a file that is not a bundle: the warmup publishes to the
+    session's own bundle, warm_cache tests run, and the advice does not offer --rebuild again."""
+    pytester.makeconftest(WARMUP_CONFTEST)
+    pytester.makepyfile(test_model=WARM_TEST)
+    path = pytester.path / "text.bundle"
+    path.write_bytes(b"hello, not a bundle\n")
+    result = run_inner("-rs", "--compile-cache-bundle=text.bundle", "--compile-cache-rebuild",
+                       ini=f"compile_cache_home = {pytester.path / 'home'}")
+    result.assert_outcomes(passed=2)
+    summary = _summary(result)
+    assert path.read_bytes() == b"hello, not a bundle\n"
+    assert "warmup ran here" in summary, summary
+    assert "bundle left alone" in summary and "nothing was compiled" not in summary, summary
+    assert "--compile-cache-rebuild writes" not in summary, summary
+    problems = [line for line in summary.splitlines() if line.startswith("PROBLEM:")]
+    assert len(problems) == 1 and str(path) in problems[0], summary
+
+
+@pytest.mark.slow
+def test_rebuild_writes_a_fresh_bundle_over_a_damaged_one(
+    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], built_bundle: bytes
+) -> None:
+    pytester.makeconftest(WARMUP_CONFTEST)
+    pytester.makepyfile(test_model=WARM_TEST)
+    path = pytester.path / "b.bundle"
+    path.write_bytes(built_bundle[: len(built_bundle) // 2])
+    result = run_inner("--compile-cache-bundle=b.bundle", "--compile-cache-rebuild",
+                       ini=f"compile_cache_home = {pytester.path / 'home'}")
+    result.assert_outcomes(passed=2)
+    summary = _summary(result)
+    assert f"warmup ran here and wrote {path}" in summary, summary
+    assert f"bundle saved: {path}" in summary, summary
+    assert "its entries were dropped and a fresh one written" in summary
+    from pytest_compilecache.bundle.format import read_manifest
+    with read_manifest(path) as rebuilt:
+        assert len(rebuilt.entries) == 1
+
+
+@pytest.mark.parametrize("content", [None, b"hello, not a bundle\n"], ids=["missing", "not-a-bundle"])
+def test_a_collect_only_run_prints_no_summary(
+    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], content: bytes | None
+) -> None:
+    """docs/bundles.md: nothing happens in a --co run, so there is nothing to sum up or advise."""
+    pytester.makeconftest(WARMUP_CONFTEST)
+    pytester.makepyfile(test_model=WARM_TEST)
+    path = pytester.path / "b.bundle"
+    if content is not None:
+        path.write_bytes(content)
+    result = run_inner("--co", "-q", "--compile-cache-bundle=b.bundle", ini=f"compile_cache_home = {pytester.path / 'home'}")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["test_model.py::test_warm", "test_model.py::test_cold"])
+    assert "compilecache" not in result.stdout.str() and "bundle" not in result.stdout.str(), result.stdout.str()
+    assert path.read_bytes() == content if content is not None else not path.exists()

@@ -36,3 +36,26 @@ def test_the_warmup_is_warm_in_a_second_run(
         stats.append(warmup["fx_graph"])
     assert stats[0]["misses"] == 1 and stats[0]["hits"] == 0
     assert stats[1]["misses"] == 0 and stats[1]["hits"] == 1, stats
+
+
+PLAIN_COMPILE = """
+import torch
+
+def test_plain():
+    torch.compile(lambda x: torch.sin(x) * 2 + 1)(torch.randn(8))
+"""
+
+
+def test_a_plain_test_is_counted_as_in_every_other_mode(
+    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult]
+) -> None:
+    """A test without fixture compiling in its worker's kept folder: C++ loads and FX graph saves are counted."""
+    pytester.makepyfile(test_model=PLAIN_COMPILE)
+    result = run_inner("-p", "no:xdist", "--compile-cache-isolate-mode=worker", "--compile-cache-report=r.json",
+                       ini=f"compile_cache_home = {pytester.path / 'home'}")
+    result.assert_outcomes(passed=1)
+    assert "not observable: this torch has no CppCodeCache.load_async" not in result.stdout.str()
+    totals = json.loads((pytester.path / "r.json").read_text())["totals"]
+    assert totals["fx_graph"]["misses"] == 1 and totals["fx_graph"]["saved"] == 1, totals
+    assert totals["aot_autograd"]["saved"] == 1, totals
+    assert totals["cpp"]["misses"] + totals["cpp"]["hits"] >= 1, totals

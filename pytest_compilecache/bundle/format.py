@@ -22,6 +22,7 @@ before any byte reaches torch. This module never imports torch.
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import io
 import json
@@ -51,6 +52,28 @@ class BundleError(Exception):
 
 class NotABundle(BundleError):
     """The file exists but is not a bundle at all; it is never overwritten."""
+
+
+class NotAFile(BundleError):
+    """The path is a folder, or lies under a file: there is no bundle file there to read, write or move."""
+
+
+class Unreadable(enum.Enum):
+    """Why a bundle path could not be read, told by what the user can do about it."""
+
+    #: A bundle that cannot be read (corrupt, truncated, another format): ``--compile-cache-rebuild`` replaces it.
+    DAMAGED = "damaged"
+    #: Some other file: never written over.
+    NOT_A_BUNDLE = "not a bundle"
+    #: A folder, or a path under a file: nothing to move, another path is needed.
+    NOT_A_FILE = "not a file"
+
+    @classmethod
+    def of(cls, exc: BundleError) -> Unreadable:
+        """The kind of problem ``exc`` is."""
+        if isinstance(exc, NotABundle):
+            return cls.NOT_A_BUNDLE
+        return cls.NOT_A_FILE if isinstance(exc, NotAFile) else cls.DAMAGED
 
 
 @dataclass
@@ -388,7 +411,7 @@ def read_manifest(path: Path, label: str = "") -> Bundle:
     except FileNotFoundError:
         raise
     except IsADirectoryError:
-        raise BundleError(f"{name}: is a directory, not a bundle file") from None
+        raise NotAFile(f"{name}: is a directory, not a bundle file") from None
     except OSError as exc:
         raise BundleError(f"{name}: cannot read: {exc.strerror or exc}") from None
     source: BinaryIO = f

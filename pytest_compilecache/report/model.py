@@ -10,6 +10,7 @@ import enum
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from ..bundle.format import Unreadable
 from ..stats import CacheStats
 
 REPORT_FORMAT = 1
@@ -68,6 +69,8 @@ class ProcessReport:
     binary_problems: list[str] = field(default_factory=list)
     #: Why the bundle could not be read here (a damaged file, not a bundle); "" when it could.
     bundle_unreadable: str = ""
+    #: What kind of problem that is (``None`` when it could be read).
+    bundle_unreadable_kind: Unreadable | None = None
     #: Whether this process's warmup wrote the session's bundle (PATH itself, not a bundle of the session's own).
     wrote_bundle: bool = False
 
@@ -75,6 +78,7 @@ class ProcessReport:
         """A plain dict (for ``workeroutput`` and the JSON report)."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["status"] = self.status.value
+        data["bundle_unreadable_kind"] = self.bundle_unreadable_kind.value if self.bundle_unreadable_kind else None
         return data
 
     @classmethod
@@ -83,6 +87,8 @@ class ProcessReport:
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
         values["status"] = Status(values.get("status", Status.UNUSED.value))
+        kind = values.get("bundle_unreadable_kind")
+        values["bundle_unreadable_kind"] = Unreadable(kind) if kind else None
         return cls(**values)
 
 

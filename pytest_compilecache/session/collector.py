@@ -25,7 +25,10 @@ class Collector:
             self.report.add_test(report.nodeid, stats)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        """The ``compilecache`` section: when asked for, when tests were counted, or when something went wrong."""
+        """The ``compilecache`` section: when asked for, when tests were counted, or when something went wrong;
+        never in a run that only collects (it does nothing to sum up)."""
+        if terminalreporter.config.option.collectonly:
+            return
         report = self.report
         used = any(p.status is not Status.UNUSED for p in report.processes)
         if self.options.active or report.totals is not None or used or report.all_problems():

@@ -162,13 +162,21 @@ class Options:
         storage_options = (_storage_options(from_env, STORAGE_OPTIONS_ENV) if from_env.strip() else
                            _storage_options(str(config.getini("compile_cache_storage_options") or ""),
                                             "compile_cache_storage_options"))
+        bundle = None if url else path("compile_cache_bundle", BUNDLE_ENV)
+        report = path("compile_cache_report")
+        for name, given, form in (("bundle", bundle, "PATH"), ("report", report, "FILE")):
+            if given is not None and given.is_dir():
+                raise pytest.UsageError(
+                    f"--compile-cache-{name}: {given} is a folder, not a file; on the command line, give the "
+                    f"{name} as --compile-cache-{name}={form} (an option's value placed before a path takes the "
+                    "path as its value)")
         update = _bool(pick("compile_cache_update")[0], "compile_cache_update")
         if (update or rebuild) and not named:
             flag = "--compile-cache-rebuild" if rebuild else "--compile-cache-update"
             raise pytest.UsageError(f"{flag} changes the bundle named by --compile-cache-bundle, and none is named")
         return cls(
             isolation=Isolation(word),
-            bundle=None if url else path("compile_cache_bundle", BUNDLE_ENV),
+            bundle=bundle,
             bundle_url=url,
             storage_options=storage_options,
             update=update or rebuild,
@@ -179,7 +187,7 @@ class Options:
             strict=_bool(pick("compile_cache_strict")[0], "compile_cache_strict"),
             lock_timeout=lock_timeout,
             network_timeout=network_timeout,
-            report=path("compile_cache_report"),
+            report=report,
             home=home,
             headers_dir=path("compile_cache_headers_dir") or home / "precompiled-headers",
         )
@@ -209,6 +217,11 @@ def _storage_options(text: str, where: str) -> dict[str, Any]:
 def add_options(parser: pytest.Parser) -> None:
     """Register every command-line option and ini value, all under the ``compile-cache`` prefix."""
     group = parser.getgroup("compilecache", "torch.compile cache isolation and bundles (pytest-compilecache)")
+    given = [*sys.argv[1:], *os.environ.get("PYTEST_ADDOPTS", "").split()]
+    modes = [arg.split("=", 1)[1] for arg in given if arg.startswith("--compile-cache-isolate=")]
+    if modes:  # shown beside argparse's "ignored explicit argument"
+        parser.extra_info["compilecache"] = (f"--compile-cache-isolate is a bare flag and takes no value; give a "
+                                             f"mode as --compile-cache-isolate-mode={modes[0]}")
 
     def option(name: str, help: str, **kwargs: Any) -> None:
         dest = name.replace("-", "_")
@@ -217,7 +230,8 @@ def add_options(parser: pytest.Parser) -> None:
 
     group.addoption("--compile-cache-isolate", dest="compile_cache_isolate", action="store_const", const="test",
                     default=None, help="give every test its own empty compile cache (the same as "
-                                       "--compile-cache-isolate-mode=test)")
+                                       "--compile-cache-isolate-mode=test; a bare flag: a mode is given with "
+                                       "--compile-cache-isolate-mode=MODE)")
     group.addoption("--compile-cache-isolate-mode", dest="compile_cache_isolate", metavar="MODE", default=None,
                     choices=ISOLATION_MODES,
                     help="isolate compile caches: off, test or worker (off: tests share one cache; test: every "

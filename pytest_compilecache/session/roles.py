@@ -56,6 +56,10 @@ class _RunsTests:
         """The body of the ``cold_cache`` and ``warm_cache`` fixtures."""
         yield from self.side.open_cache(request, kind)
 
+    def isolate(self, request: pytest.FixtureRequest) -> Iterator[CompileCache | None]:
+        """The body of per-test isolation (``None`` for a test that starts before torch is imported)."""
+        yield from self.side.isolate(request)
+
     def close(self) -> None:
         """Restore the environment and remove this process's folders."""
         self.side.close()
@@ -201,6 +205,10 @@ class Controller:
         plugins.register(self.collector, "compilecache-collector")
 
     def open_cache(self, request: pytest.FixtureRequest, kind: CacheKind) -> Iterator[CompileCache]:
+        """Never called: the controller runs no test."""
+        raise RuntimeError("the xdist controller runs no tests")
+
+    def isolate(self, request: pytest.FixtureRequest) -> Iterator[CompileCache | None]:
         """Never called: the controller runs no test."""
         raise RuntimeError("the xdist controller runs no tests")
 

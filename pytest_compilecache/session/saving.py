@@ -9,7 +9,7 @@ import pytest
 
 from .. import _torchapi, files
 from ..bundle.binaries import CarriedBinaries, pooled
-from ..bundle.format import Bundle, BundleError, Entry, NotABundle, make_entry
+from ..bundle.format import Bundle, BundleError, Entry, NotABundle, Unreadable, make_entry
 from ..bundle.keyindex import KeyIndex, KeyIndexError
 from ..report.model import SaveResult, SaveStatus, SessionReport
 from ..storage.interface import BundleStore, Written
@@ -41,10 +41,10 @@ class Saver:
             report.saved = SaveResult(SaveStatus.LEFT_ALONE, f"{path} was neither read nor written: it gave no "
                                       "answer (see PROBLEM below); the next session that reaches it uses it as usual")
             return
-        if unreadable and not self.options.rebuild:
+        why = _unreadable_kind(store, report) if unreadable else None
+        if unreadable and not (self.options.rebuild and why is Unreadable.DAMAGED):
             report.saved = SaveResult(SaveStatus.LEFT_ALONE, f"{path} was neither used nor written (see PROBLEM "
-                                      "below): move the file away or name another path; --compile-cache-rebuild "
-                                      "writes a fresh bundle over a damaged one")
+                                      f"below): {_LEFT_ALONE_ADVICE[why or Unreadable.DAMAGED]}")
             return
         if not (self.options.update or not self.bundle_existed):
             report.saved = SaveResult(SaveStatus.KEPT, f"{path} existed; add --compile-cache-update to merge this "
@@ -99,6 +99,22 @@ class Saver:
     def _problem(report: SessionReport, message: str) -> None:
         report.saved = SaveResult(SaveStatus.FAILED, message)
         report.problems.append(message)
+
+
+#: What a user can do about a bundle left alone, by its kind of problem.
+_LEFT_ALONE_ADVICE = {
+    Unreadable.DAMAGED: "move the file away or name another path; --compile-cache-rebuild writes a fresh bundle "
+                        "over a damaged one",
+    Unreadable.NOT_A_BUNDLE: "it is not a bundle, and nothing ever writes over it (not even --compile-cache-rebuild): "
+                             "move the file away or name another path",
+    Unreadable.NOT_A_FILE: "there is no file there to move: name another path, to a file inside a folder",
+}
+
+
+def _unreadable_kind(store: BundleStore, report: SessionReport) -> Unreadable:
+    """What kind of problem made the bundle unreadable: as a process found it, else as it looks now."""
+    found = next((p.bundle_unreadable_kind for p in report.processes if p.bundle_unreadable_kind), None)
+    return found or store.describe().unreadable or Unreadable.DAMAGED
 
 
 def _carried(bundle: Bundle, entry: Entry) -> CarriedBinaries | None:

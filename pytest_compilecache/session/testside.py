@@ -14,6 +14,7 @@ import pytest
 
 from .. import _torchapi
 from ..bundle.binaries import BinaryPool
+from ..bundle.format import Unreadable
 from ..bundle.keyindex import KeyIndex
 from ..cache import CacheKind, CompileCache
 from ..environment import SavedEnv, point_cache_dirs_at
@@ -144,7 +145,10 @@ class TestSide:
     @property
     def writes_bundle(self) -> bool:
         """Whether this session writes PATH at its end (so its artifacts and binaries are worth saving)."""
-        if not self.options.has_bundle or (self.unreadable and not self.options.rebuild):
+        if not self.options.has_bundle:
+            return False
+        if self.unreadable and not (self.options.rebuild and self.process_report.bundle_unreadable_kind
+                                    in (None, Unreadable.DAMAGED)):
             return False
         return self.options.update or not self.bundle_existed
 
@@ -246,6 +250,14 @@ class TestSide:
         return CompileCache(path or self.folders.for_test(nodeid), self.folders.process, self.options.headers_dir,
                             kind, explain=self.options.explain, remote=remote)
 
+    def isolate(self, request: pytest.FixtureRequest) -> Iterator[CompileCache | None]:
+        """The body of per-test isolation: an isolated cache, or ``None`` for a test that starts before
+        torch is imported (see :meth:`_isolated_before_torch`)."""
+        if "torch" not in sys.modules and self.options.remote is None:
+            yield from self._isolated_before_torch(request)
+        else:
+            yield from self.open_cache(request, CacheKind.ISOLATED)
+
     def open_cache(self, request: pytest.FixtureRequest, kind: CacheKind) -> Iterator[CompileCache]:
         """The body of the ``cold_cache`` / ``warm_cache`` fixtures (and of per-test isolation)."""
         remote = request.node.get_closest_marker(REMOTE_MARKER) is not None and kind is CacheKind.WARM
@@ -285,6 +297,23 @@ class TestSide:
             if not self._keep(request.node):
                 shutil.rmtree(cache.path, ignore_errors=True)
 
+    def _isolated_before_torch(self, request: pytest.FixtureRequest) -> Iterator[None]:
+        """Per-test isolation of a test that starts before torch is imported: nothing is in memory to
+        reset, so only its cache folders are its own (torch reads them when it compiles); a torch the
+        test imported is reset after it, as every isolated test's is."""
+        folder = self.folders.for_test(request.node.nodeid)
+        saved = SavedEnv()
+        point_cache_dirs_at(str(folder))
+        try:
+            yield None
+        finally:
+            saved.restore()
+            if _torchapi.compiler_loaded():
+                _torchapi.reset_in_memory()
+                self.harvest(folder)
+            if not self._keep(request.node):
+                shutil.rmtree(folder, ignore_errors=True)
+
     def _keep(self, item: pytest.Item) -> bool:
         """Keep a failed test's folder for inspection (unless ``tmp_path_retention_policy = none``)."""
         policy = "failed"
@@ -313,6 +342,10 @@ class TestSide:
     # --- hooks shared by the roles that run tests (registered through those roles) ---
 
     def runtest_setup(self, item: pytest.Item) -> None:
+        if "torch" in sys.modules and self.counts.counted(item):
+            # Counting what torch does not count (C++ loads, FX graph saves) needs hooks in its compiler,
+            # put in when it is imported: here, for tests that compile without a fixture.
+            _torchapi.bootstrap(str(self.folders.process))
         self.counts.started(item)
 
     def makereport(self, item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport) -> None:

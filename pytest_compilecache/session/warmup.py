@@ -17,7 +17,8 @@ from typing import Any, Callable
 from .. import _torchapi, files
 from ..bundle import signing
 from ..bundle.binaries import BinaryPool, identity_differences, in_order, is_cpp, pooled
-from ..bundle.format import Bundle, BundleError, Entry, NotABundle, env_label, make_entry, read_manifest, write_bundle
+from ..bundle.format import (Bundle, BundleError, Entry, NotABundle, NotAFile, Unreadable, env_label, make_entry,
+                             read_manifest, write_bundle)
 from ..report.model import ProcessReport, Status
 from ..storage.interface import BundleStore, Written
 from ..storage.merge import union
@@ -111,10 +112,10 @@ class Preparer:
                     return True
         except NotABundle as exc:
             self._problem(Status.NOT_A_BUNDLE, str(exc))
-            self._unreadable(str(exc))
+            self._unreadable(str(exc), Unreadable.NOT_A_BUNDLE)
         except BundleError as exc:
             self._problem(Status.UNUSABLE, str(exc))
-            self._unreadable(str(exc))
+            self._unreadable(str(exc), Unreadable.of(exc))
 
         if not loaded and self.source is not None:
             _torchapi.use_bundle_index(None, "", cannot=f"no bundle entry was loaded ({self.report.status.value}: "
@@ -137,10 +138,11 @@ class Preparer:
             self._problem(Status.UNUSABLE, problem)
         return loaded
 
-    def _unreadable(self, why: str) -> None:
+    def _unreadable(self, why: str, kind: Unreadable) -> None:
         """The bundle could not be read: it is left alone, and the warmup publishes to this session's own
         bundle instead (nothing is ever written over a file that could not be read)."""
         self.report.bundle_unreadable = why
+        self.report.bundle_unreadable_kind = kind
         if self.publish is self.source and self.fallback is not None:
             self.publish = self.fallback
 
@@ -167,7 +169,7 @@ class Preparer:
             message = str(exc) if str(exc).startswith(bundle.name) else f"{bundle.name}: {exc}"
             self._problem(Status.UNUSABLE, message)
             if isinstance(exc, BundleError) and self.source is not None and bundle.name == self.source.name:
-                self._unreadable(message)
+                self._unreadable(message, Unreadable.of(exc))
             shutil.rmtree(self.template, ignore_errors=True)
             return False
         self._status(Status.LOADED, f"{bundle.name}: {env_label(entry.env)}")
@@ -238,6 +240,22 @@ class Preparer:
         files.write_atomic(self.marker, json.dumps(note).encode(), fsync=False)
 
     def _warm_up_once(self, env: dict[str, str], have_previous: bool) -> bool:
+        try:
+            return self._warm_up_under_lock(env, have_previous)
+        except (NotABundle, NotAFile) as exc:
+            # Only --compile-cache-rebuild, which did not read PATH, finds it here: a file that is not a
+            # bundle is never written over, and a path with no file cannot be, so the warmup publishes to
+            # the session's own bundle.
+            if self.publish is not self.source or self.fallback is None or self.report.warmup_seconds is not None:
+                raise
+            if isinstance(exc, NotABundle):
+                self._problem(Status.NOT_A_BUNDLE, str(exc))
+            else:  # a local path only, said by the session's look at it before any test
+                self._status(Status.UNUSABLE, str(exc))
+            self._unreadable(str(exc), Unreadable.of(exc))
+            return self._warm_up_under_lock(env, have_previous)
+
+    def _warm_up_under_lock(self, env: dict[str, str], have_previous: bool) -> bool:
         assert self.run_warmup is not None
         with self.publish.locked():
             marker = self._marker()
@@ -254,9 +272,11 @@ class Preparer:
             except NotABundle:
                 raise
             except BundleError as exc:
-                if marker is not None or not self.publish.may_be_unreachable:
+                rebuilding = self.rebuild and self.publish is self.source
+                if marker is not None or not (rebuilding or self.publish.may_be_unreachable):
                     raise
-                self.report.problems.append(f"{exc}; the warmup runs without it")
+                if not rebuilding:  # a damaged bundle is said once, and its rebuild replaces it
+                    self.report.problems.append(f"{exc}; the warmup runs without it")
                 current = None
             if current is not None:
                 with current:

@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass, field, replace
 from typing import Callable, ContextManager, Mapping, NamedTuple, Protocol
 
-from ..bundle.format import Bundle, Entry
+from ..bundle.format import Bundle, Entry, Unreadable
 
 
 class Version(NamedTuple):
@@ -80,6 +80,8 @@ class Look:
     exists: bool
     #: Why it cannot be read ("" when it can, or is missing).
     problem: str = ""
+    #: What kind of problem that is, where the store can tell (``None``: none, or not known).
+    unreadable: Unreadable | None = None
 
 
 class BundleStore(Protocol):

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Callable, Iterator, Mapping
 
 from .. import files
-from ..bundle.format import Bundle, BundleError, Entry, NotABundle, encoded_size, read_manifest, write_bundle
+from ..bundle.format import (Bundle, BundleError, Entry, NotABundle, NotAFile, Unreadable, encoded_size,
+                             read_manifest, write_bundle)
 from .interface import Look, Saved, Transfer, Version
 from .merge import combine, stamp
 
@@ -26,7 +27,7 @@ class Lock:
         folder = Path(self.file).parent
         blocked = next((p for p in [folder, *folder.parents] if p.exists() and not p.is_dir()), None)
         if blocked is not None:
-            raise BundleError(f"{self.file}: cannot create the lock file: {blocked} is not a folder")
+            raise NotAFile(f"{self.file}: cannot create the lock file: {blocked} is not a folder")
         try:
             folder.mkdir(parents=True, exist_ok=True)
             self._lock.acquire(timeout=self.timeout)
@@ -95,7 +96,7 @@ class LocalStore:
             return None
         except NotADirectoryError:
             blocked = next((p for p in self.path.parents if p.exists() and not p.is_dir()), self.path.parent)
-            raise BundleError(f"{self.path}: cannot be read or written: {blocked} is a file, not a folder") from None
+            raise NotAFile(f"{self.path}: cannot be read or written: {blocked} is a file, not a folder") from None
         except OSError as exc:
             raise BundleError(f"{self.path}: cannot read: {exc.strerror or exc}") from None
 
@@ -122,7 +123,7 @@ class LocalStore:
         try:
             bundle = self.read()
         except BundleError as exc:
-            return Look(str(exc), True, str(exc))
+            return Look(str(exc), True, str(exc), Unreadable.of(exc))
         if bundle is None:
             empty = self.path.is_file()
             return Look(f"{self.path}: {'an empty file' if empty else 'missing'}, the session will write the bundle "
