@@ -18,6 +18,7 @@ from ..bundle.keyindex import KeyIndex
 from ..cache import CacheKind, CompileCache
 from ..environment import SavedEnv, point_cache_dirs_at
 from ..report.model import REPORT_ATTR, ProcessReport
+from ..report.properties import properties_of
 from ..storage.interface import BundleStore
 from ..storage.local import LocalStore
 from . import remote
@@ -322,3 +323,4 @@ class TestSide:
             stats = self.counts.finished(item)
             if stats is not None:
                 setattr(report, REPORT_ATTR, stats)
+                report.user_properties.extend(properties_of(stats))
