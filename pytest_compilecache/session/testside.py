@@ -25,6 +25,7 @@ from . import remote
 from .counting import TestCounts
 from .folders import Folders, WorkerDir
 from .options import Isolation, Options
+from .progress import Progress
 from .warmup import Preparer, WarmupFailed
 
 _FAILED = pytest.StashKey[bool]()
@@ -65,6 +66,8 @@ class TestSide:
         self.counts = TestCounts(options)
         self._explaining = contextlib.ExitStack()
         self._remote_before: dict[str, str | None] | None = None
+        #: The display of long work (the bundle's download, the warmup); the role that owns the terminal sets it.
+        self.progress = Progress(None)
 
     # --- the process's environment ---
 
@@ -131,7 +134,8 @@ class TestSide:
         if not self._needed(session.items):
             return None
         try:
-            self.prepare()
+            with self.progress.showing():
+                self.prepare()
         except _torchapi.TorchUnavailable as exc:
             message = f"--compile-cache-bundle: {exc}"
             if self._preparer is None:
@@ -222,7 +226,8 @@ class TestSide:
             with _torchapi.fresh_recording():
                 with cache:
                     try:
-                        hook(cache=cache)
+                        with self.progress.warmup():
+                            hook(cache=cache)
                     except Exception as exc:
                         where = ", ".join(
                             f"{impl.function.__code__.co_filename}:{impl.function.__code__.co_firstlineno}"

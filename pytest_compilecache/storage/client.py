@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 from ..bundle.format import BundleError
 from .errors import Conflict, NoConditionalWrite, precondition_failed, why
-from .interface import Version
+from .interface import NoProgress, TransferProgress, Version
 from .urls import redacted
 from .writers import writer_for
 
@@ -33,6 +33,8 @@ class Client:
         self.conflicts = 0
         #: The object's size when its version was last asked (0: unknown or missing).
         self.size = 0
+        #: Told how each download and upload goes (a session attaches its display).
+        self.progress: TransferProgress = NoProgress()
 
     def filesystem(self) -> tuple[Any, str]:
         """fsspec's file system for the URL and the path inside it; a missing package is named with its extra."""
@@ -105,7 +107,9 @@ class Client:
     def cat(self) -> bytes:
         """The whole object."""
         fs, path = self.filesystem()
-        data: bytes = self.call("read it", lambda: fs.cat_file(path))
+        with self.progress.transfer("downloading", self.size) as moved:
+            data: bytes = self.call("read it", lambda: fs.cat_file(path))
+            moved(len(data))
         self.downloaded += len(data)
         return data
 
@@ -119,6 +123,9 @@ class Client:
         if self.writer.read_only:
             raise BundleError(f"{self.name}: {self.protocol}:// bundles are read-only; publish to an object "
                               "store (s3://...) and serve that over HTTP")
-        tag: str = self.call("write it", lambda: self.writer.put(fs, path, data, expected, unconditional, self.version))
+        with self.progress.transfer("uploading", len(data)) as moved:
+            tag: str = self.call("write it", lambda: self.writer.put(fs, path, data, expected, unconditional,
+                                                                    self.version))
+            moved(len(data))
         self.uploaded += len(data)
         return tag

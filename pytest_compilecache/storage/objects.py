@@ -137,9 +137,15 @@ class UrlStore:
         fs, path = self.client.filesystem()
         fetched = self.copies.folder / "fetch"
         raw: Ranges | None = None
+        shown = contextlib.ExitStack()
         if version.size:
-            raw = Ranges(fs, path, version.size)
-            remote = Bundle.over(raw, fetched, self.name, head=HEAD_BYTES)
+            raw = Ranges(fs, path, version.size, shown.enter_context(self.client.progress.transfer("downloading",
+                                                                                                     version.size)))
+            try:
+                remote = Bundle.over(raw, fetched, self.name, head=HEAD_BYTES)
+            except BaseException:
+                shown.close()
+                raise
         else:  # a server that gives no size: the whole object, once
             remote = parse(io.BytesIO(self.client.cat()), fetched, self.name)
         try:
@@ -150,6 +156,7 @@ class UrlStore:
                 remote.read_entry(entry)
         finally:
             remote.close()
+            shown.close()
             if raw is not None:
                 self.client.downloaded += raw.moved
         whole = len(wanted) == len(remote.entries)

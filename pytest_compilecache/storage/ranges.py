@@ -3,21 +3,25 @@
 from __future__ import annotations
 
 import io
-from typing import Any
+from typing import Any, Callable
 
 from .errors import why
 
 #: How much of a bundle's start the first range request reads: the marker, and most manifests.
 HEAD_BYTES = 64 * 1024
+#: With a ``moved`` callback, longer reads are split into requests of this size, each reported.
+CHUNK_BYTES = 1024 * 1024
 
 
 class Ranges(io.RawIOBase):
     """An object read by range requests, counting the bytes it moves. A server that ignores ranges
-    answers with the whole object; it is then kept and sliced."""
+    answers with the whole object; it is then kept and sliced. ``moved`` (for a progress display) is
+    told the bytes moved so far after each request."""
 
-    def __init__(self, fs: Any, path: str, size: int) -> None:
+    def __init__(self, fs: Any, path: str, size: int, moved: Callable[[int], None] | None = None) -> None:
         super().__init__()
         self.fs, self.path, self.size = fs, path, size
+        self._report = moved
         self.pos = 0
         self.moved = 0
         self._whole: bytes | None = None
@@ -52,19 +56,32 @@ class Ranges(io.RawIOBase):
             known = bytes(head[start:min(end, len(head))])
             return known + (self._get(len(head), end) if end > len(head) else b"")
         if self._whole is None:
-            try:
-                data = self.fs.cat_file(self.path, start=start, end=end)
-            except FileNotFoundError:
-                raise OSError("the object was deleted while it was being read") from None
-            except OSError:
-                raise
-            except Exception as exc:  # a client's own error types (aiohttp, botocore)
-                raise OSError(why(exc)) from None
-            data = bytes(data)
-            self.moved += len(data)
+            data = self._request(start, end)
             if len(data) <= end - start:
                 if start == 0 and not head:
                     self._head = data
                 return data
             self._whole = data
         return self._whole[start:end]
+
+    def _request(self, start: int, end: int) -> bytes:
+        """Bytes ``start:end`` (or the whole object, from a server that ignores ranges), in chunks when reported."""
+        parts = []
+        step = CHUNK_BYTES if self._report is not None else max(end - start, 1)
+        for first in range(start, end, step):
+            last = min(end, first + step)
+            try:
+                data = bytes(self.fs.cat_file(self.path, start=first, end=last))
+            except FileNotFoundError:
+                raise OSError("the object was deleted while it was being read") from None
+            except OSError:
+                raise
+            except Exception as exc:  # a client's own error types (aiohttp, botocore)
+                raise OSError(why(exc)) from None
+            self.moved += len(data)
+            if self._report is not None:
+                self._report(self.moved)
+            if len(data) > last - first:
+                return data
+            parts.append(data)
+        return b"".join(parts)
