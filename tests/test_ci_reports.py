@@ -204,3 +204,130 @@ def test_every_report_matches_the_published_schema(
     assert any("test_model.py::test_cold/fx_graph" in e for e in errors), errors
     assert any("'problems' is a required property" in e for e in errors), errors
     (pytester.path / "report.json").unlink()  # broken on purpose is not left for the check of every report
+
+
+class _Trickle(BaseHTTPRequestHandler):
+    """Serves one bundle slowly (about ``SECONDS`` for the whole), with ranges, sizes and an ETag, as a store does."""
+
+    body = b""
+    SECONDS = 3.0
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def _head(self, start: int, end: int) -> None:
+        ranged = "Range" in self.headers
+        self.send_response(206 if ranged else 200)
+        self.send_header("Content-Length", str(end - start))
+        self.send_header("ETag", '"v1"')
+        self.send_header("Accept-Ranges", "bytes")
+        if ranged:
+            self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(self.body)}")
+        self.end_headers()
+
+    def _range(self) -> tuple[int, int]:
+        match = re.match(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
+        if not match:
+            return 0, len(self.body)
+        return int(match.group(1)), min(len(self.body), int(match.group(2) or len(self.body) - 1) + 1)
+
+    def do_HEAD(self) -> None:
+        self._head(*self._range())
+
+    def do_GET(self) -> None:
+        start, end = self._range()
+        self._head(start, end)
+        step = 16 * 1024
+        pause = self.SECONDS * step / max(len(self.body), 1)
+        for at in range(start, end, step):
+            self.wfile.write(self.body[at:min(end, at + step)])
+            self.wfile.flush()
+            time.sleep(pause)
+
+
+@pytest.fixture
+def slow_bundle_url(build_bundle: BuildBundle) -> Iterator[str]:
+    """A real bundle (of the warmup in WARMUP_CONFTEST) served by a loopback server that trickles it."""
+    handler = type("Handler", (_Trickle,), {"body": build_bundle({"conftest.py": WARMUP_CONFTEST,
+                                                                  "test_model.py": TESTS}).read_bytes()})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/suite.bundle"
+    server.shutdown()
+    thread.join()
+
+
+def _on_a_terminal(args: list[str], cwd: Path) -> tuple[int, str]:
+    """Run ``args`` with a pseudo-terminal as its output; its exit status and all it wrote."""
+    master, slave = pty.openpty()
+    env = {**os.environ, "COLUMNS": "120", "LINES": "40", "TERM": "xterm"}
+    proc = subprocess.Popen(args, cwd=cwd, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, env=env)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(master)
+    return proc.wait(timeout=600), b"".join(chunks).decode(errors="replace")
+
+
+def _inner_args(pytester: pytest.Pytester, *args: str) -> list[str]:
+    return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:logging",
+            *args]
+
+
+@pytest.mark.slow
+def test_a_slow_bundle_download_shows_progress_on_a_terminal_only(
+    pytester: pytest.Pytester, private_tmp: Path, shared_headers_dir: Path, slow_bundle_url: str
+) -> None:
+    """On a pseudo-terminal the download rewrites one line with bytes and seconds, then erases it; piped, or
+    with -q -q, nothing of it; under -n 2 the workers download silently and the run's output is whole."""
+    pytest.importorskip("aiohttp", reason="aiohttp is not installed (pip install 'pytest-compilecache[http]')")
+    pytester.makeconftest(WARMUP_CONFTEST)
+    pytester.makepyfile(test_model=TESTS)
+    pytester.makeini(f"[pytest]\ncompile_cache_headers_dir = {shared_headers_dir}\n"
+                     f"compile_cache_home = {pytester.path / 'home'}\n")
+    status, text = _on_a_terminal(_inner_args(pytester, f"--compile-cache-bundle={slow_bundle_url}"), pytester.path)
+    assert status == 0, text
+    shown = re.findall(rf"\rcompilecache: downloading {re.escape(slow_bundle_url)}: [0-9.]+ of [0-9.]+ MB \(\d+%\), "
+                       r"\d+ s", text)
+    assert shown, text
+    assert "\r" + " " * 100 in text, "the line is erased once the download is done"
+    assert "3 passed" in text and "loaded" in text
+    shutil.rmtree(pytester.path / "home")  # this machine's copy of the bundle: the next runs download again
+    piped = subprocess.run(_inner_args(pytester, f"--compile-cache-bundle={slow_bundle_url}"), cwd=pytester.path,
+                           capture_output=True, text=True, timeout=600)
+    assert piped.returncode == 0 and "3 passed" in piped.stdout, piped.stdout
+    assert "downloading" not in piped.stdout and "\r" not in piped.stdout
+    for args in (["-q", "-q"], ["-n", "2"]):
+        shutil.rmtree(pytester.path / "home")
+        status, text = _on_a_terminal(_inner_args(pytester, f"--compile-cache-bundle={slow_bundle_url}", *args),
+                                      pytester.path)
+        assert status == 0 and "3 passed" in text, text
+        assert "compilecache: downloading" not in text, (args, text)
+
+
+@pytest.mark.slow
+def test_a_long_warmup_shows_progress_on_a_terminal(
+    pytester: pytest.Pytester, private_tmp: Path, shared_headers_dir: Path
+) -> None:
+    """A warmup longer than WARMUP_AFTER shows its seconds on a terminal, and the line is gone before the tests'."""
+    from pytest_compilecache.session.progress import WARMUP_AFTER
+
+    pytester.makeconftest(WARMUP_CONFTEST + f"\nimport time\n_compile = pytest_compilecache_warmup\n\n"
+                          f"def pytest_compilecache_warmup(cache):\n    time.sleep({WARMUP_AFTER + 1.5})\n"
+                          "    _compile(cache)\n")
+    pytester.makepyfile(test_model=TESTS)
+    pytester.makeini(f"[pytest]\ncompile_cache_headers_dir = {shared_headers_dir}\n"
+                     f"compile_cache_home = {pytester.path / 'home'}\n")
+    status, text = _on_a_terminal(_inner_args(pytester, f"--compile-cache-bundle={pytester.path / 'b.bundle'}"),
+                                  pytester.path)
+    assert status == 0 and "3 passed" in text, text
+    assert re.search(r"\rcompilecache: pytest_compilecache_warmup running, \d+ s", text), text
+    assert re.search(r"\r +\r\r?\n(\r?\n)?test_model\.py \.\.\.", text), text

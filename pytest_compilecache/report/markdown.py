@@ -78,6 +78,9 @@ def _time_lines(report: SessionReport) -> list[str]:
         lines.append(f"The same {c.tests} tests in the run that built the bundle: {c.then:.1f} s, plus "
                      f"{c.warmup_then:.1f} s in its warmup. Compiling, warmups included: "
                      f"{c.then + c.warmup_then:.1f} s then, {c.now + c.warmup_now:.1f} s now: {verdict}.")
+        if c.now > c.then and c.warmup_then and not c.warmup_now:
+            lines.append("(The first compile in each process pays torch's one-off start-up: the building run paid it "
+                         "in its warmup, this run in its first test.)")
     return [" ".join(lines), ""]
 
 
@@ -90,14 +93,12 @@ def _layer_table(report: SessionReport) -> list[str]:
         if layer.observable and (layer.hits or layer.misses or layer.bypasses):
             rows.append(f"| {layer.layer} | {layer.hits} | {layer.misses} | {layer.bypasses} | {layer.from_bundle} |")
     d = report.totals.dynamo
-    rows.append("")
-    rows.append(f"Dynamo: {d.cell('graphs')} graphs, {d.cell('recompiles')} recompiles, "
-                f"{d.cell('graph_breaks')} graph breaks.")
+    line = f"Dynamo: {d.cell('graphs')} graphs, {d.cell('recompiles')} recompiles, {d.cell('graph_breaks')} graph breaks."
     cold = report.misses_in_cold_caches()
     if cold:
-        rows.append(" Misses in tests whose cache starts empty by design (`cold_cache`, per-test isolation): "
-                    + ", ".join(f"{layer} {n}" for layer, n in cold.items()) + ".")
-    return rows + [""]
+        line += (" Misses in tests whose cache starts empty by design (`cold_cache`, per-test isolation): "
+                 + ", ".join(f"{layer} {n}" for layer, n in cold.items()) + ".")
+    return rows + ["", line, ""]
 
 
 def _explained(report: SessionReport) -> list[str]:
