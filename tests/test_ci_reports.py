@@ -309,8 +309,9 @@ def test_a_slow_bundle_download_shows_progress_on_a_terminal_only(
         shutil.rmtree(pytester.path / "home")
         status, text = _on_a_terminal(_inner_args(pytester, f"--compile-cache-bundle={slow_bundle_url}", *args),
                                       pytester.path)
-        assert status == 0 and "3 passed" in text, text
+        assert status == 0 and ("3 passed" in text or args == ["-q", "-q"]), text
         assert "compilecache: downloading" not in text, (args, text)
+        assert "loaded 1 inductor" in text, "the download did happen"
 
 
 @pytest.mark.slow
