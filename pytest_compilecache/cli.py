@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -17,6 +18,8 @@ from .bundle.binaries import build_id, identity_differences, is_cpp
 from .bundle.format import Bundle, BundleError, Entry, differences, encoded_size, env_label, printable, read_manifest
 from .bundle.keyindex import KeyIndex, artifact_id
 from .session.options import user_cache_dir
+from .storage.deadlines import DEFAULT_TIMEOUT as DEFAULT_NETWORK_TIMEOUT
+from .storage.deadlines import MIN_RATE
 from .storage.interface import BundleStore
 from .storage.merge import union
 from .storage.objects import read_url
@@ -35,8 +38,16 @@ class CheckFailed(UserError):
     """A bundle failed ``inspect --check``: exit status 1, as ``verify``."""
 
 
-#: fsspec options for bundle URLs: ``--storage-options``, else the environment variable.
-_storage: dict[str, Any] = {}
+@dataclasses.dataclass
+class _Reach:
+    """How bundles at URLs are reached: fsspec's options (``--storage-options``, else the environment
+    variable) and the seconds a store may take to answer (``--network-timeout``)."""
+
+    storage: dict[str, Any] = dataclasses.field(default_factory=dict)
+    network_timeout: float = DEFAULT_NETWORK_TIMEOUT
+
+
+_reach = _Reach()
 
 
 def _shown(name: str) -> str:
@@ -54,7 +65,8 @@ def _local(name: str) -> Path:
 def _store(name: str) -> BundleStore:
     """The store of a bundle named by path or URL (credentials and endpoints from the environment)."""
     try:
-        return open_store(name, LOCK_TIMEOUT, user_cache_dir() / "bundle-copies", _storage)
+        return open_store(name, LOCK_TIMEOUT, user_cache_dir() / "bundle-copies", _reach.storage,
+                          _reach.network_timeout)
     except BundleError as exc:
         raise UserError(str(exc)) from None
 
@@ -62,7 +74,7 @@ def _store(name: str) -> BundleStore:
 def _read(path: str) -> Bundle:
     try:
         if is_url(path):
-            return read_url(path, user_cache_dir() / "bundle-copies", _storage)
+            return read_url(path, user_cache_dir() / "bundle-copies", _reach.storage, _reach.network_timeout)
         return read_manifest(_local(path))
     except FileNotFoundError:
         raise UserError(f"{_shown(path)}: no such {'object' if is_url(path) else 'file'}") from None
@@ -499,6 +511,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--storage-options", metavar="JSON",
                    help=f"fsspec options for bundle URLs, a JSON object such as "
                         f'\'{{"endpoint_url": "http://127.0.0.1:9000"}}\' (default: ${STORAGE_OPTIONS_ENV})')
+    p.add_argument("--network-timeout", metavar="SECONDS", type=float, default=DEFAULT_NETWORK_TIMEOUT,
+                   help=f"seconds a store may take to answer a request, plus the time a transfer takes at "
+                        f"{MIN_RATE // 1000} kB/s; then the command gives up (default {DEFAULT_NETWORK_TIMEOUT:g})")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
                            help="what to do; pytest-compilecache COMMAND --help tells more")
     inspect = sub.add_parser(
@@ -554,9 +569,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         text = args.storage_options if args.storage_options is not None else os.environ.get(STORAGE_OPTIONS_ENV, "")
+        if not 0 < args.network_timeout < float("inf"):
+            raise UserError(f"--network-timeout must be a number of seconds above 0, not {args.network_timeout:g}")
+        _reach.network_timeout = args.network_timeout
         try:
-            _storage.clear()
-            _storage.update(parse_storage_options(text))
+            _reach.storage = parse_storage_options(text)
         except ValueError as exc:
             where = "--storage-options" if args.storage_options is not None else STORAGE_OPTIONS_ENV
             raise UserError(f"{where} {exc}") from None

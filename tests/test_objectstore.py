@@ -27,6 +27,7 @@ from pytest_compilecache.storage.interface import Written
 from pytest_compilecache.storage.merge import combine
 from pytest_compilecache.storage.objects import UrlStore, read_url
 from pytest_compilecache.storage.ranges import HEAD_BYTES, Ranges
+from servers import azurite_connection, azurite_server, free_port, s3_server, wait_for
 
 #: Real sessions against real servers and suites: left out of the fast tier (-m "not slow").
 pytestmark = pytest.mark.slow
@@ -46,38 +47,6 @@ def test_cos():
     torch.compile(lambda x: torch.cos(x) - 2, dynamic=False)(torch.randn(8))
 '''
 DATA_BUNDLE = Path(__file__).parent / "data" / "h200-torch2.11.bundle"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_for(port: int, proc: subprocess.Popen[bytes], what: str) -> None:
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise AssertionError(f"{what} did not start on port {port}") from None
-            time.sleep(0.1)
-
-
-@contextlib.contextmanager
-def s3_server(**env: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """moto's S3 server on a free loopback port (``env``: its settings), stopped afterwards."""
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, env={**os.environ, **env})
-    try:
-        _wait_for(port, proc, "moto's S3 server")
-        yield f"http://127.0.0.1:{port}", proc
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
 
 
 @pytest.fixture(scope="module")
@@ -103,29 +72,15 @@ def _bucket(endpoint: str) -> str:
     return f"s3://{name}"
 
 
-#: Azurite's well-known development account (public, in Microsoft's documentation).
-AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
-
-
 @pytest.fixture(scope="module")
-def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def azurite() -> Iterator[str]:
     """Azurite's Blob service (Microsoft's Azure Storage emulator, from npm) on a free loopback port;
     its connection string."""
-    server = shutil.which("azurite-blob")
-    if server is None:
+    if shutil.which("azurite-blob") is None:
         pytest.skip("azurite is not installed (npm install -g azurite; .ci/run installs it)")
     pytest.importorskip("adlfs", reason="adlfs is not installed (pip install 'pytest-compilecache[azure]')")
-    port = free_port()
-    proc = subprocess.Popen([server, "--blobHost", "127.0.0.1", "--blobPort", str(port), "--inMemoryPersistence",
-                             "--skipApiVersionCheck", "--loose", "--silent"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    try:
-        _wait_for(port, proc, "azurite")
-        yield (f"DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={AZURITE_KEY};"
-               f"BlobEndpoint=http://127.0.0.1:{port}/devstoreaccount1;")
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
+    with azurite_server() as port:
+        yield azurite_connection(port)
 
 
 @pytest.fixture
@@ -296,11 +251,11 @@ def test_an_object_deleted_while_it_is_read(s3: str, built: Path, tmp_path: Path
     fs.put_file(str(built), path)
     version = store.version()
     assert version is not None
-    raw = Ranges(fs, path, version.size)
+    raw = Ranges(store.client.read_range, version.size)
     remote = Bundle.over(raw, tmp_path / "x", url, head=HEAD_BYTES)
     assert raw.moved <= HEAD_BYTES, "only the start of the object was read for the manifest"
     fs.rm_file(path)
-    with pytest.raises(BundleError, match=f"^{url}: cannot read: the object was deleted while it was being read"):
+    with pytest.raises(BundleError, match=f"^{url}: cannot read it: it was deleted while it was being read"):
         remote.payload(remote.entries[0])
     assert store.read(remote.entries[0].env) is None
 
@@ -345,7 +300,7 @@ def test_a_bundle_served_over_plain_http_is_read_only(pytester: pytest.Pytester,
     proc = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "--directory", str(served),
                              str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     try:
-        _wait_for(port, proc, "http.server")
+        wait_for(port, proc, "http.server")
         pytester.makepyfile(test_s=TESTS)
         report = pytester.path / "r.json"
         url = f"http://127.0.0.1:{port}/suite.bundle"
@@ -517,7 +472,7 @@ def test_a_plain_http_server_that_cannot_be_reached_is_not_a_missing_bundle(tmp_
     proc = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "--directory", str(served),
                              str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     try:
-        _wait_for(port, proc, "http.server")
+        wait_for(port, proc, "http.server")
         assert UrlStore(f"http://127.0.0.1:{port}/none.bundle", tmp_path, 30).version() is None, \
             "a 404 is a bundle that does not exist yet"
     finally:

@@ -309,6 +309,9 @@ def _payload_start(f: Any, path: str) -> int:
     if magic != MAGIC:
         if not magic:
             raise BundleError(f"{path}: empty file, not a bundle")
+        if magic.lstrip().lower().startswith((b"<!doc", b"<html", b"<?xml", b"<head", b"<body")):
+            raise NotABundle(f"{path}: not a pytest-compilecache bundle: it is a web page (HTML or XML), "
+                             "such as an error or login page a server or proxy answered with")
         raise NotABundle(f"{path}: not a pytest-compilecache bundle (it does not start with the bundle marker)")
     line = f.readline(32)
     if not line.endswith(b"\n") or not line[:-1].isdigit():

@@ -13,6 +13,8 @@ from typing import Any, Callable
 import pytest
 
 from ..bundle.format import BundleError
+from ..storage.deadlines import DEFAULT_TIMEOUT as DEFAULT_NETWORK_TIMEOUT
+from ..storage.deadlines import MIN_RATE
 from ..storage.urls import STORAGE_OPTIONS_ENV, file_url_path, is_url, parse_storage_options, redacted
 from .remote import check_url
 
@@ -73,6 +75,7 @@ class Options:
     remote: str | None = None
     strict: bool = False
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT
+    network_timeout: float = DEFAULT_NETWORK_TIMEOUT
     report: Path | None = None
     home: Path = Path()
     headers_dir: Path = Path()
@@ -137,13 +140,12 @@ class Options:
                 f"compile_cache_isolate: {word!r} is not an isolation mode; use off, test or worker "
                 "(off: no isolation; test: an empty cache per test; worker: a kept cache per xdist worker)"
             )
-        timeout = pick("compile_cache_lock_timeout")[0]
-        try:
-            lock_timeout = float(timeout) if timeout not in (None, "") else DEFAULT_LOCK_TIMEOUT
-        except ValueError:
-            raise pytest.UsageError(f"compile_cache_lock_timeout must be a number of seconds, not {timeout!r}") from None
-        if lock_timeout < 0:
-            raise pytest.UsageError(f"compile_cache_lock_timeout must not be negative, got {lock_timeout:g}")
+        lock_timeout = _seconds(pick("compile_cache_lock_timeout")[0], "compile_cache_lock_timeout",
+                                DEFAULT_LOCK_TIMEOUT)
+        network_timeout = _seconds(pick("compile_cache_network_timeout")[0], "compile_cache_network_timeout",
+                                   DEFAULT_NETWORK_TIMEOUT)
+        if network_timeout == 0:
+            raise pytest.UsageError("compile_cache_network_timeout must be more than 0 seconds")
         home = path("compile_cache_home") or user_cache_dir()
         unused = str(pick("compile_cache_max_unused_runs")[0] or "0").strip()
         if not re.fullmatch(r"[0-9]+", unused):
@@ -176,10 +178,24 @@ class Options:
             remote=remote,
             strict=_bool(pick("compile_cache_strict")[0], "compile_cache_strict"),
             lock_timeout=lock_timeout,
+            network_timeout=network_timeout,
             report=path("compile_cache_report"),
             home=home,
             headers_dir=path("compile_cache_headers_dir") or home / "precompiled-headers",
         )
+
+
+def _seconds(value: Any, name: str, default: float) -> float:
+    """A number of seconds (not negative, not infinite) given as ``name``; ``default`` where none is given."""
+    if value in (None, ""):
+        return default
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise pytest.UsageError(f"{name} must be a number of seconds, not {value!r}") from None
+    if not 0 <= seconds < float("inf"):
+        raise pytest.UsageError(f"{name} must be a number of seconds, not negative or infinite, got {value!r}")
+    return seconds
 
 
 def _storage_options(text: str, where: str) -> dict[str, Any]:
@@ -223,6 +239,9 @@ def add_options(parser: pytest.Parser) -> None:
     option("compile-cache-strict", "fail the session when the bundle cannot be loaded, warmed up or saved",
            action="store_true")
     option("compile-cache-lock-timeout", "seconds to wait for the bundle lock (default 900)", metavar="SECONDS")
+    option("compile-cache-network-timeout", f"seconds a bundle's store may take to answer a request, plus the "
+           f"time a transfer takes at {MIN_RATE // 1000} kB/s; past it the session goes on without the store "
+           f"(default {DEFAULT_NETWORK_TIMEOUT:g})", metavar="SECONDS")
     option("compile-cache-report", "write per-test and total cache counts as JSON to FILE", metavar="FILE")
     parser.addini("compile_cache_storage_options", type="string",
                   help="a JSON object of fsspec options for a bundle URL, e.g. "

@@ -150,8 +150,9 @@ class Worker(_RunsTests):
         shared = workerinput.get("compilecache_shared")
         folders = Folders(config, Path(shared) if shared else None)
         run = float(workerinput.get("compilecache_run", time.time()))
+        store = open_bundle_store(options, str(workerinput.get("compilecache_store_unreachable", "")))
         super().__init__(config, options, TestSide(config, options, folders, str(workerinput.get("workerid", "worker")),
-                                                   run, open_bundle_store(options)))
+                                                   run, store))
         self.side.bundle_existed = bool(workerinput.get("compilecache_bundle_existed", False))
         self.side.bundle_problem = str(workerinput.get("compilecache_bundle_problem", ""))
         self.strict_failure: str | None = None
@@ -227,11 +228,13 @@ class Controller:
                             self.report)
 
     def pytest_configure_node(self, node: Any) -> None:
-        """Tell a new worker where the session's shared folder is and whether PATH existed at start."""
+        """Tell a new worker where the session's shared folder is, whether PATH existed at start, and
+        whether its store stopped answering."""
         node.workerinput["compilecache_shared"] = str(self.folders.shared)
         node.workerinput["compilecache_bundle_existed"] = self.bundle_existed
         node.workerinput["compilecache_bundle_problem"] = self.start_problem
         node.workerinput["compilecache_run"] = self.run
+        node.workerinput["compilecache_store_unreachable"] = self.store.unreachable if self.store is not None else ""
 
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         """Collect a worker's bundle story; for a worker that died in the warmup, say so."""

@@ -37,6 +37,10 @@ class Saver:
         path = store.name
         unreadable = self.bundle_problem or next((p.bundle_unreadable for p in report.processes
                                                   if p.bundle_unreadable), "")
+        if store.unreachable:
+            report.saved = SaveResult(SaveStatus.LEFT_ALONE, f"{path} was neither read nor written: it gave no "
+                                      "answer (see PROBLEM below); the next session that reaches it uses it as usual")
+            return
         if unreadable and not self.options.rebuild:
             report.saved = SaveResult(SaveStatus.LEFT_ALONE, f"{path} was neither used nor written (see PROBLEM "
                                       "below): move the file away or name another path; --compile-cache-rebuild "

@@ -18,12 +18,14 @@ from . import remote
 from .options import Isolation, Options
 
 
-def open_bundle_store(options: Options) -> BundleStore | None:
-    """The session's bundle store, opened once by each process that needs it (``None`` without a bundle)."""
+def open_bundle_store(options: Options, unreachable: str = "") -> BundleStore | None:
+    """The session's bundle store, opened once by each process that needs it (``None`` without a bundle);
+    ``unreachable``: why the controller stopped asking it."""
     where = options.bundle_url or options.bundle
     if where is None:
         return None
-    return open_store(where, options.lock_timeout, options.home / "bundle-copies", options.storage_options)
+    return open_store(where, options.lock_timeout, options.home / "bundle-copies", options.storage_options,
+                      options.network_timeout, unreachable)
 
 
 def describe(store: BundleStore | None) -> tuple[str, bool, str]:

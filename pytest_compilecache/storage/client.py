@@ -1,4 +1,5 @@
-"""One object at a URL through fsspec: its version, reads and writes, and the bytes they move."""
+"""One object at a URL through fsspec: its version, reads and writes, each within its deadline, and
+the bytes they move."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from typing import Any, Callable, Mapping
 from urllib.parse import urlsplit
 
 from ..bundle.format import BundleError
-from .errors import Conflict, NoConditionalWrite, precondition_failed, why
+from .deadlines import DEFAULT_TIMEOUT, Deadlines
+from .errors import Conflict, NoConditionalWrite, precondition_failed, transient, why
 from .interface import NoProgress, TransferProgress, Version
 from .urls import redacted
 from .writers import writer_for
@@ -17,14 +19,18 @@ class Client:
     """The object at ``url``, with fsspec and the protocol's package imported only when first used.
 
     Every failure is a :class:`BundleError` naming the URL (without credentials), except a lost
-    conditional write (:class:`Conflict`) and a store with none (:class:`NoConditionalWrite`)."""
+    conditional write (:class:`Conflict`) and a store with none (:class:`NoConditionalWrite`). Every
+    request has a deadline (:mod:`.deadlines`): ``network_timeout`` seconds, more for a transfer by its
+    size; reads that fail or stall midway are read again from the start within it."""
 
-    def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None,
+                 network_timeout: float = DEFAULT_TIMEOUT) -> None:
         self.url = url
         self.name = redacted(url)
         self.protocol = urlsplit(url).scheme.lower()
         self.writer = writer_for(self.protocol)
-        self.storage_options = dict(storage_options or {})
+        self.storage_options = self.writer.with_timeouts(dict(storage_options or {}), network_timeout)
+        self.deadlines = Deadlines(self.name, network_timeout)
         self._fs: tuple[Any, str] | None = None
         #: Bytes downloaded from and uploaded to the store, and conditional writes that found the
         #: object changed by another writer (each retried).
@@ -46,17 +52,21 @@ class Client:
                 hint = hint if self.writer.extra else "pip install fsspec"
                 raise BundleError(f"{self.name}: bundles at URLs need fsspec ({hint})") from None
             try:
-                self._fs = fsspec.core.url_to_fs(self.url, **self.storage_options)
+                self._fs = self.deadlines.run("opening it",
+                                              lambda: fsspec.core.url_to_fs(self.url, **self.storage_options))
+            except BundleError:
+                raise
             except ImportError as exc:
                 raise BundleError(f"{self.name}: {exc} ({hint})") from None
             except Exception as exc:
                 raise BundleError(f"{self.name}: cannot open: {why(exc)}") from None
         return self._fs
 
-    def call(self, doing: str, action: Callable[[], Any]) -> Any:
-        """``action()``, its failure said as "cannot ``doing``" (a lost conditional write: :class:`Conflict`)."""
+    def call(self, doing: str, action: Callable[[], Any], size: int = 0) -> Any:
+        """``action()`` within its deadline (moving ``size`` bytes), its failure said as "cannot ``doing``"
+        (a lost conditional write: :class:`Conflict`)."""
         try:
-            return action()
+            return self.deadlines.run(doing, action, size)
         except (BundleError, Conflict, NoConditionalWrite):
             raise
         except Exception as exc:
@@ -70,9 +80,11 @@ class Client:
         with contextlib.suppress(Exception):
             fs.invalidate_cache(path)
         try:
-            info = fs.info(path)
+            info = self.deadlines.retried("reading its version", lambda: fs.info(path), transient)
+        except BundleError:
+            raise
         except FileNotFoundError as exc:
-            self._check_missing(fs, path, exc)
+            self.deadlines.run("reading its version", lambda: self._check_missing(fs, path, exc))
             return None
         except Exception as exc:
             raise BundleError(f"{self.name}: cannot read it: {why(exc)}") from None
@@ -105,11 +117,39 @@ class Client:
                 pass  # not allowed to ask about the bucket: the object is simply missing
 
     def cat(self) -> bytes:
-        """The whole object."""
+        """The whole object (as long as its version said, when it said)."""
         fs, path = self.filesystem()
         with self.progress.transfer("downloading", self.size) as moved:
-            data: bytes = self.call("read it", lambda: fs.cat_file(path))
+            data = self._read("downloading it", lambda: fs.cat_file(path), self.size)
             moved(len(data))
+        return data
+
+    def read_range(self, start: int, end: int) -> bytes:
+        """Bytes ``start`` to ``end`` of the object (a server that ignores ranges sends it whole)."""
+        fs, path = self.filesystem()
+        return self._read(f"downloading bytes {start}-{end}", lambda: fs.cat_file(path, start=start, end=end),
+                          end - start, whole=self.size)
+
+    def _read(self, doing: str, action: Callable[[], Any], size: int, whole: int = 0) -> bytes:
+        """``action()``'s bytes, read again from the start where it failed or stalled midway, all within
+        one deadline (long enough for ``whole``, as a server may ignore the range); a read shorter than
+        ``size`` is never used."""
+
+        def read() -> bytes:
+            data = bytes(action())
+            if size and len(data) < size and not (whole and len(data) == whole):
+                raise ShortRead(f"the server sent {len(data)} bytes where {size} were asked (shorter than "
+                                "announced: a connection cut midway, or a server that lies)")
+            return data
+
+        try:
+            data = self.deadlines.retried(doing, read, transient, max(size, whole))
+        except BundleError:
+            raise
+        except FileNotFoundError:
+            raise BundleError(f"{self.name}: cannot read it: it was deleted while it was being read") from None
+        except Exception as exc:
+            raise BundleError(f"{self.name}: cannot read it: {why(exc)}") from None
         self.downloaded += len(data)
         return data
 
@@ -124,8 +164,12 @@ class Client:
             raise BundleError(f"{self.name}: {self.protocol}:// bundles are read-only; publish to an object "
                               "store (s3://...) and serve that over HTTP")
         with self.progress.transfer("uploading", len(data)) as moved:
-            tag: str = self.call("write it", lambda: self.writer.put(fs, path, data, expected, unconditional,
-                                                                    self.version))
+            tag: str = self.call("uploading it", lambda: self.writer.put(fs, path, data, expected, unconditional,
+                                                                         self.version), len(data))
             moved(len(data))
         self.uploaded += len(data)
         return tag
+
+
+class ShortRead(OSError):
+    """A read that brought fewer bytes than asked: read again, never used."""

@@ -44,9 +44,10 @@ class Deltas:
         target = self._target(name)
         condition = self.client.writer.create_only()
         with contextlib.suppress(Exception):
-            fs.makedirs(path.rstrip("/") + ".deltas", exist_ok=True)  # file systems with folders
+            self.client.deadlines.run("creating its deltas' folder",  # file systems with folders
+                                      lambda: fs.makedirs(path.rstrip("/") + ".deltas", exist_ok=True))
         try:
-            self.client.call("upload its delta", lambda: fs.pipe_file(target, data, **condition))
+            self.client.call("uploading its delta", lambda: fs.pipe_file(target, data, **condition), len(data))
             self.client.uploaded += len(data)
         except Conflict:
             pass  # the same content is there already
@@ -57,9 +58,11 @@ class Deltas:
         fs, path = self.client.filesystem()
         folder = path.rstrip("/") + ".deltas"
         try:
-            names = fs.ls(folder, detail=False)
+            names = self.client.deadlines.run("listing its deltas", lambda: fs.ls(folder, detail=False))
         except FileNotFoundError:
             return []
+        except BundleError:
+            raise
         except Exception as exc:
             raise BundleError(f"{self.client.name}.deltas/: cannot list: {why(exc)}") from None
         return sorted(self.url + str(n).rsplit("/", 1)[-1] for n in names if str(n).endswith(".bundle"))
@@ -74,7 +77,7 @@ class Deltas:
         with contextlib.suppress(OSError):
             (self.folder / name).unlink()
         try:
-            fs.rm_file(self._target(name))
+            self.client.deadlines.run("removing a delta", lambda: fs.rm_file(self._target(name)))
         except FileNotFoundError:
             return True
         except Exception:

@@ -18,6 +18,12 @@ def why(exc: BaseException) -> str:
         return f"no such object or bucket ({detail})" if detail else "no such object or bucket"
     if isinstance(exc, PermissionError):
         return f"access denied ({exc}); check the credentials"
+    name = type(exc).__name__
+    if name == "TooManyRedirects":
+        return "too many redirects (a redirect loop)"
+    if name in ("ClientPayloadError", "ContentLengthError", "IncompleteRead") or "payload is not completed" in str(exc):
+        return ("the answer was shorter than the Content-Length it announced (a connection cut midway, "
+                "or a server that lies)")
     text = str(exc) or type(exc).__name__
     return text if type(exc).__name__ in text else f"{type(exc).__name__}: {text}"
 
@@ -36,3 +42,15 @@ def precondition_failed(exc: BaseException) -> bool:
         seen = seen.__cause__ or seen.__context__
     text = str(exc).lower()
     return "precondition" in text or "pre-condition" in text
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether a read that raised ``exc`` may succeed if read again from the start: a connection reset
+    or cut, a stall the client's own timeout caught, a short answer; not a missing object, a refusal,
+    a lost conditional write or an answer that is simply wrong."""
+    if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError, Conflict, NoConditionalWrite)):
+        return False
+    if type(exc).__name__ in ("TooManyRedirects", "InvalidURL", "NoCredentialsError", "ClientAuthenticationError"):
+        return False
+    return isinstance(exc, (OSError, TimeoutError, ConnectionError)) or any(
+        word in type(exc).__name__ for word in ("Timeout", "Connection", "Payload", "Disconnected", "Incomplete"))

@@ -120,6 +120,11 @@ class BundleStore(Protocol):
         bundle's: a session then warms up without it and keeps what it compiled unpublished."""
 
     @property
+    def unreachable(self) -> str:
+        """Why this process no longer asks the store (it gave no answer within its deadline, here or,
+        as told at opening, in the xdist controller); "" while it answers."""
+
+    @property
     def transfer(self) -> Transfer:
         """What this store moved so far (take it before and after an operation: :meth:`Transfer.since`)."""
 

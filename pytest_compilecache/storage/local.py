@@ -73,6 +73,11 @@ class LocalStore:
         return False
 
     @property
+    def unreachable(self) -> str:
+        """A path is always reached."""
+        return ""
+
+    @property
     def transfer(self) -> Transfer:
         """Nothing is moved over a network."""
         return Transfer()

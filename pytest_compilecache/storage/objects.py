@@ -16,6 +16,7 @@ from .. import files
 from ..bundle.format import Bundle, BundleError, Entry, NotABundle, encoded_size, parse, read_manifest, write_bundle
 from .client import Client
 from .copies import Copies
+from .deadlines import DEFAULT_TIMEOUT
 from .deltas import Deltas
 from .errors import Conflict
 from .interface import Look, Saved, Transfer, Version, Written
@@ -29,7 +30,9 @@ ATTEMPTS = 8
 
 class UrlStore:
     """A bundle at a URL (see :class:`.interface.BundleStore`); ``copies`` is the folder of this
-    machine's copies of bundles at URLs, this URL's in a folder of their own under it.
+    machine's copies of bundles at URLs, this URL's in a folder of their own under it. Every request
+    has a deadline (``network_timeout``, :mod:`.deadlines`); ``unreachable`` is why another process of
+    the session stopped asking the store (then this one never asks).
 
     Reading asks the object's version first and uses this machine's copy of that version as it is;
     otherwise the manifest is read by a range request and only the wanted entry is downloaded (by
@@ -40,8 +43,10 @@ class UrlStore:
     """
 
     def __init__(self, url: str, copies: Path, lock_timeout: float,
-                 storage_options: Mapping[str, Any] | None = None) -> None:
-        self.client = Client(url, storage_options)
+                 storage_options: Mapping[str, Any] | None = None, network_timeout: float = DEFAULT_TIMEOUT,
+                 unreachable: str = "") -> None:
+        self.client = Client(url, storage_options, network_timeout)
+        self.client.deadlines.gave_up = unreachable
         folder = Path(copies) / hashlib.sha256(redacted(url).encode()).hexdigest()[:16]
         self.copies = Copies(folder, self.client.name, lock_timeout)
         self._deltas = Deltas(self.client, folder)
@@ -65,6 +70,11 @@ class UrlStore:
     def may_be_unreachable(self) -> bool:
         """A network and a server stand between this machine and the bundle."""
         return True
+
+    @property
+    def unreachable(self) -> str:
+        """Why this process no longer asks the store ("" while it answers)."""
+        return self.client.deadlines.gave_up
 
     @property
     def transfer(self) -> Transfer:
@@ -134,13 +144,12 @@ class UrlStore:
 
     def _fetch(self, version: Version, env: Mapping[str, str] | None) -> Bundle:
         """Read the manifest by range, then only the wanted entries' sections; keep them as a copy."""
-        fs, path = self.client.filesystem()
         fetched = self.copies.folder / "fetch"
         raw: Ranges | None = None
         shown = contextlib.ExitStack()
         if version.size:
-            raw = Ranges(fs, path, version.size, shown.enter_context(self.client.progress.transfer("downloading",
-                                                                                                     version.size)))
+            raw = Ranges(self.client.read_range, version.size,
+                         shown.enter_context(self.client.progress.transfer("downloading", version.size)))
             try:
                 remote = Bundle.over(raw, fetched, self.name, head=HEAD_BYTES)
             except BaseException:
@@ -351,9 +360,10 @@ def _size(bundle: Bundle) -> int:
     return bundle.path.stat().st_size if bundle.path.is_file() else encoded_size(bundle)
 
 
-def read_url(url: str, copies: Path, storage_options: Mapping[str, Any] | None = None) -> Bundle:
+def read_url(url: str, copies: Path, storage_options: Mapping[str, Any] | None = None,
+             network_timeout: float = DEFAULT_TIMEOUT) -> Bundle:
     """The whole bundle at ``url`` (every payload downloaded and checked), for the command line."""
-    store = UrlStore(url, copies, 60.0, storage_options)
+    store = UrlStore(url, copies, 60.0, storage_options, network_timeout)
     for _ in range(2):
         try:
             _, bundle = store.read_whole()

@@ -1,11 +1,9 @@
-"""An object at a URL read by range requests, counting the bytes moved."""
+"""An object at a URL read by range requests (each one the client's, with its deadline), counting the bytes moved."""
 
 from __future__ import annotations
 
 import io
 from typing import Any, Callable
-
-from .errors import why
 
 #: How much of a bundle's start the first range request reads: the marker, and most manifests.
 HEAD_BYTES = 64 * 1024
@@ -16,11 +14,12 @@ CHUNK_BYTES = 1024 * 1024
 class Ranges(io.RawIOBase):
     """An object read by range requests, counting the bytes it moves. A server that ignores ranges
     answers with the whole object; it is then kept and sliced. ``moved`` (for a progress display) is
-    told the bytes moved so far after each request."""
+    told the bytes moved so far after each request; reads are then split into requests of :data:`CHUNK_BYTES`."""
 
-    def __init__(self, fs: Any, path: str, size: int, moved: Callable[[int], None] | None = None) -> None:
+    def __init__(self, read: Callable[[int, int], bytes], size: int,
+                 moved: Callable[[int], None] | None = None) -> None:
         super().__init__()
-        self.fs, self.path, self.size = fs, path, size
+        self.read_range, self.size = read, size
         self._report = moved
         self.pos = 0
         self.moved = 0
@@ -70,14 +69,7 @@ class Ranges(io.RawIOBase):
         step = CHUNK_BYTES if self._report is not None else max(end - start, 1)
         for first in range(start, end, step):
             last = min(end, first + step)
-            try:
-                data = bytes(self.fs.cat_file(self.path, start=first, end=last))
-            except FileNotFoundError:
-                raise OSError("the object was deleted while it was being read") from None
-            except OSError:
-                raise
-            except Exception as exc:  # a client's own error types (aiohttp, botocore)
-                raise OSError(why(exc)) from None
+            data = self.read_range(first, last)
             self.moved += len(data)
             if self._report is not None:
                 self._report(self.moved)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 from typing import Any, Callable, ClassVar
 
@@ -32,6 +33,11 @@ class Writer:
     def create_only(self) -> dict[str, Any]:
         """fsspec's ``pipe_file`` arguments that write only where no object is ({} where there are none)."""
         return {}
+
+    def with_timeouts(self, options: dict[str, Any], seconds: float) -> dict[str, Any]:
+        """fsspec's ``options`` with the client's own connect and read timeouts set to ``seconds`` where
+        the user set none, so that a stalled request fails and is retried within its deadline."""
+        return options
 
     def unreachable(self, exc: FileNotFoundError) -> BaseException | None:
         """What a "not found" hides when it does not mean a missing object, else ``None``."""
@@ -66,6 +72,10 @@ class S3Writer(Writer):
     def create_only(self) -> dict[str, Any]:
         return {"mode": "create"}
 
+    def with_timeouts(self, options: dict[str, Any], seconds: float) -> dict[str, Any]:
+        config = {"connect_timeout": seconds, "read_timeout": seconds, **options.get("config_kwargs", {})}
+        return {**options, "config_kwargs": config}
+
     def put(self, fs: Any, path: str, data: bytes, expected: Version | None, unconditional: bool,
             version: Callable[[], Version | None]) -> str:
         if expected is not None and not expected.tag:
@@ -83,6 +93,10 @@ class AzureWriter(Writer):
 
     def create_only(self) -> dict[str, Any]:
         return {"mode": "create"}
+
+    def with_timeouts(self, options: dict[str, Any], seconds: float) -> dict[str, Any]:
+        whole = max(int(math.ceil(seconds)), 1)
+        return {"connection_timeout": whole, "read_timeout": whole, **options}
 
     def put(self, fs: Any, path: str, data: bytes, expected: Version | None, unconditional: bool,
             version: Callable[[], Version | None]) -> str:
@@ -108,6 +122,16 @@ class HttpWriter(Writer):
 
     extra = "http"
     read_only = True
+
+    def with_timeouts(self, options: dict[str, Any], seconds: float) -> dict[str, Any]:
+        client = dict(options.get("client_kwargs", {}))
+        if "timeout" not in client:
+            try:
+                import aiohttp
+            except ImportError:
+                return options  # fsspec says what to install when it opens the URL
+            client["timeout"] = aiohttp.ClientTimeout(total=None, sock_connect=seconds, sock_read=seconds)
+        return {**options, "client_kwargs": client}
 
     def unreachable(self, exc: FileNotFoundError) -> BaseException | None:
         cause = exc.__cause__

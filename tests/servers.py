@@ -1,0 +1,238 @@
+"""Real servers on loopback for the storage tests (moto's S3 server, Azurite), and the network faults
+put in front of them: a listener that accepts and never answers, and a TCP proxy that cuts uploads,
+trickles or stalls what the server sends back."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from typing import Iterator
+
+#: Azurite's well-known development account (public, in Microsoft's documentation).
+AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(port: int, proc: subprocess.Popen[bytes], what: str) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise AssertionError(f"{what} did not start on port {port}") from None
+            time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def s3_server(**env: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """moto's S3 server on a free loopback port (``env``: its settings), stopped afterwards."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, env={**os.environ, **env})
+    try:
+        wait_for(port, proc, "moto's S3 server")
+        yield f"http://127.0.0.1:{port}", proc
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+@contextlib.contextmanager
+def azurite_server() -> Iterator[int]:
+    """Azurite's Blob service on a free loopback port (its port); the caller checks it is installed."""
+    server = shutil.which("azurite-blob")
+    assert server is not None
+    port = free_port()
+    proc = subprocess.Popen([server, "--blobHost", "127.0.0.1", "--blobPort", str(port), "--inMemoryPersistence",
+                             "--skipApiVersionCheck", "--loose", "--silent"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        wait_for(port, proc, "azurite")
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def azurite_connection(port: int) -> str:
+    """The connection string of Azurite's development account at ``port``."""
+    return (f"DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={AZURITE_KEY};"
+            f"BlobEndpoint=http://127.0.0.1:{port}/devstoreaccount1;")
+
+
+def _reset(sock: socket.socket) -> None:
+    """Close ``sock`` with a TCP reset, as a cut network does (not an orderly close)."""
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    with contextlib.suppress(OSError):
+        sock.close()
+
+
+class Blackhole:
+    """A loopback listener that accepts every connection and never sends a byte (a stuck proxy, a
+    blackholed route), until closed."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(128)
+        self.port = int(self.sock.getsockname()[1])
+        self.accepted: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted.append(conn)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        for conn in self.accepted:
+            _reset(conn)
+
+    def __enter__(self) -> Blackhole:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class FaultProxy:
+    """A TCP proxy on loopback in front of ``upstream`` (a port), with faults:
+
+    - ``cut_uploads_after``: a connection that sends a ``PUT`` is reset once it has sent this many
+      bytes towards the server after the request line (the upload cut midway);
+    - ``rate``: what the server sends back reaches the client at this many bytes a second (a trickle);
+    - ``stall_after`` with ``stalls``: the first ``stalls`` responses larger than ``stall_after`` bytes
+      stop after that many bytes and never go on (a download stalled midway); later ones pass.
+
+    ``cuts`` and ``stalled`` count the faults it made."""
+
+    def __init__(self, upstream: int, cut_uploads_after: int | None = None, rate: float | None = None,
+                 stall_after: int | None = None, stalls: int = 0) -> None:
+        self.upstream = upstream
+        self.cut_uploads_after = cut_uploads_after
+        self.rate = rate
+        self.stall_after = stall_after
+        self.stalls = stalls
+        self.cuts = 0
+        self.stalled = 0
+        self._lock = threading.Lock()
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(128)
+        self.port = int(self.sock.getsockname()[1])
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._open: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            try:
+                server = socket.create_connection(("127.0.0.1", self.upstream))
+            except OSError:
+                _reset(client)
+                continue
+            self._open += [client, server]
+            threading.Thread(target=self._upload, args=(client, server), daemon=True).start()
+            threading.Thread(target=self._download, args=(server, client), daemon=True).start()
+
+    def _upload(self, client: socket.socket, server: socket.socket) -> None:
+        sent_in_put: int | None = None
+        while True:
+            try:
+                data = client.recv(65536)
+            except OSError:
+                break
+            if not data:
+                break
+            if self.cut_uploads_after is not None:
+                if sent_in_put is None and b"PUT " in data[:16]:
+                    sent_in_put = -data.index(b"\r\n")  # the request line is not the upload
+                if sent_in_put is not None:
+                    room = self.cut_uploads_after - sent_in_put
+                    if len(data) > room:
+                        with contextlib.suppress(OSError):
+                            server.sendall(data[:max(room, 0)])
+                        with self._lock:
+                            self.cuts += 1
+                        _reset(server)
+                        _reset(client)
+                        return
+                    sent_in_put += len(data)
+            try:
+                server.sendall(data)
+            except OSError:
+                break
+        with contextlib.suppress(OSError):
+            server.shutdown(socket.SHUT_WR)
+
+    def _download(self, server: socket.socket, client: socket.socket) -> None:
+        sent = 0
+        stall = False
+        while True:
+            try:
+                data = server.recv(65536)
+            except OSError:
+                break
+            if not data:
+                break
+            if self.stall_after is not None and sent + len(data) > self.stall_after:
+                with self._lock:
+                    if self.stalled < self.stalls:
+                        self.stalled += 1
+                        stall = True
+                if stall:
+                    with contextlib.suppress(OSError):
+                        client.sendall(data[:self.stall_after - sent])
+                    return  # never another byte: the client must give up on its own
+            try:
+                self._send(client, data)
+            except OSError:
+                break
+            sent += len(data)
+        with contextlib.suppress(OSError):
+            client.shutdown(socket.SHUT_WR)
+
+    def _send(self, client: socket.socket, data: bytes) -> None:
+        if self.rate is None:
+            client.sendall(data)
+            return
+        piece = max(int(self.rate / 20), 1)
+        for start in range(0, len(data), piece):
+            client.sendall(data[start:start + piece])
+            time.sleep(piece / self.rate)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        for sock in self._open:
+            _reset(sock)
+
+    def __enter__(self) -> FaultProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

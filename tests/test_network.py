@@ -1,0 +1,324 @@
+"""Networks that fail the way CI networks do, on loopback, in front of real servers (moto's S3 server,
+Azurite, ``http.server``): a listener that never answers, an upload cut midway, a trickle, a download
+that stalls, and answers that lie. No operation may hang; nothing half-sent is ever used or left."""
+
+from __future__ import annotations
+
+import dataclasses
+import http.server
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from pytest_compilecache.bundle.format import BundleError, Entry, read_manifest
+from pytest_compilecache.storage.deadlines import StoreTimeout
+from pytest_compilecache.storage.objects import UrlStore
+from servers import Blackhole, FaultProxy, azurite_connection, azurite_server, s3_server
+
+DATA_BUNDLE = Path(__file__).parent / "data" / "h200-torch2.11.bundle"
+S3_KEYS = {"key": "testing", "secret": "testing"}
+
+
+def _entry(tag: str) -> Entry:
+    """The entry of the GPU bundle in tests/data (248 kB), as if made for ``cache_key_tag=tag`` (no torch needed)."""
+    with read_manifest(DATA_BUNDLE) as bundle:
+        bundle.read_all()
+        entry = bundle.entries[0]
+    return dataclasses.replace(entry, env={**entry.env, "cache_key_tag": tag})
+
+
+@pytest.fixture(autouse=True)
+def own_cache_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AZURE_STORAGE_CONNECTION_STRING"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+
+
+@pytest.fixture(scope="module")
+def moto() -> Iterator[int]:
+    pytest.importorskip("s3fs", reason="s3fs is not installed (pip install 'pytest-compilecache[test]')")
+    pytest.importorskip("moto.server", reason="moto's server is not installed (pip install 'moto[server]')")
+    with s3_server() as (url, _):
+        yield int(url.rsplit(":", 1)[1])
+
+
+@pytest.fixture(scope="module")
+def azurite() -> Iterator[int]:
+    if shutil.which("azurite-blob") is None:
+        pytest.skip("azurite is not installed (npm install -g azurite; .ci/run installs it)")
+    pytest.importorskip("adlfs", reason="adlfs is not installed (pip install 'pytest-compilecache[azure]')")
+    with azurite_server() as port:
+        yield port
+
+
+def _s3_bucket(port: int) -> str:
+    import s3fs
+
+    name = f"bundles-{uuid.uuid4().hex[:12]}"
+    s3fs.S3FileSystem(**S3_KEYS, endpoint_url=f"http://127.0.0.1:{port}", skip_instance_cache=True).mkdir(name)
+    return name
+
+
+def _az_container(port: int) -> str:
+    import adlfs
+
+    name = f"bundles-{uuid.uuid4().hex[:12]}"
+    adlfs.AzureBlobFileSystem(connection_string=azurite_connection(port), skip_instance_cache=True).mkdir(name)
+    return name
+
+
+def _options(kind: str, port: int) -> dict[str, Any]:
+    """fsspec's options that reach the store at ``port`` (the server's own, or a fault's in front of it)."""
+    if kind == "s3":
+        return {**S3_KEYS, "endpoint_url": f"http://127.0.0.1:{port}", "skip_instance_cache": True}
+    return {"connection_string": azurite_connection(port), "skip_instance_cache": True}
+
+
+def _store(url: str, folder: Path, options: dict[str, Any], timeout: float = 30.0) -> UrlStore:
+    return UrlStore(url, folder, 60.0, options, network_timeout=timeout)
+
+
+# --- a store that never answers ------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["http", "s3", "az"])
+def test_a_store_that_never_answers_gives_up_within_the_deadline(kind: str, tmp_path: Path) -> None:
+    """Each operation gives up after the network timeout with a message naming the store, what it was
+    doing and how long it waited; once it gave up, the store is not asked again in the same process."""
+    if kind == "s3":
+        pytest.importorskip("s3fs")
+    if kind == "az":
+        pytest.importorskip("adlfs")
+    with Blackhole() as hole:
+        url = {"http": f"http://127.0.0.1:{hole.port}/b.bundle", "s3": "s3://bucket/b.bundle",
+               "az": "az://container/b.bundle"}[kind]
+        options = {} if kind == "http" else _options(kind, hole.port)
+        store = _store(url, tmp_path / "copies", options, timeout=2.0)
+        started = time.monotonic()
+        with pytest.raises(StoreTimeout) as first:
+            store.read({"device": "cpu"})
+        waited = time.monotonic() - started
+        assert 1.5 < waited < 15, waited
+        message = str(first.value)
+        assert url in message and "no answer within 2 s" in message and "its version" in message, message
+        started = time.monotonic()
+        with pytest.raises(StoreTimeout) as again:
+            store.version()
+        assert time.monotonic() - started < 1.0
+        assert str(again.value) == message, "the same problem, said once"
+
+
+SESSION_TESTS = '''
+import torch
+
+def test_warm(warm_cache):
+    torch.compile(lambda x: torch.sin(x) + 1, dynamic=False)(torch.randn(8))
+    assert warm_cache.stats.fx_graph.hits == 1
+'''
+SESSION_WARMUP = '''
+import torch
+
+def pytest_compilecache_warmup(cache):
+    torch.compile(lambda x: torch.sin(x) + 1, dynamic=False)(torch.randn(8))
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["http", "s3"])
+def test_a_session_against_a_store_that_never_answers_runs_warm_without_it(
+        kind: str, tmp_path: Path, shared_headers_dir: Path) -> None:
+    """The whole session: the bundle's store never answers; the warmup runs locally, the warm test hits,
+    the summary names the store, the operation and the wait; strict mode fails the session instead."""
+    (tmp_path / "test_model.py").write_text(SESSION_TESTS)
+    (tmp_path / "conftest.py").write_text(SESSION_WARMUP)
+    (tmp_path / "pytest.ini").write_text(f"[pytest]\ncompile_cache_headers_dir = {shared_headers_dir}\n")
+    with Blackhole() as hole:
+        env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+        if kind == "s3":
+            env["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{hole.port}"
+            url = "s3://bucket/b.bundle"
+        else:
+            url = f"http://127.0.0.1:{hole.port}/b.bundle"
+        args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+                f"--compile-cache-bundle={url}", "--compile-cache-network-timeout=2"]
+        started = time.monotonic()
+        done = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+        took = time.monotonic() - started
+        out = done.stdout + done.stderr
+        assert done.returncode == 0, out
+        assert "1 passed" in out, out
+        assert f"{url}: no answer within 2 s" in out, out
+        assert out.count("no answer within") == 1, out
+        assert f"{url} was neither read nor written: it gave no answer" in out, out
+        assert took < 120, took
+        strict = subprocess.run([*args, "--compile-cache-strict"], cwd=tmp_path, env=env, capture_output=True,
+                                text=True, timeout=240)
+        assert strict.returncode != 0, strict.stdout + strict.stderr
+        assert "no answer within 2 s" in strict.stdout + strict.stderr
+
+
+# --- uploads cut midway --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["s3", "az"])
+def test_an_upload_cut_midway_leaves_the_object_as_it_was(kind: str, request: pytest.FixtureRequest,
+                                                         tmp_path: Path) -> None:
+    """Every upload reset after 64 kB: with no object, none appears (nor a delta); with one, it stays
+    byte for byte; the next writer on a sound network saves, and what it saved reads back."""
+    port = int(request.getfixturevalue({"s3": "moto", "az": "azurite"}[kind]))
+    root = _s3_bucket(port) if kind == "s3" else _az_container(port)
+    url = f"{kind}://{root}/b.bundle"
+    direct = _store(url, tmp_path / "direct", _options(kind, port))
+    with FaultProxy(port, cut_uploads_after=64 * 1024) as cut:
+        through = _store(url, tmp_path / "through", _options(kind, cut.port), timeout=10.0)
+        with pytest.raises(BundleError):
+            through.add([_entry("first")])
+        assert cut.cuts >= 1
+        assert direct.version() is None
+        assert direct.list_deltas() == []
+        direct.add([_entry("first")]).bundle.close()
+        before = direct.client.cat()
+        with pytest.raises(BundleError):
+            through.add([_entry("second")])
+        assert direct.client.cat() == before
+        assert direct.list_deltas() == []
+    saved = direct.add([_entry("second")])
+    saved.bundle.close()
+    _, whole = _store(url, tmp_path / "reader", _options(kind, port)).read_whole()
+    assert whole is not None
+    assert sorted(e.env["cache_key_tag"] for e in whole.entries) == ["first", "second"]
+    whole.close()
+
+
+# --- slow and stalled downloads, and answers that lie ----------------------------------------------
+
+class _Files(http.server.SimpleHTTPRequestHandler):
+    """A static file server with a few ways to lie, chosen by the path's first part."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_HEAD(self) -> None:
+        if not self._lie():
+            super().do_HEAD()
+
+    def do_GET(self) -> None:
+        if not self._lie():
+            super().do_GET()
+
+    def _lie(self) -> bool:
+        mode, _, rest = self.path.lstrip("/").partition("/")
+        data = DATA_BUNDLE.read_bytes()
+        if mode == "loop":
+            self.send_response(302)
+            self.send_header("Location", f"/loop/{rest}")
+            self.end_headers()
+        elif mode == "html":
+            page = b"<html><body><h1>Gateway says hello</h1></body></html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            if self.command == "GET":
+                self.wfile.write(page)
+        elif mode in ("short", "longer"):
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data) + (1000 if mode == "longer" else 0)))
+            self.end_headers()
+            if self.command == "GET":
+                self.wfile.write(data[: len(data) // 2] if mode == "short" else data)
+            self.close_connection = True
+        else:
+            return False
+        return True
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[int]:
+    """``http.server`` on loopback serving tests/data (its port)."""
+    folder = tmp_path / "served"
+    folder.mkdir()
+    shutil.copy(DATA_BUNDLE, folder / "b.bundle")
+
+    def handler(*args: Any) -> _Files:
+        return _Files(*args, directory=str(folder))
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield int(server.server_address[1])
+    server.shutdown()
+    server.server_close()
+
+
+def _read(store: UrlStore) -> Any:
+    with read_manifest(DATA_BUNDLE) as bundle:
+        env = bundle.entries[0].env
+    found = store.read(env)
+    assert found is not None
+    entry = found.find(env)
+    assert entry is not None
+    payload = found.payload(entry)
+    found.close()
+    return payload
+
+
+def test_a_trickle_within_the_deadline_scaled_by_size_still_reads(served: int, tmp_path: Path) -> None:
+    """248 kB at 50 kB/s takes about 5 s, more than the 2 s network timeout: the deadline grows with
+    the size, so the bundle is read, whole and checked."""
+    with FaultProxy(served, rate=50_000) as slow:
+        store = _store(f"{slow.url}/b.bundle", tmp_path / "copies", {}, timeout=2.0)
+        started = time.monotonic()
+        payload = _read(store)
+        took = time.monotonic() - started
+    assert payload
+    assert took > 2.0, took
+
+
+def test_a_download_that_stalls_midway_is_read_again_from_the_start(served: int, tmp_path: Path) -> None:
+    """The first answer stops after 100 kB and never goes on: after the network timeout the read starts
+    again on a new connection, and what is used is the whole, checked object."""
+    with FaultProxy(served, stall_after=100_000, stalls=1) as stalling:
+        store = _store(f"{stalling.url}/b.bundle", tmp_path / "copies", {}, timeout=2.0)
+        started = time.monotonic()
+        payload = _read(store)
+        took = time.monotonic() - started
+        assert stalling.stalled == 1
+    assert payload
+    assert 2.0 < took < 30, took
+
+
+@pytest.mark.parametrize(("mode", "said"), [
+    ("html", "not a pytest-compilecache bundle: it is a web page"),
+    ("short", "shorter than"),
+    ("longer", "shorter than"),
+    ("loop", "redirect"),
+])
+def test_answers_that_lie_end_in_one_message_naming_the_url(served: int, tmp_path: Path, mode: str,
+                                                            said: str) -> None:
+    url = f"http://127.0.0.1:{served}/{mode}/b.bundle"
+    store = _store(url, tmp_path / "copies", {}, timeout=5.0)
+    started = time.monotonic()
+    with pytest.raises(BundleError) as failed:
+        _read(store)
+    assert time.monotonic() - started < 20
+    message = str(failed.value)
+    assert message.startswith(url), message
+    assert said in message.lower(), message
+    assert "Traceback" not in message
+    assert not list((tmp_path / "copies").rglob("*.bundle")), "nothing half-read is kept"
+
+
+def test_the_network_timeout_option_is_checked(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_subprocess("--compile-cache-network-timeout=soon")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*compile_cache_network_timeout must be a number of seconds*"])
+
