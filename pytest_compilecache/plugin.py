@@ -12,6 +12,7 @@ from . import hooks
 from ._torchapi import defaultdir
 from .cache import CacheKind, CompileCache
 from .environment import SavedEnv
+from .report.html import HtmlColumns
 from .session.options import Isolation, Options, add_options
 from .session.roles import Role, choose_role
 from .session.testside import REMOTE_MARKER
@@ -62,6 +63,9 @@ def pytest_configure(config: pytest.Config) -> None:
     role.start(config.pluginmanager, _early_env)
     if role.options.isolation is Isolation.TEST:
         config.pluginmanager.register(_IsolateEveryTest(), "compilecache-isolate-every-test")
+    if config.pluginmanager.hasplugin("html") and getattr(config.option, "htmlpath", None) \
+            and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(HtmlColumns(), "compilecache-html")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -19,6 +19,38 @@ def _private_user_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[No
     patch.undo()
 
 
+def report_schema_errors(document: Any) -> list[str]:
+    """Where ``document`` breaks the JSON report's published schema (``pytest_compilecache/report/schema.json``)."""
+    import json
+    from importlib import resources
+
+    import jsonschema
+
+    schema = json.loads((resources.files("pytest_compilecache.report") / "schema.json").read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    return [f"{'/'.join(map(str, e.absolute_path)) or '(top)'}: {e.message}" for e in validator.iter_errors(document)]
+
+
+@pytest.fixture(autouse=True)
+def _reports_match_their_schema(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every ``--compile-cache-report`` file a test's inner runs write validates against the published schema."""
+    if "pytester" not in request.fixturenames:
+        yield
+        return
+    import json
+
+    folder: Path = request.getfixturevalue("pytester").path
+    yield
+    for path in folder.rglob("*.json"):
+        try:
+            document = json.loads(path.read_text())
+        except (ValueError, OSError):
+            continue
+        if isinstance(document, dict) and {"format", "totals", "tests", "bundle"} <= document.keys():
+            errors = report_schema_errors(document)
+            assert not errors, f"{path} does not match the report schema:\n" + "\n".join(errors)
+
+
 @pytest.fixture(scope="session")
 def shared_headers_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One precompiled-header folder for every inner run, so each subprocess skips rebuilding them."""

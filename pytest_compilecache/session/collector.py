@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from ..report.markdown import SUMMARY_ENV, append_job_summary
 from ..report.model import REPORT_ATTR, SessionReport, Status
 from ..report.terminal import summary_lines
 from .options import Options
@@ -24,14 +25,28 @@ class Collector:
         if stats is not None and report.when == "teardown":
             self.report.add_test(report.nodeid, stats)
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        """The ``compilecache`` section: when asked for, when tests were counted, or when something went wrong;
-        never in a run that only collects (it does nothing to sum up)."""
-        if terminalreporter.config.option.collectonly:
-            return
+    def _worth_saying(self, config: pytest.Config) -> bool:
+        """When asked for, when tests were counted, or when something went wrong; never in a run that
+        only collects (it does nothing to sum up)."""
+        if config.option.collectonly:
+            return False
         report = self.report
         used = any(p.status is not Status.UNUSED for p in report.processes)
-        if self.options.active or report.totals is not None or used or report.all_problems():
+        return self.options.active or report.totals is not None or used or bool(report.all_problems())
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """Under GitHub Actions, append the compilecache section to the job summary (after the roles' end)."""
+        if self._worth_saying(session.config):
+            try:
+                append_job_summary(self.report)
+            except OSError as exc:
+                self.report.problems.append(f"{SUMMARY_ENV}: could not append the job summary: {exc}")
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        """The ``compilecache`` section, when :meth:`_worth_saying`."""
+        report = self.report
+        if self._worth_saying(terminalreporter.config):
             terminalreporter.section("compilecache")
             for line in summary_lines(report):
                 terminalreporter.write_line(line)

@@ -27,6 +27,7 @@ from .capture import warnings_to_pytest
 from .collector import Collector
 from .folders import Folders
 from .options import Options
+from .progress import Progress
 from .saving import Saver, exit_status, read_index, write_json
 from .start import check_at_start, check_remote, describe, header_lines, open_bundle_store
 from .testside import TestSide
@@ -103,6 +104,8 @@ class SingleProcess(_RunsTests):
         self.collector = Collector(options, self.report)
         self.report.bundle_at_start, self.side.bundle_existed, self.side.bundle_problem = \
             describe(self.store if options.bundle is not None else None)
+        self.side.progress = Progress.for_config(config, self.store.name if self.store is not None else "")
+        self.side.progress.attach(self.store)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -115,8 +118,9 @@ class SingleProcess(_RunsTests):
             if self.side.bundle_problem:
                 self.report.problems.append(self.side.bundle_problem)
             check_remote(self.options, self.report)
-            check_at_start(self.options, self.store, self.side.bundle_problem, self.side.bundle_existed,
-                            self.side.folders.process, self.report)
+            with self.side.progress.showing():
+                check_at_start(self.options, self.store, self.side.bundle_problem, self.side.bundle_existed,
+                                self.side.folders.process, self.report)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> None:
@@ -131,8 +135,9 @@ class SingleProcess(_RunsTests):
         self.report.processes = [process]
         env = process.env
         pools = self.side.folders.shared / "binaries"
-        Saver(self.store, self.options, self.side.bundle_existed, self.run, pools, self.side.bundle_problem).save(
-            self.report, [(env, *own)] if own and env else [])
+        with self.side.progress.showing():
+            Saver(self.store, self.options, self.side.bundle_existed, self.run, pools, self.side.bundle_problem).save(
+                self.report, [(env, *own)] if own and env else [])
         write_json(self.options.report, self.report)
         exit_status(self.options, self.report, session)
 
@@ -197,6 +202,8 @@ class Controller:
         self.report.bundle_at_start, self.bundle_existed, self.start_problem = \
             describe(self.store if options.bundle is not None else None)
         self._died_in_warmup: dict[str, str] = {}
+        self.progress = Progress.for_config(config, self.store.name if self.store is not None else "")
+        self.progress.attach(self.store)
 
     def start(self, plugins: pytest.PytestPluginManager, saved: SavedEnv | None) -> None:
         """Register this role's hooks and the summary's collector; the controller runs no test, so it
@@ -224,8 +231,9 @@ class Controller:
         if self.start_problem:
             self.report.problems.append(self.start_problem)
         check_remote(self.options, self.report)
-        check_at_start(self.options, self.store, self.start_problem, self.bundle_existed, self.folders.process,
-                        self.report)
+        with self.progress.showing():
+            check_at_start(self.options, self.store, self.start_problem, self.bundle_existed, self.folders.process,
+                            self.report)
 
     def pytest_configure_node(self, node: Any) -> None:
         """Tell a new worker where the session's shared folder is, whether PATH existed at start, and
@@ -267,8 +275,9 @@ class Controller:
             file = process.artifacts_file
             if file and process.env and os.path.exists(file):
                 blobs.append((process.env, Path(file).read_bytes(), read_index(process.index_file)))
-        Saver(self.store, self.options, self.bundle_existed, self.run, self.folders.shared / "binaries",
-              self.start_problem).save(self.report, blobs)
+        with self.progress.showing():
+            Saver(self.store, self.options, self.bundle_existed, self.run, self.folders.shared / "binaries",
+                  self.start_problem).save(self.report, blobs)
         write_json(self.options.report, self.report)
         exit_status(self.options, self.report, session)
 

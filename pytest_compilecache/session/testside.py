@@ -19,12 +19,14 @@ from ..bundle.keyindex import KeyIndex
 from ..cache import CacheKind, CompileCache
 from ..environment import SavedEnv, point_cache_dirs_at
 from ..report.model import REPORT_ATTR, ProcessReport
+from ..report.properties import properties_of
 from ..storage.interface import BundleStore
 from ..storage.local import LocalStore
 from . import remote
 from .counting import TestCounts
 from .folders import Folders, WorkerDir
 from .options import Isolation, Options
+from .progress import Progress
 from .warmup import Preparer, WarmupFailed
 
 _FAILED = pytest.StashKey[bool]()
@@ -65,6 +67,8 @@ class TestSide:
         self.counts = TestCounts(options)
         self._explaining = contextlib.ExitStack()
         self._remote_before: dict[str, str | None] | None = None
+        #: The display of long work (the bundle's download, the warmup); the role that owns the terminal sets it.
+        self.progress = Progress(None)
 
     # --- the process's environment ---
 
@@ -131,7 +135,8 @@ class TestSide:
         if not self._needed(session.items):
             return None
         try:
-            self.prepare()
+            with self.progress.showing():
+                self.prepare()
         except _torchapi.TorchUnavailable as exc:
             message = f"--compile-cache-bundle: {exc}"
             if self._preparer is None:
@@ -225,7 +230,8 @@ class TestSide:
             with _torchapi.fresh_recording():
                 with cache:
                     try:
-                        hook(cache=cache)
+                        with self.progress.warmup():
+                            hook(cache=cache)
                     except Exception as exc:
                         where = ", ".join(
                             f"{impl.function.__code__.co_filename}:{impl.function.__code__.co_firstlineno}"
@@ -355,3 +361,4 @@ class TestSide:
             stats = self.counts.finished(item)
             if stats is not None:
                 setattr(report, REPORT_ATTR, stats)
+                report.user_properties.extend(properties_of(stats))

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 from ..bundle.format import BundleError
 from .deadlines import DEFAULT_TIMEOUT, Deadlines
 from .errors import Conflict, NoConditionalWrite, precondition_failed, transient, why
-from .interface import Version
+from .interface import NoProgress, TransferProgress, Version
 from .urls import redacted
 from .writers import writer_for
 
@@ -39,6 +39,8 @@ class Client:
         self.conflicts = 0
         #: The object's size when its version was last asked (0: unknown or missing).
         self.size = 0
+        #: Told how each download and upload goes (a session attaches its display).
+        self.progress: TransferProgress = NoProgress()
 
     def filesystem(self) -> tuple[Any, str]:
         """fsspec's file system for the URL and the path inside it; a missing package is named with its extra."""
@@ -117,7 +119,10 @@ class Client:
     def cat(self) -> bytes:
         """The whole object (as long as its version said, when it said)."""
         fs, path = self.filesystem()
-        return self._read("downloading it", lambda: fs.cat_file(path), self.size)
+        with self.progress.transfer("downloading", self.size) as moved:
+            data = self._read("downloading it", lambda: fs.cat_file(path), self.size)
+            moved(len(data))
+        return data
 
     def read_range(self, start: int, end: int) -> bytes:
         """Bytes ``start`` to ``end`` of the object (a server that ignores ranges sends it whole)."""
@@ -158,8 +163,10 @@ class Client:
         if self.writer.read_only:
             raise BundleError(f"{self.name}: {self.protocol}:// bundles are read-only; publish to an object "
                               "store (s3://...) and serve that over HTTP")
-        tag: str = self.call("uploading it", lambda: self.writer.put(fs, path, data, expected, unconditional,
-                                                                     self.version), len(data))
+        with self.progress.transfer("uploading", len(data)) as moved:
+            tag: str = self.call("uploading it", lambda: self.writer.put(fs, path, data, expected, unconditional,
+                                                                         self.version), len(data))
+            moved(len(data))
         self.uploaded += len(data)
         return tag
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import enum
 from dataclasses import dataclass, field, replace
-from typing import Callable, ContextManager, Mapping, NamedTuple, Protocol
+from typing import Callable, ContextManager, Iterator, Mapping, NamedTuple, Protocol
 
 from ..bundle.format import Bundle, Entry, Unreadable
 
@@ -38,6 +39,22 @@ class Transfer:
         if not self.counted:
             return {}
         return {"downloaded": self.downloaded, "uploaded": self.uploaded, "conflicts": self.conflicts}
+
+
+class TransferProgress(Protocol):
+    """Told how a transfer goes, for a display (the session's progress line on a terminal)."""
+
+    def transfer(self, verb: str, total: int) -> ContextManager[Callable[[int], None]]:
+        """Around one transfer (``verb``: "downloading", "uploading") of ``total`` bytes (0: unknown);
+        yields ``moved(n)``, to be called with the bytes moved so far."""
+
+
+class NoProgress:
+    """The :class:`TransferProgress` that shows nothing (every store's until a session attaches one)."""
+
+    @contextlib.contextmanager
+    def transfer(self, verb: str, total: int) -> Iterator[Callable[[int], None]]:
+        yield lambda moved: None
 
 
 class Written(enum.Enum):

@@ -146,9 +146,15 @@ class UrlStore:
         """Read the manifest by range, then only the wanted entries' sections; keep them as a copy."""
         fetched = self.copies.folder / "fetch"
         raw: Ranges | None = None
+        shown = contextlib.ExitStack()
         if version.size:
-            raw = Ranges(self.client.read_range, version.size)
-            remote = Bundle.over(raw, fetched, self.name, head=HEAD_BYTES)
+            raw = Ranges(self.client.read_range, version.size,
+                         shown.enter_context(self.client.progress.transfer("downloading", version.size)))
+            try:
+                remote = Bundle.over(raw, fetched, self.name, head=HEAD_BYTES)
+            except BaseException:
+                shown.close()
+                raise
         else:  # a server that gives no size: the whole object, once
             remote = parse(io.BytesIO(self.client.cat()), fetched, self.name)
         try:
@@ -159,6 +165,7 @@ class UrlStore:
                 remote.read_entry(entry)
         finally:
             remote.close()
+            shown.close()
             if raw is not None:
                 self.client.downloaded += raw.moved
         whole = len(wanted) == len(remote.entries)

@@ -7,15 +7,20 @@ from typing import Any, Callable
 
 #: How much of a bundle's start the first range request reads: the marker, and most manifests.
 HEAD_BYTES = 64 * 1024
+#: With a ``moved`` callback, longer reads are split into requests of this size, each reported.
+CHUNK_BYTES = 1024 * 1024
 
 
 class Ranges(io.RawIOBase):
     """An object read by range requests, counting the bytes it moves. A server that ignores ranges
-    answers with the whole object; it is then kept and sliced."""
+    answers with the whole object; it is then kept and sliced. ``moved`` (for a progress display) is
+    told the bytes moved so far after each request; reads are then split into requests of :data:`CHUNK_BYTES`."""
 
-    def __init__(self, read: Callable[[int, int], bytes], size: int) -> None:
+    def __init__(self, read: Callable[[int, int], bytes], size: int,
+                 moved: Callable[[int], None] | None = None) -> None:
         super().__init__()
         self.read_range, self.size = read, size
+        self._report = moved
         self.pos = 0
         self.moved = 0
         self._whole: bytes | None = None
@@ -50,11 +55,25 @@ class Ranges(io.RawIOBase):
             known = bytes(head[start:min(end, len(head))])
             return known + (self._get(len(head), end) if end > len(head) else b"")
         if self._whole is None:
-            data = self.read_range(start, end)
-            self.moved += len(data)
+            data = self._request(start, end)
             if len(data) <= end - start:
                 if start == 0 and not head:
                     self._head = data
                 return data
             self._whole = data
         return self._whole[start:end]
+
+    def _request(self, start: int, end: int) -> bytes:
+        """Bytes ``start:end`` (or the whole object, from a server that ignores ranges), in chunks when reported."""
+        parts = []
+        step = CHUNK_BYTES if self._report is not None else max(end - start, 1)
+        for first in range(start, end, step):
+            last = min(end, first + step)
+            data = self.read_range(first, last)
+            self.moved += len(data)
+            if self._report is not None:
+                self._report(self.moved)
+            if len(data) > last - first:
+                return data
+            parts.append(data)
+        return b"".join(parts)

@@ -1,0 +1,179 @@
+"""The compilecache section of a GitHub Actions job summary (Markdown), rendered from a :class:`~.model.SessionReport`.
+
+GitHub shows the file named by ``GITHUB_STEP_SUMMARY`` on the run's page; earlier steps may have
+written to it, so the section is appended (:func:`append_job_summary`), never written over.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .model import SaveStatus, SessionReport, Status
+
+#: The environment variable GitHub Actions names the job summary's file in.
+SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
+#: Rows of the table of the tests that spent the most time compiling.
+TOP_TESTS = 10
+#: Explanations of misses listed per layer.
+EXPLANATIONS = 5
+
+
+def _cell(text: str) -> str:
+    """``text`` safe inside a Markdown table cell, as code."""
+    return "`" + text.replace("`", "'").replace("|", "\\|").replace("\n", " ") + "`"
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.2f} MB"
+
+
+def _bundle_lines(report: SessionReport) -> list[str]:
+    """What each process did with the bundle, and what was saved."""
+    lines: list[str] = []
+    if report.bundle_path:
+        lines.append(f"**Bundle** {_cell(report.bundle_path)} at the start: {report.bundle_at_start or 'not looked at'}")
+        lines.append("")
+    for process in report.processes:
+        if process.status is Status.UNUSED:
+            continue
+        what = "warmup failed" if process.status is Status.WARMUP_FAILED else f"{process.status.value}: {process.reason}"
+        line = f"- **{process.process}**: {what}"
+        if process.loaded:
+            loaded = ", ".join(f"{n} {k}" for k, n in process.loaded.items())
+            line += f"; loaded {loaded} ({_mb(process.loaded_bytes)} in {process.load_seconds:.2f} s)"
+        if process.downloaded_bytes:
+            line += f"; downloaded {_mb(process.downloaded_bytes)}"
+        if process.warmup_seconds is not None and not process.warmup_error:
+            line += f"; the warmup ran here{' and built the bundle' if process.wrote_bundle else ''}: " \
+                    f"{process.warmup_seconds:.1f} s"
+        lines.append(line)
+    saved = report.saved
+    if saved.status is SaveStatus.SAVED:
+        arts = ", ".join(f"{v['count']} {k}" for k, v in saved.artifacts.items())
+        lines.append(f"- **saved**: {arts} ({_mb(saved.bytes)} in {saved.seconds:.2f} s)")
+    elif saved.status is SaveStatus.UNCHANGED:
+        lines.append(f"- **unchanged**: the bundle already held everything this run compiled ({saved.seconds:.2f} s)")
+    elif saved.status is SaveStatus.DELTA:
+        lines.append(f"- **saved as a delta**: {_mb(saved.bytes)} in {saved.seconds:.2f} s: {saved.reason}")
+    elif saved.status is not SaveStatus.NOT_ASKED:
+        lines.append(f"- **{saved.status.value}**: {saved.reason}")
+    if saved.transfer:
+        lines.append(f"- moved {_mb(saved.transfer.get('downloaded', 0))} down, "
+                     f"{_mb(saved.transfer.get('uploaded', 0))} up while saving")
+    return lines + [""] if lines else []
+
+
+def _time_lines(report: SessionReport) -> list[str]:
+    """Compile time in tests and the warmup; against the run that built the bundle, where recorded."""
+    if not (report.compile_seconds or report.warmup_seconds):
+        return []
+    line = f"**Compile time in tests:** {report.compile_seconds:.1f} s (summed over workers)"
+    if report.warmup_seconds:
+        line += f", plus {report.warmup_seconds:.1f} s in the warmup"
+    lines = [line + "."]
+    c = report.compared_with_build()
+    if c is not None:
+        verdict = f"**{c.saved:.1f} s saved**" if c.saved >= 0 else f"**{-c.saved:.1f} s more** this run"
+        lines.append(f"The same {c.tests} tests in the run that built the bundle: {c.then:.1f} s, plus "
+                     f"{c.warmup_then:.1f} s in its warmup. Compiling, warmups included: "
+                     f"{c.then + c.warmup_then:.1f} s then, {c.now + c.warmup_now:.1f} s now: {verdict}.")
+        if c.now > c.then and c.warmup_then and not c.warmup_now:
+            lines.append("(The first compile in each process pays torch's one-off start-up: the building run paid it "
+                         "in its warmup, this run in its first test.)")
+    return [" ".join(lines), ""]
+
+
+def _layer_table(report: SessionReport) -> list[str]:
+    """Per-layer totals, observable layers that counted anything."""
+    if report.totals is None or report.totals.nothing_happened:
+        return ["No test compiled anything.", ""]
+    rows = ["| layer | hits | misses | bypasses | from bundle |", "|---|--:|--:|--:|--:|"]
+    for layer in report.totals:
+        if layer.observable and (layer.hits or layer.misses or layer.bypasses):
+            rows.append(f"| {layer.layer} | {layer.hits} | {layer.misses} | {layer.bypasses} | {layer.from_bundle} |")
+    d = report.totals.dynamo
+    line = f"Dynamo: {d.cell('graphs')} graphs, {d.cell('recompiles')} recompiles, {d.cell('graph_breaks')} graph breaks."
+    cold = report.misses_in_cold_caches()
+    if cold:
+        line += (" Misses in tests whose cache starts empty by design (`cold_cache`, per-test isolation): "
+                 + ", ".join(f"{layer} {n}" for layer, n in cold.items()) + ".")
+    return rows + ["", line, ""]
+
+
+def _explained(report: SessionReport) -> list[str]:
+    """Explained misses per layer, in a folded block."""
+    if report.totals is None:
+        return []
+    layers = [s for s in report.totals if s.observable and s.explained]
+    if not layers:
+        return []
+    lines = ["**Misses explained** (the nearest known entry for the same code, and what differs):", ""]
+    for layer in layers:
+        lines.append(f"- {layer.explained_summary()}")
+    lines += ["", "<details><summary>explanations</summary>", ""]
+    for layer in layers:
+        lines.extend(f"- {layer.layer}: {_cell(text)}" for text in layer.explanations[:EXPLANATIONS])
+    return lines + ["", "</details>", ""]
+
+
+def _top_tests(report: SessionReport) -> list[str]:
+    """The tests that spent the most time compiling, with their FX graph counts and Dynamo's."""
+    ranked = sorted(report.tests.items(), key=lambda kv: -float(kv[1].get("compile_seconds", 0.0)))
+    ranked = [(n, s) for n, s in ranked if float(s.get("compile_seconds", 0.0)) > 0][:TOP_TESTS]
+    if not ranked:
+        return []
+    built = report.built_tests()
+    then = bool(built) and any(n in built for n, _ in ranked)
+    head = "| test | compile s |" + (" in the building run |" if then else "") + \
+        " FX hits | FX misses | graphs | recompiles | graph breaks |"
+    rule = "|---|--:|" + ("--:|" if then else "") + "--:|--:|--:|--:|--:|"
+    title = f"**The {len(ranked)} tests that spent the most time compiling**"
+    lines = [title + (f" (of {len(report.tests)} counted)" if len(report.tests) > len(ranked) else ""), "", head, rule]
+    for nodeid, stats in ranked:
+        fx = stats.get("fx_graph", {})
+        dyn = stats.get("dynamo", {})
+        cells = [_cell(nodeid), f"{float(stats.get('compile_seconds', 0.0)):.2f}"]
+        if then:
+            cells.append(f"{built[nodeid]:.2f}" if nodeid in built else "")
+        cells += [str(fx.get("hits", "-")), str(fx.get("misses", "-"))]
+        cells += ["-" if dyn.get(k) is None else str(dyn[k]) for k in ("graphs", "recompiles", "graph_breaks")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def _problems(report: SessionReport) -> list[str]:
+    problems = report.all_problems() + [f"C++ binary not used: {p}" for p in report.binary_problems()]
+    if report.warmup_failed:
+        problems.insert(0, "the warmup failed; `warm_cache` tests were skipped (see the log)")
+    if not problems:
+        return []
+    return ["> [!WARNING]", *(f"> {p.splitlines()[0] if p else p}" for p in problems), ""]
+
+
+def job_summary(report: SessionReport) -> str:
+    """The Markdown section: the bundle's story, compile time, per-layer counts, misses explained, the top tests."""
+    lines = ["## compilecache", ""]
+    lines += _problems(report)
+    lines += _bundle_lines(report)
+    lines += _time_lines(report)
+    lines += _layer_table(report)
+    lines += _explained(report)
+    lines += _top_tests(report)
+    return "\n".join(lines).rstrip() + "\n\n"
+
+
+def append_job_summary(report: SessionReport, environ: dict[str, str] | None = None) -> Path | None:
+    """Append :func:`job_summary` to the file ``GITHUB_STEP_SUMMARY`` names; nothing (``None``) without it."""
+    target = (os.environ if environ is None else environ).get(SUMMARY_ENV)
+    if not target:
+        return None
+    path = Path(target)
+    with path.open("a+b") as out:
+        out.seek(0, os.SEEK_END)
+        gap = b""
+        if out.tell():
+            out.seek(-1, os.SEEK_END)
+            gap = b"" if out.read(1) == b"\n" else b"\n"
+        out.write(gap + job_summary(report).encode("utf-8"))
+    return path
