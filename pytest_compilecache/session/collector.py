@@ -28,7 +28,8 @@ class Collector:
         """The ``compilecache`` section: when asked for, when tests were counted, or when something went wrong."""
         report = self.report
         used = any(p.status is not Status.UNUSED for p in report.processes)
-        if self.options.active or report.totals is not None or used or report.all_problems():
+        if self.options.active or report.totals is not None or used or report.all_problems() \
+                or report.expectations is not None:
             terminalreporter.section("compilecache")
             for line in summary_lines(report):
                 terminalreporter.write_line(line)
