@@ -95,7 +95,8 @@ def _break_place(exc: Any) -> str:
     user = [f for f in stack if not _in_torch(f.filename) and not f.filename.startswith("<")]
     if not user:
         return ""
-    reason = (str(exc).strip().splitlines() or ["(no reason given)"])[0]
+    lines = [line.strip() for line in str(exc).strip().splitlines()] or ["(no reason given)"]
+    reason = lines[0] + (f" ({lines[1]})" if len(lines) > 1 and lines[1].startswith("Explanation:") else "")
     return f"{user[-1].filename}:{user[-1].lineno}: {reason}"
 
 

@@ -7,8 +7,9 @@
   measurement, writes the file once with ``--compile-cache-expect-update``, and fills the report.
 
 A record is *unused* when its test is within what the session collected (its file was collected, or
-no longer exists, under the paths given) but is not a recorded test any more; tests deselected (``-k``,
-``-m``, ``--deselect``) or outside the paths given are left alone, and ``--lf``/``--sw`` runs judge no record.
+no longer exists, under the paths given) but is not a recorded test any more. A session that deselected
+tests (``-k``, ``-m``, ``--deselect``) only finds unused the records of tests it ran that are no longer
+recorded; records outside the paths given are left alone, and ``--lf``/``--sw`` runs find none unused.
 """
 
 from __future__ import annotations
@@ -139,6 +140,8 @@ def unused(records: dict[str, Any], session: pytest.Session, deselected: set[str
     if not records or config.getoption("lf", False) or config.getoption("stepwise", False):
         return []
     items = {item.nodeid: item for item in session.items}
+    if deselected:  # -k, -m, --deselect: a record matching no test may belong to one not selected
+        return sorted(n for n in records if n in items and counts.cache_kind(items[n]) is None)
     scopes = [_scope(arg, config) for arg in config.args]
     out = []
     for nodeid in records:

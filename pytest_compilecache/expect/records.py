@@ -100,7 +100,8 @@ def describe(changed: list[Change], measured: Measured, path: str, relative: Cal
     """The failure message: each changed field, recorded and new, with the reasons behind Dynamo's counts.
 
     ``relative`` shortens the paths in torch's texts (to the rootdir's)."""
-    lines = [f"compile behaviour differs from its record in {path}:"]
+    summary = ", ".join(f"{c.field} {c.recorded} -> {c.now}" for c in changed)
+    lines = [f"compile behaviour differs from its record in {path}: {summary}"]
     for change in changed:
         lines.append(f"  {change.field}: recorded {change.recorded}, now {change.now}")
         if change.field == "graph_breaks":
