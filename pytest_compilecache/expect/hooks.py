@@ -227,7 +227,7 @@ class Keeper:
                     report.regressed.append(nodeid)
         unused = self.recorder.unused if self.recorder is not None else sorted(self._unused)
         report.unused = [n for n in unused if n in file.tests and n not in self.measured]
-        if self.update:
+        if self.update and not session.config.option.collectonly:
             report.written = self._write(session, file, report)
             if not report.written_ok and session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
