@@ -22,6 +22,8 @@ DYNAMO_COUNTS: tuple[str, ...] = ("frames", "graphs", "recompiles", "graph_break
 #: Prefixes of the flat counts that carry one reason each: ``prefix + reason`` counts that reason.
 RECOMPILE_REASON = "dynamo.recompile_reason/"
 GRAPH_BREAK_REASON = "dynamo.graph_break_reason/"
+#: ``prefix + "file:line: reason"`` counts the graph breaks at that line of the user's code.
+GRAPH_BREAK_PLACE = "dynamo.graph_break_place/"
 #: ``<layer>`` + these: one count per explained miss (its text), and per kind of difference it names.
 EXPLANATION = ".explanation/"
 MISS_KIND = ".miss_kind/"

@@ -14,7 +14,7 @@ from .core import MIN_TORCH, TorchUnavailable, compiler_loaded, inductor_config_
 from .counters import compile_seconds, read_counts, record_bypass_reasons, unobservable_fields, unobservable_layers
 from .defaultdir import headers_at, redirect
 from .devices import gpu_count
-from .fingerprint import environment_fingerprint
+from .fingerprint import environment_fingerprint, made_with
 from .isolation import bootstrap, caches_disabled_by_config, remote_caches_on, reset_in_memory, without_remote_caches
 from .keys import empty_folder, explaining, note_bundle_keys, use_bundle_index
 from .megacache import (
@@ -41,7 +41,7 @@ __all__ = [
     "MIN_TORCH", "MegaCacheError", "TorchUnavailable", "artifact_identities", "artifact_sizes",
     "bootstrap", "build_identity", "caches_disabled_by_config", "can_leave_out", "check_keys", "compile_seconds",
     "compiler_loaded", "describe_artifacts", "empty_folder", "environment_fingerprint", "explaining",
-    "fresh_recording", "gpu_count", "headers_at", "index_for", "inductor_config_loaded", "load_artifacts",
+    "fresh_recording", "gpu_count", "headers_at", "index_for", "inductor_config_loaded", "load_artifacts", "made_with",
     "mark_carried", "merge_artifacts", "note_bundle_keys", "read_counts", "record_bypass_reasons", "redirect",
     "rejected_binaries", "rejected_binary_names", "remote_caches_on", "reset_in_memory", "save_artifacts",
     "select_artifacts", "torch_module", "unobservable_fields", "unobservable_layers", "use_bundle_index",

@@ -5,6 +5,10 @@ itself. torch counts no recompiles, so the function Dynamo calls to learn why a 
 compiled must be compiled again (``get_and_maybe_log_recompilation_reason(s)`` as
 ``torch._dynamo.convert_frame`` names it) is wrapped: each call is one recompile, and the guard
 failures it returns are the reasons, as ``TORCH_LOGS=recompiles`` would print them.
+
+Where each graph break happened in the user's code is read where Dynamo logs a break
+(``InstructionTranslatorBase.log_graph_break``): the innermost frame of the break's user stack outside
+torch, as ``TORCH_LOGS=graph_breaks`` would name it.
 """
 
 from __future__ import annotations
@@ -15,11 +19,12 @@ import threading
 from collections import Counter
 from typing import Any
 
-from ..stats import GRAPH_BREAK_REASON, RECOMPILE_REASON
+from ..stats import GRAPH_BREAK_PLACE, GRAPH_BREAK_REASON, RECOMPILE_REASON
 
 _REASON_FUNCTIONS = ("get_and_maybe_log_recompilation_reasons", "get_and_maybe_log_recompilation_reason")
 
 _recompiles: Counter[str] = Counter()
+_break_places: Counter[str] = Counter()
 _lock = threading.Lock()
 _unobservable: dict[str, str] = {}
 
@@ -51,6 +56,48 @@ def install() -> None:
     counted._compilecache = True  # type: ignore[attr-defined]
     setattr(convert_frame, name, counted)
     _unobservable.pop("dynamo.recompiles", None)
+    _install_break_places()
+
+
+def _install_break_places() -> None:
+    """Wrap the method Dynamo logs each graph break with, to learn its place in the user's code (idempotent;
+    without it, breaks are counted with their reasons but no place)."""
+    import importlib
+
+    translator = getattr(importlib.import_module("torch._dynamo.symbolic_convert"), "InstructionTranslatorBase", None)
+    original = getattr(translator, "log_graph_break", None)
+    if original is None or getattr(original, "_compilecache", False):
+        return
+
+    def located(self: Any, *args: Any, **kwargs: Any) -> Any:
+        exc = kwargs.get("exc", args[-1] if args else None)
+        if exc is not None and not getattr(exc, "logged", False):
+            try:
+                place = _break_place(exc)
+            except Exception:
+                place = ""
+            if place:
+                with _lock:
+                    _break_places[place] += 1
+        return original(self, *args, **kwargs)
+
+    located._compilecache = True  # type: ignore[attr-defined]
+    setattr(translator, "log_graph_break", located)
+
+
+def _break_place(exc: Any) -> str:
+    """``file:line: first line of torch's reason`` for one graph break, the line the user's innermost frame."""
+    stack = getattr(exc, "real_stack", None)
+    if not stack:
+        guards = sys.modules.get("torch._guards")
+        context = getattr(guards, "TracingContext", None)
+        stack = context.extract_stack() if context is not None else []
+    user = [f for f in stack if not _in_torch(f.filename) and not f.filename.startswith("<")]
+    if not user:
+        return ""
+    lines = [line.strip() for line in str(exc).strip().splitlines()] or ["(no reason given)"]
+    reason = lines[0] + (f" ({lines[1]})" if len(lines) > 1 and lines[1].startswith("Explanation:") else "")
+    return f"{user[-1].filename}:{user[-1].lineno}: {reason}"
 
 
 def _describe(frame: Any, reasons: Any) -> str:
@@ -128,6 +175,7 @@ def counts() -> dict[str, int]:
     with _lock:
         out["dynamo.recompiles"] = sum(_recompiles.values())
         out.update({RECOMPILE_REASON + reason: n for reason, n in _recompiles.items()})
+        out.update({GRAPH_BREAK_PLACE + place: n for place, n in _break_places.items()})
     return out
 
 

@@ -94,3 +94,11 @@ def environment_fingerprint() -> dict[str, str]:
         "default_dtype": str(torch.get_default_dtype()),
         "num_threads": str(torch.get_num_threads()),
     }
+
+
+def made_with() -> dict[str, str]:
+    """The torch version and device that compile expectations are recorded with (``device``: the first
+    GPU's name, or ``cpu``); never initialises CUDA."""
+    torch = torch_module()
+    names = gpu_names()
+    return {"torch": str(torch.__version__), "device": names[0] if names else "cpu"}

@@ -139,6 +139,50 @@ class Comparison:
 
 
 @dataclass
+class ExpectationsReport:
+    """What ``--compile-cache-expect`` found: tests compared with their records, and what became of the file."""
+
+    path: str
+    update: bool = False
+    compared: int = 0
+    #: Tests whose counts differ from their records (failed; with ``update``: records changed).
+    regressed: list[str] = field(default_factory=list)
+    #: Tests with no record (with ``update``: added).
+    not_recorded: list[str] = field(default_factory=list)
+    #: Records of tests that no longer exist or are no longer recorded (with a full ``update``: removed).
+    unused: list[str] = field(default_factory=list)
+    #: The torch version and device of the file's records, and of this run (``{}``: unknown).
+    recorded_with: dict[str, str] = field(default_factory=dict)
+    made_with: dict[str, str] = field(default_factory=dict)
+    #: With ``update``: "written", "unchanged", or why the file was left alone.
+    written: str = ""
+    #: Whether the file existed at the start of the session.
+    exists: bool = True
+
+    @property
+    def written_ok(self) -> bool:
+        """Whether the update left the file holding this run's records."""
+        return self.written in ("written", "unchanged")
+
+    @property
+    def other_machine(self) -> bool:
+        """Whether the records were made with another torch version or device than this run's."""
+        return bool(self.recorded_with and self.made_with and self.recorded_with != self.made_with)
+
+    @staticmethod
+    def machine(made_with: dict[str, str]) -> str:
+        """``torch 2.13.0 on cpu``."""
+        return f"torch {made_with.get('torch', '?')} on {made_with.get('device', '?')}"
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``expectations`` entry of the JSON report."""
+        return {"path": self.path, "update": self.update, "compared": self.compared,
+                "regressed": sorted(self.regressed), "not_recorded": sorted(self.not_recorded),
+                "unused": sorted(self.unused), "recorded_with": self.recorded_with, "made_with": self.made_with,
+                **({"written": self.written} if self.update else {})}
+
+
+@dataclass
 class SessionReport:
     """Everything the summary and the JSON report show, for one pytest session."""
 
@@ -153,6 +197,8 @@ class SessionReport:
     remote_problem: str = ""
     #: Bytes strict mode's check at session start downloaded from a bundle URL.
     checked_downloaded: int = 0
+    #: What ``--compile-cache-expect`` found (``None``: not asked).
+    expectations: ExpectationsReport | None = None
 
     def add_test(self, nodeid: str, stats: dict[str, Any]) -> None:
         """Record one test's counts (from this process or from a worker's report)."""
@@ -246,4 +292,5 @@ class SessionReport:
                 "problems": self.all_problems(),
                 **({"checked_downloaded_bytes": self.checked_downloaded} if self.checked_downloaded else {}),
             },
+            **({"expectations": self.expectations.to_json()} if self.expectations is not None else {}),
         }

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..stats import CacheStats
-from .model import SaveStatus, SessionReport, Status
+from .model import ExpectationsReport, SaveStatus, SessionReport, Status
 
 
 def _compile_time_line(report: SessionReport) -> list[str]:
@@ -75,6 +75,43 @@ def _cold_lines(report: SessionReport) -> list[str]:
             f"{', '.join(parts)}"]
 
 
+#: Tests named per kind in the expectations lines; the JSON report names them all.
+SHOWN_TESTS = 10
+
+
+def _named(kind: str, tests: list[str], why: str = "") -> list[str]:
+    if not tests:
+        return []
+    more = f" ... and {len(tests) - SHOWN_TESTS} more, in --compile-cache-report" if len(tests) > SHOWN_TESTS else ""
+    return [f"  {kind}{why}:"] + [f"    {t}" for t in tests[:SHOWN_TESTS]] + ([f"   {more}"] if more else [])
+
+
+def expectation_lines(e: ExpectationsReport | None) -> list[str]:
+    """The compile expectations: how many tests were compared, regressed, not recorded, unused, and the file."""
+    if e is None:
+        return []
+    if e.update:
+        removed = len(e.unused) if e.written_ok else 0
+        lines = [f"compile expectations updated: {e.compared} compared, {len(e.regressed)} changed, "
+                 f"{len(e.not_recorded)} added, {removed} removed ({e.path} {e.written if e.written_ok else 'NOT written'})"]
+        lines += _named("changed", e.regressed) + _named("added", e.not_recorded) + _named("removed", e.unused if removed else [])
+        if not e.written_ok:
+            lines.append(f"PROBLEM: {e.path} {e.written}")
+        return lines
+    lines = [f"compile expectations: {e.compared} compared, {len(e.regressed)} regressed, "
+             f"{len(e.not_recorded)} not recorded, {len(e.unused)} unused ({e.path})"]
+    if not e.exists:
+        lines.append(f"  {e.path} does not exist: --compile-cache-expect-update writes it")
+    if e.other_machine:
+        lines.append(f"  recorded with {e.machine(e.recorded_with)}, this run has {e.machine(e.made_with)}: only "
+                     "Dynamo's counts are compared, not cache outcomes; --compile-cache-expect-update records this machine")
+    lines += _named("regressed", e.regressed, " (failed, see above)")
+    lines += _named("not recorded", e.not_recorded, " (passed; --compile-cache-expect-update records them)")
+    lines += _named("unused", e.unused, " (gone, or no longer in a cold_cache, warm_cache or isolated test; "
+                                        "--compile-cache-expect-update over the whole suite removes them)")
+    return lines
+
+
 def summary_lines(report: SessionReport) -> list[str]:
     """The terminal summary: per-layer totals, and what was loaded, warmed up and saved."""
     if report.totals is None or report.totals.nothing_happened:
@@ -142,4 +179,5 @@ def summary_lines(report: SessionReport) -> list[str]:
             continue
         lines.append(f"PROBLEM: {problem}")
     lines.extend(f"C++ binary not used: {problem}" for problem in report.binary_problems())
+    lines.extend(expectation_lines(report.expectations))
     return lines

@@ -32,7 +32,8 @@ class Collector:
             return False
         report = self.report
         used = any(p.status is not Status.UNUSED for p in report.processes)
-        return self.options.active or report.totals is not None or used or bool(report.all_problems())
+        return (self.options.active or report.totals is not None or used or bool(report.all_problems())
+                or report.expectations is not None)
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:

@@ -36,20 +36,27 @@ class TestCounts:
     def finished(self, item: pytest.Item) -> dict[str, Any] | None:
         """``item``'s per-layer counts, compile seconds and cache kind, or ``None`` (not counted, or
         torch's compiler never loaded)."""
+        delta = self.so_far(item)
         start = self._start.pop(item.nodeid, None)
-        if start is None or not _torchapi.compiler_loaded():
+        if start is None or delta is None:
             return None
-        counts, seconds = start
-        now = _torchapi.read_counts()
-        delta = {k: v - counts.get(k, 0) for k, v in now.items()}
         stats = stats_from_counts(delta, _torchapi.unobservable_layers(),
                                   unobservable_fields=_torchapi.unobservable_fields())
         result: dict[str, Any] = stats.to_dict()
-        result["compile_seconds"] = round(_torchapi.compile_seconds() - seconds, 4)
-        result["cache"] = self._cache_kind(item)
+        result["compile_seconds"] = round(_torchapi.compile_seconds() - start[1], 4)
+        result["cache"] = self.cache_kind(item)
         return result
 
-    def _cache_kind(self, item: pytest.Item) -> str | None:
+    def so_far(self, item: pytest.Item) -> dict[str, int] | None:
+        """``item``'s flat counts from its start until now, or ``None`` (not counted, or torch's compiler
+        never loaded: nothing was compiled)."""
+        start = self._start.get(item.nodeid)
+        if start is None or not _torchapi.compiler_loaded():
+            return None
+        counts = start[0]
+        return {k: v - counts.get(k, 0) for k, v in _torchapi.read_counts().items()}
+
+    def cache_kind(self, item: pytest.Item) -> str | None:
         """The cache the test ran in (a :class:`CacheKind` value), or ``None``: a cache shared with other tests."""
         names = getattr(item, "fixturenames", ())
         if "warm_cache" in names:

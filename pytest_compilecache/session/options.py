@@ -77,6 +77,10 @@ class Options:
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT
     network_timeout: float = DEFAULT_NETWORK_TIMEOUT
     report: Path | None = None
+    #: ``--compile-cache-expect``: the compile expectations file (``None``: none of it runs).
+    expect: Path | None = None
+    #: ``--compile-cache-expect-update``: record the tests run into ``expect`` instead of failing on changes.
+    expect_update: bool = False
     home: Path = Path()
     headers_dir: Path = Path()
 
@@ -174,6 +178,11 @@ class Options:
         if (update or rebuild) and not named:
             flag = "--compile-cache-rebuild" if rebuild else "--compile-cache-update"
             raise pytest.UsageError(f"{flag} changes the bundle named by --compile-cache-bundle, and none is named")
+        expect = path("compile_cache_expect")
+        expect_update = _bool(pick("compile_cache_expect_update")[0], "compile_cache_expect_update")
+        if expect_update and expect is None:
+            raise pytest.UsageError("--compile-cache-expect-update records into the file named by "
+                                    "--compile-cache-expect, and none is named")
         return cls(
             isolation=Isolation(word),
             bundle=bundle,
@@ -188,6 +197,8 @@ class Options:
             lock_timeout=lock_timeout,
             network_timeout=network_timeout,
             report=report,
+            expect=expect,
+            expect_update=expect_update,
             home=home,
             headers_dir=path("compile_cache_headers_dir") or home / "precompiled-headers",
         )
@@ -257,6 +268,11 @@ def add_options(parser: pytest.Parser) -> None:
            f"time a transfer takes at {MIN_RATE // 1000} kB/s; past it the session goes on without the store "
            f"(default {DEFAULT_NETWORK_TIMEOUT:g})", metavar="SECONDS")
     option("compile-cache-report", "write per-test and total cache counts as JSON to FILE", metavar="FILE")
+    option("compile-cache-expect", "compile expectations file: fail each test whose Dynamo counts (frames, "
+           "graphs, recompiles, graph breaks) or FX graph and AOTAutograd cache outcomes differ from its record "
+           "there (an ini path is relative to the ini file)", metavar="PATH")
+    option("compile-cache-expect-update", "record the tests run into the --compile-cache-expect file instead "
+           "(a run of the whole suite also removes the records of tests that are gone)", action="store_true")
     parser.addini("compile_cache_storage_options", type="string",
                   help="a JSON object of fsspec options for a bundle URL, e.g. "
                        '{"endpoint_url": "http://127.0.0.1:9000"} (credentials come from the environment; '

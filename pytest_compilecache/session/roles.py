@@ -22,6 +22,7 @@ from .. import files
 from .._torchapi import defaultdir
 from ..cache import CacheKind, CompileCache
 from ..environment import SavedEnv
+from ..expect.hooks import Keeper, Recorder
 from ..report.model import ProcessReport, SessionReport
 from .capture import warnings_to_pytest
 from .collector import Collector
@@ -43,11 +44,14 @@ class _RunsTests:
         self.config = config
         self.options = options
         self.side = side
+        self.recorder = Recorder.create(config, options, side.counts)
 
     def start(self, plugins: pytest.PytestPluginManager, saved: SavedEnv | None) -> None:
         """Register this role's hooks; before collection, point compiles outside fixtures at this
         process's own folder (``saved``: the environment from before the first conftest, if taken)."""
         plugins.register(self, "compilecache-role")
+        if self.recorder is not None:
+            plugins.register(self.recorder, "compilecache-expect-recorder")
         self.side.configure(saved)
         if self.options.session_wide:
             folders = self.side.folders
@@ -95,6 +99,8 @@ class SingleProcess(_RunsTests):
         """As every role that runs tests, and the summary's collector beside it."""
         super().start(plugins, saved)
         plugins.register(self.collector, "compilecache-collector")
+        if self.keeper is not None:
+            plugins.register(self.keeper, "compilecache-expect-keeper")
 
     def __init__(self, config: pytest.Config, options: Options) -> None:
         self.run = time.time()
@@ -102,6 +108,7 @@ class SingleProcess(_RunsTests):
         super().__init__(config, options, TestSide(config, options, Folders(config), "main", self.run, self.store))
         self.report = SessionReport(bundle_path=options.bundle_name)
         self.collector = Collector(options, self.report)
+        self.keeper = Keeper.create(config, options, self.recorder)
         self.report.bundle_at_start, self.side.bundle_existed, self.side.bundle_problem = \
             describe(self.store if options.bundle is not None else None)
         self.side.progress = Progress.for_config(config, self.store.name if self.store is not None else "")
@@ -138,6 +145,8 @@ class SingleProcess(_RunsTests):
         with self.side.progress.showing():
             Saver(self.store, self.options, self.side.bundle_existed, self.run, pools, self.side.bundle_problem).save(
                 self.report, [(env, *own)] if own and env else [])
+        if self.keeper is not None:
+            self.report.expectations = self.keeper.finish(session)
         write_json(self.options.report, self.report)
         exit_status(self.options, self.report, session)
 
@@ -199,6 +208,7 @@ class Controller:
         self.store = open_bundle_store(options)
         self.report = SessionReport(bundle_path=options.bundle_name)
         self.collector = Collector(options, self.report)
+        self.keeper = Keeper.create(config, options, None)
         self.report.bundle_at_start, self.bundle_existed, self.start_problem = \
             describe(self.store if options.bundle is not None else None)
         self._died_in_warmup: dict[str, str] = {}
@@ -210,6 +220,8 @@ class Controller:
         redirects nothing."""
         plugins.register(self, "compilecache-role")
         plugins.register(self.collector, "compilecache-collector")
+        if self.keeper is not None:
+            plugins.register(self.keeper, "compilecache-expect-keeper")
 
     def open_cache(self, request: pytest.FixtureRequest, kind: CacheKind) -> Iterator[CompileCache]:
         """Never called: the controller runs no test."""
@@ -278,6 +290,8 @@ class Controller:
         with self.progress.showing():
             Saver(self.store, self.options, self.bundle_existed, self.run, self.folders.shared / "binaries",
                   self.start_problem).save(self.report, blobs)
+        if self.keeper is not None:
+            self.report.expectations = self.keeper.finish(session)
         write_json(self.options.report, self.report)
         exit_status(self.options, self.report, session)
 

@@ -1,0 +1,250 @@
+"""The two plugin objects of ``--compile-cache-expect``, registered by the roles only when it is given.
+
+- :class:`Recorder`, beside the tests (a run without xdist, each worker): at the end of each recorded test's
+  call, measures it and compares it with its record, failing the test itself on a difference; the
+  measurement rides on the call report to the process that writes the file.
+- :class:`Keeper`, beside the summary (a run without xdist, the controller): gathers every test's
+  measurement, writes the file once with ``--compile-cache-expect-update``, and fills the report.
+
+A record is *unused* when its test is within what the session collected (its file was collected, or
+no longer exists, under the paths given) but is not a recorded test any more. A session that deselected
+tests (``-k``, ``-m``, ``--deselect``) only finds unused the records of tests it ran that are no longer
+recorded; records outside the paths given are left alone, and ``--lf``/``--sw`` runs find none unused.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Generator
+
+import pytest
+
+from .. import _torchapi
+from ..report.model import ExpectationsReport
+from ..session.counting import TestCounts
+from ..session.options import Options
+from . import fileformat
+from .fileformat import Expectations, ExpectFileError
+from .records import DYNAMO_FIELDS, FIELDS, Measured, changes, describe
+
+#: The attribute of a test's call report that carries its measurement (from a worker too).
+EXPECT_ATTR = "compilecache_expect"
+#: The key of a worker's ``workeroutput`` that carries its unused records.
+WORKER_OUTPUT_KEY = "compilecache_expect"
+
+
+def load(path: Path) -> Expectations | None:
+    """The expectations file, or ``None`` when there is none yet; a bad one is a :class:`pytest.UsageError`."""
+    try:
+        return fileformat.read(path)
+    except ExpectFileError as exc:
+        raise pytest.UsageError(f"--compile-cache-expect: {exc}") from None
+
+
+def shown(path: Path, root: Path) -> str:
+    """``path`` as messages show it: relative to the rootdir where it lies under it."""
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return str(path)
+
+
+class Recorder:
+    """Beside the tests: measures each recorded test at the end of its call, and fails it on a change."""
+
+    def __init__(self, config: pytest.Config, options: Options, counts: TestCounts,
+                 expectations: Expectations | None) -> None:
+        assert options.expect is not None
+        self.config = config
+        self.update = options.expect_update
+        self.path = shown(options.expect, config.rootpath)
+        self.counts = counts
+        self.expectations = expectations
+        #: The records this session finds unused (known once collection is done).
+        self.unused: list[str] = []
+        self._deselected: set[str] = set()
+        self._files: set[str] = set()
+        self._made_with: dict[str, str] | None = None
+        self._root = str(config.rootpath) + "/"
+
+    @classmethod
+    def create(cls, config: pytest.Config, options: Options, counts: TestCounts) -> "Recorder | None":
+        """The recorder, when ``--compile-cache-expect`` is given."""
+        if options.expect is None:
+            return None
+        return cls(config, options, counts, load(options.expect))
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        self._deselected.update(item.nodeid for item in items)
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.passed and "::" not in report.nodeid and (self.config.rootpath / report.nodeid).is_file():
+            self._files.add(report.nodeid)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Judge which records are unused; a worker sends them to the controller."""
+        records = self.expectations.tests if self.expectations is not None else {}
+        self.unused = unused(records, session, self._deselected, self._files, self.counts)
+        output = getattr(self.config, "workeroutput", None)
+        if output is not None:
+            output[WORKER_OUTPUT_KEY] = {"unused": self.unused}
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+        report: pytest.TestReport = yield
+        if call.when == "call" and report.passed and not hasattr(report, "wasxfail") \
+                and self.counts.cache_kind(item) is not None:
+            self._measure(item, report)
+        return report
+
+    def _measure(self, item: pytest.Item, report: pytest.TestReport) -> None:
+        delta = self.counts.so_far(item)
+        if delta is None:
+            measured = Measured.from_counts({}, {}, {})  # torch's compiler never loaded: nothing compiled
+        else:
+            measured = Measured.from_counts(delta, _torchapi.unobservable_layers(), _torchapi.unobservable_fields())
+        if self._made_with is None:
+            self._made_with = _torchapi.made_with()
+        payload: dict[str, Any] = {"record": measured.record, "made_with": self._made_with}
+        recorded = self.expectations.tests.get(item.nodeid) if self.expectations is not None else None
+        if recorded is None:
+            payload["status"] = "not recorded"
+        else:
+            assert self.expectations is not None
+            same = not self.expectations.made_with or self.expectations.made_with == self._made_with
+            changed = changes(recorded, measured.record, FIELDS if same else DYNAMO_FIELDS)
+            payload["status"] = "regressed" if changed else "compared"
+            if changed and not self.update:
+                report.outcome = "failed"
+                report.longrepr = _failure(item, describe(changed, measured, self.path, self._relative))
+        setattr(report, EXPECT_ATTR, payload)
+
+    def _relative(self, text: str) -> str:
+        return text.replace(self._root, "")
+
+
+def _failure(item: pytest.Item, message: str) -> Any:
+    """A failure report of ``message`` alone, as ``pytest.fail(message, pytrace=False)`` in the test gives."""
+    try:
+        pytest.fail(message, pytrace=False)
+    except pytest.fail.Exception:
+        return item.repr_failure(pytest.ExceptionInfo.from_current())
+    raise AssertionError("unreachable")
+
+
+def unused(records: dict[str, Any], session: pytest.Session, deselected: set[str], files: set[str],
+           counts: TestCounts) -> list[str]:
+    """The records whose tests, within what this session selected, are gone or no longer recorded."""
+    config = session.config
+    if not records or config.getoption("lf", False) or config.getoption("stepwise", False):
+        return []
+    items = {item.nodeid: item for item in session.items}
+    if deselected:  # -k, -m, --deselect: a record matching no test may belong to one not selected
+        return sorted(n for n in records if n in items and counts.cache_kind(items[n]) is None)
+    scopes = [_scope(arg, config) for arg in config.args]
+    out = []
+    for nodeid in records:
+        if nodeid in deselected:
+            continue
+        item = items.get(nodeid)
+        if item is not None:
+            if counts.cache_kind(item) is None:
+                out.append(nodeid)
+            continue
+        file = nodeid.split("::")[0]
+        gone_or_collected = file in files or not (config.rootpath / file).exists()
+        if gone_or_collected and any(_within(nodeid, scope) for scope in scopes if scope is not None):
+            out.append(nodeid)
+    return sorted(out)
+
+
+def _scope(arg: str, config: pytest.Config) -> str | None:
+    """A command-line argument as the node-id prefix it selects (``""``: everything), or ``None`` outside the rootdir."""
+    path, *parts = arg.split("::")
+    try:
+        relative = (config.invocation_params.dir / path).resolve().relative_to(config.rootpath.resolve())
+    except ValueError:
+        return None
+    prefix = "" if str(relative) == "." else relative.as_posix()
+    return "::".join([prefix, *parts]) if parts else prefix
+
+
+def _within(nodeid: str, scope: str) -> bool:
+    if not scope:
+        return True
+    if "::" in scope:
+        return nodeid == scope or nodeid.startswith((scope + "::", scope + "["))
+    file = nodeid.split("::")[0]
+    return file == scope or file.startswith(scope + "/")
+
+
+class Keeper:
+    """Beside the summary: gathers every test's measurement, writes the file once, fills the report."""
+
+    def __init__(self, config: pytest.Config, options: Options, expectations: Expectations | None,
+                 recorder: Recorder | None) -> None:
+        assert options.expect is not None
+        self.path = options.expect
+        self.update = options.expect_update
+        self.shown = shown(options.expect, config.rootpath)
+        self.expectations = expectations
+        self.recorder = recorder
+        self.measured: dict[str, dict[str, Any]] = {}
+        self._unused: set[str] = set()
+
+    @classmethod
+    def create(cls, config: pytest.Config, options: Options, recorder: Recorder | None) -> "Keeper | None":
+        """The keeper, when ``--compile-cache-expect`` is given (sharing the recorder's reading of the file)."""
+        if options.expect is None:
+            return None
+        return cls(config, options, recorder.expectations if recorder is not None else load(options.expect), recorder)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        payload = getattr(report, EXPECT_ATTR, None)
+        if report.when == "call" and isinstance(payload, dict):
+            self.measured[report.nodeid] = payload
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        output = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT_KEY)
+        if isinstance(output, dict):
+            self._unused.update(str(n) for n in output.get("unused", ()))
+
+    def finish(self, session: pytest.Session) -> ExpectationsReport:
+        """Compare the counts, write the file (with ``--compile-cache-expect-update``), and say what happened."""
+        file = self.expectations or Expectations()
+        made_with = next((dict(p["made_with"]) for p in self.measured.values() if p.get("made_with")), {})
+        report = ExpectationsReport(self.shown, self.update, recorded_with=dict(file.made_with), made_with=made_with,
+                                    exists=self.expectations is not None)
+        for nodeid, payload in sorted(self.measured.items()):
+            status = payload.get("status")
+            if status == "not recorded":
+                report.not_recorded.append(nodeid)
+            else:
+                report.compared += 1
+                if status == "regressed":
+                    report.regressed.append(nodeid)
+        unused = self.recorder.unused if self.recorder is not None else sorted(self._unused)
+        report.unused = [n for n in unused if n in file.tests and n not in self.measured]
+        if self.update and not session.config.option.collectonly:
+            report.written = self._write(session, file, report)
+            if not report.written_ok and session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        return report
+
+    def _write(self, session: pytest.Session, file: Expectations, report: ExpectationsReport) -> str:
+        if session.exitstatus == pytest.ExitCode.INTERRUPTED:
+            return "left alone: the session was interrupted"
+        kept = {n: r for n, r in file.tests.items() if n not in self.measured and n not in report.unused}
+        if report.other_machine and kept:
+            return (f"left alone: the records of {len(kept)} tests not recorded by this run were made with "
+                    f"{report.machine(report.recorded_with)}, this run has {report.machine(report.made_with)}; update "
+                    "every test at once (no -k, -m or paths, no failures) to record this machine")
+        records = {**kept, **{n: p["record"] for n, p in self.measured.items()}}
+        try:
+            changed = fileformat.write(self.path, Expectations(report.made_with or file.made_with, records))
+        except OSError as exc:
+            return f"could not be written: {exc.strerror or exc}"
+        return "written" if changed else "unchanged"
+
