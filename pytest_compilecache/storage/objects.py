@@ -166,8 +166,6 @@ class UrlStore:
         finally:
             remote.close()
             shown.close()
-            if raw is not None:
-                self.client.downloaded += raw.moved
         whole = len(wanted) == len(remote.entries)
         kept = self.copies.keep(Bundle(fetched, wanted), version, None if whole else env)
         if kept is None:
