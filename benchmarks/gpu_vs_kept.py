@@ -53,6 +53,8 @@ def lines(log: Path) -> list[dict]:
 
 
 def spread(values: list[float]) -> str:
+    if not values:
+        return "-"
     return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
 
 
@@ -71,7 +73,7 @@ def main() -> None:
                 "GPU_MODELS_LOG": str(log)}
     built_plugin, _ = run(plugin, {"GPU_MODELS_LOG": str(log)})
     lines(log)
-    built_plain, _ = run(plain, kept_env)
+    built_plain = run(plain, kept_env)[0] if args.repeats else 0.0
     lines(log)
     walls: dict[str, list[float]] = {"plugin": [], "kept": [], "eager": []}
     tests: dict[str, dict[str, list[float]]] = {}
@@ -88,7 +90,7 @@ def main() -> None:
                 tests.setdefault(item["model"], {}).setdefault(who, []).append(item["seconds"])
                 if who == "plugin":
                     warm_counts.append({k: item.get(k) for k in ("model", "benchmarks", "autotune")})
-    for _ in range(2):
+    for _ in range(2 if args.repeats else 0):
         took, _ = run(plain, {"TORCHDYNAMO_DISABLE": "1", "GPU_MODELS_LOG": str(log)})
         walls["eager"].append(took)
         for item in lines(log):
@@ -99,13 +101,15 @@ def main() -> None:
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}; {args.repeats} alternating rounds; "
           f"bundle {bundle.stat().st_size / 1e6:.1f} MB; building runs: plugin {built_plugin:.1f} s, "
           f"kept folder {built_plain:.1f} s")
+    if not args.repeats:
+        tests = {}
     print("\n| | plugin, warm from the bundle | kept folder, plain pytest | median ratio (pairwise) | eager |")
     print("|---|---|---|---|---|")
     for name, row in tests.items():
         ratios = [a / b for a, b in zip(row["plugin"], row["kept"])]
         print(f"| {name} test body, s | {spread(row['plugin'])} | {spread(row['kept'])} | "
               f"{statistics.median(ratios):.2f}x | {spread(row['eager'])} |")
-    ratios = [a / b for a, b in zip(walls["plugin"], walls["kept"])]
+    ratios = [a / b for a, b in zip(walls["plugin"], walls["kept"])] or [float("nan")]
     print(f"| whole run (wall), s | {spread(walls['plugin'])} | {spread(walls['kept'])} | "
           f"{statistics.median(ratios):.2f}x | {spread(walls['eager'])} |")
     print("\neach run, in order:")

@@ -39,12 +39,24 @@ def compile_and_run(name: str) -> float:
     import time
 
     model, inputs, kwargs = build(name)
+    profile_dir = os.environ.get("GPU_MODELS_PROFILE")
+    profiler = None
+    if profile_dir:
+        import cProfile
+
+        profiler = cProfile.Profile()
     torch.cuda.synchronize()
     start = time.perf_counter()
+    if profiler is not None:
+        profiler.enable()
     with torch.no_grad():
         torch.compile(model, **kwargs)(*inputs)
     torch.cuda.synchronize()
-    return time.perf_counter() - start
+    took = time.perf_counter() - start
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(os.path.join(profile_dir, f"{name}.prof"))
+    return took
 
 
 def warm_up_process() -> None:

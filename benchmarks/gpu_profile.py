@@ -1,0 +1,75 @@
+"""GPU: where a warm run's time goes, the plugin against a kept folder (see gpu_vs_kept.py for the setup).
+
+Builds both sides, then runs each warm twice: once with ``--durations=0`` and each model's compile
+profiled (cProfile, written per model), once with the whole pytest process profiled. Prints the
+durations, each model's top functions on both sides and the plugin's own functions by cumulative time.
+
+    python3 benchmarks/gpu_profile.py OUTDIR
+"""
+
+from __future__ import annotations
+
+import os
+import pstats
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).parent
+QUIET = ["-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-W", "ignore::DeprecationWarning",
+         "-W", "ignore::UserWarning"]
+
+
+def run(args: list[str], env: dict[str, str], profile: Path | None = None) -> tuple[float, str]:
+    prefix = [sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "pytest"] if profile else \
+        [sys.executable, "-m", "pytest"]
+    start = time.perf_counter()
+    done = subprocess.run([*prefix, *args], env={**os.environ, **env}, capture_output=True, text=True,
+                          timeout=900, cwd=HERE)
+    took = time.perf_counter() - start
+    if done.returncode != 0:
+        print(done.stdout[-6000:], done.stderr[-3000:], sep="\n")
+        raise SystemExit(f"failed: {args}")
+    return took, done.stdout
+
+
+def top(path: Path, title: str, sort: str, count: int, pattern: str = "") -> None:
+    print(f"\n### {title} (by {sort})")
+    stats = pstats.Stats(str(path))
+    stats.sort_stats(sort)
+    if pattern:
+        stats.print_stats(pattern, count)
+    else:
+        stats.print_stats(count)
+
+
+def main() -> None:
+    out = Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="gpu-profile-"))
+    bundle, kept = work / "models.bundle", work / "kept"
+    plugin = ["gpu_models", *QUIET, f"--compile-cache-bundle={bundle}"]
+    plain = ["gpu_models_plain", *QUIET, "-p", "no:compilecache"]
+    kept_env = {"TORCHINDUCTOR_CACHE_DIR": str(kept), "TRITON_CACHE_DIR": str(kept / "triton")}
+    print(f"build: plugin {run(plugin, {})[0]:.1f} s, kept {run(plain, kept_env)[0]:.1f} s", flush=True)
+    for side, args, env in (("plugin", plugin, {}), ("kept", plain, kept_env)):
+        bodies = out / f"bodies-{side}"
+        bodies.mkdir(exist_ok=True)
+        took, text = run([*args, "--durations=0", "-vv"], {**env, "GPU_MODELS_PROFILE": str(bodies)})
+        print(f"\n## {side}: warm run with bodies profiled: {took:.2f} s wall")
+        print(text[text.find("slowest durations"):][:3000])
+        took, _ = run(args, env, profile=out / f"whole-{side}.prof")
+        print(f"## {side}: warm run, whole process profiled: {took:.2f} s wall", flush=True)
+    for name in ("resnet18", "bert"):
+        for side in ("plugin", "kept"):
+            top(out / f"bodies-{side}" / f"{name}.prof", f"{name} body, {side}", "tottime", 25)
+            top(out / f"bodies-{side}" / f"{name}.prof", f"{name} body, {side}", "cumulative", 45)
+    top(out / "whole-plugin.prof", "whole run, plugin: the plugin's functions", "cumulative", 60, "pytest_compilecache")
+    top(out / "whole-plugin.prof", "whole run, plugin", "tottime", 40)
+    top(out / "whole-kept.prof", "whole run, kept", "tottime", 40)
+
+
+if __name__ == "__main__":
+    main()
