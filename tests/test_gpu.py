@@ -120,6 +120,10 @@ def test_a_forked_child_can_use_cuda():
 def test_compiling_with_the_plugin_still_works(cold_cache):
     torch.compile(lambda x: x.sin() + 1)(torch.randn(8, device="cuda"))
     cold_cache.assert_misses(fx_graph=1)
+
+
+def test_a_compile_outside_any_fixture_goes_into_the_bundle():
+    torch.compile(lambda x: x.cos() * 2)(torch.randn(8, device="cuda"))
 '''
 
 
@@ -130,15 +134,16 @@ def test_the_plugin_never_initialises_cuda(
 ) -> None:
     """Issue 8 item 4: after the plugin started (fingerprint, bundle load, stats), a test can fork and use CUDA.
 
-    The bundle runs twice: the first writes PATH, the second loads it before the tests. No warmup
-    hook: a compile in the test process initialises CUDA itself (torch's key reads the device).
+    The bundle runs twice: the first writes PATH (from the compile outside any fixture: cold_cache
+    compiles are never saved), the second loads it before the tests. No warmup hook: a compile in
+    the test process initialises CUDA itself (torch's key reads the device).
     """
     pytester.makepyfile(test_fork=FORK_TEST)
     bundle = pytester.path / "x.bundle"
     args = mode if mode != ["bundle"] else [f"--compile-cache-bundle={bundle}"]
     for _ in range(2 if mode == ["bundle"] else 1):
         result = run_inner(*args, "-p", "no:randomly", "-rs")
-        result.assert_outcomes(passed=2)
+        result.assert_outcomes(passed=3)
     if mode == ["bundle"]:
         result.stdout.fnmatch_lines(["*bundle (main): loaded*"])
 
@@ -146,11 +151,15 @@ def test_the_plugin_never_initialises_cuda(
 def test_real_models_reload_with_no_autotune_miss(tmp_path: Path) -> None:
     """timm resnet18, a BERT and a max-autotune MLP: built in one run, warm in the next (a new process).
 
-    Each test of the suite asserts ``fx_graph``, ``aot_autograd`` and ``autotune`` misses == 0, so
-    the second run passing means every autotune lookup hit after the reload from disk.
+    The building run also compiles the MLP cold in a test of its own (autotuning in a second folder
+    after the warmup's). Each warm test of the suite asserts ``fx_graph``, ``aot_autograd`` and
+    ``autotune`` misses == 0, no benchmark (Triton configs, coordinate descent, GEMM choices) and
+    no autotune result written, so the second run passing means every autotune lookup hit after
+    the reload from disk and nothing was measured again.
     """
     pytest.importorskip("timm")
     pytest.importorskip("transformers")
+    import os
     import subprocess
     import sys
 
@@ -159,11 +168,12 @@ def test_real_models_reload_with_no_autotune_miss(tmp_path: Path) -> None:
     args = [sys.executable, "-m", "pytest", str(suite), "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
             f"--compile-cache-bundle={bundle}", f"--rootdir={suite}"]
     for run in ("built", "reloaded"):
+        env = {**os.environ, "GPU_MODELS_COLD_MLP": "1" if run == "built" else ""}
         done = subprocess.run(args + [f"--compile-cache-report={tmp_path / run}.json"], capture_output=True,
-                              text=True, timeout=900)
+                              text=True, timeout=900, env=env)
         assert done.returncode == 0, f"{run} run failed:\n{done.stdout[-6000:]}\n{done.stderr[-3000:]}"
     tests = json.loads((tmp_path / "reloaded.json").read_text())["tests"]
     warm = {k: v for k, v in tests.items() if "is_warm" in k}
     assert len(warm) == 3
-    assert all(v["autotune"]["misses"] == 0 for v in warm.values()), warm
+    assert all(v["autotune"]["misses"] == 0 and v["autotune"]["saved"] == 0 for v in warm.values()), warm
     assert sum(v["autotune"]["hits"] for v in warm.values()) > 0, warm
