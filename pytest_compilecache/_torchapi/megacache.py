@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import logging
 import re
 from typing import Any, Callable
@@ -73,8 +74,12 @@ def unsafe_keys(data: bytes) -> list[str]:
     """One problem, in words, per artifact key that torch would join onto the cache folder and that
     could reach outside it (absolute, ``..``, NUL, odd characters, too long or deep), or that is not of
     the form torch gives keys of its type."""
+    return _unsafe_keys(_deserialize(data))
+
+
+def _unsafe_keys(groups: dict[str, list[Any]]) -> list[str]:
     problems = []
-    for kind, items in _deserialize(data).items():
+    for kind, items in groups.items():
         shape = _KEY_SHAPES.get(kind)
         for artifact in items:
             key = getattr(artifact, "key", None)
@@ -89,7 +94,10 @@ def unsafe_keys(data: bytes) -> list[str]:
 
 def check_keys(data: bytes) -> None:
     """Raise :class:`MegaCacheError` naming the bad keys unless every artifact key is safe (see :func:`unsafe_keys`)."""
-    problems = unsafe_keys(data)
+    _refuse(unsafe_keys(data))
+
+
+def _refuse(problems: list[str]) -> None:
     if problems:
         more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
         raise MegaCacheError("rejected, nothing of it loaded: " + "; ".join(problems[:3]) + more)
@@ -142,11 +150,41 @@ def artifact_sizes(data: bytes) -> list[tuple[str, str, int]]:
     return [(kind, str(a.key), len(bytes(a.content))) for kind, items in _deserialize(data).items() for a in items]
 
 
+def _found_by_coordinate_descent(artifact: Any) -> bool:
+    try:
+        return json.loads(bytes(artifact.content)).get("found_by_coordesc") is True
+    except (ValueError, AttributeError, TypeError):
+        return False
+
+
+def _one_result_per_kernel(groups: dict[str, list[Any]]) -> bool:
+    """Keep one autotune result per kernel in ``groups`` (in place); whether any was dropped.
+
+    torch keeps a kernel's autotune result in one file and Mega-Cache writes every recorded result
+    for it in order, so the last one wins. A kernel tuned by coordinate descent is saved twice
+    (the best of its configs, then what coordinate descent found), and merged bundles can hold
+    both in any order; when the first wins, a warm max-autotune test runs coordinate descent
+    again: it benchmarks and writes. Kept: the last result found by coordinate descent, else the last.
+    """
+    items = groups.get("autotune") or []
+    chosen: dict[str, Any] = {}
+    for artifact in items:
+        key = str(artifact.key)
+        if key not in chosen or _found_by_coordinate_descent(artifact) \
+                or not _found_by_coordinate_descent(chosen[key]):
+            chosen[key] = artifact
+    if len(chosen) == len(items):
+        return False
+    groups["autotune"] = list(chosen.values())
+    return True
+
+
 def merge_artifacts(blobs: list[bytes]) -> bytes:
     """One Mega-Cache byte string holding the union of ``blobs`` over (type, key, content).
 
     The FX graph and AOTAutograd caches keep several entries under one key (one per guard
-    variant), so two artifacts with one key and different contents are both kept.
+    variant), so two artifacts with one key and different contents are both kept; an autotune
+    result is one file per kernel, so one result per kernel is kept (see :func:`_one_result_per_kernel`).
     """
     _manager()
     merged: dict[str, dict[tuple[str, bytes], Any]] = {}
@@ -156,14 +194,19 @@ def merge_artifacts(blobs: list[bytes]) -> bytes:
             for artifact in items:
                 content = bytes(artifact.content)
                 bucket.setdefault((str(artifact.key), hashlib.sha256(content).digest()), artifact)
-    return _serialize({kind: list(items.values()) for kind, items in merged.items()})
+    groups = {kind: list(items.values()) for kind, items in merged.items()}
+    _one_result_per_kernel(groups)
+    return _serialize(groups)
 
 
 def load_artifacts(data: bytes, into: str) -> dict[str, list[str]]:
     """Write Mega-Cache bytes into the cache folder ``into``; ``{artifact type: keys}`` loaded."""
     torch = torch_module()
     _manager()
-    check_keys(data)
+    groups = _deserialize(data)
+    _refuse(_unsafe_keys(groups))
+    if _one_result_per_kernel(groups):
+        data = _serialize(groups)
     saved = SavedEnv()
     point_cache_dirs_at(into)
     try:
