@@ -34,22 +34,37 @@ QUIET = ["-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-W", "ignore::Dep
          "-W", "ignore::UserWarning"]
 
 
-def run(args: list[str], env: dict[str, str]) -> tuple[float, str]:
-    """Run a pytest; its wall time and output (it must pass)."""
+FAILED: list[str] = []
+
+
+def run(args: list[str], env: dict[str, str], must_pass: bool = False) -> tuple[float, str]:
+    """Run a pytest; its wall time and output. A failed warm run (a warm test that missed, measured or
+    wrote) is printed and counted, and the benchmark goes on; a failed building run ends it."""
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "pytest", *args], env={**os.environ, **env}, capture_output=True,
                           text=True, timeout=900, cwd=HERE)
     took = time.perf_counter() - start
     if done.returncode != 0:
-        print(done.stdout[-6000:], done.stderr[-3000:], sep="\n")
-        raise SystemExit(f"failed: {args}")
-    return took, done.stdout
+        print(f"FAILED run ({took:.1f} s): {args[0]} {env.get('GPU_MODELS_COLD_MLP', '')}", flush=True)
+        print(done.stdout[-6000:], done.stderr[-3000:], sep="\n", flush=True)
+        if must_pass:
+            raise SystemExit(f"failed: {args}")
+        FAILED.append(args[0])
+    return took, done.stdout + done.stderr
 
 
 def lines(log: Path) -> list[dict]:
     found = [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
     log.unlink(missing_ok=True)
     return found
+
+
+def measured(counts: dict | None) -> bool:
+    """Whether a warm test timed a kernel, compared configs, benchmarked a GEMM choice, ran coordinate
+    descent or wrote an autotune result (lists hold the saves and kernels handed to coordinate descent)."""
+    counts = counts or {}
+    return any(counts.get(k, 0) for k in ("kernel_timings", "triton_configs", "gemm_choices")) \
+        or bool(counts.get("saves"))
 
 
 def spread(values: list[float]) -> str:
@@ -71,9 +86,10 @@ def main() -> None:
     plain = ["gpu_models_plain", *QUIET, "-p", "no:compilecache"]
     kept_env = {"TORCHINDUCTOR_CACHE_DIR": str(kept), "TRITON_CACHE_DIR": str(kept / "triton"),
                 "GPU_MODELS_LOG": str(log)}
-    built_plugin, _ = run(plugin, {"GPU_MODELS_LOG": str(log)})
+    built_plugin, built_out = run(plugin, {"GPU_MODELS_LOG": str(log)}, must_pass=True)
     lines(log)
-    built_plain = run(plain, kept_env)[0] if args.repeats else 0.0
+    print(f"built the bundle in {built_plugin:.1f} s", flush=True)
+    built_plain = run(plain, kept_env, must_pass=True)[0] if args.repeats else 0.0
     lines(log)
     walls: dict[str, list[float]] = {"plugin": [], "kept": [], "eager": []}
     tests: dict[str, dict[str, list[float]]] = {}
@@ -86,7 +102,9 @@ def main() -> None:
             else:
                 took, _ = run(plain, kept_env)
             walls[who].append(took)
+            print(f"round {round_ + 1} {who}: {took:.2f} s", flush=True)
             for item in lines(log):
+                print(f"  {item['model']}: {item['seconds']:.3f} s", flush=True)
                 tests.setdefault(item["model"], {}).setdefault(who, []).append(item["seconds"])
                 if who == "plugin":
                     warm_counts.append({k: item.get(k) for k in ("model", "benchmarks", "autotune")})
@@ -115,22 +133,24 @@ def main() -> None:
     print("\neach run, in order:")
     for who, values in walls.items():
         print(f"  {who}: {' '.join(f'{v:.2f}' for v in values)}")
-    benchmarked = [c for c in warm_counts if any(v > 0 for v in (c["benchmarks"] or {}).values())
-                   or (c["autotune"] or {}).get("saved", 0)]
+    benchmarked = [c for c in warm_counts if measured(c["benchmarks"]) or (c["autotune"] or {}).get("saved", 0)]
+    print(f"failed runs: {len(FAILED)}; the building run logged "
+          f"{built_out.count('Runtime error during autotuning')} autotuning errors")
     print(f"warm tests that benchmarked or saved an autotune result: {len(benchmarked)} of {len(warm_counts)}"
           + "".join(f"\n  {c}" for c in benchmarked))
 
     if args.cold_mlp:
         bundle.unlink()
         env = {"GPU_MODELS_LOG": str(log), "GPU_MODELS_COLD_MLP": "1"}
-        _, out = run(plugin, env)
+        _, out = run(plugin, env, must_pass=True)
         lines(log)
         errors = out.count("Runtime error during autotuning")
         print(f"\nwith a cold max-autotune MLP test before the warm ones: building run logged {errors} autotuning errors")
         for i in range(args.cold_mlp):
             took, out = run(plugin, env)
             for item in lines(log):
-                print(f"  warm run {i + 1}: {item['model']}: {item['seconds']:.2f} s, benchmarks {item['benchmarks']}, "
+                counts = {k: v for k, v in item["benchmarks"].items() if k != "lookups"}
+                print(f"  warm run {i + 1}: {item['model']}: {item['seconds']:.2f} s, measured {measured(counts)}, {counts}, "
                       f"autotune {item['autotune']}")
 
 
