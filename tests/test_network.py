@@ -4,6 +4,7 @@ that stalls, and answers that lie. No operation may hang; nothing half-sent is e
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import http.server
 import os
@@ -270,6 +271,48 @@ def _read(store: UrlStore) -> Any:
     payload = found.payload(entry)
     found.close()
     return payload
+
+
+def test_a_download_nobody_sees_is_not_split_into_parts(moto: int, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reads are split into parts only so that a progress line can move: with no session showing
+    progress, or off a terminal, each section is one range request; shown on a terminal, one per part."""
+    import s3fs
+
+    from pytest_compilecache.session.progress import Progress
+    from pytest_compilecache.storage import ranges
+
+    from pytest_compilecache.session import progress as shown_progress
+
+    monkeypatch.setattr(ranges, "CHUNK_BYTES", 16 * 1024)
+    monkeypatch.setattr(shown_progress, "TRANSFER_AFTER", 3600.0)  # the line itself is never drawn here
+    bucket = _s3_bucket(moto)
+    s3fs.S3FileSystem(**_options("s3", moto)).pipe(f"{bucket}/b.bundle", DATA_BUNDLE.read_bytes())
+    asked: list[tuple[int, int]] = []
+
+    def count(name: str, terminal: Any | None = None, showing: bool = True) -> int:
+        store = _store(f"s3://{bucket}/b.bundle", tmp_path / name, _options("s3", moto))
+        read = store.client.read_range
+
+        def counted(start: int, end: int) -> bytes:
+            asked.append((start, end))
+            return read(start, end)
+
+        monkeypatch.setattr(store.client, "read_range", counted)
+        progress = Progress(terminal)
+        progress.attach(store)
+        asked.clear()
+        with progress.showing() if showing else contextlib.nullcontext():
+            assert _read(store)
+        return len(asked)
+
+    class Terminal:
+        isatty = True
+
+    unseen, piped, hidden = count("unseen", showing=False), count("piped"), count("hidden", Terminal(), False)
+    parts = count("shown", Terminal())
+    assert unseen == piped == hidden <= 6 < DATA_BUNDLE.stat().st_size // ranges.CHUNK_BYTES <= parts, \
+        (unseen, piped, hidden, parts)
 
 
 def test_a_trickle_within_the_deadline_scaled_by_size_still_reads(served: int, tmp_path: Path) -> None:

@@ -59,8 +59,12 @@ class Progress:
             self._on = before
 
     @contextlib.contextmanager
-    def transfer(self, verb: str, total: int) -> Iterator[Callable[[int], None]]:
-        """A download or upload of ``total`` bytes (0: unknown), as :class:`~..storage.interface.TransferProgress`."""
+    def transfer(self, verb: str, total: int) -> Iterator[Callable[[int], None] | None]:
+        """A download or upload of ``total`` bytes (0: unknown), as :class:`~..storage.interface.TransferProgress`
+        (``None`` where nothing is shown: off a terminal, outside :meth:`showing`)."""
+        if not self._on or self._terminal is None:
+            yield None
+            return
         moved = [0]
 
         def line(elapsed: float) -> str:

@@ -121,7 +121,8 @@ class Client:
         fs, path = self.filesystem()
         with self.progress.transfer("downloading", self.size) as moved:
             data = self._read("downloading it", lambda: fs.cat_file(path), self.size)
-            moved(len(data))
+            if moved is not None:
+                moved(len(data))
         return data
 
     def read_range(self, start: int, end: int) -> bytes:
@@ -166,7 +167,8 @@ class Client:
         with self.progress.transfer("uploading", len(data)) as moved:
             tag: str = self.call("uploading it", lambda: self.writer.put(fs, path, data, expected, unconditional,
                                                                          self.version), len(data))
-            moved(len(data))
+            if moved is not None:
+                moved(len(data))
         self.uploaded += len(data)
         return tag
 

@@ -44,17 +44,18 @@ class Transfer:
 class TransferProgress(Protocol):
     """Told how a transfer goes, for a display (the session's progress line on a terminal)."""
 
-    def transfer(self, verb: str, total: int) -> ContextManager[Callable[[int], None]]:
+    def transfer(self, verb: str, total: int) -> ContextManager[Callable[[int], None] | None]:
         """Around one transfer (``verb``: "downloading", "uploading") of ``total`` bytes (0: unknown);
-        yields ``moved(n)``, to be called with the bytes moved so far."""
+        yields ``moved(n)``, to be called with the bytes moved so far, or ``None`` where nothing is shown
+        (a reader then has no reason to split a read into parts)."""
 
 
 class NoProgress:
     """The :class:`TransferProgress` that shows nothing (every store's until a session attaches one)."""
 
     @contextlib.contextmanager
-    def transfer(self, verb: str, total: int) -> Iterator[Callable[[int], None]]:
-        yield lambda moved: None
+    def transfer(self, verb: str, total: int) -> Iterator[Callable[[int], None] | None]:
+        yield None
 
 
 class Written(enum.Enum):
