@@ -68,3 +68,57 @@ def test_results_of_other_kernels_are_all_kept(tmp_path: Path) -> None:
     merged = _torchapi.merge_artifacts([payload(result(True, 64)), payload(result(False, 16), key=other)])
     assert sorted(key for _, key, _ in _torchapi.artifact_sizes(merged)) == [KEY, other]
     assert loaded(merged, tmp_path, other) == result(False, 16)
+
+
+class _Config:
+    """Triton's ``Config`` where triton is absent (a CPU build of torch): its kwargs, warps and stages."""
+
+    def __init__(self, kwargs: dict[str, int], num_warps: int = 4, num_stages: int = 1, **_: object) -> None:
+        self.kwargs, self.num_warps, self.num_stages = dict(kwargs), num_warps, num_stages
+
+
+def _reloaded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, found_by_coordesc: bool) -> tuple[object, object]:
+    """A statically launchable kernel with three configs whose autotune result (the second config) is
+    on disk, loaded as from the FX graph cache: torch's own ``recheck_autotune_cache``, cache and
+    result format; only the compiled kernels are stand-ins. Its kept compile result, and the one expected."""
+    from torch._inductor.runtime import autotune_cache, triton_heuristics
+
+    from pytest_compilecache._torchapi import autotune
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    try:
+        triton_heuristics.Config({"XBLOCK": 1}, num_warps=4, num_stages=1)
+        config_class = triton_heuristics.Config
+    except TypeError:  # no triton here: torch's placeholder takes no arguments
+        monkeypatch.setattr(autotune_cache, "Config", _Config)
+        config_class = _Config
+    autotune.install()
+    configs = [config_class({"XBLOCK": block}, num_warps=4, num_stages=1) for block in (64, 128, 256)]
+    filename = str(tmp_path / "ab" / "cabcdef.py")
+    meta = {"coordinate_descent_tuning": True, "autotune_local_cache": True}
+    cache = autotune_cache.AutotuneCache.create(meta, filename, triton_heuristics.hash_configs(configs))
+    assert cache is not None
+    cache.save(configs[1], 5_000_000, found_by_coordesc=found_by_coordesc)
+    results = [object.__new__(triton_heuristics.StaticTritonCompileResult) for _ in configs]
+    for compiled, config in zip(results, configs):
+        compiled.config = config
+    kernel = object.__new__(triton_heuristics.CachingAutotuner)
+    kernel.compile_results, kernel.filename, kernel.inductor_meta = list(results), filename, meta
+    kernel.recheck_autotune_cache(lambda: pytest.fail("the kept config was compiled: nothing to reload"))
+    assert kernel.compile_results == [results[1]]
+    return kernel.compile_results[0].config, configs[1]
+
+
+def test_a_kernel_loaded_warm_keeps_the_mark_of_coordinate_descent(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the mark, the kernel's first run tunes it again (torch 2.11 dropped it: a warm max-autotune
+    test on an H200 benchmarked and wrote a result; torch 2.13 keeps it, and the plugin adds nothing)."""
+    kept, expected = _reloaded(tmp_path, monkeypatch, found_by_coordesc=True)
+    assert kept is expected and getattr(kept, "found_by_coordesc", False) is True
+
+
+def test_a_result_coordinate_descent_did_not_find_gets_no_mark(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A result of plain autotuning, with coordinate descent on: torch tunes it further, as it should."""
+    kept, _ = _reloaded(tmp_path, monkeypatch, found_by_coordesc=False)
+    assert not getattr(kept, "found_by_coordesc", False)

@@ -8,13 +8,24 @@ under the same ``<xx>/<name>.best_config`` tail, so a lookup through the old pat
 that folder is gone (another machine, a removed test folder) and reads or writes another test's
 folder when it is not. :func:`install` maps such a path onto the current cache folder, keeping
 the tail, which is exactly where Mega-Cache put the result.
+
+It also keeps a kernel loaded from the FX graph cache from being tuned again. Such a kernel
+(statically launchable) checks the autotune cache once more when it loads
+(``CachingAutotuner.recheck_autotune_cache``). Where the result found by coordinate descent is one
+of the kernel's own configs, torch 2.11 keeps that config but not the mark that coordinate descent
+found it, so the kernel's first run tunes it again: a warm max-autotune test benchmarks and writes a
+result (seen on an H200; it depends on whether coordinate descent moved from its starting config,
+which is why it came and went). torch 2.13 sets the mark itself; :func:`install` sets it where the
+loaded kernel's config is the one the cache named as found by coordinate descent, and does nothing
+where torch already did.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+import threading
+from typing import Any, Callable
 
 
 def _current(filename: str) -> str:
@@ -54,4 +65,59 @@ def install() -> bool:
 
     create_here._compilecache = True  # type: ignore[attr-defined]
     setattr(cache_class, "create", staticmethod(create_here))
+    _keep_coordinate_descent_mark()
     return "torch._inductor.runtime.autotune_cache" in sys.modules
+
+
+_last_found = threading.local()
+
+
+def _keep_coordinate_descent_mark() -> None:
+    """Wrap ``check_autotune_cache`` (to see the config the cache named) and
+    ``CachingAutotuner.recheck_autotune_cache`` (to mark the kept config as coordinate descent's). Idempotent."""
+    try:
+        from torch._inductor.runtime import triton_heuristics
+        from torch._inductor.runtime.runtime_utils import triton_config_to_hashable
+    except ImportError:
+        return
+    check = getattr(triton_heuristics, "check_autotune_cache", None)
+    autotuner = getattr(triton_heuristics, "CachingAutotuner", None)
+    recheck = getattr(autotuner, "recheck_autotune_cache", None)
+    if check is None or recheck is None or getattr(recheck, "_compilecache", False):
+        return
+
+    def remembering(configs: Any, filename: Any, inductor_meta: Any) -> Any:
+        found = check(configs, filename, inductor_meta)
+        named = found[0] if isinstance(found, tuple) and found else None
+        _last_found.config = named[0] if isinstance(named, list) and len(named) == 1 else None
+        return found
+
+    def rechecking(self: Any, *args: Any, **kwargs: Any) -> Any:
+        _last_found.config = None
+        try:
+            return recheck(self, *args, **kwargs)
+        finally:
+            named, _last_found.config = getattr(_last_found, "config", None), None
+            _mark(self, named, triton_config_to_hashable)
+
+    rechecking._compilecache = True  # type: ignore[attr-defined]
+    triton_heuristics.check_autotune_cache = remembering
+    setattr(autotuner, "recheck_autotune_cache", rechecking)
+
+
+def _mark(autotuner: Any, named: Any, hashable: Callable[[Any], Any]) -> None:
+    """Mark ``autotuner``'s one kept config as found by coordinate descent where the cache named it so."""
+    if named is None or not getattr(named, "found_by_coordesc", False):
+        return
+    results = getattr(autotuner, "compile_results", None) or []
+    if len(results) != 1:
+        return
+    config = getattr(results[0], "config", None)
+    if config is None or getattr(config, "found_by_coordesc", False):
+        return
+    try:
+        same = hashable(config) == hashable(named)
+    except Exception:  # a config torch cannot hash: leave it as torch left it
+        return
+    if same:
+        config.found_by_coordesc = True
