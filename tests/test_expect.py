@@ -77,7 +77,9 @@ def test_records_then_fails_exactly_the_tests_that_regressed(pytester: pytest.Py
     assert sorted(data["tests"]) == ["test_model.py::test_breaks", "test_model.py::test_clean",
                                      "test_model.py::test_sizes"]  # test_not_recorded uses no fixture
     for record in data["tests"].values():
-        assert tuple(record) == FIELDS  # nothing unstable: no cpp, triton, pgo, saved, seconds
+        assert list(record) == ["frames", "graphs", "recompiles", "graph_breaks", "fx_graph.hits",
+                                "fx_graph.misses", "fx_graph.bypasses", "aot_autograd.hits", "aot_autograd.misses",
+                                "aot_autograd.bypasses"]  # nothing unstable: no cpp, triton, pgo, saved, seconds
         assert record["frames"] == 1 and record["graph_breaks"] == 0 and record["fx_graph.misses"] == 1
     assert set(data["made_with"]) == {"torch", "device"}
     assert str(pytester.path) not in written.decode()
@@ -165,6 +167,32 @@ def test_xdist_records_the_same_file_and_unused_records_go_only_in_a_full_update
     full.assert_outcomes(passed=2)
     assert sorted(json.loads(path.read_text())["tests"]) == ["test_a.py::test_one", "test_a.py::test_two"]
     assert "2 removed" in _summary(full)
+
+
+@pytest.mark.slow
+def test_per_test_isolation_records_tests_without_a_fixture(pytester: pytest.Pytester, run_inner: Run) -> None:
+    """Under --compile-cache-isolate every test starts from an empty cache, so its counts are deterministic and
+    recorded (without isolation, a test with no fixture is not: it shares the session's cache)."""
+    pytester.makepyfile(test_plain="""
+        import torch
+
+        def test_compiles():
+            torch.compile(lambda x: x.sin() * 2)(torch.randn(4))
+
+        def test_compiles_nothing():
+            pass
+        """)
+    run_inner("--compile-cache-expect=plain.json", "--compile-cache-expect-update").assert_outcomes(passed=2)
+    assert json.loads((pytester.path / "plain.json").read_text())["tests"] == {}
+    run_inner("--compile-cache-isolate", "--compile-cache-expect=exp.json",
+              "--compile-cache-expect-update").assert_outcomes(passed=2)
+    tests = json.loads((pytester.path / "exp.json").read_text())["tests"]
+    assert set(tests) == {"test_plain.py::test_compiles"}, tests
+    record = tests["test_plain.py::test_compiles"]
+    assert (record["frames"], record["graphs"], record["fx_graph.misses"], record["fx_graph.hits"]) == (1, 1, 1, 0)
+    compared = run_inner("--compile-cache-isolate", "--compile-cache-expect=exp.json")
+    compared.assert_outcomes(passed=2)
+    assert _summary(compared).startswith("compile expectations: 1 compared, 0 regressed")
 
 
 GOOD = ('{\n "format": 1,\n "made_with": {"device": "cpu", "torch": "2.13.0"},\n "tests": {\n'

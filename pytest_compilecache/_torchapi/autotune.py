@@ -78,7 +78,7 @@ def _keep_coordinate_descent_mark() -> None:
     try:
         from torch._inductor.runtime import triton_heuristics
         from torch._inductor.runtime.runtime_utils import triton_config_to_hashable
-    except ImportError:
+    except Exception:  # no Triton, or a torch that cannot import it here (as clock.install)
         return
     check = getattr(triton_heuristics, "check_autotune_cache", None)
     autotuner = getattr(triton_heuristics, "CachingAutotuner", None)
