@@ -172,7 +172,8 @@ def test_xdist_records_the_same_file_and_unused_records_go_only_in_a_full_update
 @pytest.mark.slow
 def test_per_test_isolation_records_tests_without_a_fixture(pytester: pytest.Pytester, run_inner: Run) -> None:
     """Under --compile-cache-isolate every test starts from an empty cache, so its counts are deterministic and
-    recorded (without isolation, a test with no fixture is not: it shares the session's cache)."""
+    recorded, a test that compiles nothing too (all zeros, whether or not torch was loaded before it);
+    without isolation a test with no fixture is not: it shares the session's cache."""
     pytester.makepyfile(test_plain="""
         import torch
 
@@ -187,12 +188,13 @@ def test_per_test_isolation_records_tests_without_a_fixture(pytester: pytest.Pyt
     run_inner("--compile-cache-isolate", "--compile-cache-expect=exp.json",
               "--compile-cache-expect-update").assert_outcomes(passed=2)
     tests = json.loads((pytester.path / "exp.json").read_text())["tests"]
-    assert set(tests) == {"test_plain.py::test_compiles"}, tests
+    assert set(tests) == {"test_plain.py::test_compiles", "test_plain.py::test_compiles_nothing"}, tests
     record = tests["test_plain.py::test_compiles"]
     assert (record["frames"], record["graphs"], record["fx_graph.misses"], record["fx_graph.hits"]) == (1, 1, 1, 0)
-    compared = run_inner("--compile-cache-isolate", "--compile-cache-expect=exp.json")
+    assert set(tests["test_plain.py::test_compiles_nothing"].values()) == {0}
+    compared = run_inner("--compile-cache-isolate", "--compile-cache-expect=exp.json", "-p", "no:randomly")
     compared.assert_outcomes(passed=2)
-    assert _summary(compared).startswith("compile expectations: 1 compared, 0 regressed")
+    assert _summary(compared).startswith("compile expectations: 2 compared, 0 regressed")
 
 
 GOOD = ('{\n "format": 1,\n "made_with": {"device": "cpu", "torch": "2.13.0"},\n "tests": {\n'

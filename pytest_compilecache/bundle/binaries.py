@@ -192,6 +192,15 @@ def _place(source: Path, dest: Path) -> bool:
     return True
 
 
+def drop_from(folder: Path, names: Iterable[str]) -> int:
+    """Remove the binaries of a cache folder (or pool) that have these names; returns how many."""
+    wanted = set(names)
+    gone = [file for rel, file in find_binaries(folder).items() if rel.rsplit("/", 1)[-1] in wanted]
+    for file in gone:
+        file.unlink(missing_ok=True)
+    return len(gone)
+
+
 class BinaryPool:
     """The binaries built or loaded in a session, for one build identity, shared by its processes.
 
@@ -249,11 +258,7 @@ class BinaryPool:
 
     def drop(self, names: Iterable[str]) -> int:
         """Remove the pooled files with these names (binaries that failed to load); returns how many."""
-        wanted = set(names)
-        gone = [file for rel, file in self.files().items() if rel.rsplit("/", 1)[-1] in wanted]
-        for file in gone:
-            file.unlink(missing_ok=True)
-        return len(gone)
+        return drop_from(self.path, names)
 
     def seed(self, folder: Path) -> int:
         """Link every pooled binary into a cache folder where it is missing (timings are merged); how many."""

@@ -12,8 +12,8 @@ from typing import Any, Iterator
 
 import pytest
 
-from .. import _torchapi
-from ..bundle.binaries import BinaryPool
+from .. import _torchapi, files
+from ..bundle.binaries import BinaryPool, drop_from
 from ..bundle.format import Unreadable
 from ..bundle.keyindex import KeyIndex
 from ..cache import CacheKind, CompileCache
@@ -190,7 +190,8 @@ class TestSide:
             self._prepared = self._preparer.prepare(_torchapi.environment_fingerprint())
             if self._saved_env is not None and self.options.isolation is not Isolation.TEST:
                 if self._prepared:
-                    shutil.copytree(self.folders.template, self.session_cache, dirs_exist_ok=True)
+                    self._pool.seed(self.folders.template)
+                    files.link_tree(self.folders.template, self.session_cache)
                 self._pool.seed(self.session_cache)
         return self._prepared
 
@@ -201,7 +202,9 @@ class TestSide:
             try:
                 if _torchapi.compiler_loaded():
                     rejected = _torchapi.rejected_binary_names() - self._dropped
-                    self._pool.drop(rejected)
+                    if rejected:
+                        self._pool.drop(rejected)
+                        drop_from(self.folders.template, rejected)  # seeded from the pool: its links too
                     self._dropped |= rejected
                 self._pool.add_from(folder, since)
             except OSError as exc:
@@ -284,9 +287,9 @@ class TestSide:
                         "with --compile-cache-bundle=PATH after a run that builds it, or a "
                         "pytest_compilecache_warmup hook"
                     )
-                shutil.copytree(template, cache.path, dirs_exist_ok=True)
                 if self._pool is not None:
-                    self._pool.seed(cache.path)
+                    self._pool.seed(template)  # binaries pooled since: the template's links carry them
+                files.link_tree(template, cache.path)
             cache.__enter__()
         except _torchapi.TorchUnavailable as exc:
             pytest.fail(str(exc), pytrace=False)

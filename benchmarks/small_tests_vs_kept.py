@@ -1,0 +1,122 @@
+"""CPU, issue 22: a suite of many small compiled tests, warm from a bundle against a kept cache folder.
+
+The suite is generated: ``PLAIN`` tests that compile a small function with no fixture (as most
+suites are written) and ``WARM`` tests that compile one in ``warm_cache``, each a graph of its own
+(a few pointwise ops and a reduction, like kornia's or PyG's tests), each function a code object of
+its own (one shared closure would hit Dynamo's recompile limit and run eagerly). Two twins of it:
+
+- **plugin**: ``--compile-cache-bundle=PATH`` and a warmup hook compiling the ``warm_cache`` tests'
+  functions; one run builds the bundle (the plain tests' compiles go into it too), the measured runs load it.
+- **kept folder**: the same tests with no fixture, ``-p no:compilecache``, one kept
+  ``TORCHINDUCTOR_CACHE_DIR`` (precompiled headers included); one run fills it.
+
+Then ``ROUNDS`` warm runs of each twin, the order alternating each round, serial and ``-n 2``: pytest's wall time as a
+user sees it, median and range, and the ratio of medians.
+
+    python benchmarks/small_tests_vs_kept.py [ROUNDS] [PLAIN] [WARM]
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+QUIET = ["-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-W", "ignore::DeprecationWarning"]
+
+def functions(count: int) -> str:
+    """``small.py``: ``count`` small functions, each a code object of its own (a test's own graph:
+    pointwise ops with its constants, then a reduction), and ``run(i)`` compiling the i-th."""
+    lines = ["import torch", ""]
+    for i in range(count):
+        lines += [f"def f_{i}(x):", f"    y = torch.sin(x * {(i + 1) / 3!r}) + torch.cos(x) * {i % 7 + 1}",
+                  f"    return (y.relu() + {i}).sum(dim=-1)", ""]
+    lines += [f"FUNCTIONS = [{', '.join(f'f_{i}' for i in range(count))}]", "", "",
+              "def run(i):", "    shape = (4 + i % 5, 16 + 8 * (i % 3))",
+              "    out = torch.compile(FUNCTIONS[i])(torch.randn(shape))", "    assert out.shape == (shape[0],)", ""]
+    return "\n".join(lines)
+
+
+WARMUP = """import pytest
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_compilecache_warmup(cache):
+    from small import run
+
+    for i in range({first}, {last}):
+        run(i)
+"""
+
+
+def suite(folder: Path, plain: int, warm: int, plugin: bool) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "small.py").write_text(functions(plain + warm))
+    lines = ["from small import run", ""]
+    for i in range(plain):
+        lines += [f"def test_plain_{i:03d}():", f"    run({i})", ""]
+    for i in range(plain, plain + warm):
+        fixture = "warm_cache" if plugin else ""
+        lines += [f"def test_warm_{i:03d}({fixture}):", f"    run({i})", ""]
+    (folder / "test_small.py").write_text("\n".join(lines))
+    (folder / "conftest.py").write_text(WARMUP.format(first=plain, last=plain + warm) if plugin else "")
+    return folder
+
+
+def run(folder: Path, args: list[str], env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "pytest", *QUIET, *args], cwd=folder, capture_output=True,
+                          text=True, env={**os.environ, **env}, timeout=1800)
+    took = time.perf_counter() - start
+    if done.returncode != 0:
+        print(done.stdout[-5000:], done.stderr[-3000:], sep="\n")
+        raise SystemExit(f"failed in {folder}: {args}")
+    return took
+
+
+def main() -> None:
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+    plain = int(sys.argv[2]) if len(sys.argv) > 2 else 40
+    warm = int(sys.argv[3]) if len(sys.argv) > 3 else 20
+    work = Path(tempfile.mkdtemp(prefix="small-tests-"))
+    plugin = suite(work / "plugin", plain, warm, plugin=True)
+    kept = suite(work / "kept", plain, warm, plugin=False)
+    bundle = work / "small.bundle"
+    plugin_args = [f"--compile-cache-bundle={bundle}"]
+    kept_args = ["-p", "no:compilecache"]
+    kept_env = {"TORCHINDUCTOR_CACHE_DIR": str(work / "kept-cache")}
+    # The plugin's own per-user folder (precompiled headers) is private to this benchmark, as the
+    # kept folder is: neither side starts from what an earlier run left.
+    plugin_env = {"XDG_CACHE_HOME": str(work / "xdg")}
+    print(f"{plain} plain tests and {warm} warm_cache tests, {rounds} alternating rounds", flush=True)
+    print(f"build: plugin {run(plugin, plugin_args, plugin_env):.1f} s, "
+          f"kept {run(kept, kept_args, kept_env):.1f} s", flush=True)
+    times: dict[str, list[float]] = {}
+    for mode, extra in (("serial", []), ("-n 2", ["-n", "2"])):
+        for round_ in range(rounds):
+            for side in (("plugin", "kept") if round_ % 2 == 0 else ("kept", "plugin")):
+                if side == "plugin":
+                    took = run(plugin, [*plugin_args, *extra], plugin_env)
+                else:
+                    took = run(kept, [*kept_args, *extra], kept_env)
+                times.setdefault(f"{side} {mode}", []).append(took)
+            print(f"  {mode}: plugin {times[f'plugin {mode}'][-1]:.2f} s, kept {times[f'kept {mode}'][-1]:.2f} s",
+                  flush=True)
+    print("\n| run | plugin, median (range) | kept folder, median (range) | ratio of medians |")
+    print("|---|---|---|---|")
+    for mode in ("serial", "-n 2"):
+        a, b = times[f"plugin {mode}"], times[f"kept {mode}"]
+        print(f"| {mode} | {statistics.median(a):.2f} s ({min(a):.2f}-{max(a):.2f}) | "
+              f"{statistics.median(b):.2f} s ({min(b):.2f}-{max(b):.2f}) | "
+              f"{statistics.median(a) / statistics.median(b):.3f}x |")
+    print(f"\nbundle {bundle.stat().st_size / 1e6:.2f} MB")
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
