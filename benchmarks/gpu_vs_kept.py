@@ -149,7 +149,7 @@ def main() -> None:
         for i in range(args.cold_mlp):
             took, out = run(plugin, env)
             for item in lines(log):
-                counts = {k: v for k, v in item["benchmarks"].items() if k != "lookups"}
+                counts = {k: v for k, v in (item["benchmarks"] or {}).items() if k != "lookups"}
                 print(f"  warm run {i + 1}: {item['model']}: {item['seconds']:.2f} s, measured {measured(counts)}, {counts}, "
                       f"autotune {item['autotune']}")
 

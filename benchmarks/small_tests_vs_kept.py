@@ -29,6 +29,7 @@ from pathlib import Path
 
 QUIET = ["-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-W", "ignore::DeprecationWarning"]
 
+
 def functions(count: int) -> str:
     """``small.py``: ``count`` small functions, each a code object of its own (a test's own graph:
     pointwise ops with its constants, then a reduction), and ``run(i)`` compiling the i-th."""

@@ -49,13 +49,20 @@ def umask() -> int:
     return mask
 
 
-def link_tree(source: Path, dest: Path) -> int:
-    """Fill ``dest`` with ``source``'s files as hard links (copies where a link cannot be made: another
-    file system, a link limit); files ``dest`` already has are left alone. How many were placed.
+#: Files :func:`link_tree` copies instead of linking: C++ and CUDA sources, which torch's
+#: ahead-of-time and CUDA-template builds append to in place before building them.
+COPIED_SUFFIXES = (".cpp", ".cu", ".h")
 
-    For cache folders whose files are never written in place: torch writes each cache file whole,
-    to a new name renamed over the old (``write_atomic``), which replaces the link and leaves the
-    file it pointed to, and every other folder linking it, as it was.
+
+def link_tree(source: Path, dest: Path, replace: bool = False) -> int:
+    """Fill ``dest`` with ``source``'s files as hard links (copies where a link cannot be made: another
+    file system, a link limit; and sources, see :data:`COPIED_SUFFIXES`). Files ``dest`` already has
+    are left alone, or, with ``replace``, replaced (atomically) unless they are the same file. How many
+    were placed.
+
+    For cache folders whose files are written whole: torch writes a cache file to a new name and
+    renames it over the old (``write_atomic``; Triton's and PGO's writers too), which replaces the link
+    in one folder and leaves the file it pointed to, and every other folder linking it, as it was.
     """
     placed = 0
     os.makedirs(dest, exist_ok=True)
@@ -63,14 +70,28 @@ def link_tree(source: Path, dest: Path) -> int:
         for entry in entries:
             target = os.path.join(dest, entry.name)
             if entry.is_dir(follow_symlinks=False):
-                placed += link_tree(Path(entry.path), Path(target))
-            elif entry.is_file(follow_symlinks=False) and not os.path.lexists(target):
+                placed += link_tree(Path(entry.path), Path(target), replace)
+            elif entry.is_file(follow_symlinks=False):
+                if os.path.lexists(target) and (not replace or os.path.samefile(entry.path, target)):
+                    continue
+                tmp = os.path.join(dest, f".{entry.name}.{os.getpid()}.{threading.get_ident()}.link")
                 try:
-                    os.link(entry.path, target)
-                except OSError:
-                    shutil.copy2(entry.path, target)
+                    if entry.name.endswith(COPIED_SUFFIXES) or not _linked(entry.path, tmp):
+                        shutil.copy2(entry.path, tmp)
+                    os.replace(tmp, target)
+                finally:
+                    if os.path.lexists(tmp):
+                        os.unlink(tmp)
                 placed += 1
     return placed
+
+
+def _linked(source: str, link: str) -> bool:
+    try:
+        os.link(source, link)
+    except OSError:
+        return False
+    return True
 
 
 def write_atomic(path: Path, chunks: bytes | Iterable[bytes], fsync: bool = True) -> int:

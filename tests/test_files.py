@@ -176,3 +176,32 @@ def test_leftovers_of_one_bundle_never_touch_another_files_temporary(tmp_path: P
         p.write_bytes(b"partial")
     assert files.remove_leftovers(path) == [mine]
     assert all(p.exists() for p in others)
+
+
+def test_a_linked_cache_folder_shares_files_and_never_writes_back(tmp_path: Path) -> None:
+    """warm_cache folders are hard links to the template: a file torch writes (a new file renamed over the
+    name) replaces the link in that folder alone; sources (appended to in place by torch's
+    ahead-of-time builds) are copies; ``replace`` refreshes a kept folder's stale files."""
+    torch = pytest.importorskip("torch")
+    from torch._inductor.codecache import write_atomic
+
+    template = tmp_path / "template"
+    (template / "fxgraph" / "fkey").mkdir(parents=True)
+    (template / "fxgraph" / "fkey" / "entry").write_bytes(b"graph")
+    (template / "ab").mkdir()
+    (template / "ab" / "cabc.so").write_bytes(b"binary")
+    (template / "ab" / "cabc.cpp").write_bytes(b"source")
+    test = tmp_path / "test"
+    assert files.link_tree(template, test) == 3
+    assert (test / "ab" / "cabc.so").stat().st_ino == (template / "ab" / "cabc.so").stat().st_ino
+    assert (test / "ab" / "cabc.cpp").stat().st_ino != (template / "ab" / "cabc.cpp").stat().st_ino
+    write_atomic(str(test / "fxgraph" / "fkey" / "entry"), b"written by the test")
+    with open(test / "ab" / "cabc.cpp", "a") as f:
+        f.write("// appended, as torch's ahead-of-time build does")
+    assert (template / "fxgraph" / "fkey" / "entry").read_bytes() == b"graph"
+    assert (template / "ab" / "cabc.cpp").read_bytes() == b"source"
+    assert files.link_tree(template, test) == 0, "what the folder has is left alone"
+    assert files.link_tree(template, test, replace=True) == 2, "stale files replaced, the same file kept"
+    assert (test / "fxgraph" / "fkey" / "entry").read_bytes() == b"graph"
+    assert not [p for p in test.rglob("*") if p.name.endswith(".link")], "no temporary link left"
+    del torch

@@ -95,7 +95,10 @@ def test_a_mode_given_to_the_bare_isolate_flag_points_at_the_mode_option(suite: 
     from _pytest.config import argparsing
 
     parsers = [c for c in vars(argparsing).values() if isinstance(c, type) and issubclass(c, argparse.ArgumentParser)]
-    shows_extra_info = any("extra_info" in inspect.getsource(c.error) for c in parsers if "error" in vars(c))
+    try:
+        shows_extra_info = any("extra_info" in inspect.getsource(c.error) for c in parsers if "error" in vars(c))
+    except OSError:  # pytest installed without its sources: assume the newer parser
+        shows_extra_info = True
     result = suite.runpytest_subprocess("--compile-cache-isolate=worker", "suite/")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*argument --compile-cache-isolate: ignored explicit argument 'worker'*"])

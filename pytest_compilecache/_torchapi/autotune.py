@@ -17,11 +17,14 @@ found it, so the kernel's first run tunes it again: a warm max-autotune test ben
 result (seen on an H200; it depends on whether coordinate descent moved from its starting config,
 which is why it came and went). torch 2.13 sets the mark itself; :func:`install` sets it where the
 loaded kernel's config is the one the cache named as found by coordinate descent, and does nothing
-where torch already did.
+where torch already did. Not covered: on torch 2.11 a kernel compiled with a single config whose
+coordinate-descent result is another config (torch 2.11 rechecks only kernels of several configs;
+compiling the other config would take torch's private compile step).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
@@ -44,11 +47,13 @@ def _current(filename: str) -> str:
 
 
 def install() -> bool:
-    """Patch ``AutotuneCache.create`` (idempotent); False where this torch has none."""
+    """Patch ``AutotuneCache.create`` and keep the mark of coordinate descent (idempotent); False where
+    this torch has no ``AutotuneCache``."""
     try:
         from torch._inductor.runtime import autotune_cache
     except ImportError:
         return False
+    _keep_coordinate_descent_mark()
     cache_class = getattr(autotune_cache, "AutotuneCache", None)
     create = getattr(cache_class, "create", None)
     if create is None:
@@ -65,7 +70,6 @@ def install() -> bool:
 
     create_here._compilecache = True  # type: ignore[attr-defined]
     setattr(cache_class, "create", staticmethod(create_here))
-    _keep_coordinate_descent_mark()
     return "torch._inductor.runtime.autotune_cache" in sys.modules
 
 
@@ -86,22 +90,27 @@ def _keep_coordinate_descent_mark() -> None:
     if check is None or recheck is None or getattr(recheck, "_compilecache", False):
         return
 
-    def remembering(configs: Any, filename: Any, inductor_meta: Any) -> Any:
-        found = check(configs, filename, inductor_meta)
-        named = found[0] if isinstance(found, tuple) and found else None
-        _last_found.config = named[0] if isinstance(named, list) and len(named) == 1 else None
+    @functools.wraps(check)
+    def remembering(*args: Any, **kwargs: Any) -> Any:
+        found = check(*args, **kwargs)
+        if getattr(_last_found, "waiting", False):  # the first check of a recheck; a nested one is not it
+            named = found[0] if isinstance(found, tuple) and found else None
+            _last_found.config = named[0] if isinstance(named, list) and len(named) == 1 else None
+            _last_found.waiting = False
         return found
 
+    @functools.wraps(recheck)
     def rechecking(self: Any, *args: Any, **kwargs: Any) -> Any:
-        _last_found.config = None
+        _last_found.config, _last_found.waiting = None, True
         try:
             return recheck(self, *args, **kwargs)
         finally:
-            named, _last_found.config = getattr(_last_found, "config", None), None
+            named = getattr(_last_found, "config", None)
+            _last_found.config, _last_found.waiting = None, False
             _mark(self, named, triton_config_to_hashable)
 
     rechecking._compilecache = True  # type: ignore[attr-defined]
-    triton_heuristics.check_autotune_cache = remembering
+    setattr(triton_heuristics, "check_autotune_cache", remembering)
     setattr(autotuner, "recheck_autotune_cache", rechecking)
 
 

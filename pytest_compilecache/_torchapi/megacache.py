@@ -170,8 +170,8 @@ def _one_result_per_kernel(groups: dict[str, list[Any]]) -> bool:
     chosen: dict[str, Any] = {}
     for artifact in items:
         key = str(artifact.key)
-        if key not in chosen or _found_by_coordinate_descent(artifact) \
-                or not _found_by_coordinate_descent(chosen[key]):
+        if (key not in chosen or _found_by_coordinate_descent(artifact)
+                or not _found_by_coordinate_descent(chosen[key])):
             chosen[key] = artifact
     if len(chosen) == len(items):
         return False
@@ -206,7 +206,8 @@ def load_artifacts(data: bytes, into: str) -> dict[str, list[str]]:
     groups = _deserialize(data)
     _refuse(_unsafe_keys(groups))
     if _one_result_per_kernel(groups):
-        data = _serialize(groups)
+        with contextlib.suppress(MegaCacheError):  # a torch with no serializer (2.7) loads them all, in order
+            data = _serialize(groups)
     saved = SavedEnv()
     point_cache_dirs_at(into)
     try:

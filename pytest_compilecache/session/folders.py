@@ -53,7 +53,7 @@ class Folders:
 
     @property
     def template(self) -> Path:
-        """The cache folder the bundle is loaded into; every ``warm_cache`` test starts from a copy."""
+        """The cache folder the bundle is loaded into; every ``warm_cache`` test starts from its links (``files.link_tree``)."""
         return self.root / "template"
 
     @property

@@ -191,7 +191,7 @@ class TestSide:
             if self._saved_env is not None and self.options.isolation is not Isolation.TEST:
                 if self._prepared:
                     self._pool.seed(self.folders.template)
-                    files.link_tree(self.folders.template, self.session_cache)
+                    files.link_tree(self.folders.template, self.session_cache, replace=True)
                 self._pool.seed(self.session_cache)
         return self._prepared
 
