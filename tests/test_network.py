@@ -330,6 +330,33 @@ def test_a_trickle_within_the_deadline_scaled_by_size_still_reads(served: int, t
     assert took > 2.0, took
 
 
+def _put_data_bundle(kind: str, port: int) -> str:
+    """The URL of a new object holding tests/data's bundle, in moto's S3 or Azurite at ``port``."""
+    import fsspec
+
+    root = _s3_bucket(port) if kind == "s3" else _az_container(port)
+    fsspec.filesystem("s3" if kind == "s3" else "az", **_options(kind, port)).pipe(f"{root}/b.bundle",
+                                                                                  DATA_BUNDLE.read_bytes())
+    return f"{kind}://{root}/b.bundle"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["s3", "az"])
+def test_an_object_store_that_trickles_or_stalls_is_still_read_whole(kind: str, request: pytest.FixtureRequest,
+                                                                    tmp_path: Path) -> None:
+    """In front of moto's S3 server and Azurite: answers at 50 kB/s read within the deadline scaled by
+    size (beyond the 2 s network timeout); a download that stops after 100 kB is read again, whole."""
+    port = int(request.getfixturevalue({"s3": "moto", "az": "azurite"}[kind]))
+    url = _put_data_bundle(kind, port)
+    with FaultProxy(port, rate=50_000) as slow:
+        started = time.monotonic()
+        assert _read(_store(url, tmp_path / "slow", _options(kind, slow.port), timeout=2.0))
+        assert time.monotonic() - started > 2.0
+    with FaultProxy(port, stall_after=100_000, stalls=1) as stalling:
+        assert _read(_store(url, tmp_path / "stalled", _options(kind, stalling.port), timeout=2.0))
+        assert stalling.stalled == 1
+
+
 def test_a_download_that_stalls_midway_is_read_again_from_the_start(served: int, tmp_path: Path) -> None:
     """The first answer stops after 100 kB and never goes on: after the network timeout the read starts
     again on a new connection, and what is used is the whole, checked object."""
