@@ -72,6 +72,15 @@ def link_tree(source: Path, dest: Path, replace: bool = False) -> int:
             if entry.is_dir(follow_symlinks=False):
                 placed += link_tree(Path(entry.path), Path(target), replace)
             elif entry.is_file(follow_symlinks=False):
+                if not replace and not entry.name.endswith(COPIED_SUFFIXES):
+                    try:
+                        os.link(entry.path, target)  # made whole or not at all: no temporary name needed
+                        placed += 1
+                        continue
+                    except FileExistsError:
+                        continue
+                    except OSError:
+                        pass  # another file system, a link limit: copied below
                 if os.path.lexists(target) and (not replace or os.path.samefile(entry.path, target)):
                     continue
                 tmp = os.path.join(dest, f".{entry.name}.{os.getpid()}.{threading.get_ident()}.link")

@@ -7,12 +7,13 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 
-from pytest_compilecache.bundle.binaries import BinaryPool, CarriedBinaries, CarriedFile, build_id
+from pytest_compilecache.bundle.binaries import BinaryPool, CarriedBinaries, CarriedFile, build_id, find_binaries
 from pytest_compilecache.bundle.format import Bundle, make_entry, read_manifest, write_bundle
 
 #: Real sessions against real servers and suites: left out of the fast tier (-m "not slow").
@@ -270,3 +271,48 @@ def test_an_updating_warmup_uses_the_carried_binaries(kernels: Kernels, built: t
     stats = process["warmup_stats"]
     assert stats["fx_graph"]["hits"] >= 1 and stats["fx_graph"]["misses"] == 0, stats["fx_graph"]
     assert stats["cpp"]["misses"] == 0 and stats["cpp"]["from_bundle"] >= 1, stats["cpp"]
+
+
+def test_a_seeded_folder_gets_what_another_process_pools_later(tmp_path: Path) -> None:
+    """Seeding skips a folder it already filled while the pool is unchanged, and catches up once any
+    process (here a second pool object on the same folder) adds to or drops from it."""
+    identity = {"compiler": "g++"}
+    ours, theirs = BinaryPool(tmp_path / "pool", identity), BinaryPool(tmp_path / "pool", identity)
+    built = tmp_path / "built"
+    (built / "ab").mkdir(parents=True)
+    (built / "ab" / "cfirst.so").write_bytes(b"first")
+    assert theirs.add_from(built) == 1
+    template = tmp_path / "template"
+    assert ours.seed(template) == 1
+    assert ours.seed(template) == 0
+    (built / "ab" / "csecond.so").write_bytes(b"second")
+    assert theirs.add_from(built) == 1
+    assert ours.seed(template) == 1, "the other process's binary reaches the next test"
+    assert (template / "ab" / "csecond.so").read_bytes() == b"second"
+    assert theirs.drop(["cfirst.so"]) == 1
+    version = ours.version()
+    (template / "ab" / "cfirst.so").unlink()
+    assert ours.seed(template) == 0 and ours.version() == version
+    assert not (template / "ab" / "cfirst.so").exists(), "a dropped binary is not seeded again"
+
+
+def test_pooling_a_test_folder_since_its_start_finds_what_the_test_wrote(tmp_path: Path) -> None:
+    """Harvesting a warm test's folder looks only in folders changed since the test began, and still
+    finds a binary written into a folder that the template's links had made."""
+    identity = {"compiler": "g++"}
+    pool = BinaryPool(tmp_path / "pool", identity)
+    template = tmp_path / "template"
+    for sub in ("ab", "cd"):
+        (template / sub).mkdir(parents=True)
+        (template / sub / f"c{sub}.so").write_bytes(sub.encode())
+    assert pool.add_from(template) == 2
+    test = tmp_path / "test"
+    pool.seed(test)
+    old = time.time() - 60
+    for sub in ("ab", "cd"):
+        os.utime(test / sub, (old, old))
+    start = time.time()
+    (test / "ab" / "cnew.so").write_bytes(b"built in the test")
+    assert set(find_binaries(test, since=start)) == {"ab/cab.so", "ab/cnew.so"}, "the untouched folder is skipped"
+    assert pool.add_from(test, since=start) == 1
+    assert (pool.path / "ab" / "cnew.so").read_bytes() == b"built in the test"

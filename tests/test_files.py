@@ -205,3 +205,25 @@ def test_a_linked_cache_folder_shares_files_and_never_writes_back(tmp_path: Path
     assert (test / "fxgraph" / "fkey" / "entry").read_bytes() == b"graph"
     assert not [p for p in test.rglob("*") if p.name.endswith(".link")], "no temporary link left"
     del torch
+
+
+def test_discarded_test_folders_are_gone_once_the_process_cleans_up(tmp_path: Path) -> None:
+    """A test's folder is removed in the background (the next test does not wait for it); the process's
+    clean-up waits until every discarded folder is gone, and keeps a failed test's folder it never discarded."""
+    from pytest_compilecache.session.folders import Folders
+
+    class Config:
+        _tmp_path_factory = pytest.TempPathFactory(tmp_path, retention_count=3, retention_policy="all",
+                                                   trace=lambda *a: None, _ispytest=True)
+
+    folders = Folders(Config())  # type: ignore[arg-type]
+    made = [folders.for_test(f"test_{i}") for i in range(3)]
+    for folder in made:
+        (folder / "ab").mkdir(parents=True)
+        for n in range(50):
+            (folder / "ab" / f"c{n}.so").write_bytes(b"x")
+    folders.discard(made[0])
+    folders.discard(made[1])
+    folders.remove(keep_root=True)
+    assert not made[0].exists() and not made[1].exists()
+    assert made[2].exists(), "a failed test's folder, never discarded, stays for inspection"

@@ -32,6 +32,10 @@ _PATH = re.compile(r"^([A-Za-z0-9_]{1,8}|triton/[A-Za-z0-9_-]{8,128})/[A-Za-z0-9
 _TRITON = "triton"
 _TIMINGS = "cache"
 _BINARY = (".so", ".o")
+#: The pool's file whose content changes with every add or drop (see :meth:`BinaryPool.version`).
+_VERSION = "version"
+#: How far a file time may lag the clock (the kernel stamps files with a clock that ticks every few ms).
+_CLOCK_TICK = 0.02
 _SOURCE = ".cpp"
 
 
@@ -45,8 +49,9 @@ def valid_path(path: str) -> bool:
     return bool(_PATH.match(path)) and ".." not in path
 
 
-def find_binaries(folder: Path) -> dict[str, Path]:
-    """``{relative path: file}`` for every built binary in a cache folder.
+def find_binaries(folder: Path, since: float = 0.0) -> dict[str, Path]:
+    """``{relative path: file}`` for every built binary in a cache folder (with ``since``, only in
+    folders changed since then: a file written since changed its folder).
 
     C++ binaries lie in torch's two-character subfolders, with their sources (a source is taken
     only beside a binary of the same name); Triton's kernel cache lies in ``triton/``, one folder
@@ -54,10 +59,11 @@ def find_binaries(folder: Path) -> dict[str, Path]:
     holds the variants autotuning and coordinate descent compiled, which Mega-Cache leaves out.
     The max-autotune GEMM timings lie in ``cache/<system hash>``, one JSON file per GPU/CPU kind.
     """
-    found = _triton_files(Path(folder) / _TRITON)
+    found = _triton_files(Path(folder) / _TRITON, since)
     found.update(_timing_files(Path(folder) / _TIMINGS))
     try:
-        subdirs = [d for d in os.scandir(folder) if len(d.name) == 2 and d.is_dir(follow_symlinks=False)]
+        subdirs = [d for d in os.scandir(folder) if len(d.name) == 2 and d.is_dir(follow_symlinks=False)
+                   and _changed_since(d, since)]
     except OSError:
         return found
     for sub in subdirs:
@@ -75,10 +81,20 @@ def find_binaries(folder: Path) -> dict[str, Path]:
     return found
 
 
-def _triton_files(root: Path) -> dict[str, Path]:
+def _changed_since(entry: os.DirEntry[str], since: float) -> bool:
+    """Whether a folder's entries may have changed since ``since`` (file times lag the clock by up to a tick)."""
+    if not since:
+        return True
+    try:
+        return entry.stat(follow_symlinks=False).st_mtime >= since - _CLOCK_TICK
+    except OSError:
+        return True
+
+
+def _triton_files(root: Path, since: float = 0.0) -> dict[str, Path]:
     found: dict[str, Path] = {}
     try:
-        kernels = [d for d in os.scandir(root) if d.is_dir(follow_symlinks=False)]
+        kernels = [d for d in os.scandir(root) if d.is_dir(follow_symlinks=False) and _changed_since(d, since)]
     except OSError:
         return found
     for kernel in kernels:
@@ -212,10 +228,22 @@ class BinaryPool:
         self.identity = dict(identity)
         self.build = build_id(identity)
         self.path = Path(root) / self.build
+        self._seeded: dict[Path, str] = {}
         label = self.path / "identity.json"
         if not label.exists():
             self.path.mkdir(parents=True, exist_ok=True)
             files.write_atomic(label, json.dumps(self.identity, sort_keys=True).encode(), fsync=False)
+            self._changed()
+
+    def version(self) -> str:
+        """A token that changes whenever any process adds to or drops from the pool ("" if unreadable)."""
+        try:
+            return (self.path / _VERSION).read_text()
+        except OSError:
+            return ""
+
+    def _changed(self) -> None:
+        files.write_atomic(self.path / _VERSION, uuid.uuid4().hex.encode(), fsync=False)
 
     def files(self) -> dict[str, Path]:
         """``{relative path: file}`` of everything in the pool."""
@@ -225,13 +253,17 @@ class BinaryPool:
         """Take every binary of a cache folder that the pool lacks (timings are merged), skipping
         files older than ``since``; returns how many were taken. A file that cannot be read is skipped."""
         taken = 0
-        for rel, file in in_order(find_binaries(folder)):
-            try:
-                if since and file.stat().st_mtime < since:
+        try:
+            for rel, file in in_order(find_binaries(folder, since)):
+                try:
+                    if since and file.stat().st_mtime < since:
+                        continue
+                    taken += self._merge(rel, file.read_bytes()) if is_timings(rel) else _place(file, self.path / rel)
+                except OSError:
                     continue
-                taken += self._merge(rel, file.read_bytes()) if is_timings(rel) else _place(file, self.path / rel)
-            except OSError:
-                continue
+        finally:
+            if taken:
+                self._changed()
         return taken
 
     def _merge(self, rel: str, data: bytes) -> bool:
@@ -246,8 +278,21 @@ class BinaryPool:
             _write_atomic(dest, new)
         return True
 
-    def add(self, rel: str, data: bytes) -> bool:
-        """Add one file's bytes under ``rel`` unless the pool has it."""
+    def add_all(self, items: Iterable[tuple[str, bytes]]) -> tuple[int, list[tuple[str, OSError]]]:
+        """Add each ``(rel, bytes)`` the pool lacks; how many were added, and those that could not be written."""
+        added, failed = 0, []
+        try:
+            for rel, data in items:
+                try:
+                    added += self._add(rel, data)
+                except OSError as exc:
+                    failed.append((rel, exc))
+        finally:
+            if added:
+                self._changed()
+        return added, failed
+
+    def _add(self, rel: str, data: bytes) -> bool:
         if is_timings(rel):
             return self._merge(rel, data)
         dest = self.path / rel
@@ -258,10 +303,25 @@ class BinaryPool:
 
     def drop(self, names: Iterable[str]) -> int:
         """Remove the pooled files with these names (binaries that failed to load); returns how many."""
-        return drop_from(self.path, names)
+        dropped = drop_from(self.path, names)
+        if dropped:
+            self._changed()
+        return dropped
 
     def seed(self, folder: Path) -> int:
-        """Link every pooled binary into a cache folder where it is missing (timings are merged); how many."""
+        """Link every pooled binary into a cache folder where it is missing (timings are merged); how many.
+
+        A folder this pool has seeded is not walked again until the pool changes (any process's add or drop).
+        """
+        folder = Path(folder)
+        version = self.version()
+        if version and self._seeded.get(folder) == version:
+            return 0
+        placed = self._seed(folder)
+        self._seeded[folder] = version
+        return placed
+
+    def _seed(self, folder: Path) -> int:
         placed = 0
         for rel, file in in_order(self.files()):
             dest = Path(folder) / rel

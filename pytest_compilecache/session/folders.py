@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import queue
 import re
 import shutil
 import sys
 import tempfile
+import threading
 from importlib import metadata
 from pathlib import Path
 
@@ -14,11 +16,36 @@ import filelock
 import pytest
 
 
+class _Remover:
+    """Removes folders on a thread of its own, so that no test waits for the removal of another's folder."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[Path | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def remove(self, path: Path) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="compilecache-remover", daemon=True)
+            self._thread.start()
+        self._queue.put(path)
+
+    def _run(self) -> None:
+        while (path := self._queue.get()) is not None:
+            shutil.rmtree(path, ignore_errors=True)
+
+    def wait(self) -> None:
+        """Return once every folder handed over is gone."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()
+            self._thread = None
+
+
 class Folders:
     """This process's folders, created on first use.
 
     ``root`` lies under pytest's basetemp (so ``--basetemp`` and its retention apply); per-test
-    folders are made inside it and removed when their test ends.
+    folders are made inside it and removed when their test ends (in the background: see :meth:`discard`).
     """
 
     def __init__(self, config: pytest.Config, shared: Path | None = None) -> None:
@@ -28,6 +55,7 @@ class Folders:
         self._shared = shared
         self._owns_shared = shared is None
         self._count = 0
+        self._remover = _Remover()
 
     @property
     def root(self) -> Path:
@@ -75,11 +103,16 @@ class Folders:
         name = re.sub(r"[^A-Za-z0-9_.-]+", "_", nodeid.rsplit("::", 1)[-1])[:60]
         return self.root / "tests" / f"{self._count:05d}-{name}"
 
+    def discard(self, path: Path) -> None:
+        """Remove a test's folder soon, on a thread of its own (nothing reads it again: each test's name is new)."""
+        self._remover.remove(path)
+
     def remove(self, keep_root: bool) -> None:
-        """Remove what this process made.
+        """Remove what this process made, once the folders discarded are gone.
 
         With ``keep_root`` the root stays for pytest's retention, with the folders of failed tests.
         """
+        self._remover.wait()
         if self._root is not None:
             if keep_root and not self._owned_root:
                 for name in ("template", "session-cache", "process"):

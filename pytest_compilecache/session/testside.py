@@ -290,6 +290,7 @@ class TestSide:
                 if self._pool is not None:
                     self._pool.seed(template)  # binaries pooled since: the template's links carry them
                 files.link_tree(template, cache.path)
+            made = time.time()
             cache.__enter__()
         except _torchapi.TorchUnavailable as exc:
             pytest.fail(str(exc), pytrace=False)
@@ -302,9 +303,9 @@ class TestSide:
         finally:
             cache.__exit__(None, None, None)
             if kind is not CacheKind.COLD:
-                self.harvest(cache.path)
+                self.harvest(cache.path, since=made)
             if not self._keep(request.node):
-                shutil.rmtree(cache.path, ignore_errors=True)
+                self.folders.discard(cache.path)
 
     def _isolated_before_torch(self, request: pytest.FixtureRequest) -> Iterator[None]:
         """Per-test isolation of a test that starts before torch is imported: nothing is in memory to
@@ -321,7 +322,7 @@ class TestSide:
                 _torchapi.reset_in_memory()
                 self.harvest(folder)
             if not self._keep(request.node):
-                shutil.rmtree(folder, ignore_errors=True)
+                self.folders.discard(folder)
 
     def _keep(self, item: pytest.Item) -> bool:
         """Keep a failed test's folder for inspection (unless ``tmp_path_retention_policy = none``)."""

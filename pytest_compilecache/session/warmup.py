@@ -210,11 +210,9 @@ class Preparer:
         self.report.binary_problems.extend(problems)
         here = self.binaries.build
         fitting = {path: f for (build, path), f in carried.files.items() if build == here}
-        for path, file in in_order(fitting):
-            try:
-                self.binaries.add(path, file.data)
-            except OSError as exc:
-                self.report.binary_problems.append(f"{bundle.name}: carried binary {path} could not be pooled: {exc}")
+        _, failed = self.binaries.add_all((path, file.data) for path, file in in_order(fitting))
+        self.report.binary_problems.extend(f"{bundle.name}: carried binary {path} could not be pooled: {exc}"
+                                           for path, exc in failed)
         _torchapi.mark_carried(fitting)
         listed = (entry.binaries_section or {}).get("files") or [[b, p] for b, p in carried.files]
         count = sum(1 for item in listed if is_cpp(item[1]))
