@@ -403,11 +403,14 @@ def _fit(path: Path, entries: list[Entry], limit: int, said: list[str]) -> list[
     if plan[3] and plan[3][-1].startswith("dropped the carried binaries"):
         plan = _plan(path, entries, limit, binaries_first=True)
     kept, size, _, lines = plan
-    if size > limit:
-        raise UserError(f"{path}: cannot fit in {limit:,d} bytes: with every artifact and binary dropped it "
-                        f"still takes {size:,d}; {path} is unchanged")
-    said.extend([f"{start:,d} -> {size:,d} bytes", *lines])
-    return [e for e in kept if e.artifacts or e.binaries]
+    left = [e for e in kept if e.artifacts or e.binaries]
+    if size > limit or not left:
+        raise UserError(f"{path}: cannot fit in {limit:,d} bytes with any artifact or binary kept; "
+                        f"{path} is unchanged")
+    if len(left) < len(kept):
+        lines.append(f"dropped {len(kept) - len(left)} environment(s) left with nothing")
+    said.extend([f"{start:,d} -> {encoded_size(Bundle(path, left)):,d} bytes", *lines])
+    return left
 
 
 def _plan(path: Path, entries: list[Entry], limit: int,
@@ -485,12 +488,15 @@ def cmd_prune(args: argparse.Namespace) -> int:
         dropped = set().union(*(_dropped(_shown(args.path), spec, current.entries) for spec in args.drop))
         kept = [entry for i, entry in enumerate(current.entries)
                 if i not in dropped and (here is None or entry.env == here)]
-        counts[:] = [len(kept), len(current.entries)]
+        if not kept:
+            raise UserError(f"{_shown(args.path)}: no entry would be left (delete the file to remove the bundle); "
+                            f"{_shown(args.path)} is unchanged")
         if limit is not None:
             try:
                 kept = _fit(current.path, kept, limit, said)
             except (_torchapi.MegaCacheError, _torchapi.TorchUnavailable) as exc:
                 raise UserError(f"{_shown(args.path)}: {exc}") from None
+        counts[:] = [len(kept), len(current.entries)]
         return kept
 
     _update(args.path, change)

@@ -544,3 +544,19 @@ def test_a_warmup_with_the_key_set_uses_what_it_published(tmp_path: Path, sessio
                           env=with_key("right"))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "1 passed" in result.stdout and "unsigned" not in result.stdout, result.stdout
+
+
+def test_prune_never_leaves_a_bundle_with_nothing_in_it(good_bundle: Path, tmp_path: Path) -> None:
+    """A newcomer's ``prune --max-size 10k`` said "kept 1 of 1 environment(s); 212,143 -> 1,097 bytes" and
+    wrote a 62-byte bundle with no entry; ``--drop 0`` on the only entry did the same. A prune that would
+    leave nothing usable is refused, the bundle unchanged; what a prune reports is what it wrote."""
+    path = tmp_path / "p.bundle"
+    shutil.copy(good_bundle, path)
+    before = path.read_bytes()
+    small = cli("prune", path, "--max-size", "10k")
+    assert_user_error(small, 2, str(path), "cannot fit in 10,000 bytes", f"{path} is unchanged")
+    only = cli("prune", path, "--drop", "0")
+    assert_user_error(only, 2, str(path), "no entry would be left", f"{path} is unchanged")
+    assert path.read_bytes() == before
+    fits = cli("prune", path, "--max-size", "1GB")
+    assert fits.returncode == 0 and f"-> {path.stat().st_size:,d} bytes" in fits.stdout, fits.stdout

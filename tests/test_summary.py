@@ -154,6 +154,29 @@ def pytest_compilecache_warmup(cache):
     result.stdout.fnmatch_lines(["*warnings summary*", "*UserWarning: raised while warming up*"])
 
 
+def test_a_warning_made_an_error_while_preparing_the_bundle_is_one_problem_not_an_internal_error(
+    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult]
+) -> None:
+    """``-W error::DeprecationWarning`` (or ``filterwarnings = error``) with a warning raised while the
+    bundle is prepared outside any test (torch's own on import, or the warmup's): one problem naming
+    the warning, never pytest's INTERNALERROR."""
+    pytester.makeconftest(WARMUP_CONFTEST + """
+import warnings
+
+def pytest_compilecache_warmup(cache):
+    warnings.warn("deprecated while warming up", DeprecationWarning)
+""")
+    pytester.makepyfile(test_model=WARM_TEST)
+    result = run_inner("-W", "error::DeprecationWarning", "--compile-cache-bundle=b.bundle", "-rs",
+                       ini=f"compile_cache_home = {pytester.path / 'home'}")
+    text = result.stdout.str() + result.stderr.str()
+    assert "INTERNALERROR" not in text, text
+    assert result.ret in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED), text  # tests that import the
+    # compiler meet the same error as in a run without the plugin; the run itself goes on
+    assert text.count("turn into an error: DeprecationWarning") == 1, text
+    assert not (pytester.path / "b.bundle").exists()
+
+
 def test_a_warm_run_slower_in_its_tests_says_why_and_points_at_the_totals() -> None:
     """torch's one-off start-up moves from the building run's warmup into the warm run's first test."""
     from pytest_compilecache.report.model import ProcessReport, SessionReport, Status

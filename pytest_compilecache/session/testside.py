@@ -138,14 +138,23 @@ class TestSide:
             with self.progress.showing():
                 self.prepare()
         except _torchapi.TorchUnavailable as exc:
-            message = f"--compile-cache-bundle: {exc}"
-            if self._preparer is None:
-                self._preparer = self._make_preparer(None)
-            self._preparer.report.problems.append(message)
+            self._failed_to_prepare(f"--compile-cache-bundle: {exc}")
+        except Warning as exc:  # a warning filter set to "error" (-W error, filterwarnings = error)
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            self._failed_to_prepare(
+                f"--compile-cache-bundle: preparing the bundle stopped on a warning that this run's warning "
+                f"filters turn into an error: {type(exc).__name__}: {exc} ({where.filename}:{where.lineno}); "
+                f"no bundle is used (ignore it by its category and module in filterwarnings to prepare one)"
+            )
         problems = self.process_report.problems
         if self.options.strict and problems:
             return "--compile-cache-strict: bundle problem at session start:\n  " + "\n  ".join(problems)
         return None
+
+    def _failed_to_prepare(self, problem: str) -> None:
+        if self._preparer is None:
+            self._preparer = self._make_preparer(None)
+        self._preparer.report.problems.append(problem)
 
     @property
     def writes_bundle(self) -> bool:
