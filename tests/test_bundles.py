@@ -93,6 +93,8 @@ def test_warmup_runs_once_and_every_worker_hits(
     assert warmups(warm_project) == 1, "a matching bundle must not run the warmup again"
     assert bundle.read_bytes() == before, "an existing bundle is not rewritten without --compile-cache-update"
     second.stdout.fnmatch_lines(["compilecache: bundle *suite.bundle: 1 environment(s)*", "*bundle kept*"])
+    assert "every compile outside cold_cache tests hit: nothing to add" in second.stdout.str(), \
+        "no advice to update a bundle that this session has nothing to add to"
 
 
 def test_without_a_bundle_warm_tests_skip_with_a_reason(pytester: pytest.Pytester, run_inner: RunInner) -> None:
@@ -100,6 +102,11 @@ def test_without_a_bundle_warm_tests_skip_with_a_reason(pytester: pytest.Pyteste
     result = run_inner("-rs")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*warm_cache needs a usable bundle*--compile-cache-bundle=PATH*"])
+    named = run_inner("-rs", "--compile-cache-bundle=w.bundle")
+    named.assert_outcomes(skipped=1)
+    text = named.stdout.str()
+    assert "get one with --compile-cache-bundle=PATH" not in text, "not the option this run gave already"
+    named.stdout.fnmatch_lines(["*w.bundle*no pytest_compilecache_warmup hook*"])
 
 
 def test_without_path_the_warmup_bundle_lives_for_the_session(

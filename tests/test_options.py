@@ -85,6 +85,10 @@ def test_a_value_option_before_a_path_is_refused_at_startup(suite: pytest.Pytest
     assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
     result.stderr.fnmatch_lines([f"*{flag}: {suite.path / 'suite'} is a folder, not a file*{form}*"])
     assert sorted(p.name for p in (suite.path / "suite").iterdir()) == ["__init__.py", "test_plain.py"]
+    given = suite.runpytest_subprocess("-q", f"{flag}=suite")
+    assert given.ret == pytest.ExitCode.USAGE_ERROR
+    given.stderr.fnmatch_lines([f"*{flag}: {suite.path / 'suite'} is a folder, not a file*"])
+    assert "placed before a path" not in given.stderr.str(), "the hint is for the other form, not the one used"
 
 
 def test_a_mode_given_to_the_bare_isolate_flag_points_at_the_mode_option(suite: pytest.Pytester) -> None:

@@ -249,3 +249,23 @@ def test_a_collect_only_run_prints_no_summary(
     result.stdout.fnmatch_lines(["test_model.py::test_warm", "test_model.py::test_cold"])
     assert "compilecache" not in result.stdout.str() and "bundle" not in result.stdout.str(), result.stdout.str()
     assert path.read_bytes() == content if content is not None else not path.exists()
+
+
+def test_lines_that_would_only_hold_zeros_are_left_out() -> None:
+    """A newcomer saw "C++ binaries: 0 carried, 0 fit this machine" for every session-made bundle, and
+    advice to update a bundle the session had nothing to add to."""
+    from pytest_compilecache.report.model import ProcessReport, SessionReport, Status
+    from pytest_compilecache.report.terminal import summary_lines
+    from pytest_compilecache.session.saving import _missed
+
+    report = SessionReport(bundle_path="b.bundle")
+    report.processes = [ProcessReport(status=Status.LOADED, reason="b.bundle: here",
+                                      binaries={"carried": 0, "fit": 0, "triton_kernels": 0})]
+    report.add_test("t::warm", {"cache": "warm", "fx_graph": {"hits": 1, "misses": 0}})
+    report.add_test("t::cold", {"cache": "cold", "fx_graph": {"hits": 0, "misses": 1}})
+    assert "C++ binaries" not in "\n".join(summary_lines(report))
+    assert not _missed(report), "a miss in a cold_cache test is no reason to update"
+    report.processes[0].binaries = {"carried": 3, "fit": 0, "triton_kernels": 0}
+    assert "C++ binaries: 3 carried, 0 fit this machine" in "\n".join(summary_lines(report))
+    report.add_test("t::plain", {"cache": "", "fx_graph": {"hits": 0, "misses": 1}})
+    assert _missed(report)

@@ -143,7 +143,7 @@ def summary_lines(report: SessionReport) -> list[str]:
         elif process.downloaded_bytes == 0 and process.status is Status.LOADED and report.bundle_path \
                 and process.reason.startswith(f"{report.bundle_path}: "):
             lines.append("  this machine's copy of this version was used: nothing downloaded")
-        if process.binaries:
+        if process.binaries and (process.binaries.get("carried") or process.binaries.get("triton_kernels")):
             kernels = process.binaries.get("triton_kernels", 0)
             lines.append(f"  C++ binaries: {process.binaries.get('carried', 0)} carried, "
                          f"{process.binaries.get('fit', 0)} fit this machine"

@@ -170,10 +170,10 @@ class Options:
         report = path("compile_cache_report")
         for name, given, form in (("bundle", bundle, "PATH"), ("report", report, "FILE")):
             if given is not None and given.is_dir():
-                raise pytest.UsageError(
-                    f"--compile-cache-{name}: {given} is a folder, not a file; on the command line, give the "
-                    f"{name} as --compile-cache-{name}={form} (an option's value placed before a path takes the "
-                    "path as its value)")
+                hint = (f"; on the command line, give the {name} as --compile-cache-{name}={form} (an option's "
+                        "value placed before a path takes the path as its value)"
+                        if f"--compile-cache-{name}" in config.invocation_params.args else "")
+                raise pytest.UsageError(f"--compile-cache-{name}: {given} is a folder, not a file{hint}")
         update = _bool(pick("compile_cache_update")[0], "compile_cache_update")
         if (update or rebuild) and not named:
             flag = "--compile-cache-rebuild" if rebuild else "--compile-cache-update"

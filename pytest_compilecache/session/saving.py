@@ -47,14 +47,15 @@ class Saver:
                                       f"below): {_LEFT_ALONE_ADVICE[why or Unreadable.DAMAGED]}")
             return
         if not (self.options.update or not self.bundle_existed):
-            report.saved = SaveResult(SaveStatus.KEPT, f"{path} existed; add --compile-cache-update to merge this "
-                                      "session's artifacts into it")
+            advice = ("add --compile-cache-update to merge this session's artifacts into it" if _missed(report)
+                      else "every compile outside cold_cache tests hit: nothing to add to it")
+            report.saved = SaveResult(SaveStatus.KEPT, f"{path} existed; {advice}")
             return
         if not blobs:
             wrote = any(p.wrote_bundle for p in report.processes)
             report.saved = SaveResult(SaveStatus.NOTHING, f"the warmup wrote {path} during the session, and the tests "
                                       "compiled nothing to add" if wrote else
-                                      "nothing was compiled or used outside cold_cache tests")
+                                      "no test compiled anything to save (what cold_cache tests compile is never saved)")
             return
         start = time.perf_counter()
         binaries = pooled(self.pools) if self.pools is not None else None
@@ -157,3 +158,11 @@ def read_index(file: str | None) -> KeyIndex | None:
         return KeyIndex.unpack(Path(file).read_bytes()) if file else None
     except (OSError, KeyIndexError):
         return None
+
+
+def _missed(report: SessionReport) -> bool:
+    """Whether a test whose cache does not start empty by design missed (so an update would add to the bundle)."""
+    if report.totals is None:
+        return False
+    cold = report.misses_in_cold_caches()
+    return any(report.totals.layer(layer).misses > cold.get(layer, 0) for layer in ("fx_graph", "aot_autograd"))

@@ -291,6 +291,12 @@ class TestSide:
                     if report.warmup_error:
                         pytest.skip("warm_cache: the warmup hook failed (see WARMUP FAILED in the compilecache "
                                     "summary)")
+                    if self.options.has_bundle and not self.config.hook.pytest_compilecache_warmup.get_hookimpls():
+                        pytest.skip(
+                            f"warm_cache needs a usable bundle ({report.status.value}: {report.reason}), and no "
+                            "pytest_compilecache_warmup hook compiles one: define the hook in conftest.py, or let "
+                            "a run's tests compile into the bundle first (what they compile outside cold_cache is saved)"
+                        )
                     pytest.skip(
                         f"warm_cache needs a usable bundle ({report.status.value}: {report.reason}); get one "
                         "with --compile-cache-bundle=PATH after a run that builds it, or a "
