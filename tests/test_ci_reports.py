@@ -49,6 +49,7 @@ def _properties(xml: Path) -> dict[str, dict[str, str]]:
 
 
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "n2"])
+@pytest.mark.slow
 def test_junit_xml_carries_each_compiling_tests_figures(
     pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], workers: list[str]
 ) -> None:
@@ -87,6 +88,7 @@ def _summary_run(pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunR
     return run_inner(f"--compile-cache-bundle={pytester.path / 'b.bundle'}", *args)
 
 
+@pytest.mark.slow
 def test_job_summary_is_appended_with_a_table_of_compiling(
     pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -145,6 +147,7 @@ def _render(page: Path, *extra: str) -> str:
 
 
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "n2"])
+@pytest.mark.slow
 def test_pytest_html_table_gains_compile_columns(
     pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], workers: list[str]
 ) -> None:
@@ -188,6 +191,7 @@ def test_no_compile_columns_without_the_plugin_and_no_hook_errors_without_pytest
     assert "PluginValidationError" not in output and "unknown hook" not in output, output
 
 
+@pytest.mark.slow
 def test_every_report_matches_the_published_schema(
     pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult]
 ) -> None:

@@ -114,6 +114,7 @@ def project(pytester: pytest.Pytester) -> pytest.Pytester:
     return pytester
 
 
+@pytest.mark.slow
 def test_each_kind_of_difference_is_named(project: pytest.Pytester, run_inner: Callable[..., pytest.RunResult]) -> None:
     bundle = project.path / "kinds.bundle"
     report = project.path / "report.json"
@@ -158,6 +159,7 @@ def test_each_kind_of_difference_is_named(project: pytest.Pytester, run_inner: C
     old.stdout.fnmatch_lines(["*cannot explain: the bundle holds no key details for this entry*"])
 
 
+@pytest.mark.slow
 def test_explain_on_request_in_a_cold_test(pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult]) -> None:
     """--compile-cache-explain: a cold_cache test's miss is explained against what it compiled before,
     and so is a plain test's (session-wide)."""

@@ -108,6 +108,7 @@ def test_isolation_leaves_torch_alone_in_tests_that_never_use_it(pytester: pytes
     pytester.runpytest_subprocess("-p", "no:randomly", *workers, "--compile-cache-isolate").assert_outcomes(passed=2)
 
 
+@pytest.mark.slow
 def test_isolation_is_exact_for_a_test_that_imports_torch_itself(
     pytester: pytest.Pytester, default_dir_of: Path
 ) -> None:

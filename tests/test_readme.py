@@ -113,6 +113,7 @@ def test_readme_quickstart_runs_as_pasted_and_its_failure_is_real(
 
 
 @pytest.mark.parametrize("page", [p for p in PAGES[1:] if files(p)], ids=lambda p: p.name)
+@pytest.mark.slow
 def test_documentation_suites_pass(
     page: Path, pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult]
 ) -> None:

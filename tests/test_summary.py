@@ -26,6 +26,7 @@ def test_cold(cold_cache):
 
 
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "n2"])
+@pytest.mark.slow
 def test_fixture_runs_without_options_summarise_real_counts(
     pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], workers: list[str]
 ) -> None:
@@ -102,6 +103,7 @@ def test_an_unreadable_bundle_still_warms_up_and_is_left_alone_said_once(
 
 
 @pytest.mark.parametrize("update", [["--compile-cache-update"], []], ids=["update", "no-update"])
+@pytest.mark.slow
 def test_an_empty_bundle_file_is_a_bundle_to_create(
     pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], update: list[str]
 ) -> None:
@@ -118,6 +120,7 @@ def test_an_empty_bundle_file_is_a_bundle_to_create(
 
 
 @pytest.mark.parametrize("rebuild", [[], ["--compile-cache-rebuild"]], ids=["plain", "rebuild"])
+@pytest.mark.slow
 def test_a_bundle_path_under_a_file_is_one_problem(
     pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], rebuild: list[str]
 ) -> None:
@@ -137,6 +140,7 @@ def test_a_bundle_path_under_a_file_is_one_problem(
 
 
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "n2"])
+@pytest.mark.slow
 def test_warnings_while_preparing_the_bundle_go_to_pytests_summary(
     pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], workers: list[str]
 ) -> None:
@@ -193,6 +197,7 @@ def test_a_warm_run_slower_in_its_tests_says_why_and_points_at_the_totals() -> N
 
 
 
+@pytest.mark.slow
 def test_rebuild_over_a_file_that_is_not_a_bundle_warms_up_and_leaves_it_alone(
     pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult]
 ) -> None:

@@ -21,6 +21,7 @@ def test_warm(warm_cache):
 
 
 @pytest.mark.parametrize("workers", [["-p", "no:xdist"], ["-n", "2"]], ids=["serial", "n2"])
+@pytest.mark.slow
 def test_the_warmup_is_warm_in_a_second_run(
     pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], workers: list[str]
 ) -> None:
