@@ -545,3 +545,19 @@ def test_a_bundle_that_loaded_stays_loaded_when_the_warmup_cannot_take_the_lock(
     assert any(line.startswith("PROBLEM: ") and "the warmup did not run" in line and f"{bundle}.lock" in line
                and f"pid {holder.pid}" in line for line in out.splitlines()), out
     assert filelock.FileLock(f"{bundle}.lock").acquire(timeout=1)
+
+
+def test_the_warmup_marker_says_one_outcome_and_nothing_else_reads_as_one(tmp_path: Path) -> None:
+    """The marker other processes read to learn how the session's warmup ended: one typed outcome
+    (with its error or its bundle kept apart), never a set of loose keys to be told apart by hand."""
+    from pytest_compilecache.session.marker import Outcome, WarmupMarker
+
+    path = tmp_path / "warmup-done"
+    assert WarmupMarker.read(path) is None, "no warmup has ended yet"
+    for outcome, detail in ((Outcome.FAILED, "RuntimeError: boom"), (Outcome.KEPT_APART, str(tmp_path / "b")),
+                            (Outcome.PUBLISHED, ""), (Outcome.NOTHING, "")):
+        WarmupMarker(outcome, "gw1", detail).write(path)
+        assert WarmupMarker.read(path) == WarmupMarker(outcome, "gw1", detail)
+    for junk in ("", "[]", '{"published": true}', '{"outcome": "done"}'):
+        path.write_text(junk)
+        assert WarmupMarker.read(path) is None, junk

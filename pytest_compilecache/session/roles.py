@@ -5,7 +5,7 @@
 - :class:`Controller`: the xdist controller; checks PATH before workers start, merges once, reports.
 
 Each delegates to services in modules of their own: :mod:`.start` (checks before any test),
-:mod:`.testside` (what a process that runs tests does), :mod:`.saving` (the end of the session) and
+:mod:`.testside` (what a process that runs tests does), :mod:`.preparation` (its bundle), :mod:`.saving` (the end of the session) and
 :mod:`.collector` (per-test counts and the summary, beside the single process and the controller).
 """
 
@@ -109,10 +109,10 @@ class SingleProcess(_RunsTests):
         self.report = SessionReport(bundle_path=options.bundle_name)
         self.collector = Collector(options, self.report)
         self.keeper = Keeper.create(config, options, self.recorder)
-        self.report.bundle_at_start, self.side.bundle_existed, self.side.bundle_problem = \
+        self.report.bundle_at_start, self.side.bundle.existed, self.side.bundle.problem = \
             describe(self.store if options.bundle is not None else None)
-        self.side.progress = Progress.for_config(config, self.store.name if self.store is not None else "")
-        self.side.progress.attach(self.store)
+        self.side.bundle.progress = Progress.for_config(config, self.store.name if self.store is not None else "")
+        self.side.bundle.progress.attach(self.store)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -120,30 +120,30 @@ class SingleProcess(_RunsTests):
         (not in runs that only collect)."""
         if not self.config.option.collectonly:
             if self.options.bundle_url is not None:
-                self.report.bundle_at_start, self.side.bundle_existed, self.side.bundle_problem = \
+                self.report.bundle_at_start, self.side.bundle.existed, self.side.bundle.problem = \
                     describe(self.store)
-            if self.side.bundle_problem:
-                self.report.problems.append(self.side.bundle_problem)
+            if self.side.bundle.problem:
+                self.report.problems.append(self.side.bundle.problem)
             check_remote(self.options, self.report)
-            with self.side.progress.showing():
-                check_at_start(self.options, self.store, self.side.bundle_problem, self.side.bundle_existed,
+            with self.side.bundle.progress.showing():
+                check_at_start(self.options, self.store, self.side.bundle.problem, self.side.bundle.existed,
                                 self.side.folders.process, self.report)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> None:
         with warnings_to_pytest(self.config):
-            failure = self.side.prepare_for(session)
+            failure = self.side.bundle.prepare_for(session)
         if failure:
             raise pytest.UsageError(failure)
 
     def _finish(self, session: pytest.Session) -> None:
-        process = self.side.finish()
-        own = self.side.own_artifacts(process)
+        process = self.side.bundle.finish()
+        own = self.side.bundle.own_artifacts(process)
         self.report.processes = [process]
         env = process.env
         pools = self.side.folders.shared / "binaries"
-        with self.side.progress.showing():
-            Saver(self.store, self.options, self.side.bundle_existed, self.run, pools, self.side.bundle_problem).save(
+        with self.side.bundle.progress.showing():
+            Saver(self.store, self.options, self.side.bundle.existed, self.run, pools, self.side.bundle.problem).save(
                 self.report, [(env, *own)] if own and env else [])
         if self.keeper is not None:
             self.report.expectations = self.keeper.finish(session)
@@ -151,7 +151,7 @@ class SingleProcess(_RunsTests):
         exit_status(self.options, self.report, session)
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
-        return header_lines(self.options, self.report, self.side.process_report)
+        return header_lines(self.options, self.report, self.side.bundle.process_report)
 
 
 
@@ -166,14 +166,14 @@ class Worker(_RunsTests):
         store = open_bundle_store(options, str(workerinput.get("compilecache_store_unreachable", "")))
         super().__init__(config, options, TestSide(config, options, folders, str(workerinput.get("workerid", "worker")),
                                                    run, store))
-        self.side.bundle_existed = bool(workerinput.get("compilecache_bundle_existed", False))
-        self.side.bundle_problem = str(workerinput.get("compilecache_bundle_problem", ""))
+        self.side.bundle.existed = bool(workerinput.get("compilecache_bundle_existed", False))
+        self.side.bundle.problem = str(workerinput.get("compilecache_bundle_problem", ""))
         self.strict_failure: str | None = None
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> None:
         with warnings_to_pytest(self.config):
-            self.strict_failure = self.side.prepare_for(session)
+            self.strict_failure = self.side.bundle.prepare_for(session)
         if self.strict_failure:
             session.shouldstop = self.strict_failure
 
@@ -184,8 +184,8 @@ class Worker(_RunsTests):
         self.side.runtest_setup(item)
 
     def _finish(self, session: pytest.Session) -> None:
-        process = self.side.finish()
-        own = self.side.own_artifacts(process)
+        process = self.side.bundle.finish()
+        own = self.side.bundle.own_artifacts(process)
         if own is not None:
             name = f"{os.getpid()}-{uuid.uuid4().hex}"
             path = self.side.folders.shared / f"artifacts-{name}.bin"

@@ -1,46 +1,30 @@
-"""What a process that runs tests does: caches for the fixtures, the bundle's preparation, per-test counts."""
+"""What a process that runs tests does: its environment, the caches of the fixtures, per-test counts."""
 
 from __future__ import annotations
 
 import contextlib
-import shutil
 import sys
 import time
-import traceback
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 import pytest
 
 from .. import _torchapi, files
-from ..bundle.binaries import BinaryPool, drop_from
-from ..bundle.format import Unreadable
-from ..bundle.keyindex import KeyIndex
 from ..cache import CacheKind, CompileCache
 from ..environment import SavedEnv, point_cache_dirs_at
-from ..report.model import REPORT_ATTR, ProcessReport
+from ..report.model import REPORT_ATTR
 from ..report.properties import properties_of
 from ..storage.interface import BundleStore
-from ..storage.local import LocalStore
 from . import remote
 from .counting import TestCounts
 from .folders import Folders, WorkerDir
 from .options import Isolation, Options
-from .progress import Progress
-from .warmup import Preparer, WarmupFailed
+from .preparation import BundlePreparation
 
 _FAILED = pytest.StashKey[bool]()
 #: The marker that lets a test's warm_cache use torch's remote cache.
 REMOTE_MARKER = "compile_cache_remote"
-
-
-def _from_hook(exc: BaseException, hook: Any) -> Any:
-    """The traceback from the first frame inside a hook implementation (not pytest's or pluggy's)."""
-    codes = {impl.function.__code__ for impl in hook.get_hookimpls()}
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code not in codes:
-        tb = tb.tb_next
-    return tb or exc.__traceback__
 
 
 class TestSide:
@@ -51,24 +35,15 @@ class TestSide:
         self.config = config
         self.options = options
         self.folders = folders
-        self.store = store
         self.process = process
-        self.run = run
-        self.bundle_existed = False
-        #: Why the bundle could not be read at session start ("" when it could, or is missing).
-        self.bundle_problem = ""
         self._saved_env: SavedEnv | None = None
         self._worker_dir: WorkerDir | None = None
-        self._preparer: Preparer | None = None
-        self._prepared: bool | None = None
-        self._pool: BinaryPool | None = None
-        self._dropped: set[str] = set()
-        self._started = time.time()
         self.counts = TestCounts(options)
         self._explaining = contextlib.ExitStack()
         self._remote_before: dict[str, str | None] | None = None
-        #: The display of long work (the bundle's download, the warmup); the role that owns the terminal sets it.
-        self.progress = Progress(None)
+        #: The bundle this process's ``warm_cache`` tests start from.
+        self.bundle = BundlePreparation(config, options, folders, process, run, store,
+                                        lambda: self.session_cache if self._saved_env is not None else None)
 
     # --- the process's environment ---
 
@@ -111,157 +86,6 @@ class TestSide:
             self._worker_dir.release()
             self._worker_dir = None
 
-    # --- the bundle ---
-
-    @property
-    def process_report(self) -> ProcessReport:
-        """What bundle preparation did in this process."""
-        return self._preparer.report if self._preparer is not None else ProcessReport(process=self.process)
-
-    def _needed(self, items: list[pytest.Item]) -> bool:
-        if any("warm_cache" in getattr(item, "fixturenames", ()) for item in items):
-            return True
-        return self.options.has_bundle and "torch" in sys.modules
-
-    def prepare_for(self, session: pytest.Session) -> str | None:
-        """Before the first test: load or build the bundle if a selected test may use it.
-
-        Returns the strict-mode failure to stop on, or ``None``.
-        """
-        if self._prepared is not None or not session.items or self.config.option.collectonly:
-            return None
-        if session.testsfailed and not self.config.option.continue_on_collection_errors:
-            return None
-        if not self._needed(session.items):
-            return None
-        try:
-            with self.progress.showing():
-                self.prepare()
-        except _torchapi.TorchUnavailable as exc:
-            self._failed_to_prepare(f"--compile-cache-bundle: {exc}")
-        except Warning as exc:  # a warning filter set to "error" (-W error, filterwarnings = error)
-            where = traceback.extract_tb(exc.__traceback__)[-1]
-            self._failed_to_prepare(
-                f"--compile-cache-bundle: preparing the bundle stopped on a warning that this run's warning "
-                f"filters turn into an error: {type(exc).__name__}: {exc} ({where.filename}:{where.lineno}); "
-                f"no bundle is used (ignore it by its category and module in filterwarnings to prepare one)"
-            )
-        problems = self.process_report.problems
-        if self.options.strict and problems:
-            return "--compile-cache-strict: bundle problem at session start:\n  " + "\n  ".join(problems)
-        return None
-
-    def _failed_to_prepare(self, problem: str) -> None:
-        if self._preparer is None:
-            self._preparer = self._make_preparer(None)
-        self._preparer.report.problems.append(problem)
-
-    @property
-    def writes_bundle(self) -> bool:
-        """Whether this session writes PATH at its end (so its artifacts and binaries are worth saving)."""
-        if not self.options.has_bundle:
-            return False
-        if self.unreadable and not (self.options.rebuild and self.process_report.bundle_unreadable_kind
-                                    in (None, Unreadable.DAMAGED)):
-            return False
-        return self.options.update or not self.bundle_existed
-
-    @property
-    def unreadable(self) -> str:
-        """Why the bundle could not be read, at session start or while preparing; "" when it could."""
-        return self.bundle_problem or self.process_report.bundle_unreadable
-
-    def _make_preparer(self, hook: Any) -> Preparer:
-        source = self.store
-        own = LocalStore(self.folders.shared / "session.bundle", self.options.lock_timeout)
-        return Preparer(
-            source=source,
-            publish=source if self.writes_bundle and source is not None else own,
-            fallback=own,
-            update=self.options.update,
-            template=self.folders.template,
-            marker=self.folders.shared / "warmup-done",
-            run_warmup=self._run_warmup if hook else None,
-            process=self.process,
-            binaries=self._pool,
-            run=self.run,
-            rebuild=self.options.rebuild,
-        )
-
-    def prepare(self) -> bool:
-        """Load (or warm up and publish) the bundle once per process; True when it is usable."""
-        if self._prepared is None:
-            self._prepared = False
-            _torchapi.bootstrap(str(self.folders.process))
-            self._pool = BinaryPool(self.folders.shared / "binaries", _torchapi.build_identity())
-            hook = self.config.hook.pytest_compilecache_warmup.get_hookimpls()
-            self._preparer = self._make_preparer(hook)
-            self._prepared = self._preparer.prepare(_torchapi.environment_fingerprint())
-            if self._saved_env is not None and self.options.isolation is not Isolation.TEST:
-                if self._prepared:
-                    self._pool.seed(self.folders.template)
-                    files.link_tree(self.folders.template, self.session_cache, replace=True)
-                self._pool.seed(self.session_cache)
-        return self._prepared
-
-    def harvest(self, folder: Path, since: float = 0.0) -> None:
-        """Pool the binaries a cache folder holds (those written since ``since``), for the next
-        ``warm_cache`` test and the bundle."""
-        if self._pool is not None:
-            try:
-                if _torchapi.compiler_loaded():
-                    rejected = _torchapi.rejected_binary_names() - self._dropped
-                    if rejected:
-                        self._pool.drop(rejected)
-                        drop_from(self.folders.template, rejected)  # seeded from the pool: its links too
-                    self._dropped |= rejected
-                self._pool.add_from(folder, since)
-            except OSError as exc:
-                self.process_report.binary_problems.append(f"{folder}: could not pool its C++ binaries: {exc}")
-
-    def finish(self) -> ProcessReport:
-        """At the end of the session: pool what compiles outside fixtures built; this process's report."""
-        process = self.process_report
-        if self._saved_env is not None and self.writes_bundle:
-            self.harvest(self.session_cache, since=self._started)
-        if _torchapi.compiler_loaded():
-            source = self.options.bundle_name or "the session's warmup bundle"
-            process.binary_problems.extend(f"{source}: {why}" for why in _torchapi.rejected_binaries())
-        return process
-
-    def _run_warmup(self, previous: Path | None) -> tuple[bytes | None, dict[str, Any], float]:
-        hook = self.config.hook.pytest_compilecache_warmup
-        kept = WorkerDir(self.options.home, "warmup") if self.options.isolation is Isolation.WORKER else None
-        cache = self._new_cache("warmup", CacheKind.WARMUP, path=kept.path if kept is not None else None)
-        if previous is not None:
-            shutil.copytree(previous, cache.path, dirs_exist_ok=True)
-        if self._pool is not None:
-            self._pool.seed(cache.path)  # the loaded bundle's binaries, as a warm_cache test gets them
-        start = time.perf_counter()
-        try:
-            with _torchapi.fresh_recording():
-                with cache:
-                    try:
-                        with self.progress.warmup():
-                            hook(cache=cache)
-                    except Exception as exc:
-                        where = ", ".join(
-                            f"{impl.function.__code__.co_filename}:{impl.function.__code__.co_firstlineno}"
-                            for impl in hook.get_hookimpls()
-                        )
-                        text = "".join(traceback.format_exception(type(exc), exc, _from_hook(exc, hook)))
-                        raise WarmupFailed(
-                            f"pytest_compilecache_warmup ({where}) raised {type(exc).__name__}: {exc}\n{text}"
-                        ) from None
-                data = _torchapi.save_artifacts()
-        finally:
-            self.harvest(cache.path)
-            if kept is not None:
-                kept.release()  # kept between runs, as the workers' folders: the next warmup hits
-            else:
-                shutil.rmtree(cache.path, ignore_errors=True)
-        return data, cache.stats.to_dict(), time.perf_counter() - start
-
     # --- caches for tests ---
 
     def _new_cache(self, nodeid: str, kind: CacheKind, remote: bool = False, path: Path | None = None) -> CompileCache:
@@ -285,25 +109,9 @@ class TestSide:
         cache = self._new_cache(request.node.nodeid, kind, remote=remote)
         try:
             if kind is CacheKind.WARM:
-                template = self.folders.template if self.prepare() else None
+                template = self.bundle.template()
                 if template is None:
-                    report = self.process_report
-                    if report.warmup_error:
-                        pytest.skip("warm_cache: the warmup hook failed (see WARMUP FAILED in the compilecache "
-                                    "summary)")
-                    if self.options.has_bundle and not self.config.hook.pytest_compilecache_warmup.get_hookimpls():
-                        pytest.skip(
-                            f"warm_cache needs a usable bundle ({report.status.value}: {report.reason}), and no "
-                            "pytest_compilecache_warmup hook compiles one: define the hook in conftest.py, or let "
-                            "a run's tests compile into the bundle first (what they compile outside cold_cache is saved)"
-                        )
-                    pytest.skip(
-                        f"warm_cache needs a usable bundle ({report.status.value}: {report.reason}); get one "
-                        "with --compile-cache-bundle=PATH after a run that builds it, or a "
-                        "pytest_compilecache_warmup hook"
-                    )
-                if self._pool is not None:
-                    self._pool.seed(template)  # binaries pooled since: the template's links carry them
+                    pytest.skip(self.bundle.why_unusable())
                 files.link_tree(template, cache.path)
             made = time.time()
             cache.__enter__()
@@ -318,7 +126,7 @@ class TestSide:
         finally:
             cache.__exit__(None, None, None)
             if kind is not CacheKind.COLD:
-                self.harvest(cache.path, since=made)
+                self.bundle.harvest(cache.path, since=made)
             if not self._keep(request.node):
                 self.folders.discard(cache.path)
 
@@ -335,7 +143,7 @@ class TestSide:
             saved.restore()
             if _torchapi.compiler_loaded():
                 _torchapi.reset_in_memory()
-                self.harvest(folder)
+                self.bundle.harvest(folder)
             if not self._keep(request.node):
                 self.folders.discard(folder)
 
@@ -347,22 +155,6 @@ class TestSide:
         except ValueError:
             pass
         return policy != "none" and item.stash.get(_FAILED, False)
-
-    def own_artifacts(self, report: ProcessReport) -> tuple[bytes, KeyIndex] | None:
-        """This process's recorded Mega-Cache bytes (once) and what it knows of their keys, when a
-        bundle path is set."""
-        if not _torchapi.compiler_loaded() or not self.writes_bundle:
-            return None
-        try:
-            data = _torchapi.save_artifacts()
-            if data is None:
-                return None
-            if report.env is None:
-                report.env = _torchapi.environment_fingerprint()
-            return data, _torchapi.index_for(data)
-        except Exception as exc:  # torch failing to serialize must not lose the session's results
-            report.problems.append(f"could not save this process's compile artifacts: {exc}")
-            return None
 
     # --- hooks shared by the roles that run tests (registered through those roles) ---
 

@@ -22,6 +22,7 @@ from ..bundle.format import (Bundle, BundleError, Entry, NotABundle, NotAFile, U
 from ..report.model import ProcessReport, Status
 from ..storage.interface import BundleStore, Written
 from ..storage.merge import union
+from .marker import Outcome, WarmupMarker
 
 #: Runs the warmup in a folder (starting from the previous template, if given) and returns the
 #: Mega-Cache bytes it recorded, its stats and its seconds; raises :class:`WarmupFailed`.
@@ -226,16 +227,8 @@ class Preparer:
                 "their kernels are built here"
             )
 
-    def _marker(self) -> dict[str, Any] | None:
-        try:
-            data = json.loads(self.marker.read_text())
-        except (OSError, ValueError):
-            return None
-        return data if isinstance(data, dict) else None
-
-    def _write_marker(self, **data: Any) -> None:
-        note = {"pid": os.getpid(), "process": self.report.process, **data}
-        files.write_atomic(self.marker, json.dumps(note).encode(), fsync=False)
+    def _write_marker(self, outcome: Outcome, detail: str = "") -> None:
+        WarmupMarker(outcome, self.report.process, detail).write(self.marker)
 
     def _warm_up_once(self, env: dict[str, str], have_previous: bool) -> bool:
         try:
@@ -256,13 +249,12 @@ class Preparer:
     def _warm_up_under_lock(self, env: dict[str, str], have_previous: bool) -> bool:
         assert self.run_warmup is not None
         with self.publish.locked():
-            marker = self._marker()
-            if marker is not None and marker.get("failed"):
-                self._warmup_failed(f"{marker['failed']}", elsewhere=str(marker.get("process", "")))
+            marker = WarmupMarker.read(self.marker)
+            if marker is not None and marker.outcome is Outcome.FAILED:
+                self._warmup_failed(marker.detail, elsewhere=marker.process)
                 return False
-            unpublished = marker.get("unpublished") if marker is not None else None
-            if unpublished:
-                with read_manifest(Path(str(unpublished))) as kept:
+            if marker is not None and marker.outcome is Outcome.KEPT_APART:
+                with read_manifest(Path(marker.detail)) as kept:
                     entry = kept.find(env)
                     return entry is not None and self._load(kept, entry)
             try:
@@ -301,13 +293,13 @@ class Preparer:
         try:
             data, stats, seconds = self.run_warmup(self.template if have_previous else None)
         except WarmupFailed as exc:
-            self._write_marker(failed=str(exc))
+            self._write_marker(Outcome.FAILED, str(exc))
             self._warmup_failed(str(exc))
             return False
         self.report.warmup_seconds = seconds
         self.report.warmup_stats = stats
         if data is None:
-            self._write_marker(published=False)
+            self._write_marker(Outcome.NOTHING)
             return False
         # The session's own bundle needs no binaries: its readers share the pool on disk already.
         to_path = self.binaries is not None and self.publish is self.source
@@ -325,7 +317,7 @@ class Preparer:
             kept_at = self.marker.with_name("warmup-unpublished.bundle")
             write_bundle(Bundle(kept_at, [addition]))
             self.report.problems.append(f"{exc}; this session uses the warmup's artifacts without publishing them")
-            self._write_marker(published=False, unpublished=str(kept_at))
+            self._write_marker(Outcome.KEPT_APART, str(kept_at))
             published = read_manifest(kept_at)
         else:
             published = saved.bundle
@@ -335,9 +327,9 @@ class Preparer:
                 # bundle's entry with the delta folded in.
                 published.close()
                 published = self._with_bundle_entry(env, addition)
-                self._write_marker(published=False, unpublished=str(published.path))
+                self._write_marker(Outcome.KEPT_APART, str(published.path))
             else:
-                self._write_marker(published=True)
+                self._write_marker(Outcome.PUBLISHED)
                 self.report.wrote_bundle = self.publish is self.source
         with published:
             entry = published.find(env)
