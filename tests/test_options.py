@@ -73,7 +73,8 @@ def test_an_on_off_value_that_is_neither_is_refused(suite: pytest.Pytester) -> N
 def test_changing_a_bundle_without_naming_one_is_refused(suite: pytest.Pytester, flag: str) -> None:
     result = suite.runpytest_subprocess(flag, "suite/")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([f"*{flag} changes the bundle named by --compile-cache-bundle, and none is named*"])
+    result.stderr.fnmatch_lines([f"*{flag} (or {flag[2:].replace('-', '_')} in the ini file) changes the bundle "
+                                 "named by --compile-cache-bundle, and none is named*"])
 
 
 @pytest.mark.parametrize(("flag", "form"), [("--compile-cache-report", "--compile-cache-report=FILE"),

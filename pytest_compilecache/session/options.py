@@ -177,7 +177,8 @@ class Options:
         update = _bool(pick("compile_cache_update")[0], "compile_cache_update")
         if (update or rebuild) and not named:
             flag = "--compile-cache-rebuild" if rebuild else "--compile-cache-update"
-            raise pytest.UsageError(f"{flag} changes the bundle named by --compile-cache-bundle, and none is named")
+            raise pytest.UsageError(f"{flag} (or {flag[2:].replace('-', '_')} in the ini file) changes the bundle "
+                                    "named by --compile-cache-bundle, and none is named")
         expect = path("compile_cache_expect")
         expect_update = _bool(pick("compile_cache_expect_update")[0], "compile_cache_expect_update")
         if expect_update and expect is None:
