@@ -508,7 +508,7 @@ DESCRIPTION = ("Inspect, verify, merge and prune pytest-compilecache bundles, at
                "(also run as: python -m pytest_compilecache).")
 EPILOG = ("Exit status: 0 on success; 1 when verify or inspect --check finds the bundle unusable or cannot read "
           "it; 2 for any other error (a command that fails leaves the bundle as it was).")
-BUNDLE = "the bundle: a file path or a URL (s3://, gs://, az://, redis://; http(s):// to read)"
+BUNDLE = "the bundle: a file path or a URL (s3://, gs://, az://; http(s):// to read)"
 
 
 def parser() -> argparse.ArgumentParser:
