@@ -177,7 +177,10 @@ def pytest_compilecache_warmup(cache):
     assert "INTERNALERROR" not in text, text
     assert result.ret in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED), text  # tests that import the
     # compiler meet the same error as in a run without the plugin; the run itself goes on
-    assert text.count("turn into an error: DeprecationWarning") == 1, text
+    if "turn into an error: DeprecationWarning" in text:  # torch warned on import (2.13's torch.jit does)
+        assert text.count("turn into an error: DeprecationWarning") == 1, text
+    else:  # a torch that imports quietly: the warmup's own warning fails the warmup, said as such
+        assert "deprecated while warming up" in text and "WARMUP FAILED" in text, text
     assert not (pytester.path / "b.bundle").exists()
 
 
