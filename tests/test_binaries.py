@@ -289,6 +289,12 @@ def test_a_seeded_folder_gets_what_another_process_pools_later(tmp_path: Path) -
     assert theirs.add_from(built) == 1
     assert ours.seed(template) == 1, "the other process's binary reaches the next test"
     assert (template / "ab" / "csecond.so").read_bytes() == b"second"
+    (template / "ab" / "csecond.so").unlink()
+    assert ours.seed(template) == 0, "an unchanged pool is not walked again"
+    assert not (template / "ab" / "csecond.so").exists()
+    ours.seed(tmp_path / "another")
+    assert (tmp_path / "another" / "ab" / "csecond.so").exists(), "another folder is seeded in full"
+    (template / "ab" / "csecond.so").write_bytes(b"second")
     assert theirs.drop(["cfirst.so"]) == 1
     version = ours.version()
     (template / "ab" / "cfirst.so").unlink()
