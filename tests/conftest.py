@@ -8,6 +8,8 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
+from zygote import Zygote
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _private_user_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
@@ -15,6 +17,37 @@ def _private_user_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[No
     runs, the CLI, scripts) gets a per-user cache folder of its own through ``XDG_CACHE_HOME``."""
     patch = pytest.MonkeyPatch()
     patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+    yield
+    patch.undo()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_compiler(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Inner runs compile C++ through ``tests/cached_cxx.py``: g++, whose outputs are kept for the rest
+    of this test session (shared by its xdist workers), so each kernel is built once, not once per run.
+
+    ``COMPILECACHE_TEST_CXX=plain`` runs g++ itself instead."""
+    import os
+    import shutil
+    import stat
+    import sys
+
+    compiler = os.environ.get("CXX", "g++")
+    if os.environ.get("COMPILECACHE_TEST_CXX") == "plain" or shutil.which(compiler) is None:
+        yield
+        return
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if hasattr(request.config, "workerinput") else base
+    folder = shared / "cached-cxx"
+    folder.mkdir(exist_ok=True)
+    shim = folder / "g++"
+    script = Path(__file__).with_name("cached_cxx.py")
+    partial = folder / f"g++.{os.getpid()}"
+    partial.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{script}" "{folder / "outputs"}" "{compiler}" "$@"\n')
+    partial.chmod(partial.stat().st_mode | stat.S_IXUSR)
+    os.replace(partial, shim)
+    patch = pytest.MonkeyPatch()
+    patch.setenv("CXX", str(shim))
     yield
     patch.undo()
 
@@ -79,15 +112,64 @@ def default_dir(tmp: Path) -> Path:
     return tmp / f"torchinductor_{getpass.getuser()}"
 
 
+@pytest.fixture(scope="session")
+def zygote(_session_compiler: None) -> Iterator[Zygote | None]:
+    """This worker's zygote (``tests/zygote.py``): inner runs forked after torch is imported, not started
+    from nothing. ``COMPILECACHE_TEST_FORK=0`` starts every inner run as a fresh process."""
+    import os
+
+    if os.environ.get("COMPILECACHE_TEST_FORK") == "0":
+        yield None
+        return
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
+    started = Zygote.start(env)
+    yield started
+    started.stop()
+
+
+def _run_forked(pytester: pytest.Pytester, zygote: Zygote, args: tuple[str, ...],
+                timeout: float | None) -> pytest.RunResult | None:
+    """``pytester.runpytest_subprocess(*args)``, forked from the zygote; None where a fork would not
+    see what a fresh process sees (the run's environment differs from the zygote's at import)."""
+    import os
+    import sys
+    import time
+
+    from _pytest.pathlib import make_numbered_dir
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH", "")]))
+    if not zygote.can_run(env):
+        return None
+    basetemp = make_numbered_dir(root=pytester.path, prefix="runpytest-")
+    full = [f"--basetemp={basetemp}", *args]
+    out, err = pytester.path / "stdout", pytester.path / "stderr"
+    print("running (forked from the zygote): pytest", *full)
+    print("     in:", Path.cwd())
+    started = time.monotonic()
+    ret = zygote.run(full, Path.cwd(), env, out, err, timeout)
+    duration = time.monotonic() - started
+    stdout, stderr = (path.read_text(errors="replace") for path in (out, err))
+    sys.stdout.write(stdout)
+    sys.stderr.write(stderr)
+    return pytest.RunResult(ret, stdout.splitlines(), stderr.splitlines(), duration)
+
+
 @pytest.fixture
 def run_inner(
-    pytester: pytest.Pytester, private_tmp: Path, shared_headers_dir: Path
+    pytester: pytest.Pytester, private_tmp: Path, shared_headers_dir: Path, zygote: Zygote | None
 ) -> Callable[..., pytest.RunResult]:
-    """Run pytest in a subprocess on the files already made in ``pytester.path``."""
+    """Run pytest on the files already made in ``pytester.path``, as ``python -m pytest`` would, forked
+    from the zygote where that sees what a fresh process sees; ``fresh=True`` always starts one."""
 
-    def run(*args: str, ini: str = "", **kwargs: Any) -> pytest.RunResult:
+    def run(*args: str, ini: str = "", fresh: bool = False, timeout: float | None = None) -> pytest.RunResult:
         pytester.makeini(f"[pytest]\ncompile_cache_headers_dir = {shared_headers_dir}\n{ini}\n")
-        return pytester.runpytest_subprocess("-p", "no:logging", "-p", "no:randomly", *args, **kwargs)
+        full = ("-p", "no:logging", "-p", "no:randomly", *args)
+        if not fresh and zygote is not None:
+            forked = _run_forked(pytester, zygote, full, timeout)
+            if forked is not None:
+                return forked
+        return pytester.runpytest_subprocess(*full, timeout=timeout)
 
     return run
 
