@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..stats import CacheStats
-from .model import ExpectationsReport, SaveStatus, SessionReport, Status
+from .model import Concern, ExpectationsReport, SaveStatus, SessionReport, Status
 
 
 def _compile_time_line(report: SessionReport) -> list[str]:
@@ -172,12 +172,10 @@ def summary_lines(report: SessionReport) -> list[str]:
         lines.append(f"bundle {saved.status.value}: {saved.reason}" + moved)
     failure = report.warmup_failed
     if failure:
-        lines.append("WARMUP FAILED (warm_cache tests were skipped):")
+        lines.append("WARMUP FAILED (this run's warm_cache tests skip):")
         lines.extend("  " + line for line in failure.rstrip().splitlines())
-    for problem in report.all_problems():
-        if failure and problem.startswith("the warmup hook failed"):
-            continue
-        lines.append(f"PROBLEM: {problem}")
+    lines.extend(f"PROBLEM: {problem}" for problem in report.all_problems()
+                 if not (failure and problem.concern is Concern.WARMUP))
     lines.extend(f"C++ binary not used: {problem}" for problem in report.binary_problems())
     lines.extend(expectation_lines(report.expectations))
     return lines
