@@ -123,6 +123,7 @@ def test_an_empty_bundle_file_is_a_bundle_to_create(
     result.assert_outcomes(passed=2)
     summary = _summary(result)
     assert "warmup ran here" in summary and "PROBLEM" not in summary, summary
+    assert "bundle (main): warmed up here, then loaded:" in summary, "a newcomer read a building run's bare 'loaded'"
     assert f"bundle saved: {path}" in summary
     assert path.stat().st_size > 0
 
@@ -164,6 +165,26 @@ def pytest_compilecache_warmup(cache):
     result.assert_outcomes(passed=2)
     assert "raised while warming up" not in result.stderr.str()
     result.stdout.fnmatch_lines(["*warnings summary*", "*UserWarning: raised while warming up*"])
+
+
+def test_with_pytests_warnings_plugin_off_the_plugin_captures_no_warning(
+    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult]
+) -> None:
+    """``-p no:warnings`` means Python's own handling (stderr), for the plugin's work as for tests: a
+    newcomer saw a warnings summary that pytest itself no longer prints."""
+    pytester.makeconftest(WARMUP_CONFTEST + """
+import warnings
+
+def pytest_compilecache_warmup(cache):
+    warnings.warn("raised while warming up", UserWarning)
+    torch.compile(f)(torch.randn(8))
+""")
+    pytester.makepyfile(test_model=WARM_TEST)
+    result = run_inner("-p", "no:warnings", "--compile-cache-bundle=b.bundle",
+                       ini=f"compile_cache_home = {pytester.path / 'home'}")
+    result.assert_outcomes(passed=2)
+    assert "warnings summary" not in result.stdout.str()
+    assert "UserWarning: raised while warming up" in result.stderr.str()
 
 
 def test_a_warning_made_an_error_while_preparing_the_bundle_is_one_problem_not_an_internal_error(

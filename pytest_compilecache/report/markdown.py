@@ -98,6 +98,10 @@ def _layer_table(report: SessionReport) -> list[str]:
     if cold:
         line += (" Misses in tests whose cache starts empty by design (`cold_cache`, per-test isolation): "
                  + ", ".join(f"{layer} {n}" for layer, n in cold.items()) + ".")
+    left_out = report.misses_not_saved()
+    if left_out:
+        line += (" Misses in `not_saved()` blocks (left out of the bundle on purpose): "
+                 + ", ".join(f"{layer} {n}" for layer, n in left_out.items()) + ".")
     return rows + ["", line, ""]
 
 

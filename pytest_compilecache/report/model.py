@@ -251,6 +251,16 @@ class SessionReport:
         current = CacheStats.from_dict(stats)
         self.totals = current if self.totals is None else self.totals + current
 
+    def misses_not_saved(self) -> dict[str, int]:
+        """``{layer: misses}`` inside ``not_saved()`` blocks: compiles left out of the bundle on purpose."""
+        out: dict[str, int] = {}
+        for stats in self.tests.values():
+            if stats.get("cache") in ("cold", "isolated"):
+                continue
+            for layer, n in (stats.get("misses_not_saved") or {}).items():
+                out[layer] = out.get(layer, 0) + int(n)
+        return out
+
     def misses_in_cold_caches(self) -> dict[str, int]:
         """``{layer: misses}`` in tests whose cache starts empty by design (``cold_cache``, per-test isolation)."""
         out: dict[str, int] = {}

@@ -48,7 +48,7 @@ class Saver:
             return
         if not (self.options.update or not self.bundle_existed):
             advice = ("add --compile-cache-update to merge this session's artifacts into it" if _missed(report)
-                      else "every compile outside cold_cache tests hit: nothing to add to it")
+                      else "every compile outside cold_cache tests and not_saved() blocks hit: nothing to add to it")
             report.saved = SaveResult(SaveStatus.KEPT, f"{path} existed; {advice}")
             return
         if not blobs:
@@ -165,4 +165,6 @@ def _missed(report: SessionReport) -> bool:
     if report.totals is None:
         return False
     cold = report.misses_in_cold_caches()
+    for layer, n in report.misses_not_saved().items():
+        cold[layer] = cold.get(layer, 0) + n
     return any(report.totals.layer(layer).misses > cold.get(layer, 0) for layer in ("fx_graph", "aot_autograd"))
