@@ -241,7 +241,10 @@ def add_options(parser: pytest.Parser) -> None:
     def option(name: str, help: str, **kwargs: Any) -> None:
         dest = name.replace("-", "_")
         group.addoption(f"--{name}", dest=dest, default=None, help=f"{help} (ini: {dest})", **kwargs)
-        parser.addini(dest, help=help, type="bool" if kwargs.get("action") == "store_true" else "string")
+        if kwargs.get("action") == "store_true":
+            parser.addini(dest, help=help, type="bool")
+        else:
+            parser.addini(dest, help=help, type="string")
 
     group.addoption("--compile-cache-isolate", dest="compile_cache_isolate", action="store_const", const="test",
                     default=None, help="give every test its own empty compile cache (the same as "
