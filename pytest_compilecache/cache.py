@@ -33,6 +33,16 @@ class CacheKind(enum.Enum):
         return self in (CacheKind.COLD, CacheKind.ISOLATED)
 
 
+#: Misses inside ``not_saved()`` blocks so far in this process, by layer.
+_not_saved_misses: dict[str, int] = {}
+
+
+def not_saved_misses() -> dict[str, int]:
+    """Misses inside :meth:`CompileCache.not_saved` blocks so far in this process, by layer
+    (``fx_graph``, ``aot_autograd``): misses by design, which saving would never turn into hits."""
+    return dict(_not_saved_misses)
+
+
 class CompileCache:
     """An isolated set of torch.compile caches, active between ``__enter__`` and ``__exit__``.
 
@@ -103,7 +113,14 @@ class CompileCache:
         if not _torchapi.can_leave_out():
             pytest.skip("not_saved() needs a torch whose Mega-Cache can record apart (torch >= 2.8)")
         with _torchapi.fresh_recording():
-            yield
+            before = _torchapi.read_counts()
+            try:
+                yield
+            finally:
+                after = _torchapi.read_counts()
+                for layer in ("fx_graph", "aot_autograd"):
+                    key = f"{layer}.misses"
+                    _not_saved_misses[layer] = _not_saved_misses.get(layer, 0) + after.get(key, 0) - before.get(key, 0)
 
     def reset_in_memory(self) -> None:
         """Forget every compiled result held in memory (Dynamo's code cache, loaded kernels).

@@ -130,7 +130,13 @@ def test_each_kind_of_difference_is_named(project: pytest.Pytester, run_inner: C
     for kind in ("config `max_fusion_size` changed", "input shapes changed", "input dtypes changed",
                  "input strides changed", "graph changed", "cache_key_tag changed", "new code"):
         assert kind in summary, summary
+    # Every miss of the warm run is inside a not_saved() block: by design, so no advice to update the bundle.
+    warm.stdout.fnmatch_lines(["*misses in not_saved() blocks (left out of the bundle on purpose): fx_graph 7 of 7*"])
+    assert "add --compile-cache-update" not in warm.stdout.str()
+    warm.stdout.fnmatch_lines(["*nothing to add to it*"])
     tests = json.loads(report.read_text())["tests"]
+    assert tests["test_kinds.py::test_config"]["misses_not_saved"]["fx_graph"] == 1
+    assert "misses_not_saved" not in tests["test_kinds.py::test_hit"]
     config = tests["test_kinds.py::test_config"]["fx_graph"]
     assert config["explained"] == 1 and config["miss_kinds"] == {"config `max_fusion_size` changed": 1}
     assert "explanations" not in tests["test_kinds.py::test_hit"]["fx_graph"]

@@ -208,8 +208,9 @@ def test_a_linked_cache_folder_shares_files_and_never_writes_back(tmp_path: Path
 
 
 def test_discarded_test_folders_are_gone_once_the_process_cleans_up(tmp_path: Path) -> None:
-    """A test's folder is removed in the background (the next test does not wait for it); the process's
-    clean-up waits until every discarded folder is gone, and keeps a failed test's folder it never discarded."""
+    """A test's folder is gone from its path at once and its files are removed in the background (the
+    next test does not wait for it); the process's clean-up does not wait either: what is left then is
+    removed by a detached process. A failed test's folder, never discarded, stays."""
     from pytest_compilecache.session.folders import Folders
 
     class Config:
@@ -223,7 +224,15 @@ def test_discarded_test_folders_are_gone_once_the_process_cleans_up(tmp_path: Pa
         for n in range(50):
             (folder / "ab" / f"c{n}.so").write_bytes(b"x")
     folders.discard(made[0])
+    assert not made[0].exists(), "gone from its path when discard returns"
     folders.discard(made[1])
+    root = folders.root
+    (folders.template / "ab").mkdir(parents=True)
     folders.remove(keep_root=True)
-    assert not made[0].exists() and not made[1].exists()
+    assert not made[0].exists() and not made[1].exists() and not (root / "template").exists()
     assert made[2].exists(), "a failed test's folder, never discarded, stays for inspection"
+    deadline = time.monotonic() + 30
+    while (root / "trash").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not (root / "trash").exists(), "the detached removal finished"
+    assert sorted(p.name for p in root.iterdir()) == ["tests"]

@@ -219,7 +219,7 @@ def test_runs_that_need_no_cache_do_no_bundle_work(
     pytester.makeconftest(LIGHT_CONFTEST)
     pytester.makepyfile(test_x="def test_pure_python():\n    pass\n\ndef test_warm(warm_cache):\n    pass\n")
     bundle = pytester.path / "x.bundle"
-    result = run_inner(*args, f"--compile-cache-bundle={bundle}")
+    result = run_inner(*args, f"--compile-cache-bundle={bundle}", fresh=True)  # torch not imported: a fresh process
     assert result.ret in (0, 5), result.stdout.str()
     assert warmups(warmup_log) == 0
     assert not bundle.exists()

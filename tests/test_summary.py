@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Callable
 
 import pytest
@@ -90,7 +91,8 @@ def test_an_unreadable_bundle_still_warms_up_and_is_left_alone_said_once(
            "corrupt": built_bundle[:mid] + bytes(200) + built_bundle[mid + 200:]}[case]
     path = pytester.path / "b.bundle"
     path.write_bytes(bad)
-    result = run_inner("--compile-cache-bundle=b.bundle", *update, ini=f"compile_cache_home = {pytester.path / 'home'}")
+    result = run_inner("--compile-cache-bundle=b.bundle", "--compile-cache-report=r.json", *update,
+                       ini=f"compile_cache_home = {pytester.path / 'home'}")
     result.assert_outcomes(passed=2)
     summary = _summary(result)
     assert path.read_bytes() == bad
@@ -100,6 +102,12 @@ def test_an_unreadable_bundle_still_warms_up_and_is_left_alone_said_once(
     problems = [line for line in summary.splitlines() if line.startswith("PROBLEM:")]
     assert len(problems) == 1, summary
     assert str(path) in problems[0]
+    # The report says the same problem once, typed: what it concerns and the file it is about.
+    report = json.loads((pytester.path / "r.json").read_text())["bundle"]
+    assert report["problems"] == [problems[0].removeprefix("PROBLEM: ")]
+    (detail,) = report["problem_details"]
+    assert detail["concern"] == "bundle" and Path(detail["where"]).resolve() == path.resolve(), detail
+    assert detail["text"] == report["problems"][0]
 
 
 @pytest.mark.parametrize("update", [["--compile-cache-update"], []], ids=["update", "no-update"])
@@ -115,6 +123,7 @@ def test_an_empty_bundle_file_is_a_bundle_to_create(
     result.assert_outcomes(passed=2)
     summary = _summary(result)
     assert "warmup ran here" in summary and "PROBLEM" not in summary, summary
+    assert "bundle (main): warmed up here, then loaded:" in summary, "a newcomer read a building run's bare 'loaded'"
     assert f"bundle saved: {path}" in summary
     assert path.stat().st_size > 0
 
@@ -156,6 +165,26 @@ def pytest_compilecache_warmup(cache):
     result.assert_outcomes(passed=2)
     assert "raised while warming up" not in result.stderr.str()
     result.stdout.fnmatch_lines(["*warnings summary*", "*UserWarning: raised while warming up*"])
+
+
+def test_with_pytests_warnings_plugin_off_the_plugin_captures_no_warning(
+    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult]
+) -> None:
+    """``-p no:warnings`` means Python's own handling (stderr), for the plugin's work as for tests: a
+    newcomer saw a warnings summary that pytest itself no longer prints."""
+    pytester.makeconftest(WARMUP_CONFTEST + """
+import warnings
+
+def pytest_compilecache_warmup(cache):
+    warnings.warn("raised while warming up", UserWarning)
+    torch.compile(f)(torch.randn(8))
+""")
+    pytester.makepyfile(test_model=WARM_TEST)
+    result = run_inner("-p", "no:warnings", "--compile-cache-bundle=b.bundle",
+                       ini=f"compile_cache_home = {pytester.path / 'home'}")
+    result.assert_outcomes(passed=2)
+    assert "warnings summary" not in result.stdout.str()
+    assert "UserWarning: raised while warming up" in result.stderr.str()
 
 
 def test_a_warning_made_an_error_while_preparing_the_bundle_is_one_problem_not_an_internal_error(
@@ -277,3 +306,29 @@ def test_lines_that_would_only_hold_zeros_are_left_out() -> None:
     assert "C++ binaries: 3 carried, 0 fit this machine" in "\n".join(summary_lines(report))
     report.add_test("t::plain", {"cache": "", "fx_graph": {"hits": 0, "misses": 1}})
     assert _missed(report)
+
+
+def test_problems_keep_their_concern_from_a_worker_and_are_said_once() -> None:
+    """Problems are typed (what they kept from working, the file they are about): a worker's arrive at
+    the controller as they left, a problem two processes saw is said once, and the summary sorts by
+    concern, not by the wording of a message."""
+    from pytest_compilecache.report.model import Concern, Problem, ProcessReport, SessionReport, Status
+    from pytest_compilecache.report.terminal import summary_lines
+
+    damaged = Problem(Concern.BUNDLE, "b.bundle: damaged (bad checksum)", "b.bundle")
+    binary = Problem(Concern.BINARY, "b.bundle: carried binary ab/x.so fails its checksum; not used", "b.bundle")
+    hook = Problem(Concern.WARMUP, "the warmup hook failed: RuntimeError: boom")
+    worker = ProcessReport(process="gw0", status=Status.WARMUP_FAILED, problems=[damaged, binary, hook],
+                           warmup_error="RuntimeError: boom\n  at conftest.py:3")
+    arrived = ProcessReport.from_json(json.loads(json.dumps(worker.to_json())))
+    assert arrived.problems == [damaged, binary, hook]
+    report = SessionReport(bundle_path="b.bundle", problems=[damaged])
+    report.processes = [arrived, ProcessReport(process="gw1", problems=[damaged])]
+    assert report.all_problems() == [damaged, hook] and report.binary_problems() == [binary]
+    lines = summary_lines(report)
+    assert lines.count(f"PROBLEM: {damaged.text}") == 1
+    assert f"C++ binary not used: {binary.text}" in lines
+    assert not any(hook.text in line for line in lines), "the failure block already says the warmup failed"
+    document = report.to_json()["bundle"]
+    assert document["problems"] == [damaged.text, hook.text]
+    assert [p["concern"] for p in document["problem_details"]] == ["bundle", "binary", "warmup"]

@@ -98,6 +98,10 @@ def _layer_table(report: SessionReport) -> list[str]:
     if cold:
         line += (" Misses in tests whose cache starts empty by design (`cold_cache`, per-test isolation): "
                  + ", ".join(f"{layer} {n}" for layer, n in cold.items()) + ".")
+    left_out = report.misses_not_saved()
+    if left_out:
+        line += (" Misses in `not_saved()` blocks (left out of the bundle on purpose): "
+                 + ", ".join(f"{layer} {n}" for layer, n in left_out.items()) + ".")
     return rows + ["", line, ""]
 
 
@@ -143,9 +147,9 @@ def _top_tests(report: SessionReport) -> list[str]:
 
 
 def _problems(report: SessionReport) -> list[str]:
-    problems = report.all_problems() + [f"C++ binary not used: {p}" for p in report.binary_problems()]
+    problems = [p.text for p in report.all_problems()] + [f"C++ binary not used: {p}" for p in report.binary_problems()]
     if report.warmup_failed:
-        problems.insert(0, "the warmup failed; `warm_cache` tests were skipped (see the log)")
+        problems.insert(0, "the warmup failed; this run's `warm_cache` tests skip (see the log)")
     if not problems:
         return []
     return ["> [!WARNING]", *(f"> {p.splitlines()[0] if p else p}" for p in problems), ""]

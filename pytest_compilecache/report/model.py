@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Iterable
 
 from ..bundle.format import Unreadable
 from ..stats import CacheStats
@@ -45,6 +45,47 @@ class SaveStatus(enum.Enum):
     FAILED = "failed"
 
 
+class Concern(enum.Enum):
+    """What a problem kept from working."""
+
+    BUNDLE = "bundle"
+    WARMUP = "warmup"
+    BINARY = "binary"
+    SAVING = "saving"
+    REMOTE = "remote cache"
+    REPORT = "report"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem, said once: what it kept from working, its text (which names the file or URL and the
+    reason), and that file or URL on its own (``""`` where there is none)."""
+
+    concern: Concern
+    text: str
+    where: str = ""
+
+    def __str__(self) -> str:
+        return self.text
+
+    def to_json(self) -> dict[str, str]:
+        """``{"concern", "where", "text"}``."""
+        return {"concern": self.concern.value, "where": self.where, "text": self.text}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Problem":
+        """The inverse of :meth:`to_json`."""
+        return cls(Concern(data["concern"]), str(data["text"]), str(data.get("where", "")))
+
+
+def once(problems: Iterable[Problem]) -> list[Problem]:
+    """``problems`` in order, each text once."""
+    first: dict[str, Problem] = {}
+    for problem in problems:
+        first.setdefault(problem.text, problem)
+    return list(first.values())
+
+
 @dataclass
 class ProcessReport:
     """What happened to the bundle in one process; workers send it to the controller as JSON."""
@@ -64,9 +105,8 @@ class ProcessReport:
     index_file: str | None = None
     env: dict[str, str] | None = None
     history: dict[str, Any] = field(default_factory=dict)
-    problems: list[str] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
     binaries: dict[str, int] = field(default_factory=dict)
-    binary_problems: list[str] = field(default_factory=list)
     #: Why the bundle could not be read here (a damaged file, not a bundle); "" when it could.
     bundle_unreadable: str = ""
     #: What kind of problem that is (``None`` when it could be read).
@@ -78,6 +118,9 @@ class ProcessReport:
         """A plain dict (for ``workeroutput`` and the JSON report)."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["status"] = self.status.value
+        data["problems"] = [p.text for p in self.problems if p.concern is not Concern.BINARY]
+        data["binary_problems"] = [p.text for p in self.problems if p.concern is Concern.BINARY]
+        data["problem_details"] = [p.to_json() for p in self.problems]
         data["bundle_unreadable_kind"] = self.bundle_unreadable_kind.value if self.bundle_unreadable_kind else None
         return data
 
@@ -87,6 +130,7 @@ class ProcessReport:
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
         values["status"] = Status(values.get("status", Status.UNUSED.value))
+        values["problems"] = [Problem.from_json(p) for p in data.get("problem_details", [])]
         kind = values.get("bundle_unreadable_kind")
         values["bundle_unreadable_kind"] = Unreadable(kind) if kind else None
         return cls(**values)
@@ -193,7 +237,7 @@ class SessionReport:
     compile_seconds: float = 0.0
     processes: list[ProcessReport] = field(default_factory=list)
     saved: SaveResult = field(default_factory=SaveResult)
-    problems: list[str] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
     remote_problem: str = ""
     #: Bytes strict mode's check at session start downloaded from a bundle URL.
     checked_downloaded: int = 0
@@ -207,6 +251,16 @@ class SessionReport:
         current = CacheStats.from_dict(stats)
         self.totals = current if self.totals is None else self.totals + current
 
+    def misses_not_saved(self) -> dict[str, int]:
+        """``{layer: misses}`` inside ``not_saved()`` blocks: compiles left out of the bundle on purpose."""
+        out: dict[str, int] = {}
+        for stats in self.tests.values():
+            if stats.get("cache") in ("cold", "isolated"):
+                continue
+            for layer, n in (stats.get("misses_not_saved") or {}).items():
+                out[layer] = out.get(layer, 0) + int(n)
+        return out
+
     def misses_in_cold_caches(self) -> dict[str, int]:
         """``{layer: misses}`` in tests whose cache starts empty by design (``cold_cache``, per-test isolation)."""
         out: dict[str, int] = {}
@@ -218,13 +272,17 @@ class SessionReport:
                     out[layer.layer] = out.get(layer.layer, 0) + layer.misses
         return out
 
-    def binary_problems(self) -> list[str]:
-        """Carried binaries that were not used (checksum, fit, load), once each; problems in strict mode."""
-        return list(dict.fromkeys(p for r in self.processes for p in r.binary_problems))
+    def every_problem(self) -> list[Problem]:
+        """Every problem seen in any process, carried binaries' included, once each."""
+        return once([*self.problems, *(p for r in self.processes for p in r.problems)])
 
-    def all_problems(self) -> list[str]:
-        """Every problem seen in any process, once each."""
-        return list(dict.fromkeys(self.problems + [p for r in self.processes for p in r.problems]))
+    def binary_problems(self) -> list[Problem]:
+        """Carried binaries that were not used (checksum, fit, load), once each; problems in strict mode."""
+        return [p for p in self.every_problem() if p.concern is Concern.BINARY]
+
+    def all_problems(self) -> list[Problem]:
+        """Every other problem seen in any process, once each."""
+        return [p for p in self.every_problem() if p.concern is not Concern.BINARY]
 
     @property
     def warmup_seconds(self) -> float:
@@ -289,7 +347,8 @@ class SessionReport:
                 "at_start": self.bundle_at_start,
                 "processes": [r.to_json() for r in self.processes if r.status is not Status.UNUSED],
                 "saved": self.saved.to_json(),
-                "problems": self.all_problems(),
+                "problems": [p.text for p in self.all_problems()],
+                "problem_details": [p.to_json() for p in self.every_problem()],
                 **({"checked_downloaded_bytes": self.checked_downloaded} if self.checked_downloaded else {}),
             },
             **({"expectations": self.expectations.to_json()} if self.expectations is not None else {}),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..stats import CacheStats
-from .model import ExpectationsReport, SaveStatus, SessionReport, Status
+from .model import Concern, ExpectationsReport, SaveStatus, SessionReport, Status
 
 
 def _compile_time_line(report: SessionReport) -> list[str]:
@@ -69,10 +69,14 @@ def _cold_lines(report: SessionReport) -> list[str]:
     assert report.totals is not None
     cold = report.misses_in_cold_caches()
     parts = [f"{layer} {n} of {report.totals.layer(layer).misses}" for layer, n in cold.items()]
-    if not parts:
-        return []
-    return [f"  misses in tests whose cache starts empty by design (cold_cache, --compile-cache-isolate): "
-            f"{', '.join(parts)}"]
+    left_out = [f"{layer} {n} of {report.totals.layer(layer).misses}" for layer, n in report.misses_not_saved().items()]
+    lines = []
+    if parts:
+        lines.append(f"  misses in tests whose cache starts empty by design (cold_cache, --compile-cache-isolate): "
+                     f"{', '.join(parts)}")
+    if left_out:
+        lines.append(f"  misses in not_saved() blocks (left out of the bundle on purpose): {', '.join(left_out)}")
+    return lines
 
 
 #: Tests named per kind in the expectations lines; the JSON report names them all.
@@ -131,6 +135,8 @@ def summary_lines(report: SessionReport) -> list[str]:
             continue
         if process.status is Status.WARMUP_FAILED:
             lines.append(f"bundle ({process.process}): warmup failed, see WARMUP FAILED below")
+        elif process.status is Status.LOADED and process.warmup_seconds is not None:
+            lines.append(f"bundle ({process.process}): warmed up here, then loaded: {process.reason}")
         else:
             lines.append(f"bundle ({process.process}): {process.status.value}: {process.reason}")
         if process.loaded:
@@ -172,12 +178,10 @@ def summary_lines(report: SessionReport) -> list[str]:
         lines.append(f"bundle {saved.status.value}: {saved.reason}" + moved)
     failure = report.warmup_failed
     if failure:
-        lines.append("WARMUP FAILED (warm_cache tests were skipped):")
+        lines.append("WARMUP FAILED (this run's warm_cache tests skip):")
         lines.extend("  " + line for line in failure.rstrip().splitlines())
-    for problem in report.all_problems():
-        if failure and problem.startswith("the warmup hook failed"):
-            continue
-        lines.append(f"PROBLEM: {problem}")
+    lines.extend(f"PROBLEM: {problem}" for problem in report.all_problems()
+                 if not (failure and problem.concern is Concern.WARMUP))
     lines.extend(f"C++ binary not used: {problem}" for problem in report.binary_problems())
     lines.extend(expectation_lines(report.expectations))
     return lines

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
 
 from ..report.markdown import SUMMARY_ENV, append_job_summary
-from ..report.model import REPORT_ATTR, SessionReport, Status
+from ..report.model import REPORT_ATTR, Concern, Problem, SessionReport, Status
 from ..report.terminal import summary_lines
 from .options import Options
 
@@ -42,7 +43,8 @@ class Collector:
             try:
                 append_job_summary(self.report)
             except OSError as exc:
-                self.report.problems.append(f"{SUMMARY_ENV}: could not append the job summary: {exc}")
+                self.report.problems.append(Problem(Concern.REPORT, f"{SUMMARY_ENV}: could not append the job summary: "
+                                                    f"{exc}", os.environ.get(SUMMARY_ENV, "")))
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         """The ``compilecache`` section, when :meth:`_worth_saying`."""

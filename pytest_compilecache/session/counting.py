@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from .. import _torchapi
-from ..cache import CacheKind
+from ..cache import CacheKind, not_saved_misses
 from ..stats import stats_from_counts
 from .options import Isolation, Options
 
@@ -21,7 +21,7 @@ class TestCounts:
 
     def __init__(self, options: Options) -> None:
         self.options = options
-        self._start: dict[str, tuple[dict[str, int], float]] = {}
+        self._start: dict[str, tuple[dict[str, int], float, dict[str, int]]] = {}
 
     def counted(self, item: pytest.Item) -> bool:
         """Whether ``item``'s compile counts are recorded."""
@@ -31,7 +31,8 @@ class TestCounts:
         """Take the counters' starting point for ``item`` (if it is counted)."""
         if self.counted(item):
             loaded = _torchapi.compiler_loaded()
-            self._start[item.nodeid] = (_torchapi.read_counts() if loaded else {}, _torchapi.compile_seconds())
+            self._start[item.nodeid] = (_torchapi.read_counts() if loaded else {}, _torchapi.compile_seconds(),
+                                        not_saved_misses())
 
     def finished(self, item: pytest.Item) -> dict[str, Any] | None:
         """``item``'s per-layer counts, compile seconds and cache kind, or ``None`` (not counted, or
@@ -45,6 +46,9 @@ class TestCounts:
         result: dict[str, Any] = stats.to_dict()
         result["compile_seconds"] = round(_torchapi.compile_seconds() - start[1], 4)
         result["cache"] = self.cache_kind(item)
+        left_out = {layer: n - start[2].get(layer, 0) for layer, n in not_saved_misses().items()}
+        if any(left_out.values()):
+            result["misses_not_saved"] = {layer: n for layer, n in left_out.items() if n}
         return result
 
     def so_far(self, item: pytest.Item) -> dict[str, int] | None:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import queue
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -17,28 +19,60 @@ import pytest
 
 
 class _Remover:
-    """Removes folders on a thread of its own, so that no test waits for the removal of another's folder."""
+    """Removes folders without making anyone wait: a folder is first moved into a trash folder (a
+    rename, at once: nothing sees it at its old path again), then removed on a thread of its own while
+    tests run; what is still there when the process ends is left to a detached process."""
 
     def __init__(self) -> None:
         self._queue: queue.SimpleQueue[Path | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
+        self._moved = 0
 
-    def remove(self, path: Path) -> None:
+    def remove(self, path: Path, trash: Path) -> None:
+        """Move ``path`` into ``trash`` now, and remove it soon."""
+        moved = self._move(path, trash)
+        if moved is None:
+            return
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="compilecache-remover", daemon=True)
             self._thread.start()
-        self._queue.put(path)
+        self._queue.put(moved)
+
+    def _move(self, path: Path, trash: Path) -> Path | None:
+        self._moved += 1
+        target = trash / f"{self._moved:05d}-{path.name}"
+        try:
+            trash.mkdir(exist_ok=True)
+            os.rename(path, target)
+        except FileNotFoundError:
+            return None
+        except OSError:  # another file system, say: removed where it is
+            return path
+        return target
 
     def _run(self) -> None:
         while (path := self._queue.get()) is not None:
             shutil.rmtree(path, ignore_errors=True)
 
-    def wait(self) -> None:
-        """Return once every folder handed over is gone."""
+    def finish(self, paths: list[Path], trash: Path) -> None:
+        """Move ``paths`` into ``trash`` too, and have everything there removed, without waiting for it."""
+        for path in paths:
+            self._move(path, trash)
         if self._thread is not None:
             self._queue.put(None)
-            self._thread.join()
             self._thread = None
+        if trash.exists():
+            _remove_detached(trash)
+
+
+def _remove_detached(path: Path) -> None:
+    """Remove ``path`` in a process of its own that outlives this one (pytest's exit does not wait for it)."""
+    code = "import shutil, sys; shutil.rmtree(sys.argv[1], ignore_errors=True)"
+    try:
+        subprocess.Popen([sys.executable, "-c", code, str(path)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+    except OSError:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 class Folders:
@@ -104,23 +138,32 @@ class Folders:
         return self.root / "tests" / f"{self._count:05d}-{name}"
 
     def discard(self, path: Path) -> None:
-        """Remove a test's folder soon, on a thread of its own (nothing reads it again: each test's name is new)."""
-        self._remover.remove(path)
+        """Remove a test's folder: gone from its path at once, its files removed in the background
+        (nothing reads it again: each test's name is new)."""
+        self._remover.remove(path, self.root / "trash")
 
     def remove(self, keep_root: bool) -> None:
-        """Remove what this process made, once the folders discarded are gone.
+        """Remove what this process made: gone from their paths at once, their files removed in the
+        background, by a detached process for what is left when the session ends.
 
         With ``keep_root`` the root stays for pytest's retention, with the folders of failed tests.
         """
-        self._remover.wait()
-        if self._root is not None:
-            if keep_root and not self._owned_root:
-                for name in ("template", "session-cache", "process"):
-                    shutil.rmtree(self._root / name, ignore_errors=True)
-            else:
-                shutil.rmtree(self._root, ignore_errors=True)
+        if self._root is None:
+            if self._shared is not None and self._owns_shared:
+                shutil.rmtree(self._shared, ignore_errors=True)
+            return
+        leaving = [self._root / name for name in ("template", "session-cache", "process")]
         if self._shared is not None and self._owns_shared:
-            shutil.rmtree(self._shared, ignore_errors=True)
+            leaving.append(self._shared)
+        if keep_root and not self._owned_root:
+            self._remover.finish(leaving, self._root / "trash")
+        else:
+            gone = self._root.with_name(f"{self._root.name}-removed-{os.getpid()}")
+            try:
+                os.rename(self._root, gone)
+            except OSError:
+                gone = self._root
+            self._remover.finish([], gone)
         self._root = None
 
 

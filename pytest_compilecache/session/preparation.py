@@ -17,7 +17,7 @@ from ..bundle.binaries import BinaryPool, drop_from
 from ..bundle.format import Unreadable
 from ..bundle.keyindex import KeyIndex
 from ..cache import CacheKind, CompileCache
-from ..report.model import ProcessReport
+from ..report.model import Concern, Problem, ProcessReport
 from ..storage.interface import BundleStore
 from ..storage.local import LocalStore
 from .folders import Folders, WorkerDir
@@ -117,15 +117,15 @@ class BundlePreparation:
                 f"filters turn into an error: {type(exc).__name__}: {exc} ({where.filename}:{where.lineno}); "
                 f"no bundle is used (ignore it by its category and module in filterwarnings to prepare one)"
             )
-        problems = self.process_report.problems
+        problems = [p for p in self.process_report.problems if p.concern is not Concern.BINARY]
         if self.options.strict and problems:
-            return "--compile-cache-strict: bundle problem at session start:\n  " + "\n  ".join(problems)
+            return "--compile-cache-strict: bundle problem at session start:\n  " + "\n  ".join(map(str, problems))
         return None
 
     def _failed_to_prepare(self, problem: str) -> None:
         if self._preparer is None:
             self._preparer = self._make_preparer(None)
-        self._preparer.report.problems.append(problem)
+        self._preparer.report.problems.append(Problem(Concern.BUNDLE, problem, self.options.bundle_name or ""))
 
     @property
     def writes_bundle(self) -> bool:
@@ -189,7 +189,8 @@ class BundlePreparation:
                     self._dropped |= rejected
                 self._pool.add_from(folder, since)
             except OSError as exc:
-                self.process_report.binary_problems.append(f"{folder}: could not pool its C++ binaries: {exc}")
+                self.process_report.problems.append(
+                    Problem(Concern.BINARY, f"{folder}: could not pool its C++ binaries: {exc}", str(folder)))
 
     def finish(self) -> ProcessReport:
         """At the end of the session: pool what compiles outside fixtures built; this process's report."""
@@ -199,7 +200,8 @@ class BundlePreparation:
             self.harvest(session_cache, since=self._started)
         if _torchapi.compiler_loaded():
             source = self.options.bundle_name or "the session's warmup bundle"
-            process.binary_problems.extend(f"{source}: {why}" for why in _torchapi.rejected_binaries())
+            process.problems.extend(Problem(Concern.BINARY, f"{source}: {why}", self.options.bundle_name or "")
+                                    for why in _torchapi.rejected_binaries())
         return process
 
     def _run_warmup(self, previous: Path | None) -> tuple[bytes | None, dict[str, Any], float]:
@@ -249,5 +251,5 @@ class BundlePreparation:
                 report.env = _torchapi.environment_fingerprint()
             return data, _torchapi.index_for(data)
         except Exception as exc:  # torch failing to serialize must not lose the session's results
-            report.problems.append(f"could not save this process's compile artifacts: {exc}")
+            report.problems.append(Problem(Concern.SAVING, f"could not save this process's compile artifacts: {exc}"))
             return None

@@ -23,7 +23,7 @@ from .._torchapi import defaultdir
 from ..cache import CacheKind, CompileCache
 from ..environment import SavedEnv
 from ..expect.hooks import Keeper, Recorder
-from ..report.model import ProcessReport, SessionReport
+from ..report.model import Concern, Problem, ProcessReport, SessionReport
 from .capture import warnings_to_pytest
 from .collector import Collector
 from .folders import Folders
@@ -123,7 +123,8 @@ class SingleProcess(_RunsTests):
                 self.report.bundle_at_start, self.side.bundle.existed, self.side.bundle.problem = \
                     describe(self.store)
             if self.side.bundle.problem:
-                self.report.problems.append(self.side.bundle.problem)
+                self.report.problems.append(Problem(Concern.BUNDLE, self.side.bundle.problem, self.store.name
+                                                    if self.store is not None else ""))
             check_remote(self.options, self.report)
             with self.side.bundle.progress.showing():
                 check_at_start(self.options, self.store, self.side.bundle.problem, self.side.bundle.existed,
@@ -241,7 +242,8 @@ class Controller:
         if self.options.bundle_url is not None:
             self.report.bundle_at_start, self.bundle_existed, self.start_problem = describe(self.store)
         if self.start_problem:
-            self.report.problems.append(self.start_problem)
+            self.report.problems.append(Problem(Concern.BUNDLE, self.start_problem,
+                                                self.store.name if self.store is not None else ""))
         check_remote(self.options, self.report)
         with self.progress.showing():
             check_at_start(self.options, self.store, self.start_problem, self.bundle_existed, self.folders.process,
@@ -266,7 +268,7 @@ class Controller:
             why = died_in_warmup(self.folders.shared / "warmup-done", worker)
             if why:
                 self._died_in_warmup[worker] = why
-                self.report.problems.append(why)
+                self.report.problems.append(Problem(Concern.WARMUP, why))
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:

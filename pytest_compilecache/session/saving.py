@@ -11,7 +11,7 @@ from .. import _torchapi, files
 from ..bundle.binaries import CarriedBinaries, pooled
 from ..bundle.format import Bundle, BundleError, Entry, NotABundle, Unreadable, make_entry
 from ..bundle.keyindex import KeyIndex, KeyIndexError
-from ..report.model import SaveResult, SaveStatus, SessionReport
+from ..report.model import Concern, Problem, SaveResult, SaveStatus, SessionReport
 from ..storage.interface import BundleStore, Written
 from ..storage.merge import env_id
 from .options import Options
@@ -48,7 +48,7 @@ class Saver:
             return
         if not (self.options.update or not self.bundle_existed):
             advice = ("add --compile-cache-update to merge this session's artifacts into it" if _missed(report)
-                      else "every compile outside cold_cache tests hit: nothing to add to it")
+                      else "every compile outside cold_cache tests and not_saved() blocks hit: nothing to add to it")
             report.saved = SaveResult(SaveStatus.KEPT, f"{path} existed; {advice}")
             return
         if not blobs:
@@ -70,7 +70,7 @@ class Saver:
             saved = store.add(additions, history, run=self.run, max_unused_runs=self.options.max_unused_runs,
                               rebuild=self.options.rebuild)
             merged = saved.bundle
-            report.problems.extend(f"{path}: {why}" for why in saved.dropped)
+            report.problems.extend(Problem(Concern.SAVING, f"{path}: {why}", str(path)) for why in saved.dropped)
             envs = {env_id(env): env for env, _, _ in blobs}
             artifacts: dict[str, dict[str, int]] = {}
             for entry in (merged.find(env) for env in envs.values()):
@@ -85,10 +85,10 @@ class Saver:
                     total["count"] += counts["count"]
                     total["bytes"] += counts["bytes"]
         except NotABundle as exc:
-            self._problem(report, f"{exc}; it was left alone")
+            self._problem(report, f"{exc}; it was left alone", str(path))
             return
         except (BundleError, _torchapi.MegaCacheError, _torchapi.TorchUnavailable) as exc:
-            self._problem(report, str(exc) if str(path) in str(exc) else f"{path}: {exc}")
+            self._problem(report, str(exc) if str(path) in str(exc) else f"{path}: {exc}", str(path))
             report.saved.transfer = store.transfer.since(before).to_json()
             return
         merged.close()
@@ -97,9 +97,9 @@ class Saver:
                                   dropped_unused=dict(saved.unused), transfer=saved.transfer.to_json())
 
     @staticmethod
-    def _problem(report: SessionReport, message: str) -> None:
+    def _problem(report: SessionReport, message: str, where: str) -> None:
         report.saved = SaveResult(SaveStatus.FAILED, message)
-        report.problems.append(message)
+        report.problems.append(Problem(Concern.SAVING, message, where))
 
 
 #: What a user can do about a bundle left alone, by its kind of problem.
@@ -148,7 +148,7 @@ def write_json(path: Path | None, report: SessionReport) -> None:
     except OSError as exc:
         blocked = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
         why = f"{blocked} is a file, not a folder" if blocked is not None else (exc.strerror or str(exc))
-        report.problems.append(f"{path}: cannot write the report: {why}")
+        report.problems.append(Problem(Concern.REPORT, f"{path}: cannot write the report: {why}", str(path)))
 
 
 
@@ -165,4 +165,6 @@ def _missed(report: SessionReport) -> bool:
     if report.totals is None:
         return False
     cold = report.misses_in_cold_caches()
+    for layer, n in report.misses_not_saved().items():
+        cold[layer] = cold.get(layer, 0) + n
     return any(report.totals.layer(layer).misses > cold.get(layer, 0) for layer in ("fx_graph", "aot_autograd"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 import pytest
 
@@ -10,7 +11,7 @@ from .. import _torchapi
 from ..bundle import signing
 from ..bundle.format import BundleError
 from ..environment import caches_disabled_by_env
-from ..report.model import ProcessReport, SessionReport, Status
+from ..report.model import Concern, Problem, ProcessReport, SessionReport, Status
 from ..storage.interface import BundleStore
 from ..storage.stores import open_store
 from ..storage.urls import redacted
@@ -97,8 +98,9 @@ def check_remote(options: Options, report: SessionReport) -> None:
     why = remote.unreachable(options.remote)
     if why:
         report.remote_problem = why
-        report.problems.append(f"remote cache {redacted(options.remote)} is unreachable ({why}); torch switches its remote "
-                               "cache off in silence, so every remote lookup misses")
+        report.problems.append(Problem(Concern.REMOTE, f"remote cache {redacted(options.remote)} is unreachable ({why}); "
+                                       "torch switches its remote cache off in silence, so every remote lookup misses",
+                                       redacted(options.remote)))
     strict_failure(options, report.problems[-1:] if why else [], "at session start", "remote cache")
 
 
@@ -114,6 +116,6 @@ def check_at_start(options: Options, store: BundleStore | None, start_problem: s
     strict_failure(options, problems, "at session start")
 
 
-def strict_failure(options: Options, problems: list[str], when: str, what: str = "bundle") -> None:
+def strict_failure(options: Options, problems: Sequence[Problem | str], when: str, what: str = "bundle") -> None:
     if options.strict and problems:
-        raise pytest.UsageError(f"--compile-cache-strict: {what} problem {when}:\n  " + "\n  ".join(problems))
+        raise pytest.UsageError(f"--compile-cache-strict: {what} problem {when}:\n  " + "\n  ".join(map(str, problems)))

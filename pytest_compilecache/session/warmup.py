@@ -19,7 +19,7 @@ from ..bundle import signing
 from ..bundle.binaries import BinaryPool, identity_differences, in_order, is_cpp, pooled
 from ..bundle.format import (Bundle, BundleError, Entry, NotABundle, NotAFile, Unreadable, env_label, make_entry,
                              read_manifest, write_bundle)
-from ..report.model import ProcessReport, Status
+from ..report.model import Concern, Problem, ProcessReport, Status
 from ..storage.interface import BundleStore, Written
 from ..storage.merge import union
 from .marker import Outcome, WarmupMarker
@@ -134,7 +134,7 @@ class Preparer:
         except _torchapi.MegaCacheError as exc:
             problem = f"{self.publish.name}: could not publish the warmup's artifacts: {exc}"
         if loaded:
-            self.report.problems.append(f"the bundle loaded, but the warmup did not run: {problem}")
+            self._say(Concern.BUNDLE, f"the bundle loaded, but the warmup did not run: {problem}", self.publish.name)
         else:
             self._problem(Status.UNUSABLE, problem)
         return loaded
@@ -152,7 +152,13 @@ class Preparer:
 
     def _problem(self, status: Status, message: str) -> None:
         self._status(status, message)
-        self.report.problems.append(message)
+        if status is Status.WARMUP_FAILED:
+            self._say(Concern.WARMUP, message)
+        else:
+            self._say(Concern.BUNDLE, message, self.source.name if self.source is not None else "")
+
+    def _say(self, concern: Concern, text: str, where: str = "") -> None:
+        self.report.problems.append(Problem(concern, text, where))
 
     def _load(self, bundle: Bundle, entry: Entry) -> bool:
         start = time.perf_counter()
@@ -187,7 +193,7 @@ class Preparer:
         """Explain later misses against the entry's key index (or say why they cannot be)."""
         index, problem = bundle.key_index(entry)
         if problem:
-            self.report.problems.append(problem)
+            self._say(Concern.BUNDLE, problem, bundle.name)
         keys = {k for kind in ("inductor", "aot_autograd") for k in loaded.get(kind, [])}
         _torchapi.note_bundle_keys(loaded.get("aot_autograd", []))
         name = f"the bundle {bundle.name}"
@@ -206,14 +212,15 @@ class Preparer:
         try:
             carried, problems = bundle.carried(entry)
         except BundleError as exc:
-            self.report.binary_problems.append(f"{exc}; no carried binary is used, kernels are built here")
+            self._say(Concern.BINARY, f"{exc}; no carried binary is used, kernels are built here", bundle.name)
             return
-        self.report.binary_problems.extend(problems)
+        for problem in problems:
+            self._say(Concern.BINARY, problem, bundle.name)
         here = self.binaries.build
         fitting = {path: f for (build, path), f in carried.files.items() if build == here}
         _, failed = self.binaries.add_all((path, file.data) for path, file in in_order(fitting))
-        self.report.binary_problems.extend(f"{bundle.name}: carried binary {path} could not be pooled: {exc}"
-                                           for path, exc in failed)
+        for path, error in failed:
+            self._say(Concern.BINARY, f"{bundle.name}: carried binary {path} could not be pooled: {error}", bundle.name)
         _torchapi.mark_carried(fitting)
         listed = (entry.binaries_section or {}).get("files") or [[b, p] for b, p in carried.files]
         count = sum(1 for item in listed if is_cpp(item[1]))
@@ -222,10 +229,8 @@ class Preparer:
         self.report.binaries = {"carried": count, "fit": fit, "triton_kernels": kernels}
         if count and not fit and carried.builds:
             why = "; ".join(identity_differences(identity, self.binaries.identity) for identity in carried.builds.values())
-            self.report.binary_problems.append(
-                f"{bundle.name}: none of its {count} carried binaries fits this machine ({why}); "
-                "their kernels are built here"
-            )
+            self._say(Concern.BINARY, f"{bundle.name}: none of its {count} carried binaries fits this machine "
+                                      f"({why}); their kernels are built here", bundle.name)
 
     def _write_marker(self, outcome: Outcome, detail: str = "") -> None:
         WarmupMarker(outcome, self.report.process, detail).write(self.marker)
@@ -266,7 +271,7 @@ class Preparer:
                 if marker is not None or not (rebuilding or self.publish.may_be_unreachable):
                     raise
                 if not rebuilding:  # a damaged bundle is said once, and its rebuild replaces it
-                    self.report.problems.append(f"{exc}; the warmup runs without it")
+                    self._say(Concern.BUNDLE, f"{exc}; the warmup runs without it", self.publish.name)
                 current = None
             if current is not None:
                 with current:
@@ -316,12 +321,14 @@ class Preparer:
             # The store failed (a network, a server): this session still uses what the warmup compiled.
             kept_at = self.marker.with_name("warmup-unpublished.bundle")
             write_bundle(Bundle(kept_at, [addition]))
-            self.report.problems.append(f"{exc}; this session uses the warmup's artifacts without publishing them")
+            self._say(Concern.SAVING, f"{exc}; this session uses the warmup's artifacts without publishing them",
+                      self.publish.name)
             self._write_marker(Outcome.KEPT_APART, str(kept_at))
             published = read_manifest(kept_at)
         else:
             published = saved.bundle
-            self.report.problems.extend(f"{self.publish.name}: {why}" for why in saved.dropped)
+            for why in saved.dropped:
+                self._say(Concern.SAVING, f"{self.publish.name}: {why}", self.publish.name)
             if saved.status is Written.DELTA:
                 # Only a delta holds it (a store without conditional writes): every process loads the
                 # bundle's entry with the delta folded in.
@@ -347,7 +354,8 @@ class Preparer:
                     if entry is not None:
                         entries = union([entry, addition])
         except (BundleError, _torchapi.MegaCacheError) as exc:
-            self.report.problems.append(f"{exc}; this session uses the warmup's delta without the bundle's entry")
+            self._say(Concern.BUNDLE, f"{exc}; this session uses the warmup's delta without the bundle's entry",
+                      self.publish.name)
         kept_at = self.marker.with_name("warmup-with-delta.bundle")
         write_bundle(Bundle(kept_at, entries))
         return read_manifest(kept_at)
