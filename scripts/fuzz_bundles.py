@@ -866,7 +866,7 @@ class Harness:
             return
         out.loaded[label] = loaded
         for problem in preparer.report.problems:
-            self._names(problem, [path], f"prepare[{label}] problem", out)
+            self._names(problem.text, [path], f"prepare[{label}] problem", out)
         if loaded and not handed:
             out.violations.append(f"prepare[{label}]: loaded, but torch was handed nothing")
         for data in handed:
