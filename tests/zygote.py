@@ -118,7 +118,9 @@ def _become(request: dict[str, Any]) -> None:
     extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     sys.path[:] = [request["cwd"], *extra, *[p for p in sys.path[1:] if p not in extra]]
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    raise SystemExit(pytest.console_main())
+    code = pytest.main()
+    sys.stdout.flush()
+    raise SystemExit(int(code))
 
 
 def _serve() -> None:
