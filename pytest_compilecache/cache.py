@@ -35,6 +35,7 @@ class CacheKind(enum.Enum):
 
 #: Misses inside ``not_saved()`` blocks so far in this process, by layer.
 _not_saved_misses: dict[str, int] = {}
+_not_saved_depth = 0
 
 
 def not_saved_misses() -> dict[str, int]:
@@ -112,15 +113,20 @@ class CompileCache:
         purpose, to show a miss, keeps it from becoming a hit in the next run). Needs torch >= 2.8."""
         if not _torchapi.can_leave_out():
             pytest.skip("not_saved() needs a torch whose Mega-Cache can record apart (torch >= 2.8)")
+        global _not_saved_depth
         with _torchapi.fresh_recording():
             before = _torchapi.read_counts()
+            _not_saved_depth += 1
             try:
                 yield
             finally:
-                after = _torchapi.read_counts()
-                for layer in ("fx_graph", "aot_autograd"):
-                    key = f"{layer}.misses"
-                    _not_saved_misses[layer] = _not_saved_misses.get(layer, 0) + after.get(key, 0) - before.get(key, 0)
+                _not_saved_depth -= 1
+                if _not_saved_depth == 0:  # a block inside another is counted by the outer one
+                    after = _torchapi.read_counts()
+                    for layer in ("fx_graph", "aot_autograd"):
+                        key = f"{layer}.misses"
+                        _not_saved_misses[layer] = (_not_saved_misses.get(layer, 0)
+                                                    + max(0, after.get(key, 0) - before.get(key, 0)))
 
     def reset_in_memory(self) -> None:
         """Forget every compiled result held in memory (Dynamo's code cache, loaded kernels).

@@ -46,9 +46,11 @@ def main(argv: list[str]) -> int:
         return subprocess.call([compiler, *args])
     kept = os.path.join(folder, key)
     output = args[output_index]
-    if os.path.isfile(kept):
-        shutil.copyfile(kept, output)
-        shutil.copymode(kept, output)
+    if os.path.isfile(kept):  # a new file at the output's path, as the linker makes one
+        handle, partial = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(output)))
+        os.close(handle)
+        shutil.copy2(kept, partial)
+        os.replace(partial, output)
         return 0
     code = subprocess.call([compiler, *args])
     if code == 0 and os.path.isfile(output):

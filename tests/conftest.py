@@ -8,7 +8,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from zygote import Zygote
+from zygote import Zygote, Zygotes
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -40,9 +40,9 @@ def _session_compiler(request: pytest.FixtureRequest, tmp_path_factory: pytest.T
     shared = base.parent if hasattr(request.config, "workerinput") else base
     folder = shared / "cached-cxx"
     folder.mkdir(exist_ok=True)
-    shim = folder / "g++"
+    shim = folder / os.path.basename(compiler)  # torch tells gcc from clang by the name
     script = Path(__file__).with_name("cached_cxx.py")
-    partial = folder / f"g++.{os.getpid()}"
+    partial = folder / f"{shim.name}.{os.getpid()}"
     partial.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{script}" "{folder / "outputs"}" "{compiler}" "$@"\n')
     partial.chmod(partial.stat().st_mode | stat.S_IXUSR)
     os.replace(partial, shim)
@@ -113,7 +113,7 @@ def default_dir(tmp: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def zygote(_session_compiler: None) -> Iterator[Zygote | None]:
+def zygote(_session_compiler: None) -> Iterator[Zygotes | None]:
     """This worker's zygote (``tests/zygote.py``): inner runs forked after torch is imported, not started
     from nothing. ``COMPILECACHE_TEST_FORK=0`` starts every inner run as a fresh process, and so does a
     machine with an NVIDIA GPU: there, runs forked from it failed in Dynamo (torch 2.11 on an H100), and a
@@ -124,12 +124,12 @@ def zygote(_session_compiler: None) -> Iterator[Zygote | None]:
         yield None
         return
     env = {k: v for k, v in os.environ.items() if k not in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
-    started = Zygote.start(env)
+    started = Zygotes(env)
     yield started
     started.stop()
 
 
-def _run_forked(pytester: pytest.Pytester, zygote: Zygote, args: tuple[str, ...],
+def _run_forked(pytester: pytest.Pytester, zygotes: Zygotes, args: tuple[str, ...],
                 timeout: float | None) -> pytest.RunResult | None:
     """``pytester.runpytest_subprocess(*args)``, forked from the zygote; None where a fork would not
     see what a fresh process sees (the run's environment differs from the zygote's at import)."""
@@ -141,7 +141,8 @@ def _run_forked(pytester: pytest.Pytester, zygote: Zygote, args: tuple[str, ...]
 
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH", "")]))
-    if not zygote.can_run(env):
+    zygote = zygotes.next(env)
+    if zygote is None:
         return None
     basetemp = make_numbered_dir(root=pytester.path, prefix="runpytest-")
     full = [f"--basetemp={basetemp}", *args]
@@ -159,15 +160,19 @@ def _run_forked(pytester: pytest.Pytester, zygote: Zygote, args: tuple[str, ...]
 
 @pytest.fixture
 def run_inner(
-    pytester: pytest.Pytester, private_tmp: Path, shared_headers_dir: Path, zygote: Zygote | None
+    request: pytest.FixtureRequest, pytester: pytest.Pytester, private_tmp: Path, shared_headers_dir: Path,
+    zygote: Zygotes | None,
 ) -> Callable[..., pytest.RunResult]:
     """Run pytest on the files already made in ``pytester.path``, as ``python -m pytest`` would, forked
-    from the zygote where that sees what a fresh process sees; ``fresh=True`` always starts one."""
+    from the zygote where that sees what a fresh process sees; ``fresh=True`` always starts one, and
+    so does a test that checks torch's default folder stays absent (``default_dir_of``): in a fork,
+    torch's modules were imported under the zygote's ``TMPDIR``, not the run's."""
+    always_fresh = "default_dir_of" in request.fixturenames
 
     def run(*args: str, ini: str = "", fresh: bool = False, timeout: float | None = None) -> pytest.RunResult:
         pytester.makeini(f"[pytest]\ncompile_cache_headers_dir = {shared_headers_dir}\n{ini}\n")
         full = ("-p", "no:logging", "-p", "no:randomly", *args)
-        if not fresh and zygote is not None:
+        if not (fresh or always_fresh) and zygote is not None:
             forked = _run_forked(pytester, zygote, full, timeout)
             if forked is not None:
                 return forked

@@ -7,7 +7,9 @@ files, and runs ``pytest`` as ``python -m pytest`` would. Until then nothing has
 child's torch state is a fresh process's. What differs: torch is imported before the plugin, as in
 a project whose conftest imports it; where a run's environment differs from the zygote's in a
 variable read at import (``TORCH*``, ``TRITON*``, ``PYTHON*``, ...), ``Zygote.run`` says so and
-the caller starts a fresh process instead. Tests about import order use fresh processes.
+the caller starts a fresh process instead. Tests about import order use fresh processes. Two
+zygotes take turns (``Zygotes``), so that two runs in a row, a building run and its warm run, have
+different hash seeds and memory layouts, as two fresh processes would.
 
 Run as a script, this module is the zygote: one JSON request per line on stdin, answered with the
 child's pid, then its exit status.
@@ -15,6 +17,7 @@ child's pid, then its exit status.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -42,6 +45,7 @@ class Zygote:
     def __init__(self, process: subprocess.Popen[bytes], env: Mapping[str, str]) -> None:
         self._process = process
         self._at_import = _at_import(env)
+        self._broken = False
 
     @classmethod
     def start(cls, env: Mapping[str, str]) -> Zygote:
@@ -51,27 +55,50 @@ class Zygote:
 
     def can_run(self, env: Mapping[str, str]) -> bool:
         """Whether a run in ``env`` sees what a fresh process would."""
-        return self._process.poll() is None and _at_import(env) == self._at_import
+        return not self._broken and self._process.poll() is None and _at_import(env) == self._at_import
 
     def run(self, args: list[str], cwd: Path, env: Mapping[str, str], out: Path, err: Path,
             timeout: float | None) -> int:
         """Run ``python -m pytest *args`` in a forked child; its exit status."""
         assert self._process.stdin is not None and self._process.stdout is not None
         request = {"args": args, "cwd": str(cwd), "env": dict(env), "out": str(out), "err": str(err)}
-        self._process.stdin.write(json.dumps(request).encode() + b"\n")
-        self._process.stdin.flush()
-        pid = int(self._process.stdout.readline())
-        deadline = None if timeout is None else time.monotonic() + timeout
-        status = _read_line(self._process.stdout, deadline)
-        if status is None:
-            os.killpg(pid, signal.SIGKILL)
-            self._process.stdout.readline()
-            raise subprocess.TimeoutExpired(["pytest", *args], timeout or 0)
-        return int(status)
+        try:
+            self._process.stdin.write(json.dumps(request).encode() + b"\n")
+            self._process.stdin.flush()
+            pid = int(self._process.stdout.readline())
+            deadline = None if timeout is None else time.monotonic() + timeout
+            status = _read_line(self._process.stdout, deadline)
+            if status is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGKILL)
+                raise subprocess.TimeoutExpired(["pytest", *args], timeout or 0)
+            return int(status)
+        except BaseException:  # out of step with the zygote: later runs start fresh processes
+            self._broken = True
+            self.stop()
+            raise
 
     def stop(self) -> None:
         self._process.kill()
         self._process.wait()
+
+
+class Zygotes:
+    """Two zygotes taking turns: consecutive runs come from processes started apart."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self._all = [Zygote.start(env), Zygote.start(env)]
+        self._turn = 0
+
+    def next(self, env: Mapping[str, str]) -> Zygote | None:
+        """The zygote whose turn it is, if a run in ``env`` can be forked from it."""
+        zygote = self._all[self._turn % len(self._all)]
+        self._turn += 1
+        return zygote if zygote.can_run(env) else None
+
+    def stop(self) -> None:
+        for zygote in self._all:
+            zygote.stop()
 
 
 def _read_line(stream: IO[bytes], deadline: float | None) -> bytes | None:

@@ -180,8 +180,9 @@ def summary_lines(report: SessionReport) -> list[str]:
     if failure:
         lines.append("WARMUP FAILED (this run's warm_cache tests skip):")
         lines.extend("  " + line for line in failure.rstrip().splitlines())
-    lines.extend(f"PROBLEM: {problem}" for problem in report.all_problems()
-                 if not (failure and problem.concern is Concern.WARMUP))
+    restated = {p.text for r in report.processes if r.status is Status.WARMUP_FAILED for p in r.problems
+                if p.concern is Concern.WARMUP}  # said by the WARMUP FAILED block above
+    lines.extend(f"PROBLEM: {problem}" for problem in report.all_problems() if problem.text not in restated)
     lines.extend(f"C++ binary not used: {problem}" for problem in report.binary_problems())
     lines.extend(expectation_lines(report.expectations))
     return lines

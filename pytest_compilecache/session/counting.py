@@ -46,7 +46,7 @@ class TestCounts:
         result: dict[str, Any] = stats.to_dict()
         result["compile_seconds"] = round(_torchapi.compile_seconds() - start[1], 4)
         result["cache"] = self.cache_kind(item)
-        left_out = {layer: n - start[2].get(layer, 0) for layer, n in not_saved_misses().items()}
+        left_out = {layer: max(0, n - start[2].get(layer, 0)) for layer, n in not_saved_misses().items()}
         if any(left_out.values()):
             result["misses_not_saved"] = {layer: n for layer, n in left_out.items() if n}
         return result

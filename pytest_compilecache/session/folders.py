@@ -27,6 +27,7 @@ class _Remover:
         self._queue: queue.SimpleQueue[Path | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._moved = 0
+        self._unmoved: list[Path] = []
 
     def remove(self, path: Path, trash: Path) -> None:
         """Move ``path`` into ``trash`` now, and remove it soon."""
@@ -39,40 +40,56 @@ class _Remover:
         self._queue.put(moved)
 
     def _move(self, path: Path, trash: Path) -> Path | None:
+        """Where ``path`` is now (in ``trash``, or where it was if it cannot move); None if it is gone."""
         self._moved += 1
         target = trash / f"{self._moved:05d}-{path.name}"
-        try:
-            trash.mkdir(exist_ok=True)
-            os.rename(path, target)
-        except FileNotFoundError:
-            return None
-        except OSError:  # another file system, say: removed where it is
-            return path
-        return target
+        for _ in range(2):
+            try:
+                trash.mkdir(exist_ok=True)
+                os.rename(path, target)
+                return target
+            except FileNotFoundError:  # the folder is gone, or the trash was removed under us: look again
+                if not path.exists():
+                    return None
+            except OSError:  # another file system, a file held open: removed where it is
+                break
+        self._unmoved.append(path)
+        return path
 
     def _run(self) -> None:
         while (path := self._queue.get()) is not None:
             shutil.rmtree(path, ignore_errors=True)
 
     def finish(self, paths: list[Path], trash: Path) -> None:
-        """Move ``paths`` into ``trash`` too, and have everything there removed, without waiting for it."""
+        """Move ``paths`` into ``trash`` too, and have everything there (and whatever could not be
+        moved) removed, without waiting for it."""
         for path in paths:
-            self._move(path, trash)
+            if path.exists():
+                self._move(path, trash)
         if self._thread is not None:
             self._queue.put(None)
             self._thread = None
-        if trash.exists():
-            _remove_detached(trash)
+        left = [p for p in (trash, *self._unmoved) if p.exists()]
+        self._unmoved = []
+        if left:
+            _remove_detached(left)
 
 
-def _remove_detached(path: Path) -> None:
-    """Remove ``path`` in a process of its own that outlives this one (pytest's exit does not wait for it)."""
-    code = "import shutil, sys; shutil.rmtree(sys.argv[1], ignore_errors=True)"
+#: Detached removals started by this process (kept, so that none is collected while it runs).
+_detached: list[subprocess.Popen[bytes]] = []
+
+
+def _remove_detached(paths: list[Path]) -> None:
+    """Remove ``paths`` in a process of its own that outlives this one (pytest's exit does not wait for it)."""
+    code = "import shutil, sys\nfor path in sys.argv[1:]:\n    shutil.rmtree(path, ignore_errors=True)"
+    flags = getattr(subprocess, "CREATE_NO_WINDOW", 0) | getattr(subprocess, "DETACHED_PROCESS", 0)
     try:
-        subprocess.Popen([sys.executable, "-c", code, str(path)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+        _detached.append(subprocess.Popen(
+            [sys.executable, "-c", code, *map(str, paths)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True, creationflags=flags))
     except OSError:
-        shutil.rmtree(path, ignore_errors=True)
+        for path in paths:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 class Folders:

@@ -125,10 +125,7 @@ class Options:
                 return value, None
             if env and os.environ.get(env):
                 return os.environ[env], None
-            try:
-                return config.getini(name) or "", inidir  # pytest < 8 gives [] for an unset value
-            except (ValueError, pytest.UsageError) as exc:  # an on/off value pytest cannot read as one
-                raise pytest.UsageError(f"{name}: {exc} (neither on nor off); use true or false") from None
+            return config.getini(name) or "", inidir  # pytest < 8 gives [] for an unset string value
 
         def path(name: str, env: str | None = None) -> Path | None:
             value, base = pick(name, env)
@@ -241,10 +238,8 @@ def add_options(parser: pytest.Parser) -> None:
     def option(name: str, help: str, **kwargs: Any) -> None:
         dest = name.replace("-", "_")
         group.addoption(f"--{name}", dest=dest, default=None, help=f"{help} (ini: {dest})", **kwargs)
-        if kwargs.get("action") == "store_true":
-            parser.addini(dest, help=help, type="bool")
-        else:
-            parser.addini(dest, help=help, type="string")
+        on_off = " (true or false)" if kwargs.get("action") == "store_true" else ""
+        parser.addini(dest, help=help + on_off, type="string")
 
     group.addoption("--compile-cache-isolate", dest="compile_cache_isolate", action="store_const", const="test",
                     default=None, help="give every test its own empty compile cache (the same as "
