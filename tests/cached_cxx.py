@@ -49,7 +49,8 @@ def main(argv: list[str]) -> int:
     if os.path.isfile(kept):  # a new file at the output's path, as the linker makes one
         handle, partial = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(output)))
         os.close(handle)
-        shutil.copy2(kept, partial)
+        shutil.copyfile(kept, partial)  # a new file's time, as a build gives it
+        shutil.copymode(kept, partial)
         os.replace(partial, output)
         return 0
     code = subprocess.call([compiler, *args])
