@@ -8,7 +8,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from zygote import Zygote, Zygotes
+from zygote import Zygotes
 
 
 @pytest.fixture(scope="session", autouse=True)
