@@ -284,6 +284,12 @@ class SessionReport:
         """Every other problem seen in any process, once each."""
         return [p for p in self.every_problem() if p.concern is not Concern.BINARY]
 
+    def problems_beside_the_failure(self) -> list[Problem]:
+        """:meth:`all_problems` less the warmup failures that the failure's own block already says."""
+        restated = {p.text for r in self.processes if r.status is Status.WARMUP_FAILED for p in r.problems
+                    if p.concern is Concern.WARMUP}
+        return [p for p in self.all_problems() if p.text not in restated]
+
     @property
     def warmup_seconds(self) -> float:
         """Seconds spent in the warmup hook, over all processes."""

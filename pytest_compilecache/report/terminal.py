@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..stats import CacheStats
-from .model import Concern, ExpectationsReport, SaveStatus, SessionReport, Status
+from .model import ExpectationsReport, SaveStatus, SessionReport, Status
 
 
 def _compile_time_line(report: SessionReport) -> list[str]:
@@ -180,9 +180,7 @@ def summary_lines(report: SessionReport) -> list[str]:
     if failure:
         lines.append("WARMUP FAILED (this run's warm_cache tests skip):")
         lines.extend("  " + line for line in failure.rstrip().splitlines())
-    restated = {p.text for r in report.processes if r.status is Status.WARMUP_FAILED for p in r.problems
-                if p.concern is Concern.WARMUP}  # said by the WARMUP FAILED block above
-    lines.extend(f"PROBLEM: {problem}" for problem in report.all_problems() if problem.text not in restated)
+    lines.extend(f"PROBLEM: {problem}" for problem in report.problems_beside_the_failure())
     lines.extend(f"C++ binary not used: {problem}" for problem in report.binary_problems())
     lines.extend(expectation_lines(report.expectations))
     return lines

@@ -12,8 +12,8 @@ import pytest
 @contextlib.contextmanager
 def warnings_to_pytest(config: pytest.Config) -> Iterator[None]:
     """Capture warnings inside (preparing or saving a bundle) as pytest captures a test's, with the
-    user's ``filterwarnings`` and ``-W`` applied, and hand them to pytest's ``pytest_warning_recorded``. With pytest's warnings plugin off (``-p no:warnings``), leave them to
-    Python, as pytest does."""
+    user's ``filterwarnings`` and ``-W`` applied, and hand them to pytest's ``pytest_warning_recorded``.
+    With pytest's warnings plugin off (``-p no:warnings``), leave them to Python, as pytest does."""
     if config.pluginmanager.is_blocked("warnings"):
         yield
         return
