@@ -329,9 +329,9 @@ def test_problems_keep_their_concern_from_a_worker_and_are_said_once() -> None:
     assert lines.count(f"PROBLEM: {damaged.text}") == 1
     assert f"C++ binary not used: {binary.text}" in lines
     assert not any(hook.text in line for line in lines), "the failure block already says the warmup failed"
-    crash = Problem(Concern.WARMUP, "gw1 (pid 7) died while running the warmup hook, holding b.bundle.lock")
-    report.problems.append(crash)
-    assert f"PROBLEM: {crash.text}" in summary_lines(report), "a crash is not what the failure block says"
     document = report.to_json()["bundle"]
     assert document["problems"] == [damaged.text, hook.text]
     assert [p["concern"] for p in document["problem_details"]] == ["bundle", "binary", "warmup"]
+    crash = Problem(Concern.WARMUP, "gw1 (pid 7) died while running the warmup hook, holding b.bundle.lock")
+    report.problems.append(crash)
+    assert f"PROBLEM: {crash.text}" in summary_lines(report), "a crash is not what the failure block says"
