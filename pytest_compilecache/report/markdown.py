@@ -147,9 +147,13 @@ def _top_tests(report: SessionReport) -> list[str]:
 
 
 def _problems(report: SessionReport) -> list[str]:
-    problems = [p.text for p in report.all_problems()] + [f"C++ binary not used: {p}" for p in report.binary_problems()]
-    if report.warmup_failed:
-        problems.insert(0, "the warmup failed; this run's `warm_cache` tests skip (see the log)")
+    problems = [p.text for p in report.problems_beside_the_failure()]
+    problems += [f"C++ binary not used: {p}" for p in report.binary_problems()]
+    failure = report.warmup_failed
+    if failure:
+        first = failure.strip().splitlines()[0] if failure.strip() else ""
+        problems.insert(0, "the warmup failed; this run's `warm_cache` tests skip (see the log)"
+                        + (f": {first}" if first else ""))
     if not problems:
         return []
     return ["> [!WARNING]", *(f"> {p.splitlines()[0] if p else p}" for p in problems), ""]
