@@ -12,6 +12,7 @@ A bundle's writers take :class:`PathLock` on ``PATH.lock`` and remove that file 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import glob
 import os
@@ -58,34 +59,46 @@ def link_tree(source: Path, dest: Path, replace: bool = False) -> int:
     """Fill ``dest`` with ``source``'s files as hard links (copies where a link cannot be made: another
     file system, a link limit; and sources, see :data:`COPIED_SUFFIXES`). Files ``dest`` already has
     are left alone, or, with ``replace``, replaced (atomically) unless they are the same file. How many
-    were placed.
+    were placed. Every file appears whole or not at all.
 
     For cache folders whose files are written whole: torch writes a cache file to a new name and
     renames it over the old (``write_atomic``; Triton's and PGO's writers too), which replaces the link
     in one folder and leaves the file it pointed to, and every other folder linking it, as it was.
     """
-    placed = 0
     os.makedirs(dest, exist_ok=True)
+    return _link_tree(os.fspath(source), os.fspath(dest), replace)
+
+
+def _link_tree(source: str, dest: str, replace: bool) -> int:
+    placed = 0
     with os.scandir(source) as entries:
         for entry in entries:
             target = os.path.join(dest, entry.name)
             if entry.is_dir(follow_symlinks=False):
-                placed += link_tree(Path(entry.path), Path(target), replace)
+                try:
+                    os.mkdir(target)
+                except FileExistsError:
+                    pass
+                placed += _link_tree(entry.path, target, replace)
             elif entry.is_file(follow_symlinks=False):
-                if not replace and not entry.name.endswith(COPIED_SUFFIXES):
+                copied = entry.name.endswith(COPIED_SUFFIXES)
+                if not replace:
                     try:
-                        os.link(entry.path, target)  # made whole or not at all: no temporary name needed
+                        if copied:
+                            _copy_if_absent(entry.path, target)
+                        else:
+                            os.link(entry.path, target)  # made whole or not at all
                         placed += 1
                         continue
                     except FileExistsError:
                         continue
                     except OSError:
-                        pass  # another file system, a link limit: copied below
+                        pass  # another file system, a link limit, no hard links at all: copied below
                 if os.path.lexists(target) and (not replace or os.path.samefile(entry.path, target)):
                     continue
                 tmp = os.path.join(dest, f".{entry.name}.{os.getpid()}.{threading.get_ident()}.link")
                 try:
-                    if entry.name.endswith(COPIED_SUFFIXES) or not _linked(entry.path, tmp):
+                    if copied or not _linked(entry.path, tmp):
                         shutil.copy2(entry.path, tmp)
                     os.replace(tmp, target)
                 finally:
@@ -93,6 +106,18 @@ def link_tree(source: Path, dest: Path, replace: bool = False) -> int:
                         os.unlink(tmp)
                 placed += 1
     return placed
+
+
+def _copy_if_absent(source: str, target: str) -> None:
+    """Copy ``source`` to ``target`` whole, under a temporary name first; ``FileExistsError`` where
+    ``target`` exists (left as it was)."""
+    tmp = f"{target}.{os.getpid()}.{threading.get_ident()}.link"
+    try:
+        shutil.copy2(source, tmp)
+        os.link(tmp, target)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
 
 
 def _linked(source: str, link: str) -> bool:

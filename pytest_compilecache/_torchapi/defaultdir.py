@@ -24,6 +24,9 @@ _process_dir: Callable[[], str] | None = None
 _headers_dir: str | None = None
 _override: list[str] = []
 _original: Callable[[], str] | None = None
+#: torch modules already searched for a ``default_cache_dir`` bound by ``from ... import`` (a test
+#: enters a cache thousands of modules after torch is imported; only new ones need a look).
+_checked: dict[str, ModuleType] = {}
 
 
 def _redirected_default_cache_dir() -> str:
@@ -57,10 +60,13 @@ def _patch_loaded() -> None:
         if name in sys.modules:
             _patch_default_dir(sys.modules[name])
     if _original is not None:
-        for module in list(sys.modules.values()):
-            if getattr(module, "__name__", "").startswith("torch") and \
-                    getattr(module, "default_cache_dir", None) is _original:
+        for name, module in list(sys.modules.items()):
+            if _checked.get(name) is module or not name.startswith("torch"):
+                continue
+            if getattr(module, "default_cache_dir", None) is _original:
                 setattr(module, "default_cache_dir", _redirected_default_cache_dir)
+            if not getattr(getattr(module, "__spec__", None), "_initializing", False):
+                _checked[name] = module  # fully imported: its names are bound, checked for good
     if _CODECACHE in sys.modules:
         _patch_headers(sys.modules[_CODECACHE])
 
