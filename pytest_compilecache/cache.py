@@ -51,12 +51,15 @@ class CompileCache:
     ``path / "triton"``; every in-memory compile cache was reset on entry and is reset again on
     exit; the variables are restored exactly on exit; torch's remote (Redis) caches are off while
     active, unless ``remote`` (a ``warm_cache`` whose test is marked ``compile_cache_remote``).
-    :attr:`stats` counts from entry.
+    :attr:`stats` counts from entry. A cache made from a ``template`` (``warm_cache``: the bundle's
+    files) was filled with ``_torchapi.fill_warm_folder``; while it is active, the FX graph and
+    AOTAutograd entries that leaves out are linked in from the template as torch asks for their keys.
     """
 
     def __init__(self, path: Path, process_dir: Path, headers_dir: Path, kind: CacheKind = CacheKind.COLD,
-                 explain: bool = False, remote: bool = False) -> None:
+                 explain: bool = False, remote: bool = False, template: Path | None = None) -> None:
         self.path = Path(path)
+        self._template = template
         self.kind = kind
         self.remote = remote
         self.explain = explain or kind is CacheKind.WARM
@@ -88,6 +91,8 @@ class CompileCache:
                 stack.enter_context(_torchapi.explaining())
             if self.kind.starts_empty:
                 stack.enter_context(_torchapi.empty_folder())
+            if self._template is not None:
+                stack.enter_context(_torchapi.placing_from(str(self._template), str(self.path)))
             self.restart_counting()
             self._stack = stack.pop_all()
         return self

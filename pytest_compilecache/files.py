@@ -22,7 +22,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Collection, Iterable
 
 import filelock
 
@@ -55,32 +55,39 @@ def umask() -> int:
 COPIED_SUFFIXES = (".cpp", ".cu", ".h")
 
 
-def link_tree(source: Path, dest: Path, replace: bool = False) -> int:
+def link_tree(source: str | os.PathLike[str], dest: str | os.PathLike[str], replace: bool = False,
+              leave_out: Collection[str] = (), without: tuple[str, ...] = ()) -> int:
     """Fill ``dest`` with ``source``'s files as hard links (copies where a link cannot be made: another
     file system, a link limit; and sources, see :data:`COPIED_SUFFIXES`). Files ``dest`` already has
     are left alone, or, with ``replace``, replaced (atomically) unless they are the same file. How many
-    were placed. Every file appears whole or not at all.
+    were placed. Every file appears whole or not at all. ``source``'s top-level entries named in
+    ``leave_out``, and files whose names end with a suffix in ``without``, are not placed.
 
     For cache folders whose files are written whole: torch writes a cache file to a new name and
     renames it over the old (``write_atomic``; Triton's and PGO's writers too), which replaces the link
     in one folder and leaves the file it pointed to, and every other folder linking it, as it was.
     """
     os.makedirs(dest, exist_ok=True)
-    return _link_tree(os.fspath(source), os.fspath(dest), replace)
+    return _link_tree(os.fspath(source), os.fspath(dest), replace, leave_out, without)
 
 
-def _link_tree(source: str, dest: str, replace: bool) -> int:
+def _link_tree(source: str, dest: str, replace: bool, leave_out: Collection[str] = (),
+               without: tuple[str, ...] = ()) -> int:
     placed = 0
     with os.scandir(source) as entries:
         for entry in entries:
+            if entry.name in leave_out:
+                continue
             target = os.path.join(dest, entry.name)
             if entry.is_dir(follow_symlinks=False):
                 try:
                     os.mkdir(target)
                 except FileExistsError:
                     pass
-                placed += _link_tree(entry.path, target, replace)
+                placed += _link_tree(entry.path, target, replace, (), without)
             elif entry.is_file(follow_symlinks=False):
+                if without and entry.name.endswith(without):
+                    continue
                 copied = entry.name.endswith(COPIED_SUFFIXES)
                 if not replace:
                     try:

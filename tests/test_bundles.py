@@ -295,3 +295,53 @@ def test_updating_runs_with_no_change_leave_the_bundle_size_unchanged(
     # Only the usage record grows (the time of each updating run, for compile_cache_max_unused_runs;
     # at most keyindex.MAX_RUNS of them are kept).
     assert all(0 <= later - earlier < 64 for earlier, later in zip(sizes, sizes[1:])), sizes
+
+
+ON_DEMAND_CONFTEST = """
+import torch
+
+def f(x):
+    return torch.sin(x) + 1
+
+def g(x):
+    return torch.cos(x) * 2
+
+def pytest_compilecache_warmup(cache):
+    torch.compile(f)(torch.randn(8))
+    torch.compile(g)(torch.randn(8))
+"""
+
+ON_DEMAND_TESTS = """
+import torch
+from conftest import f, g
+
+def entries(cache, layer):
+    folder = cache.path / layer
+    return [p for p in folder.rglob("*") if p.is_file()] if folder.exists() else []
+
+def test_f_reads_only_its_own_entries(warm_cache):
+    assert entries(warm_cache, "fxgraph") == [] and entries(warm_cache, "aotautograd") == []
+    torch.compile(f)(torch.randn(8))
+    warm_cache.assert_hits(fx_graph=1, aot_autograd=1)
+    assert len(entries(warm_cache, "fxgraph")) == 1 and len(entries(warm_cache, "aotautograd")) == 1
+
+def test_a_variant_of_f_misses(warm_cache):
+    torch.compile(f)(torch.randn(8, 3))
+    warm_cache.assert_misses(fx_graph=1, aot_autograd=1)
+
+def test_what_the_test_before_wrote_stays_in_its_folder(warm_cache):
+    torch.compile(g)(torch.randn(8))
+    warm_cache.assert_hits(fx_graph=1, aot_autograd=1)
+    torch.compile(f)(torch.randn(8, 3))
+    warm_cache.assert_misses(fx_graph=1, aot_autograd=1)
+"""
+
+
+def test_a_warm_test_folder_gets_the_entries_torch_asks_for(pytester: pytest.Pytester, run_inner: RunInner) -> None:
+    """A warm test's folder is not the whole bundle: its FX graph and AOTAutograd entries are linked in
+    as torch asks for their keys (each test paid for every entry of the bundle before). It still hits
+    what the bundle holds, and what a test writes stays in its own folder."""
+    pytester.makeconftest(ON_DEMAND_CONFTEST)
+    pytester.makepyfile(test_on_demand=ON_DEMAND_TESTS)
+    result = run_inner(f"--compile-cache-bundle={pytester.path / 'b.bundle'}")
+    result.assert_outcomes(passed=3)

@@ -30,6 +30,8 @@ from .megacache import (
     save_artifacts,
     select_artifacts,
 )
+from .ondemand import fill as fill_warm_folder
+from .ondemand import placing_from
 
 
 def index_for(payload: bytes) -> KeyIndex:
@@ -38,12 +40,12 @@ def index_for(payload: bytes) -> KeyIndex:
 
 
 __all__ = [
-    "MIN_TORCH", "MegaCacheError", "TorchUnavailable", "artifact_identities", "artifact_sizes",
-    "bootstrap", "build_identity", "caches_disabled_by_config", "can_leave_out", "check_keys", "compile_seconds",
-    "compiler_loaded", "describe_artifacts", "empty_folder", "environment_fingerprint", "explaining",
-    "fresh_recording", "gpu_count", "headers_at", "index_for", "inductor_config_loaded", "load_artifacts", "made_with",
-    "mark_carried", "merge_artifacts", "note_bundle_keys", "read_counts", "record_bypass_reasons", "redirect",
-    "rejected_binaries", "rejected_binary_names", "remote_caches_on", "reset_in_memory", "save_artifacts",
-    "select_artifacts", "torch_module", "unobservable_fields", "unobservable_layers", "use_bundle_index",
-    "without_remote_caches",
+    "artifact_identities", "artifact_sizes", "bootstrap", "build_identity", "caches_disabled_by_config",
+    "can_leave_out", "check_keys", "compile_seconds", "compiler_loaded", "describe_artifacts", "empty_folder",
+    "environment_fingerprint", "explaining", "fill_warm_folder", "fresh_recording", "gpu_count", "headers_at",
+    "index_for", "inductor_config_loaded", "load_artifacts", "made_with", "mark_carried", "MegaCacheError",
+    "merge_artifacts", "MIN_TORCH", "note_bundle_keys", "placing_from", "read_counts", "record_bypass_reasons",
+    "redirect", "rejected_binaries", "rejected_binary_names", "remote_caches_on", "reset_in_memory",
+    "save_artifacts", "select_artifacts", "torch_module", "TorchUnavailable", "unobservable_fields",
+    "unobservable_layers", "use_bundle_index", "without_remote_caches",
 ]

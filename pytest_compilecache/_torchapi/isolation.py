@@ -8,7 +8,7 @@ import os
 from typing import Iterator
 
 from ..environment import SavedEnv
-from . import counters, defaultdir
+from . import counters, defaultdir, ondemand
 from .core import torch_module
 
 _bootstrapped = False
@@ -40,6 +40,7 @@ def bootstrap(process_dir: str | None = None) -> None:
             for name in ("torch._dynamo", "torch._inductor.codecache", "torch._inductor.utils",
                          "torch._inductor.compile_fx"):
                 importlib.import_module(name)
+            ondemand.install()
             counters.install()
     finally:
         saved.restore()

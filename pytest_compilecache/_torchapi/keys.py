@@ -73,9 +73,8 @@ def install() -> None:
 
 
 def _folder_of(cache_class: Any) -> Callable[[str], str | None]:
-    finder = getattr(cache_class, "_get_tmp_dir_for_key", None)
-
     def folder(key: str) -> str | None:
+        finder = getattr(cache_class, "_get_tmp_dir_for_key", None)  # at call time: it may be wrapped later
         try:
             return str(finder(key)) if finder is not None else None
         except Exception:

@@ -88,9 +88,10 @@ class TestSide:
 
     # --- caches for tests ---
 
-    def _new_cache(self, nodeid: str, kind: CacheKind, remote: bool = False, path: Path | None = None) -> CompileCache:
-        return CompileCache(path or self.folders.for_test(nodeid), self.folders.process, self.options.headers_dir,
-                            kind, explain=self.options.explain, remote=remote)
+    def _new_cache(self, nodeid: str, kind: CacheKind, remote: bool = False,
+                   template: Path | None = None) -> CompileCache:
+        return CompileCache(self.folders.for_test(nodeid), self.folders.process, self.options.headers_dir,
+                            kind, explain=self.options.explain, remote=remote, template=template)
 
     def isolate(self, request: pytest.FixtureRequest) -> Iterator[CompileCache | None]:
         """The body of per-test isolation: an isolated cache, or ``None`` for a test that starts before
@@ -106,13 +107,15 @@ class TestSide:
         if request.node.get_closest_marker(REMOTE_MARKER) is not None and "cold_cache" in request.fixturenames:
             pytest.fail(f"@pytest.mark.{REMOTE_MARKER}: cold_cache never reads the remote cache (it would not be "
                         "cold); use warm_cache", pytrace=False)
-        cache = self._new_cache(request.node.nodeid, kind, remote=remote)
         try:
+            template = None
             if kind is CacheKind.WARM:
                 template = self.bundle.template()
                 if template is None:
                     pytest.skip(self.bundle.why_unusable())
-                files.link_tree(template, cache.path)
+            cache = self._new_cache(request.node.nodeid, kind, remote=remote, template=template)
+            if template is not None:
+                _torchapi.fill_warm_folder(template, cache.path)
             made = time.time()
             cache.__enter__()
         except _torchapi.TorchUnavailable as exc:
