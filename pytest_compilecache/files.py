@@ -116,11 +116,13 @@ def _link_tree(source: str, dest: str, replace: bool, leave_out: Collection[str]
 
 
 def _copy_if_absent(source: str, target: str) -> None:
-    """Copy ``source`` to ``target`` whole, under a temporary name first; ``FileExistsError`` where
-    ``target`` exists (left as it was)."""
-    tmp = f"{target}.{os.getpid()}.{threading.get_ident()}.link"
+    """Copy ``source`` to ``target`` whole, under a temporary name of its own first; ``FileExistsError``
+    where ``target`` exists (left as it was)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".link", dir=os.path.dirname(target))
     try:
-        shutil.copy2(source, tmp)
+        with os.fdopen(fd, "wb") as out, open(source, "rb") as src:
+            shutil.copyfileobj(src, out)
+        shutil.copystat(source, tmp)
         os.link(tmp, target)
     finally:
         with contextlib.suppress(FileNotFoundError):

@@ -207,6 +207,26 @@ def test_a_linked_cache_folder_shares_files_and_never_writes_back(tmp_path: Path
     del torch
 
 
+def test_link_tree_leaves_out_top_level_names_and_suffixes(tmp_path: Path) -> None:
+    """``leave_out`` names top-level entries, ``without`` file suffixes at any depth; a source is copied
+    whole, under a temporary name of its own that is gone afterwards, and never over a file that exists."""
+    template = tmp_path / "template"
+    (template / "fxgraph" / "k").mkdir(parents=True)
+    (template / "fxgraph" / "k" / "entry").write_bytes(b"graph")
+    (template / "ab").mkdir()
+    (template / "ab" / "c.so").write_bytes(b"binary")
+    (template / "ab" / "c.cpp").write_bytes(b"source")
+    (template / "ab" / "d.h").write_bytes(b"header")
+    test = tmp_path / "test"
+    assert files.link_tree(template, test, leave_out={"fxgraph"}, without=(".cpp",)) == 2
+    assert sorted(p.relative_to(test).as_posix() for p in test.rglob("*")) == ["ab", "ab/c.so", "ab/d.h"]
+    assert (test / "ab" / "d.h").stat().st_ino != (template / "ab" / "d.h").stat().st_ino, "a source is a copy"
+    (test / "ab" / "c.cpp").write_bytes(b"written by torch")
+    assert files.link_tree(template, test) == 1, "only the entry was absent"
+    assert (test / "ab" / "c.cpp").read_bytes() == b"written by torch", "a file that exists is left alone"
+    assert not [p for p in test.rglob("*") if p.name.endswith(".link")], "no temporary copy left"
+
+
 def test_discarded_test_folders_are_gone_once_the_process_cleans_up(tmp_path: Path) -> None:
     """A test's folder is gone from its path at once and its files are removed in the background (the
     next test does not wait for it); the process's clean-up does not wait either: what is left then is

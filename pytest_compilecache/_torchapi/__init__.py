@@ -30,8 +30,7 @@ from .megacache import (
     save_artifacts,
     select_artifacts,
 )
-from .ondemand import fill as fill_warm_folder
-from .ondemand import placing_from
+from .ondemand import complete_warm_folder, fill_warm_folder, placing_from
 
 
 def index_for(payload: bytes) -> KeyIndex:
@@ -41,7 +40,7 @@ def index_for(payload: bytes) -> KeyIndex:
 
 __all__ = [
     "artifact_identities", "artifact_sizes", "bootstrap", "build_identity", "caches_disabled_by_config",
-    "can_leave_out", "check_keys", "compile_seconds", "compiler_loaded", "describe_artifacts", "empty_folder",
+    "can_leave_out", "check_keys", "compile_seconds", "compiler_loaded", "complete_warm_folder", "describe_artifacts", "empty_folder",
     "environment_fingerprint", "explaining", "fill_warm_folder", "fresh_recording", "gpu_count", "headers_at",
     "index_for", "inductor_config_loaded", "load_artifacts", "made_with", "mark_carried", "MegaCacheError",
     "merge_artifacts", "MIN_TORCH", "note_bundle_keys", "placing_from", "read_counts", "record_bypass_reasons",

@@ -7,13 +7,21 @@ small graphs) to read the one or two it compiles. torch finds an entry's folder 
 lookups and its writes alike; wrapped, each links the template's entries for that key into the
 test's folder before torch looks, so torch sees what a folder linked whole would show it. Where a
 torch lacks one of the two, that cache's entries are linked whole, as before.
+
+A process the test starts (``subprocess``, ``multiprocessing``: a spawned worker compiling with the
+inherited ``TORCHINDUCTOR_CACHE_DIR``) has no such wrapper, so the first start links the rest of the
+template, and the folder is whole from then on.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import importlib
+import multiprocessing.process
 import os
+import subprocess
 import threading
 from typing import Any, Callable, Iterator
 
@@ -22,15 +30,28 @@ from .. import files
 #: The folder under a cache folder each wrapped cache keeps its entries in.
 _FOLDERS = {"torch._inductor.codecache": ("FxGraphCache", "fxgraph"),
             "torch._functorch._aot_autograd.autograd_cache": ("AOTAutogradCache", "aotautograd")}
+#: Sources torch writes itself, when absent, before it builds or loads what they make (``codecache.write``);
+#: they lie in the two-character folders of a cache folder, beside their binaries.
+_WRITTEN_BY_TORCH = (".cpp",)
 
-_lock = threading.Lock()
+_lock = threading.RLock()
 _wrapped: set[str] = set()
-#: ``(template, folder, keys already placed)`` while a warm test's cache is active.
-_active: tuple[str, str, set[str]] | None = None
+
+
+@dataclasses.dataclass
+class _Placing:
+    template: str
+    folder: str
+    placed: set[str] = dataclasses.field(default_factory=set)
+    whole: bool = False
+
+
+_active: _Placing | None = None
 
 
 def install() -> None:
-    """Wrap each cache's key-to-folder function (idempotent); a torch without one is left alone."""
+    """Wrap each cache's key-to-folder function, and the starts of processes (idempotent); a torch
+    without one of the two functions is left alone."""
     for module_name, (class_name, folder) in _FOLDERS.items():
         if folder in _wrapped:
             continue
@@ -43,6 +64,8 @@ def install() -> None:
             continue
         setattr(cache_class, "_get_tmp_dir_for_key", classmethod(_placing(original.__func__)))
         _wrapped.add(folder)
+    _before_starting(subprocess.Popen, "__init__")
+    _before_starting(multiprocessing.process.BaseProcess, "start")
 
 
 def on_demand() -> frozenset[str]:
@@ -52,10 +75,10 @@ def on_demand() -> frozenset[str]:
 
 
 def _placing(original: Callable[..., Any]) -> Callable[..., Any]:
-    def get_tmp_dir_for_key(cls: Any, key: str) -> Any:
-        path = original(cls, key)
-        with contextlib.suppress(Exception):
-            _place(str(path))
+    @functools.wraps(original)
+    def get_tmp_dir_for_key(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        path = original(cls, *args, **kwargs)
+        _place(str(path))
         return path
 
     get_tmp_dir_for_key._compilecache = True  # type: ignore[attr-defined]
@@ -65,26 +88,59 @@ def _placing(original: Callable[..., Any]) -> Callable[..., Any]:
 def _place(path: str) -> None:
     with _lock:
         active = _active
-        if active is None:
+        if active is None or active.whole:
             return
-        template, folder, placed = active
-        relative = os.path.relpath(os.path.realpath(path), folder)
-        if relative.startswith(os.pardir) or os.path.isabs(relative) or relative in placed:
-            return  # a folder torch was pointed at inside the test, not this cache's
-        placed.add(relative)
-    source = os.path.join(template, relative)
-    if os.path.isdir(source):
-        files.link_tree(source, path)  # what torch already wrote there is left alone
+        relative = os.path.relpath(os.path.realpath(path), active.folder)
+        if relative.startswith(os.pardir) or os.path.isabs(relative) or relative in active.placed:
+            return  # placed already, or a folder torch was pointed at inside the test, not this cache's
+        source = os.path.join(active.template, relative)
+        try:
+            if os.path.isdir(source):
+                files.link_tree(source, path)
+        except OSError:
+            return  # not placed (a full disk, say): torch misses, and the next ask tries again
+        active.placed.add(relative)
 
 
-#: Sources torch writes itself, when absent, before it builds or loads what they make (``codecache.write``).
-_WRITTEN_BY_TORCH = (".cpp",)
+def _before_starting(owner: type, name: str) -> None:
+    original = owner.__dict__.get(name)
+    if original is None or getattr(original, "_compilecache", False):
+        return
+
+    @functools.wraps(original)
+    def starting(*args: Any, **kwargs: Any) -> Any:
+        if _active is not None and not _active.whole:
+            _link_the_rest()
+        return original(*args, **kwargs)
+
+    starting._compilecache = True  # type: ignore[attr-defined]
+    setattr(owner, name, starting)
 
 
-def fill(template: str | os.PathLike[str], folder: str | os.PathLike[str]) -> None:
+def _link_the_rest() -> None:
+    """Make the active folder whole: a process of its own cannot ask this one for entries."""
+    with _lock:
+        active = _active
+        if active is None or active.whole:
+            return
+        for folder in on_demand():
+            if os.path.isdir(os.path.join(active.template, folder)):
+                files.link_tree(os.path.join(active.template, folder), os.path.join(active.folder, folder))
+        active.whole = True
+
+
+def fill_warm_folder(template: str | os.PathLike[str], folder: str | os.PathLike[str]) -> None:
     """Link into ``folder`` what a warm test needs before its first compile: all of ``template`` but
     the entries :func:`placing_from` places on demand and the C++ sources torch writes itself."""
-    files.link_tree(template, folder, leave_out=on_demand(), without=_WRITTEN_BY_TORCH)
+    two_character = {entry.name for entry in os.scandir(template) if len(entry.name) == 2 and entry.is_dir()}
+    files.link_tree(template, folder, leave_out=on_demand() | two_character)
+    for name in two_character:
+        files.link_tree(os.path.join(template, name), os.path.join(folder, name), without=_WRITTEN_BY_TORCH)
+
+
+def complete_warm_folder(template: str | os.PathLike[str], folder: str | os.PathLike[str]) -> None:
+    """Link into ``folder`` whatever of ``template`` it lacks (a failed test's folder, kept to be looked at)."""
+    files.link_tree(template, folder)
 
 
 @contextlib.contextmanager
@@ -93,7 +149,7 @@ def placing_from(template: str, folder: str) -> Iterator[None]:
     ``folder`` (the current cache folder) as torch asks for their keys."""
     global _active
     with _lock:
-        before, _active = _active, (os.path.realpath(template), os.path.realpath(folder), set())
+        before, _active = _active, _Placing(os.path.realpath(template), os.path.realpath(folder))
     try:
         yield
     finally:

@@ -132,6 +132,8 @@ class TestSide:
                 self.bundle.harvest(cache.path, since=made)
             if not self._keep(request.node):
                 self.folders.discard(cache.path)
+            elif template is not None:
+                _torchapi.complete_warm_folder(template, cache.path)  # kept to be looked at: the whole bundle
 
     def _isolated_before_torch(self, request: pytest.FixtureRequest) -> Iterator[None]:
         """Per-test isolation of a test that starts before torch is imported: nothing is in memory to
