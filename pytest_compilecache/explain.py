@@ -86,9 +86,11 @@ def explain(layer: str, key: str, code: str, components: Mapping[str, tuple[str,
     scored = []
     for source, other in candidates:
         theirs = source.index.components(other)
-        scored.append((len(_differing(theirs, components)), source.name, other, theirs))
-    _, source_name, nearest, theirs = min(scored, key=lambda s: s[0])
-    reasons = _reasons(theirs, components)
+        reasons = _reasons(theirs, components)
+        # Sizes made symbolic count as one difference, and on a tie they are the better explanation: a
+        # static entry one shape away was compiled for another shape, the dynamic one for every shape.
+        scored.append((len(reasons), _dynamic(theirs) == _dynamic(components), source.name, other, reasons))
+    _, _, source_name, nearest, reasons = min(scored, key=lambda s: s[:2])
     shown = reasons[:SHOWN]
     more = f"; and {len(reasons) - SHOWN} more differences" if len(reasons) > SHOWN else ""
     text = (f"{where}: nearest entry in {source_name} ({nearest[:12]}...) differs: "

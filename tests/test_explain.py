@@ -297,6 +297,29 @@ def test_a_static_compile_against_a_dynamic_entry_says_so_in_the_users_words() -
     assert reverse.kinds == ("dynamic sizes, the entry static",), reverse.text
 
 
+def test_a_static_compile_of_a_shape_only_a_dynamic_entry_covers_names_the_dynamic_entry() -> None:
+    """The warmup compiled (8, 16), then (8, 24), which Dynamo recompiled with symbolic sizes; a test
+    compiling (8, 24) alone gets a static graph. The static (8, 16) entry is one shape away, but the
+    entry made for this very shape is the dynamic one: say that, not only the shape."""
+    def tensor(shape: str) -> str:
+        return (f"TensorMetadata(dtype=torch.float32, shape=torch.Size([{shape}]), stride=(16, 1), "
+                "device=device(type='cpu'), layout=torch.strided)")
+
+    graph = "GraphModule()\\n\\ndef forward(self, x):\\n    sin = torch.ops.aten.sin.default(x)\\n"
+    first = {"gm": ("g1", graph), "example_inputs[0]": ("x1", tensor("8, 16")), "aot_config": ("a1", "(0, True, False)")}
+    dynamic = {"gm": ("g2", graph.replace("self, x", "self, s0, x")), "example_inputs[0]": ("s", "('s0',)"),
+               "example_inputs[1]": ("x2", tensor("8, s0")), "aot_config": ("a2", "(0, True, True)")}
+    ours = {"gm": ("g1", graph), "example_inputs[0]": ("x3", tensor("8, 24")), "aot_config": ("a1", "(0, True, False)")}
+    bundle = Known("the bundle b", _index(kfirst=("fx_graph", "h (t.py)", first),
+                                          kdyn=("fx_graph", "h (t.py)", dynamic)), fills=True)
+    why = explain("fx_graph", "knew", "h (t.py)", ours, [bundle])
+    assert "the entry has dynamic (symbolic) sizes and this compile static ones" in why.text, why.text
+    assert why.kinds == ("static sizes, the entry dynamic",), why.text
+
+    only_static = Known("the bundle b", _index(kfirst=("fx_graph", "h (t.py)", first)), fills=True)
+    assert "input 0 shape" in explain("fx_graph", "knew", "h (t.py)", ours, [only_static]).text
+
+
 def test_a_miss_in_an_empty_cache_of_a_key_known_elsewhere_is_by_design() -> None:
     bundle = Known("the bundle b", _index(fold=("fx_graph", "f (x.py)", BASE)), fills=False)
     why = explain("fx_graph", "fold", "f (x.py)", BASE, [bundle], starts_empty=True)

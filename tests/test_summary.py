@@ -223,7 +223,7 @@ def test_a_warm_run_slower_in_its_tests_says_why_and_points_at_the_totals() -> N
                                       history={"warmup_seconds": 20.0, "tests": {"t::a": 2.0}})]
     report.add_test("t::a", {"compile_seconds": 7.5})
     text = "\n".join(summary_lines(report))
-    assert "the same 1 tests in the run that built the bundle: 2.0 s, plus 20.0 s in its warmup" in text, text
+    assert "the same test in the run that built the bundle: 2.0 s, plus 20.0 s in its warmup" in text, text
     assert "pays torch's one-off start-up" in text
     assert "compiling, warmups included: 22.0 s then, 7.5 s now: 14.5 s saved" in text
 
@@ -341,3 +341,66 @@ def test_problems_keep_their_concern_from_a_worker_and_are_said_once() -> None:
     assert warning[0] == "> the warmup failed; this run's `warm_cache` tests skip (see the log): RuntimeError: boom"
     assert not any(hook.text in line for line in warning), "the job summary says the warmup failed once too"
     assert sum(damaged.text in line for line in warning) == 1 and any(crash.text in line for line in warning)
+
+
+@pytest.mark.parametrize("update", [[], ["--compile-cache-update"]], ids=["kept", "update"])
+def test_a_run_that_adds_nothing_to_an_existing_bundle_says_so(
+    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], built_bundle: bytes, update: list[str]
+) -> None:
+    """Over an existing bundle, a run whose tests compiled nothing never claims that every compile hit
+    (a newcomer read that beside a PROBLEM saying no bundle was used), and an updating run that adds
+    nothing says so rather than a bare "bundle saved"."""
+    pytester.makeconftest(WARMUP_CONFTEST)
+    pytester.makepyfile(test_model=WARM_TEST.replace("def test_cold", "def test_idle(warm_cache):\n    pass\n\n"
+                                                                    "def _unused"))
+    (pytester.path / "b.bundle").write_bytes(built_bundle)
+    idle = run_inner("--compile-cache-bundle=b.bundle", "-k", "idle", *update,
+                     ini=f"compile_cache_home = {pytester.path / 'home'}")
+    idle.assert_outcomes(passed=1, deselected=1)
+    summary = _summary(idle)
+    assert "every compile outside cold_cache tests and not_saved() blocks hit" not in summary, summary
+    assert "no test compiled anything" in summary, summary
+    warm = run_inner("--compile-cache-bundle=b.bundle", "-k", "warm", "--compile-cache-report=r.json", *update,
+                     ini=f"compile_cache_home = {pytester.path / 'home'}")
+    warm.assert_outcomes(passed=1, deselected=1)
+    summary = _summary(warm)
+    if update:
+        assert "bundle saved: " in summary and "nothing new, only which entries this run used recorded" in summary, \
+            summary
+        assert json.loads((pytester.path / "r.json").read_text())["bundle"]["saved"]["added"] is False
+    else:
+        assert "every compile outside cold_cache tests and not_saved() blocks hit: nothing to add" in summary, summary
+
+
+def test_a_miss_without_a_bundle_names_the_warmup_not_a_private_file(
+    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult]
+) -> None:
+    """Without --compile-cache-bundle, a warm test's miss is explained against this session's warmup,
+    not a bundle file the user never named."""
+    pytester.makeconftest(WARMUP_CONFTEST)
+    pytester.makepyfile(test_model="""
+import torch
+from conftest import f
+
+def test_other_shape(warm_cache):
+    torch.compile(f)(torch.randn(4))
+    text = "\\n".join(warm_cache.stats.explanations(["fx_graph"]))
+    assert "nearest entry in this session's warmup" in text, text
+    assert "session.bundle" not in text, text
+""")
+    run_inner().assert_outcomes(passed=1)
+
+
+def test_a_missing_torch_is_said_once(pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult],
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fixture used where torch cannot be imported fails with one message, not the same one chained twice."""
+    hidden = pytester.mkdir("notorch")
+    (hidden / "torch.py").write_text("raise ImportError(\"No module named 'torch'\")\n")
+    monkeypatch.setenv("PYTHONPATH", str(hidden))
+    pytester.makepyfile(test_model="def test_cold(cold_cache):\n    pass\n")
+    result = run_inner("--compile-cache-bundle=b.bundle", ini=f"compile_cache_home = {pytester.path / 'home'}",
+                       fresh=True)
+    result.assert_outcomes(errors=1)
+    text = result.stdout.str()
+    assert text.count("pytest-compilecache needs torch >= 2.7, but torch cannot be imported") == 1, text
+    assert "During handling of the above exception" not in text, text

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from .model import SaveStatus, SessionReport, Status
+from .model import counted_tests as _tests
 
 #: The environment variable GitHub Actions names the job summary's file in.
 SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
@@ -51,7 +52,8 @@ def _bundle_lines(report: SessionReport) -> list[str]:
     saved = report.saved
     if saved.status is SaveStatus.SAVED:
         arts = ", ".join(f"{v['count']} {k}" for k, v in saved.artifacts.items())
-        lines.append(f"- **saved**: {arts} ({_mb(saved.bytes)} in {saved.seconds:.2f} s)")
+        news = "" if saved.added else "nothing new, only which entries this run used recorded; it holds "
+        lines.append(f"- **saved**: {news}{arts} ({_mb(saved.bytes)} in {saved.seconds:.2f} s)")
     elif saved.status is SaveStatus.UNCHANGED:
         lines.append(f"- **unchanged**: the bundle already held everything this run compiled ({saved.seconds:.2f} s)")
     elif saved.status is SaveStatus.DELTA:
@@ -75,7 +77,7 @@ def _time_lines(report: SessionReport) -> list[str]:
     c = report.compared_with_build()
     if c is not None:
         verdict = f"**{c.saved:.1f} s saved**" if c.saved >= 0 else f"**{-c.saved:.1f} s more** this run"
-        lines.append(f"The same {c.tests} tests in the run that built the bundle: {c.then:.1f} s, plus "
+        lines.append(f"The same {_tests(c.tests)} in the run that built the bundle: {c.then:.1f} s, plus "
                      f"{c.warmup_then:.1f} s in its warmup. Compiling, warmups included: "
                      f"{c.then + c.warmup_then:.1f} s then, {c.now + c.warmup_now:.1f} s now: {verdict}.")
         if c.now > c.then and c.warmup_then and not c.warmup_now:

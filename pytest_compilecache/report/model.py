@@ -150,6 +150,8 @@ class SaveResult:
     dropped_unused: dict[str, int] = field(default_factory=dict)
     #: For a bundle at a URL: ``{"downloaded": bytes, "uploaded": bytes, "conflicts": n}`` while saving.
     transfer: dict[str, int] = field(default_factory=dict)
+    #: With ``SAVED``: whether the run added an artifact or binary (False: only its use was recorded).
+    added: bool = True
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form; empty when nothing was asked."""
@@ -159,6 +161,8 @@ class SaveResult:
         if self.status in (SaveStatus.SAVED, SaveStatus.UNCHANGED, SaveStatus.DELTA):
             data.update(path=self.path, artifacts=self.artifacts, bytes=self.bytes, seconds=self.seconds,
                         dropped_unused=self.dropped_unused)
+            if self.status is SaveStatus.SAVED:
+                data["added"] = self.added
         else:
             data["reason"] = self.reason
         if self.transfer:
@@ -359,3 +363,8 @@ class SessionReport:
             },
             **({"expectations": self.expectations.to_json()} if self.expectations is not None else {}),
         }
+
+
+def counted_tests(n: int) -> str:
+    """``test`` for one, ``N tests`` for more: as the summaries say "the same N tests"."""
+    return "test" if n == 1 else f"{n} tests"

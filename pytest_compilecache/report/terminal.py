@@ -6,6 +6,7 @@ import dataclasses
 
 from ..stats import CacheStats
 from .model import ExpectationsReport, SaveStatus, SessionReport, Status
+from .model import counted_tests as _tests
 
 
 def _compile_time_line(report: SessionReport) -> list[str]:
@@ -21,7 +22,7 @@ def _compile_time_line(report: SessionReport) -> list[str]:
         c = compared
         ratio = f" ({c.then / c.now:.1f}x this run's)" if c.now > 0.05 and c.then >= 1.1 * c.now else ""
         plus = f", plus {c.warmup_then:.1f} s in its warmup" if c.warmup_then else ""
-        lines.append(f"  the same {c.tests} tests in the run that built the bundle: {c.then:.1f} s{ratio}{plus}")
+        lines.append(f"  the same {_tests(c.tests)} in the run that built the bundle: {c.then:.1f} s{ratio}{plus}")
         if c.now > c.then and c.warmup_then and not c.warmup_now:
             lines.append("  (the first compile in each process pays torch's one-off start-up: the building run paid it "
                          "in its warmup, this run in its first test; compare the totals)")
@@ -164,7 +165,8 @@ def summary_lines(report: SessionReport) -> list[str]:
         moved += f"; {saved.transfer['conflicts']} write(s) found it changed by another writer and were retried"
     if saved.status is SaveStatus.SAVED:
         arts = ", ".join(f"{v['count']} {k}" for k, v in saved.artifacts.items())
-        lines.append(f"bundle saved: {saved.path}: {arts} ({saved.bytes / 1e6:.2f} MB in {saved.seconds:.2f} s{moved})")
+        news = "" if saved.added else "nothing new, only which entries this run used recorded; it holds "
+        lines.append(f"bundle saved: {saved.path}: {news}{arts} ({saved.bytes / 1e6:.2f} MB in {saved.seconds:.2f} s{moved})")
         if saved.dropped_unused:
             gone = ", ".join(f"{n} {kind}" for kind, n in saved.dropped_unused.items())
             lines.append(f"  dropped as unused in the last updating runs (compile_cache_max_unused_runs): {gone}")

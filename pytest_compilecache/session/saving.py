@@ -48,7 +48,8 @@ class Saver:
             return
         if not (self.options.update or not self.bundle_existed):
             advice = ("add --compile-cache-update to merge this session's artifacts into it" if _missed(report)
-                      else "every compile outside cold_cache tests and not_saved() blocks hit: nothing to add to it")
+                      else "every compile outside cold_cache tests and not_saved() blocks hit: nothing to add to it"
+                      if _compiled(report) else "no test compiled anything: nothing to add to it")
             report.saved = SaveResult(SaveStatus.KEPT, f"{path} existed; {advice}")
             return
         if not blobs:
@@ -94,7 +95,8 @@ class Saver:
         merged.close()
         report.saved = SaveResult(_SAVE_STATUS[saved.status], saved.note, path=saved.delta or path,
                                   artifacts=artifacts, bytes=saved.size, seconds=round(time.perf_counter() - start, 3),
-                                  dropped_unused=dict(saved.unused), transfer=saved.transfer.to_json())
+                                  dropped_unused=dict(saved.unused), transfer=saved.transfer.to_json(),
+                                  added=saved.added)
 
     @staticmethod
     def _problem(report: SessionReport, message: str, where: str) -> None:
@@ -158,6 +160,13 @@ def read_index(file: str | None) -> KeyIndex | None:
         return KeyIndex.unpack(Path(file).read_bytes()) if file else None
     except (OSError, KeyIndexError):
         return None
+
+
+def _compiled(report: SessionReport) -> bool:
+    """Whether any test looked up an FX graph or AOTAutograd entry (a hit or a miss)."""
+    totals = report.totals
+    return totals is not None and any(totals.layer(layer).hits + totals.layer(layer).misses
+                                      for layer in ("fx_graph", "aot_autograd"))
 
 
 def _missed(report: SessionReport) -> bool:

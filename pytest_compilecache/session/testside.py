@@ -107,6 +107,7 @@ class TestSide:
         if request.node.get_closest_marker(REMOTE_MARKER) is not None and "cold_cache" in request.fixturenames:
             pytest.fail(f"@pytest.mark.{REMOTE_MARKER}: cold_cache never reads the remote cache (it would not be "
                         "cold); use warm_cache", pytrace=False)
+        unavailable = ""
         try:
             template = None
             if kind is CacheKind.WARM:
@@ -119,7 +120,9 @@ class TestSide:
             made = time.time()
             cache.__enter__()
         except _torchapi.TorchUnavailable as exc:
-            pytest.fail(str(exc), pytrace=False)
+            unavailable = str(exc)
+        if unavailable:  # failed outside the handler, so that the message is not shown twice, chained
+            pytest.fail(unavailable, pytrace=False)
         try:
             if kind is CacheKind.COLD:
                 with _torchapi.fresh_recording():  # never reused: kept out of the bundle (torch >= 2.8)

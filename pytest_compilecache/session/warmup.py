@@ -196,7 +196,9 @@ class Preparer:
             self._say(Concern.BUNDLE, problem, bundle.name)
         keys = {k for kind in ("inductor", "aot_autograd") for k in loaded.get(kind, [])}
         _torchapi.note_bundle_keys(loaded.get("aot_autograd", []))
-        name = f"the bundle {bundle.name}"
+        own = self.fallback is not None and bundle.name == self.fallback.name and (
+            self.source is None or self.source.name != bundle.name)
+        name = "this session's warmup" if own else f"the bundle {bundle.name}"
         if index is not None and index.torch and index.torch != entry.env.get("torch", index.torch):
             _torchapi.use_bundle_index(None, name, cannot=f"the bundle's key details were recorded by torch "
                                                           f"{index.torch}, not {entry.env.get('torch')}")

@@ -87,6 +87,9 @@ class Saved:
     #: ``{artifact type: count}`` dropped as unused in too many updating runs.
     unused: dict[str, int] = field(default_factory=dict)
     transfer: Transfer = Transfer()
+    #: Whether the additions held an artifact or binary the bundle lacked (False: a write recorded only
+    #: the run's use of what it held, which ``prune --max-size`` and ``compile_cache_max_unused_runs`` read).
+    added: bool = True
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from .. import files
 from ..bundle.format import (Bundle, BundleError, Entry, NotABundle, NotAFile, Unreadable, encoded_size,
                              read_manifest, write_bundle)
 from .interface import Look, Saved, Transfer, Version
-from .merge import combine, stamp
+from .merge import adds_nothing, combine, stamp
 
 
 class Lock:
@@ -174,14 +174,18 @@ class LocalStore:
         dropped: list[str] = []
         combined = []
 
+        new: list[bool] = []
+
         def change(current: Bundle | None) -> list[Entry]:
+            new.append(not adds_nothing(current, additions))
             combined.append(combine(current, additions, run=run, max_unused_runs=max_unused_runs, rebuild=rebuild))
             return combined[-1].entries
 
         result = self._update(change, dropped, replace_unreadable=rebuild)
         assert result is not None
         size = result.path.stat().st_size if result.path.is_file() else encoded_size(result)
-        return Saved(result, size=size, dropped=(*dropped, *combined[-1].dropped), unused=combined[-1].unused)
+        return Saved(result, size=size, dropped=(*dropped, *combined[-1].dropped), unused=combined[-1].unused,
+                     added=new[-1])
 
     def write_warning(self) -> str:
         """Nothing: every write is made under the lock."""

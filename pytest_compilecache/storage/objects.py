@@ -323,8 +323,10 @@ class UrlStore:
                          transfer=self.transfer.since(before))
         dropped: list[str] = []
         combined: list[Combined] = []
+        new: list[bool] = []
 
         def change(current: Bundle | None) -> list[Entry]:
+            new.append(not adds_nothing(current, additions))
             combined.append(combine(current, additions, run=run, max_unused_runs=max_unused_runs, rebuild=rebuild))
             return combined[-1].entries
 
@@ -342,7 +344,7 @@ class UrlStore:
                               f"`pytest-compilecache merge --deltas -o {self.name}`") from None
         assert result is not None
         return Saved(result, size=_size(result), dropped=(*dropped, *combined[-1].dropped),
-                     unused=combined[-1].unused, transfer=self.transfer.since(before))
+                     unused=combined[-1].unused, transfer=self.transfer.since(before), added=new[-1])
 
     def list_deltas(self) -> list[str]:
         """The URLs of the deltas waiting beside the bundle."""
