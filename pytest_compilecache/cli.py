@@ -400,13 +400,12 @@ def _fit(path: Path, entries: list[Entry], limit: int, said: list[str]) -> list[
     go first and as few artifacts as possible follow."""
     start = encoded_size(Bundle(path, entries))
     plan = _plan(path, entries, limit, binaries_first=False)
-    if plan[3] and plan[3][-1].startswith("dropped the carried binaries"):
+    if (plan[3] and plan[3][-1].startswith("dropped the carried binaries")) or not any(e.artifacts for e in plan[0]):
         plan = _plan(path, entries, limit, binaries_first=True)
     kept, size, _, lines = plan
-    left = [e for e in kept if e.artifacts or e.binaries]
+    left = [e for e in kept if e.artifacts]  # carried binaries serve artifacts: alone they are nothing usable
     if size > limit or not left:
-        raise UserError(f"{path}: cannot fit in {limit:,d} bytes with any artifact or binary kept; "
-                        f"{path} is unchanged")
+        raise UserError(f"{path}: cannot fit in {limit:,d} bytes with any artifact kept; {path} is unchanged")
     if len(left) < len(kept):
         lines.append(f"dropped {len(kept) - len(left)} environment(s) left with nothing")
     said.extend([f"{start:,d} -> {encoded_size(Bundle(path, left)):,d} bytes", *lines])

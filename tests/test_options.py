@@ -46,6 +46,19 @@ def test_every_mode_is_accepted_on_the_command_line_and_in_the_ini(
         in_ini.stdout.fnmatch_lines([f"compilecache: isolation: {shown}"])
 
 
+def test_the_ini_takes_the_mode_options_own_name_too(suite: pytest.Pytester) -> None:
+    """Every option's ini name is its own with underscores: ``compile_cache_isolate_mode`` (a newcomer's
+    first try) sets isolation as ``compile_cache_isolate`` does, never an unknown-option warning."""
+    by_mode = suite.runpytest_subprocess("-o", "compile_cache_isolate_mode=worker", "suite/")
+    by_mode.assert_outcomes(passed=1)
+    by_mode.stdout.fnmatch_lines(["compilecache: isolation: a kept cache per worker"])
+    assert "Unknown config option" not in by_mode.stdout.str() + by_mode.stderr.str()
+    both = suite.runpytest_subprocess("-o", "compile_cache_isolate_mode=worker", "-o", "compile_cache_isolate=test",
+                                      "suite/")
+    assert both.ret == pytest.ExitCode.USAGE_ERROR
+    both.stderr.fnmatch_lines(["*compile_cache_isolate*'test'*compile_cache_isolate_mode*'worker'*"])
+
+
 @pytest.mark.parametrize("word", ["true", "1", "yes", "false", "per-test"])
 def test_words_outside_the_vocabulary_are_refused_everywhere(suite: pytest.Pytester, word: str) -> None:
     in_ini = suite.runpytest_subprocess("-o", f"compile_cache_isolate={word}", "suite/")

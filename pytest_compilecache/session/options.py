@@ -138,7 +138,12 @@ class Options:
             p = Path(local or str(value)).expanduser()
             return (base / p if base is not None and not p.is_absolute() else p).absolute()
 
-        word = str(pick("compile_cache_isolate")[0] or "off").strip()
+        word = str(pick("compile_cache_isolate")[0] or "").strip()
+        by_mode = str(config.getini("compile_cache_isolate_mode") or "").strip()
+        if word and by_mode and word != by_mode and getoption("compile_cache_isolate") is None:
+            raise pytest.UsageError(f"compile_cache_isolate is {word!r} but compile_cache_isolate_mode is "
+                                    f"{by_mode!r}: they are one setting; give one of them")
+        word = word or by_mode or "off"
         if word not in ISOLATION_MODES:
             raise pytest.UsageError(
                 f"compile_cache_isolate: {word!r} is not an isolation mode; use off, test or worker "
@@ -252,6 +257,8 @@ def add_options(parser: pytest.Parser) -> None:
                          "kept between runs) (ini: compile_cache_isolate)")
     parser.addini("compile_cache_isolate", type="string",
                   help="isolation mode: off, test or worker (see --compile-cache-isolate-mode)")
+    parser.addini("compile_cache_isolate_mode", type="string",
+                  help="the same setting as compile_cache_isolate, under the mode option's name")
     option("compile-cache-bundle", f"Mega-Cache bundle to load at session start and save at the end: a path, "
            f"or a URL (s3://, gs://, az://, http(s):// read-only, memory://; needs pytest-compilecache[s3] "
            f"or the store's extra) (env: {BUNDLE_ENV}; an ini path is relative to the ini file)", metavar="PATH|URL")
