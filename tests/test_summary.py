@@ -404,3 +404,21 @@ def test_a_missing_torch_is_said_once(pytester: pytest.Pytester, run_inner: Call
     text = result.stdout.str()
     assert text.count("pytest-compilecache needs torch >= 2.7, but torch cannot be imported") == 1, text
     assert "During handling of the above exception" not in text, text
+
+
+def test_a_save_says_apart_the_time_spent_importing_torch_first() -> None:
+    """An xdist controller that ran no test imports torch's compiler only to save (several seconds): a
+    newcomer read "0.23 MB in 4.41 s" as a slow save. The import is said apart, and is not in the save's
+    seconds (``Saver.save`` times it separately)."""
+    from pytest_compilecache.report.model import SaveResult, SaveStatus, SessionReport
+    from pytest_compilecache.report.terminal import summary_lines
+
+    report = SessionReport(bundle_path="b.bundle")
+    report.saved = SaveResult(SaveStatus.SAVED, path="b.bundle", artifacts={"inductor": {"count": 1, "bytes": 9}},
+                              bytes=230_000, seconds=0.31, import_seconds=4.1)
+    text = "\n".join(summary_lines(report))
+    assert "bundle saved: b.bundle: 1 inductor (0.23 MB in 0.31 s; before that, 4.10 s importing torch's " \
+           "compiler in this process)" in text, text
+    assert report.saved.to_json()["import_seconds"] == 4.1
+    report.saved.import_seconds = 0.0
+    assert "importing" not in "\n".join(summary_lines(report))

@@ -152,6 +152,9 @@ class SaveResult:
     transfer: dict[str, int] = field(default_factory=dict)
     #: With ``SAVED``: whether the run added an artifact or binary (False: only its use was recorded).
     added: bool = True
+    #: Seconds spent importing torch's compiler before saving (not in ``seconds``): an xdist controller
+    #: that ran no test pays it here, a process that compiled did earlier.
+    import_seconds: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form; empty when nothing was asked."""
@@ -161,6 +164,7 @@ class SaveResult:
         if self.status in (SaveStatus.SAVED, SaveStatus.UNCHANGED, SaveStatus.DELTA):
             data.update(path=self.path, artifacts=self.artifacts, bytes=self.bytes, seconds=self.seconds,
                         dropped_unused=self.dropped_unused)
+            data["import_seconds"] = self.import_seconds
             if self.status is SaveStatus.SAVED:
                 data["added"] = self.added
         else:

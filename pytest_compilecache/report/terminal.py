@@ -161,6 +161,8 @@ def summary_lines(report: SessionReport) -> list[str]:
     saved = report.saved
     moved = (f"; moved {saved.transfer.get('downloaded', 0) / 1e6:.2f} MB down, "
              f"{saved.transfer.get('uploaded', 0) / 1e6:.2f} MB up" if saved.transfer else "")
+    if saved.import_seconds >= 0.1:
+        moved += f"; before that, {saved.import_seconds:.2f} s importing torch's compiler in this process"
     if saved.transfer.get("conflicts"):
         moved += f"; {saved.transfer['conflicts']} write(s) found it changed by another writer and were retried"
     if saved.status is SaveStatus.SAVED:

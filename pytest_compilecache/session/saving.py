@@ -58,6 +58,11 @@ class Saver:
                                       "compiled nothing to add" if wrote else
                                       "no test compiled anything to save (what cold_cache tests compile is never saved)")
             return
+        try:
+            imported = _torchapi.ready_to_read()
+        except _torchapi.TorchUnavailable as exc:
+            self._problem(report, f"{path}: {exc}", str(path))
+            return
         start = time.perf_counter()
         binaries = pooled(self.pools) if self.pools is not None else None
         history = {
@@ -96,7 +101,7 @@ class Saver:
         report.saved = SaveResult(_SAVE_STATUS[saved.status], saved.note, path=saved.delta or path,
                                   artifacts=artifacts, bytes=saved.size, seconds=round(time.perf_counter() - start, 3),
                                   dropped_unused=dict(saved.unused), transfer=saved.transfer.to_json(),
-                                  added=saved.added)
+                                  added=saved.added, import_seconds=round(imported, 3))
 
     @staticmethod
     def _problem(report: SessionReport, message: str, where: str) -> None:
