@@ -27,6 +27,10 @@ _original: Callable[[], str] | None = None
 #: torch modules already searched for a ``default_cache_dir`` bound by ``from ... import`` (a test
 #: enters a cache thousands of modules after torch is imported; only new ones need a look).
 _checked: dict[str, ModuleType] = {}
+#: ``sys.modules`` as the last search left it (its size and newest name): unchanged, only the modules
+#: that were still being imported then need a look again.
+_searched: tuple[int, str | None] = (0, None)
+_initializing: set[str] = set()
 
 
 def _redirected_default_cache_dir() -> str:
@@ -60,15 +64,29 @@ def _patch_loaded() -> None:
         if name in sys.modules:
             _patch_default_dir(sys.modules[name])
     if _original is not None:
-        for name, module in list(sys.modules.items()):
-            if _checked.get(name) is module or not name.startswith("torch"):
-                continue
-            if getattr(module, "default_cache_dir", None) is _original:
-                setattr(module, "default_cache_dir", _redirected_default_cache_dir)
-            if not getattr(getattr(module, "__spec__", None), "_initializing", False):
-                _checked[name] = module  # fully imported: its names are bound, checked for good
+        _search_modules(_original)
     if _CODECACHE in sys.modules:
         _patch_headers(sys.modules[_CODECACHE])
+
+
+def _search_modules(original: Callable[[], str]) -> None:
+    """Point every torch module's ``default_cache_dir`` bound to ``original`` at the redirection."""
+    global _searched
+    now = (len(sys.modules), next(reversed(sys.modules), None))
+    names = list(sys.modules) if now != _searched else list(_initializing)
+    for name in names:
+        module = sys.modules.get(name)
+        if module is None or _checked.get(name) is module or not name.startswith("torch"):
+            _initializing.discard(name)
+            continue
+        if getattr(module, "default_cache_dir", None) is original:
+            setattr(module, "default_cache_dir", _redirected_default_cache_dir)
+        if getattr(getattr(module, "__spec__", None), "_initializing", False):
+            _initializing.add(name)
+        else:
+            _checked[name] = module  # fully imported: its names are bound, checked for good
+            _initializing.discard(name)
+    _searched = now
 
 
 class _PatchingLoader(importlib.abc.Loader):
