@@ -400,14 +400,15 @@ def _fit(path: Path, entries: list[Entry], limit: int, said: list[str]) -> list[
     go first and as few artifacts as possible follow."""
     start = encoded_size(Bundle(path, entries))
     plan = _plan(path, entries, limit, binaries_first=False)
-    if (plan[3] and plan[3][-1].startswith("dropped the carried binaries")) or not any(e.artifacts for e in plan[0]):
+    if (plan[3] and plan[3][-1].startswith("dropped the carried binaries")) or any(
+            e.binaries and not e.artifacts for e in plan[0]):
         plan = _plan(path, entries, limit, binaries_first=True)
     kept, size, _, lines = plan
     left = [e for e in kept if e.artifacts]  # carried binaries serve artifacts: alone they are nothing usable
     if size > limit or not left:
         raise UserError(f"{path}: cannot fit in {limit:,d} bytes with any artifact kept; {path} is unchanged")
     if len(left) < len(kept):
-        lines.append(f"dropped {len(kept) - len(left)} environment(s) left with nothing")
+        lines.append(f"dropped {len(kept) - len(left)} environment(s) left with no artifact")
     said.extend([f"{start:,d} -> {encoded_size(Bundle(path, left)):,d} bytes", *lines])
     return left
 
@@ -562,9 +563,10 @@ def parser() -> argparse.ArgumentParser:
                        help="drop entry number N (as inspect numbers them) or every entry whose FIELD is VALUE "
                             "(FIELD=VALUE, e.g. device=cpu); repeatable; each must match an entry")
     prune.add_argument("--max-size", metavar="SIZE",
-                       help="then drop the least recently used artifacts (and, if that is not enough, carried "
-                            "binaries) until the bundle takes at most SIZE (e.g. 50MB, 2GiB); an entry left with nothing "
-                            "is dropped")
+                       help="then drop the least recently used artifacts (and, if that is not enough or would "
+                            "leave an entry only its binaries, carried binaries first) until the bundle takes at most "
+                            "SIZE (e.g. 50MB, 2GiB); an entry left with no artifact is dropped, and a bundle that "
+                            "cannot keep any artifact is left unchanged")
     prune.set_defaults(run=cmd_prune)
     return p
 

@@ -87,10 +87,13 @@ def explain(layer: str, key: str, code: str, components: Mapping[str, tuple[str,
     for source, other in candidates:
         theirs = source.index.components(other)
         reasons = _reasons(theirs, components)
-        # Sizes made symbolic count as one difference, and on a tie they are the better explanation: a
-        # static entry one shape away was compiled for another shape, the dynamic one for every shape.
-        scored.append((len(reasons), _dynamic(theirs) == _dynamic(components), source.name, other, reasons))
-    _, _, source_name, nearest, reasons = min(scored, key=lambda s: s[:2])
+        differing = _differing(theirs, components)
+        # Sizes made symbolic count as one difference. On a tie with an entry that differs in input
+        # shapes alone, the dynamic entry is the better explanation: that one was compiled for another
+        # shape, the dynamic one for every shape. Then the fewest differing components win.
+        shapes_only = _dynamic(theirs) == _dynamic(components) and all(_INPUT.match(n) for n in differing)
+        scored.append((len(reasons), shapes_only, len(differing), source.name, other, reasons))
+    _, _, _, source_name, nearest, reasons = min(scored, key=lambda s: s[:3])
     shown = reasons[:SHOWN]
     more = f"; and {len(reasons) - SHOWN} more differences" if len(reasons) > SHOWN else ""
     text = (f"{where}: nearest entry in {source_name} ({nearest[:12]}...) differs: "

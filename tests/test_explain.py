@@ -319,6 +319,20 @@ def test_a_static_compile_of_a_shape_only_a_dynamic_entry_covers_names_the_dynam
     only_static = Known("the bundle b", _index(kfirst=("fx_graph", "h (t.py)", first)), fills=True)
     assert "input 0 shape" in explain("fx_graph", "knew", "h (t.py)", ours, [only_static]).text
 
+    # A static entry for this very shape that differs in one config value is nearer than the dynamic one.
+    config = {**ours, "inductor_config[max_fusion_size]": ("m1", "32")}
+    configured = Known("the bundle b", _index(kconf=("fx_graph", "h (t.py)", config),
+                                              kdyn=("fx_graph", "h (t.py)", dynamic)), fills=True)
+    assert "config `max_fusion_size` changed" in explain("fx_graph", "knew", "h (t.py)", ours, [configured]).text
+
+    # Inputs are said as one reason, but an entry differing in one input is nearer than one differing in three.
+    three = {"gm": ("g3", graph.replace("self, x", "self, x, y, z")),
+             **{f"example_inputs[{i}]": (f"a{i}", tensor("8, 16")) for i in range(3)}}
+    far = {**three, **{f"example_inputs[{i}]": (f"b{i}", tensor("4, 16")) for i in range(3)}}
+    near = {**three, "example_inputs[0]": ("b0", tensor("4, 16"))}
+    both = Known("the bundle b", _index(kfar=("fx_graph", "h (t.py)", far), knear=("fx_graph", "h (t.py)", near)))
+    assert "(knear...)" in explain("fx_graph", "knew", "h (t.py)", three, [both]).text
+
 
 def test_a_miss_in_an_empty_cache_of_a_key_known_elsewhere_is_by_design() -> None:
     bundle = Known("the bundle b", _index(fold=("fx_graph", "f (x.py)", BASE)), fills=False)

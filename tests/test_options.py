@@ -57,6 +57,12 @@ def test_the_ini_takes_the_mode_options_own_name_too(suite: pytest.Pytester) -> 
                                       "suite/")
     assert both.ret == pytest.ExitCode.USAGE_ERROR
     both.stderr.fnmatch_lines(["*compile_cache_isolate*'test'*compile_cache_isolate_mode*'worker'*"])
+    overridden = suite.runpytest_subprocess("-o", "compile_cache_isolate_mode=worker", "-o", "compile_cache_isolate=test",
+                                            "--compile-cache-isolate-mode=off", "suite/")
+    overridden.assert_outcomes(passed=1)  # the command line wins over both
+    bad = suite.runpytest_subprocess("-o", "compile_cache_isolate_mode=true", "suite/")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    bad.stderr.fnmatch_lines(["*compile_cache_isolate_mode: 'true' is not an isolation mode*"])
 
 
 @pytest.mark.parametrize("word", ["true", "1", "yes", "false", "per-test"])

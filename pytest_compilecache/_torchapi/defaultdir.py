@@ -27,9 +27,10 @@ _original: Callable[[], str] | None = None
 #: torch modules already searched for a ``default_cache_dir`` bound by ``from ... import`` (a test
 #: enters a cache thousands of modules after torch is imported; only new ones need a look).
 _checked: dict[str, ModuleType] = {}
-#: ``sys.modules`` as the last search left it (its size and newest name): unchanged, only the modules
-#: that were still being imported then need a look again.
-_searched: tuple[int, str | None] = (0, None)
+#: ``sys.modules`` as the last search left it (its size, newest name and module): unchanged, only the
+#: modules that were still being imported then need a look again. (A module put in place of another
+#: under an older name, without an import, goes unseen until ``sys.modules`` changes.)
+_searched: tuple[int, str | None, int] = (0, None, 0)
 _initializing: set[str] = set()
 
 
@@ -72,7 +73,8 @@ def _patch_loaded() -> None:
 def _search_modules(original: Callable[[], str]) -> None:
     """Point every torch module's ``default_cache_dir`` bound to ``original`` at the redirection."""
     global _searched
-    now = (len(sys.modules), next(reversed(sys.modules), None))
+    newest = next(reversed(sys.modules), None)
+    now = (len(sys.modules), newest, id(sys.modules.get(newest)) if newest is not None else 0)
     names = list(sys.modules) if now != _searched else list(_initializing)
     for name in names:
         module = sys.modules.get(name)

@@ -53,7 +53,9 @@ def _bundle_lines(report: SessionReport) -> list[str]:
     if saved.status is SaveStatus.SAVED:
         arts = ", ".join(f"{v['count']} {k}" for k, v in saved.artifacts.items())
         news = "" if saved.added else "nothing new, only which entries this run used recorded; it holds "
-        lines.append(f"- **saved**: {news}{arts} ({_mb(saved.bytes)} in {saved.seconds:.2f} s)")
+        imported = (f", after {saved.import_seconds:.2f} s importing torch's compiler"
+                    if saved.import_seconds >= 0.1 else "")
+        lines.append(f"- **saved**: {news}{arts} ({_mb(saved.bytes)} in {saved.seconds:.2f} s{imported})")
     elif saved.status is SaveStatus.UNCHANGED:
         lines.append(f"- **unchanged**: the bundle already held everything this run compiled ({saved.seconds:.2f} s)")
     elif saved.status is SaveStatus.DELTA:

@@ -159,10 +159,11 @@ def summary_lines(report: SessionReport) -> list[str]:
             wrote = f" and wrote {report.bundle_path}" if process.wrote_bundle else ""
             lines.append(f"  warmup ran here{wrote}: {process.warmup_seconds:.1f} s")
     saved = report.saved
-    moved = (f"; moved {saved.transfer.get('downloaded', 0) / 1e6:.2f} MB down, "
-             f"{saved.transfer.get('uploaded', 0) / 1e6:.2f} MB up" if saved.transfer else "")
-    if saved.import_seconds >= 0.1:
-        moved += f"; before that, {saved.import_seconds:.2f} s importing torch's compiler in this process"
+    moved = (f"; before that, {saved.import_seconds:.2f} s importing torch's compiler in this process"
+             if saved.import_seconds >= 0.1 else "")
+    if saved.transfer:
+        moved += (f"; moved {saved.transfer.get('downloaded', 0) / 1e6:.2f} MB down, "
+                  f"{saved.transfer.get('uploaded', 0) / 1e6:.2f} MB up")
     if saved.transfer.get("conflicts"):
         moved += f"; {saved.transfer['conflicts']} write(s) found it changed by another writer and were retried"
     if saved.status is SaveStatus.SAVED:

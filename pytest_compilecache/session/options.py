@@ -143,10 +143,11 @@ class Options:
         if word and by_mode and word != by_mode and getoption("compile_cache_isolate") is None:
             raise pytest.UsageError(f"compile_cache_isolate is {word!r} but compile_cache_isolate_mode is "
                                     f"{by_mode!r}: they are one setting; give one of them")
+        setting = "compile_cache_isolate" if word or not by_mode else "compile_cache_isolate_mode"
         word = word or by_mode or "off"
         if word not in ISOLATION_MODES:
             raise pytest.UsageError(
-                f"compile_cache_isolate: {word!r} is not an isolation mode; use off, test or worker "
+                f"{setting}: {word!r} is not an isolation mode; use off, test or worker "
                 "(off: no isolation; test: an empty cache per test; worker: a kept cache per xdist worker)"
             )
         lock_timeout = _seconds(pick("compile_cache_lock_timeout")[0], "compile_cache_lock_timeout",

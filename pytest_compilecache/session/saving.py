@@ -49,7 +49,8 @@ class Saver:
         if not (self.options.update or not self.bundle_existed):
             advice = ("add --compile-cache-update to merge this session's artifacts into it" if _missed(report)
                       else "every compile outside cold_cache tests and not_saved() blocks hit: nothing to add to it"
-                      if _compiled(report) else "no test compiled anything: nothing to add to it")
+                      if _compiled(report) else "no test outside cold_cache tests and not_saved() blocks compiled "
+                      "anything: nothing to add to it")
             report.saved = SaveResult(SaveStatus.KEPT, f"{path} existed; {advice}")
             return
         if not blobs:
@@ -168,10 +169,16 @@ def read_index(file: str | None) -> KeyIndex | None:
 
 
 def _compiled(report: SessionReport) -> bool:
-    """Whether any test looked up an FX graph or AOTAutograd entry (a hit or a miss)."""
+    """Whether a test whose cache does not start empty by design compiled (a lookup of an FX graph or
+    AOTAutograd entry that hit, missed or bypassed, outside cold caches and ``not_saved()`` blocks)."""
     totals = report.totals
-    return totals is not None and any(totals.layer(layer).hits + totals.layer(layer).misses
-                                      for layer in ("fx_graph", "aot_autograd"))
+    if totals is None:
+        return False
+    by_design = report.misses_in_cold_caches()
+    for layer, n in report.misses_not_saved().items():
+        by_design[layer] = by_design.get(layer, 0) + n
+    return any(totals.layer(layer).hits + totals.layer(layer).bypasses + totals.layer(layer).misses
+               > by_design.get(layer, 0) for layer in ("fx_graph", "aot_autograd"))
 
 
 def _missed(report: SessionReport) -> bool:

@@ -107,7 +107,7 @@ class TestSide:
         if request.node.get_closest_marker(REMOTE_MARKER) is not None and "cold_cache" in request.fixturenames:
             pytest.fail(f"@pytest.mark.{REMOTE_MARKER}: cold_cache never reads the remote cache (it would not be "
                         "cold); use warm_cache", pytrace=False)
-        unavailable = ""
+        unavailable: str | None = None
         try:
             template = None
             if kind is CacheKind.WARM:
@@ -121,7 +121,7 @@ class TestSide:
             cache.__enter__()
         except _torchapi.TorchUnavailable as exc:
             unavailable = str(exc)
-        if unavailable:  # failed outside the handler, so that the message is not shown twice, chained
+        if unavailable is not None:  # failed outside the handler, so that the message is not shown twice, chained
             pytest.fail(unavailable, pytrace=False)
         try:
             if kind is CacheKind.COLD:
