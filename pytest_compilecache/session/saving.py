@@ -168,24 +168,29 @@ def read_index(file: str | None) -> KeyIndex | None:
         return None
 
 
+def _misses_by_design(report: SessionReport) -> dict[str, int]:
+    """``{layer: misses}`` in caches that start empty by design and in ``not_saved()`` blocks."""
+    by_design = report.misses_in_cold_caches()
+    for layer, n in report.misses_not_saved().items():
+        by_design[layer] = by_design.get(layer, 0) + n
+    return by_design
+
+
 def _compiled(report: SessionReport) -> bool:
     """Whether a test whose cache does not start empty by design compiled (a lookup of an FX graph or
     AOTAutograd entry that hit, missed or bypassed, outside cold caches and ``not_saved()`` blocks)."""
     totals = report.totals
     if totals is None:
         return False
-    by_design = report.misses_in_cold_caches()
-    for layer, n in report.misses_not_saved().items():
-        by_design[layer] = by_design.get(layer, 0) + n
+    by_design = _misses_by_design(report)
     return any(totals.layer(layer).hits + totals.layer(layer).bypasses + totals.layer(layer).misses
                > by_design.get(layer, 0) for layer in ("fx_graph", "aot_autograd"))
 
 
 def _missed(report: SessionReport) -> bool:
     """Whether a test whose cache does not start empty by design missed (so an update would add to the bundle)."""
-    if report.totals is None:
+    totals = report.totals
+    if totals is None:
         return False
-    cold = report.misses_in_cold_caches()
-    for layer, n in report.misses_not_saved().items():
-        cold[layer] = cold.get(layer, 0) + n
-    return any(report.totals.layer(layer).misses > cold.get(layer, 0) for layer in ("fx_graph", "aot_autograd"))
+    by_design = _misses_by_design(report)
+    return any(totals.layer(layer).misses > by_design.get(layer, 0) for layer in ("fx_graph", "aot_autograd"))
