@@ -5,16 +5,11 @@ credentials, an object deleted or corrupted while it is read, and read-only HTTP
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
-import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator

@@ -9,7 +9,6 @@ import shutil
 import socket
 import subprocess
 import time
-from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest

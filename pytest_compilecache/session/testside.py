@@ -10,7 +10,7 @@ from typing import Iterator
 
 import pytest
 
-from .. import _torchapi, files
+from .. import _torchapi
 from ..cache import CacheKind, CompileCache
 from ..environment import SavedEnv, point_cache_dirs_at
 from ..report.model import REPORT_ATTR
