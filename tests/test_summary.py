@@ -394,7 +394,8 @@ def test_other_shape(warm_cache):
 
 def test_a_missing_torch_is_said_once(pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult],
                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """A fixture used where torch cannot be imported fails with one message, not the same one chained twice."""
+    """A fixture used where torch cannot be imported fails with one message, not the same one chained twice
+    (pytest's one-line recap under "short test summary info" aside; a wide terminal shows it whole)."""
     hidden = pytester.mkdir("notorch")
     (hidden / "torch.py").write_text("raise ImportError(\"No module named 'torch'\")\n")
     monkeypatch.setenv("PYTHONPATH", str(hidden))
@@ -403,7 +404,8 @@ def test_a_missing_torch_is_said_once(pytester: pytest.Pytester, run_inner: Call
                        fresh=True)
     result.assert_outcomes(errors=1)
     text = result.stdout.str()
-    assert text.count("pytest-compilecache needs torch >= 2.7, but torch cannot be imported") == 1, text
+    report = text.split("short test summary info")[0]
+    assert report.count("pytest-compilecache needs torch >= 2.7, but torch cannot be imported") == 1, text
     assert "During handling of the above exception" not in text, text
 
 
