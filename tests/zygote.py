@@ -11,8 +11,15 @@ the caller starts a fresh process instead. Tests about import order use fresh pr
 zygotes take turns (``Zygotes``), so that two runs in a row, a building run and its warm run, have
 different hash seeds and memory layouts, as two fresh processes would.
 
+An inner run with ``-n 2`` forks its xdist workers the same way: before anything else, the child
+forks a worker zygote of its own, and execnet starts each worker through a launcher
+(``zygote.py --worker ADDRESS -u -c CODE``) that hands the zygote its stdin, stdout and stderr over
+a Unix socket; the zygote forks a child that runs CODE on them as ``python -u -c CODE`` would, and
+the launcher exits as that worker does. A ``--tx`` with ``python=`` or with ``env:`` variables read
+at import, and a launch environment that differs from the run's in one, start a fresh worker instead.
+
 Run as a script, this module is the zygote: one JSON request per line on stdin, answered with the
-child's pid, then its exit status.
+child's pid, then its exit status; with ``--worker``, it is the launcher.
 """
 
 from __future__ import annotations
@@ -139,6 +146,7 @@ def _become(request: dict[str, Any]) -> None:
         opened = os.open(path, flags, 0o644)
         os.dup2(opened, fd)
         os.close(opened)
+    _fork_xdist_workers(_start_worker_zygote())
     import pytest
 
     sys.argv = [os.path.join(os.path.dirname(pytest.__file__), "__main__.py"), *request["args"]]
@@ -166,5 +174,154 @@ def _serve() -> None:
         answers.flush()
 
 
+def _start_worker_zygote() -> str | None:
+    """Fork, from this still untouched run, the process that forks the run's xdist workers; the
+    address of the (Linux abstract) socket it listens on, or None where there is none. It ends with
+    the run."""
+    import socket
+
+    path = f"\0pytest-compilecache-zygote-{os.getpid()}-{time.monotonic_ns()}"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(path)
+    except OSError:
+        listener.close()
+        return None
+    listener.listen(16)
+    run = os.getpid()
+    if os.fork() == 0:
+        _serve_workers(listener, run)
+    listener.close()
+    return path
+
+
+def _serve_workers(listener: Any, run: int) -> None:
+    """The worker zygote: for each launcher (``--worker``), fork a child that becomes the xdist worker
+    ``python -u -c CODE`` would have started, on the launcher's own stdin, stdout and stderr; answer
+    its pid, then its exit status. A launcher that goes away takes its worker with it."""
+    import select
+    import socket
+
+    at_import = _at_import(os.environ)
+    workers: dict[int, Any] = {}
+    ended, ending = os.pipe()
+    os.set_blocking(ending, False)
+    signal.set_wakeup_fd(ending)
+    signal.signal(signal.SIGCHLD, lambda _signum, _frame: None)
+    while os.getppid() == run:
+        ready, _, _ = select.select([listener, ended, *workers.values()], [], [], 0.5)
+        for conn in ready:
+            if conn == ended:
+                os.read(ended, 4096)
+            elif conn is listener:
+                conn, _ = listener.accept()
+                message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+                request = json.loads(message)
+                if _at_import(request["env"]) != at_import or len(fds) != 3:
+                    conn.sendall(b"fresh\n")
+                    conn.close()
+                    for fd in fds:
+                        os.close(fd)
+                    continue
+                pid = os.fork()
+                if pid == 0:
+                    signal.set_wakeup_fd(-1)
+                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                    for other in (listener, conn, *workers.values()):
+                        other.close()
+                    os.close(ended)
+                    os.close(ending)
+                    _become_worker(request, fds)
+                for fd in fds:
+                    os.close(fd)
+                conn.sendall(f"{pid}\n".encode())
+                workers[pid] = conn
+            else:
+                pid = next(p for p, c in workers.items() if c is conn)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        while workers:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                break
+            if pid in workers:
+                conn = workers.pop(pid)
+                with contextlib.suppress(OSError):
+                    conn.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
+                conn.close()
+    for pid in workers:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    os._exit(0)
+
+
+def _become_worker(request: dict[str, Any], fds: list[int]) -> None:
+    """In the child: turn into ``python -u -c CODE`` on the launcher's streams, and never return."""
+    import builtins
+    import io
+    import tempfile
+
+    for fd, received in enumerate(fds):
+        os.dup2(received, fd)
+        os.close(received)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    tempfile.tempdir = None
+    sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)))
+    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=True)
+    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True)
+    sys.argv = ["-c"]
+    extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.path[:] = ["", *extra, *[p for p in sys.path[1:] if p not in extra]]
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    exec(compile(request["code"], "<string>", "exec"), {"__name__": "__main__", "__builtins__": builtins})
+    raise SystemExit(0)
+
+
+def _fork_xdist_workers(path: str | None) -> None:
+    """Have execnet start this run's xdist workers through the launcher, which forks them from the
+    worker zygote at ``path`` instead of starting ``python`` from nothing."""
+    if path is None:
+        return
+    import execnet.gateway_io
+
+    popen_args = execnet.gateway_io.popen_args
+
+    def forked(spec: Any) -> list[str]:
+        args = popen_args(spec)
+        if spec.python or _at_import(spec.env):  # the worker sets spec.env itself, after its imports
+            return args
+        return [sys.executable, __file__, "--worker", path.replace("\0", "@", 1), *args[1:]]
+
+    execnet.gateway_io.popen_args = forked
+
+
+def _launch(path: str, args: list[str]) -> None:
+    """The launcher: ask the worker zygote for a worker with this process's streams, then wait for it
+    and exit as it did; start ``python *args`` instead where the zygote cannot fork one."""
+    import socket
+
+    request = {"code": args[args.index("-c") + 1], "cwd": os.getcwd(), "env": dict(os.environ)}
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(path.replace("@", "\0", 1))
+        socket.send_fds(conn, [json.dumps(request).encode()], [0, 1, 2])
+        answers = conn.makefile("rb")
+        first = answers.readline().strip()
+    except OSError:
+        first = b"fresh"
+    if not first.isdigit():
+        os.execv(sys.executable, [sys.executable, *args])
+    worker = int(first)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda signum, _frame: os.kill(worker, signum))
+    status = answers.readline().strip()
+    raise SystemExit(int(status) if status else 1)
+
+
 if __name__ == "__main__":
-    _serve()
+    if sys.argv[1:2] == ["--worker"]:
+        _launch(sys.argv[2], sys.argv[3:])
+    else:
+        _serve()

@@ -1,0 +1,49 @@
+"""The suite's own machinery (``tests/zygote.py``): inner runs and their xdist workers are forked
+from a process that has imported torch's compiler, and a worker whose ``--tx`` sets a variable torch
+reads at import is started fresh."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import pytest
+
+from zygote import Zygotes
+
+SEES = '''
+import os, sys
+
+def test_where_i_run():
+    with open(f"seen-{os.environ['PYTEST_XDIST_WORKER']}", "w") as f:
+        f.write(f"compiler imported: {'torch._inductor.compile_fx' in sys.modules}, "
+                f"tag: {os.environ.get('TORCH_COMPILE_CACHE_KEY_TAG')}")
+'''
+
+
+def seen(pytester: pytest.Pytester) -> dict[str, str]:
+    return {path.name[len("seen-"):]: path.read_text() for path in pytester.path.glob("seen-*")}
+
+
+@pytest.fixture
+def forking(zygote: Zygotes | None) -> None:
+    if zygote is None:
+        pytest.skip("inner runs start fresh processes here (COMPILECACHE_TEST_FORK=0 or an NVIDIA GPU)")
+
+
+@pytest.mark.usefixtures("forking")
+def test_inner_xdist_workers_are_forked_with_the_compiler_imported(
+    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult]
+) -> None:
+    pytester.makepyfile(test_sees=SEES)
+    run_inner("-n", "2", "--dist", "each", "-p", "no:compilecache").assert_outcomes(passed=2)
+    assert seen(pytester) == {"gw0": "compiler imported: True, tag: None", "gw1": "compiler imported: True, tag: None"}
+
+
+@pytest.mark.usefixtures("forking")
+def test_a_worker_whose_tx_sets_an_import_time_variable_starts_fresh(
+    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult]
+) -> None:
+    pytester.makepyfile(test_sees=SEES)
+    run_inner("--dist", "each", "--tx", "popen//env:TORCH_COMPILE_CACHE_KEY_TAG=a", "--tx", "popen",
+              "-p", "no:compilecache").assert_outcomes(passed=2)
+    assert seen(pytester) == {"gw0": "compiler imported: False, tag: a", "gw1": "compiler imported: True, tag: None"}
