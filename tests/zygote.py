@@ -5,7 +5,8 @@ compile; the suite starts hundreds of them. The zygote pays that once per test w
 child per inner run. The child sets the run's working folder, environment, arguments and output
 files, and runs ``pytest`` as ``python -m pytest`` would. Until then nothing has compiled, so the
 child's torch state is a fresh process's. What differs: torch is imported before the plugin, as in
-a project whose conftest imports it; where a run's environment differs from the zygote's in a
+a project whose conftest imports it; torch already knows the CPU's vector instructions
+(``_learn_cpu_features``), so a forked run builds no probe binaries of its own; where a run's environment differs from the zygote's in a
 variable read at import (``TORCH*``, ``TRITON*``, ``PYTHON*``, ...), ``Zygote.run`` says so and
 the caller starts a fresh process instead. Tests about import order use fresh processes. Two
 zygotes take turns (``Zygotes``), so that two runs in a row, a building run and its warm run, have
@@ -49,16 +50,20 @@ def _at_import(env: Mapping[str, str]) -> dict[str, str]:
 class Zygote:
     """The client: one zygote process per test worker."""
 
-    def __init__(self, process: subprocess.Popen[bytes], env: Mapping[str, str]) -> None:
+    def __init__(self, process: subprocess.Popen[bytes], env: Mapping[str, str], probes: str) -> None:
         self._process = process
         self._at_import = _at_import(env)
         self._broken = False
+        self._probes = probes
 
     @classmethod
     def start(cls, env: Mapping[str, str]) -> Zygote:
-        process = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                   stderr=subprocess.DEVNULL, env=dict(env))
-        return cls(process, env)
+        import tempfile
+
+        probes = tempfile.mkdtemp(prefix="zygote-cpu-features-")
+        process = subprocess.Popen([sys.executable, __file__, probes], stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=dict(env))
+        return cls(process, env, probes)
 
     def can_run(self, env: Mapping[str, str]) -> bool:
         """Whether a run in ``env`` sees what a fresh process would."""
@@ -86,8 +91,11 @@ class Zygote:
             raise
 
     def stop(self) -> None:
+        import shutil
+
         self._process.kill()
         self._process.wait()
+        shutil.rmtree(self._probes, ignore_errors=True)
 
 
 class Zygotes:
@@ -132,6 +140,25 @@ def _preload() -> None:
         import torch._inductor.select_algorithm  # noqa: F401
 
 
+def _learn_cpu_features(folder: str) -> None:
+    """Ask torch which vector instructions this CPU runs (``valid_vec_isa_list``), building its probe
+    binaries in ``folder``. torch asks once a process, before its first C++ compile, and a fresh
+    process pays about 1.5 s for it (six probes built, each loaded in a child Python); the answer
+    depends on the machine alone, so the zygote asks once for all the runs it forks. The tests about
+    probes carried in a bundle (``test_binaries.py``) run fresh processes, which ask for themselves."""
+    previous = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder
+    try:
+        from torch._inductor import cpu_vec_isa
+
+        cpu_vec_isa.valid_vec_isa_list()
+    finally:
+        if previous is None:
+            del os.environ["TORCHINDUCTOR_CACHE_DIR"]
+        else:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = previous
+
+
 def _become(request: dict[str, Any]) -> None:
     """In the child: turn into ``python -m pytest`` as the request describes, and never return."""
     import tempfile
@@ -158,8 +185,9 @@ def _become(request: dict[str, Any]) -> None:
     raise SystemExit(int(code))
 
 
-def _serve() -> None:
+def _serve(probes: str) -> None:
     _preload()
+    _learn_cpu_features(probes)
     requests, answers = sys.stdin.buffer, sys.stdout.buffer
     for line in requests:
         request = json.loads(line)
@@ -324,4 +352,4 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--worker"]:
         _launch(sys.argv[2], sys.argv[3:])
     else:
-        _serve()
+        _serve(sys.argv[1])
