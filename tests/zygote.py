@@ -5,12 +5,13 @@ compile; the suite starts hundreds of them. The zygote pays that once per test w
 child per inner run. The child sets the run's working folder, environment, arguments and output
 files, and runs ``pytest`` as ``python -m pytest`` would. Until then nothing has compiled, so the
 child's torch state is a fresh process's. What differs: torch is imported before the plugin, as in
-a project whose conftest imports it; torch already knows the CPU's vector instructions
-(``_learn_cpu_features``), so a forked run builds no probe binaries of its own; where a run's environment differs from the zygote's in a
-variable read at import (``TORCH*``, ``TRITON*``, ``PYTHON*``, ...), ``Zygote.run`` says so and
-the caller starts a fresh process instead. Tests about import order use fresh processes. Two
-zygotes take turns (``Zygotes``), so that two runs in a row, a building run and its warm run, have
-different hash seeds and memory layouts, as two fresh processes would.
+a project whose conftest imports it, and it already knows the CPU's vector instructions
+(``_learn_cpu_features``), so a forked run builds no probe binaries of its own. Where a run's
+environment differs from the zygote's in a variable read at import (``TORCH*``, ``TRITON*``,
+``PYTHON*``, ...), ``Zygote.run`` says so and the caller starts a fresh process instead. Tests
+about import order use fresh processes. Two zygotes take turns (``Zygotes``), so that two runs in a
+row, a building run and its warm run, have different hash seeds and memory layouts, as two fresh
+processes would.
 
 An inner run with ``-n 2`` forks its xdist workers the same way: before anything else, the child
 forks a worker zygote of its own, and execnet starts each worker through a launcher
@@ -142,8 +143,8 @@ def _preload() -> None:
 
 def _learn_cpu_features(folder: str) -> None:
     """Ask torch which vector instructions this CPU runs (``valid_vec_isa_list``), building its probe
-    binaries in ``folder``. torch asks once a process, before its first C++ compile, and a fresh
-    process pays about 1.5 s for it (six probes built, each loaded in a child Python); the answer
+    binaries in ``folder``. torch asks once a process, before its first C++ compile: six probes
+    built, each loaded in a child Python (1.2 s where they are built already, 7 s where not); the answer
     depends on the machine alone, so the zygote asks once for all the runs it forks. The tests about
     probes carried in a bundle (``test_binaries.py``) run fresh processes, which ask for themselves."""
     previous = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
