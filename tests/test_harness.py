@@ -21,11 +21,13 @@ def test_where_i_run():
 
 
 def seen(pytester: pytest.Pytester) -> dict[str, str]:
+    """What each inner worker wrote, by its name (gw0, gw1)."""
     return {path.name[len("seen-"):]: path.read_text() for path in pytester.path.glob("seen-*")}
 
 
 @pytest.fixture
 def forking(zygote: Zygotes | None) -> None:
+    """Skips where inner runs are not forked at all."""
     if zygote is None:
         pytest.skip("inner runs start fresh processes here (COMPILECACHE_TEST_FORK=0 or an NVIDIA GPU)")
 
