@@ -160,15 +160,24 @@ def _learn_cpu_features(folder: str) -> None:
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = previous
 
 
-def _become(request: dict[str, Any]) -> None:
-    """In the child: turn into ``python -m pytest`` as the request describes, and never return."""
+def _take_on(cwd: str, env: Mapping[str, str], first: str) -> None:
+    """Take on a new process's working folder, environment, SIGINT handler and ``sys.path``
+    (``first``, then PYTHONPATH's entries, then the interpreter's), as Python sets them at start."""
     import tempfile
 
-    os.setsid()
-    os.chdir(request["cwd"])
+    os.chdir(cwd)
     os.environ.clear()
-    os.environ.update(request["env"])
+    os.environ.update(env)
     tempfile.tempdir = None
+    extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.path[:] = [first, *extra, *[p for p in sys.path[1:] if p not in extra]]
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _become(request: dict[str, Any]) -> None:
+    """In the child: turn into ``python -m pytest`` as the request describes, and never return."""
+    os.setsid()
+    _take_on(request["cwd"], request["env"], request["cwd"])
     for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, request["out"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
                             (2, request["err"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)):
         opened = os.open(path, flags, 0o644)
@@ -178,9 +187,6 @@ def _become(request: dict[str, Any]) -> None:
     import pytest
 
     sys.argv = [os.path.join(os.path.dirname(pytest.__file__), "__main__.py"), *request["args"]]
-    extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    sys.path[:] = [request["cwd"], *extra, *[p for p in sys.path[1:] if p not in extra]]
-    signal.signal(signal.SIGINT, signal.default_int_handler)
     code = pytest.main()
     sys.stdout.flush()
     raise SystemExit(int(code))
@@ -288,22 +294,15 @@ def _become_worker(request: dict[str, Any], fds: list[int]) -> None:
     """In the child: turn into ``python -u -c CODE`` on the launcher's streams, and never return."""
     import builtins
     import io
-    import tempfile
 
     for fd, received in enumerate(fds):
         os.dup2(received, fd)
         os.close(received)
-    os.chdir(request["cwd"])
-    os.environ.clear()
-    os.environ.update(request["env"])
-    tempfile.tempdir = None
+    _take_on(request["cwd"], request["env"], "")
     sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)))
     sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=True)
     sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True)
     sys.argv = ["-c"]
-    extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    sys.path[:] = ["", *extra, *[p for p in sys.path[1:] if p not in extra]]
-    signal.signal(signal.SIGINT, signal.default_int_handler)
     exec(compile(request["code"], "<string>", "exec"), {"__name__": "__main__", "__builtins__": builtins})
     raise SystemExit(0)
 
