@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import os
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -27,7 +28,6 @@ def _session_compiler(request: pytest.FixtureRequest, tmp_path_factory: pytest.T
     of this test session (shared by its xdist workers), so each kernel is built once, not once per run.
 
     ``COMPILECACHE_TEST_CXX=plain`` runs g++ itself instead."""
-    import os
     import shutil
     import stat
     import sys
@@ -80,7 +80,10 @@ def _reports_match_their_schema(request: pytest.FixtureRequest) -> Iterator[None
 
     folder: Path = request.getfixturevalue("pytester").path
     yield
-    for path in folder.rglob("*.json"):
+    # os.walk, not rglob: an inner session's folder removal (session/folders.py) may still be emptying
+    # its trash folder after the session ended, and rglob fails on a folder that vanishes under it.
+    reports = [Path(top, name) for top, _, names in os.walk(folder) for name in names if name.endswith(".json")]
+    for path in reports:
         try:
             document = json.loads(path.read_text())
         except (ValueError, OSError):
@@ -118,7 +121,6 @@ def zygote(_session_compiler: None) -> Iterator[Zygotes | None]:
     from nothing. ``COMPILECACHE_TEST_FORK=0`` starts every inner run as a fresh process, and so does a
     machine with an NVIDIA GPU: there, runs forked from it failed in Dynamo (torch 2.11 on an H100), and a
     fork could not show whether the plugin initialises CUDA anyway."""
-    import os
 
     if os.environ.get("COMPILECACHE_TEST_FORK") == "0" or any(Path("/dev").glob("nvidia[0-9]*")):
         yield None
@@ -133,7 +135,6 @@ def _run_forked(pytester: pytest.Pytester, zygotes: Zygotes, args: tuple[str, ..
                 timeout: float | None) -> pytest.RunResult | None:
     """``pytester.runpytest_subprocess(*args)``, forked from the zygote; None where a fork would not
     see what a fresh process sees (the run's environment differs from the zygote's at import)."""
-    import os
     import sys
     import time
 
