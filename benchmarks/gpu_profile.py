@@ -2,7 +2,7 @@
 
 Builds both sides, then runs each warm twice: once with ``--durations=0`` and each model's compile
 profiled (cProfile, written per model), once with the whole pytest process profiled. Prints the
-durations, each model's top functions on both sides and the plugin's own functions by cumulative time.
+durations, where each model's body differs between the sides (function by function) and the plugin's own functions by cumulative time.
 
     python3 benchmarks/gpu_profile.py OUTDIR
 """
@@ -45,6 +45,27 @@ def top(path: Path, title: str, sort: str, count: int, pattern: str = "") -> Non
         stats.print_stats(count)
 
 
+def difference(plugin: Path, kept: Path, title: str, count: int = 35) -> None:
+    """The functions whose time differs most between two profiles of one model's body: where the
+    plugin's side spends what the kept folder's does not (and the reverse, at the bottom)."""
+    ours, theirs = pstats.Stats(str(plugin)).stats, pstats.Stats(str(kept)).stats  # type: ignore[attr-defined]
+    rows = []
+    for key in set(ours) | set(theirs):
+        a, b = ours.get(key, (0, 0, 0.0, 0.0, {})), theirs.get(key, (0, 0, 0.0, 0.0, {}))
+        rows.append((a[3] - b[3], a[2] - b[2], a[1], b[1], a[3], b[3], key))
+    total = sum(v[2] for v in ours.values()) - sum(v[2] for v in theirs.values())
+    print(f"\n### {title}: plugin minus kept, all functions' own time {total:+.3f} s")
+    for label, index in (("cumulative", 0), ("own time", 1)):
+        print(f"by {label}: d_cum d_own calls(plugin/kept) cum(plugin/kept) function")
+        rows.sort(key=lambda r: r[index], reverse=True)
+        for r in rows[:count] + [None] + rows[-8:]:  # type: ignore[operator]
+            if r is None:
+                print("  ...")
+                continue
+            file, line, name = r[6]
+            print(f"  {r[0]:+.3f} {r[1]:+.3f} {r[2]}/{r[3]} {r[4]:.3f}/{r[5]:.3f} {file}:{line}({name})")
+
+
 def main() -> None:
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
@@ -63,9 +84,7 @@ def main() -> None:
         took, _ = run(args, env, profile=out / f"whole-{side}.prof")
         print(f"## {side}: warm run, whole process profiled: {took:.2f} s wall", flush=True)
     for name in ("resnet18", "bert"):
-        for side in ("plugin", "kept"):
-            top(out / f"bodies-{side}" / f"{name}.prof", f"{name} body, {side}", "tottime", 25)
-            top(out / f"bodies-{side}" / f"{name}.prof", f"{name} body, {side}", "cumulative", 45)
+        difference(out / "bodies-plugin" / f"{name}.prof", out / "bodies-kept" / f"{name}.prof", f"{name} body")
     top(out / "whole-plugin.prof", "whole run, plugin: the plugin's functions", "cumulative", 60, "pytest_compilecache")
     top(out / "whole-plugin.prof", "whole run, plugin", "tottime", 40)
     top(out / "whole-kept.prof", "whole run, kept", "tottime", 40)

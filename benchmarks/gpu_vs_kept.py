@@ -11,6 +11,9 @@ On a GPU machine with timm and transformers (see benchmarks/gpu_models/):
    times it) and each model test's compile-and-first-call seconds; for the plugin's warm tests, the
    autotune counts and how often Triton's autotuner and Inductor's GEMM autotuning benchmarked.
 3. The floor: the plain suite with Dynamo off (eager), twice.
+   Each warm run also sums pytest's phases (``probe/phases.py``): start-up to the end of collection,
+   the loop's start to the first test, tests' set-up, bodies and tear-down, the session's end, and
+   the process's exit (the wall time after the last phase); medians per side are printed.
 4. With ``--cold-mlp``: the plugin's suite built again with one more cold_cache test (the
    max-autotune MLP compiled cold before the warm tests), then warm runs: does a warm test benchmark?
 
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -35,6 +39,24 @@ QUIET = ["-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-W", "ignore::Dep
 
 
 FAILED: list[str] = []
+
+
+PHASES = HERE / "probe"
+
+
+def phases(log: Path, wall: float) -> dict[str, float]:
+    """The phases the probe summed in the run just ended, and the process's exit after them."""
+    if not log.exists():
+        return {}
+    line = log.read_text().splitlines()[-1]
+    log.unlink()
+    found: dict[str, float] = {}
+    for key, value in re.findall(r"\s*([^=]+)=(-?[0-9.]+)", line):
+        kind, _, phase = key.partition(".")
+        name = f"tests' {phase}" if kind in ("plain", "warm") else phase if kind == "all" else f"{kind}: {phase}" if phase else kind
+        found[name] = found.get(name, 0.0) + float(value)
+    found["interpreter start and exit (outside the probe)"] = wall - found["total"]
+    return found
 
 
 def run(args: list[str], env: dict[str, str], must_pass: bool = False) -> tuple[float, str]:
@@ -92,16 +114,22 @@ def main() -> None:
     built_plain = run(plain, kept_env, must_pass=True)[0] if args.repeats else 0.0
     lines(log)
     walls: dict[str, list[float]] = {"plugin": [], "kept": [], "eager": []}
+    phase_log = work / "phases.log"
+    probe = {"PYTHONPATH": os.pathsep.join([str(PHASES), os.environ.get("PYTHONPATH", "")]),
+             "PHASES_OUT": str(phase_log)}
+    phase_sums: dict[str, dict[str, list[float]]] = {"plugin": {}, "kept": {}}
     tests: dict[str, dict[str, list[float]]] = {}
     warm_counts: list[dict] = []
     for round_ in range(args.repeats):
         order = ["plugin", "kept"] if round_ % 2 == 0 else ["kept", "plugin"]
         for who in order:
             if who == "plugin":
-                took, _ = run(plugin, {"GPU_MODELS_LOG": str(log)})
+                took, _ = run([*plugin, "-p", "phases"], {"GPU_MODELS_LOG": str(log), **probe})
             else:
-                took, _ = run(plain, kept_env)
+                took, _ = run([*plain, "-p", "phases"], {**kept_env, **probe})
             walls[who].append(took)
+            for phase, seconds in phases(phase_log, took).items():
+                phase_sums[who].setdefault(phase, []).append(seconds)
             print(f"round {round_ + 1} {who}: {took:.2f} s", flush=True)
             for item in lines(log):
                 print(f"  {item['model']}: {item['seconds']:.3f} s", flush=True)
@@ -133,6 +161,12 @@ def main() -> None:
     print("\neach run, in order:")
     for who, values in walls.items():
         print(f"  {who}: {' '.join(f'{v:.2f}' for v in values)}")
+    print("\nwhere each warm run's wall time went (medians, seconds; probe/phases.py):")
+    print("| phase | plugin | kept folder |\n|---|---|---|")
+    for phase in sorted(set(phase_sums["plugin"]) | set(phase_sums["kept"])):
+        cells = [f"{statistics.median(phase_sums[who][phase]):.2f}" if phase in phase_sums[who] else "-"
+                 for who in ("plugin", "kept")]
+        print(f"| {phase} | {cells[0]} | {cells[1]} |")
     benchmarked = [c for c in warm_counts if measured(c["benchmarks"]) or (c["autotune"] or {}).get("saved", 0)]
     print(f"failed runs: {len(FAILED)}; the building run logged "
           f"{built_out.count('Runtime error during autotuning')} autotuning errors")

@@ -14,6 +14,9 @@ Then ``ROUNDS`` warm runs of each twin, the order alternating each round, serial
 user sees it, median and range, and the ratio of medians.
 
     python benchmarks/small_tests_vs_kept.py [ROUNDS] [PLAIN] [WARM]
+
+With ``--phases``, the serial runs also sum where their time goes (``probe/phases.py``: pytest's
+phases, and the garbage collector's full collections and seconds), medians per side.
 """
 
 from __future__ import annotations
@@ -80,11 +83,27 @@ def run(folder: Path, args: list[str], env: dict[str, str]) -> float:
     return took
 
 
+def phase_sums(log: Path) -> dict[str, float]:
+    """The phases of the run just ended (one line of ``probe/phases.py``), then the log is removed."""
+    import re
+
+    if not log.exists():
+        return {}
+    line = log.read_text().splitlines()[-1]
+    log.unlink()
+    return {key: float(value) for key, value in re.findall(r"\s*([^=]+)=(-?[0-9.]+)", line)}
+
+
 def main() -> None:
-    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 5
-    plain = int(sys.argv[2]) if len(sys.argv) > 2 else 40
-    warm = int(sys.argv[3]) if len(sys.argv) > 3 else 20
+    with_phases = "--phases" in sys.argv
+    argv = [a for a in sys.argv if a != "--phases"]
+    rounds = int(argv[1]) if len(argv) > 1 else 5
+    plain = int(argv[2]) if len(argv) > 2 else 40
+    warm = int(argv[3]) if len(argv) > 3 else 20
     work = Path(tempfile.mkdtemp(prefix="small-tests-"))
+    phase_log = work / "phases.log"
+    probe_env = {"PYTHONPATH": str(Path(__file__).parent / "probe"), "PHASES_OUT": str(phase_log)}
+    phases: dict[str, dict[str, list[float]]] = {"plugin": {}, "kept": {}}
     plugin = suite(work / "plugin", plain, warm, plugin=True)
     kept = suite(work / "kept", plain, warm, plugin=False)
     bundle = work / "small.bundle"
@@ -101,11 +120,18 @@ def main() -> None:
     for mode, extra in (("serial", []), ("-n 2", ["-n", "2"])):
         for round_ in range(rounds):
             for side in (("plugin", "kept") if round_ % 2 == 0 else ("kept", "plugin")):
+                probe = ["-p", "phases"] if with_phases and not extra else []
+                probing = probe_env if probe else {}
                 if side == "plugin":
-                    took = run(plugin, [*plugin_args, *extra], plugin_env)
+                    took = run(plugin, [*plugin_args, *extra, *probe], {**plugin_env, **probing})
                 else:
-                    took = run(kept, [*kept_args, *extra], kept_env)
+                    took = run(kept, [*kept_args, *extra, *probe], {**kept_env, **probing})
                 times.setdefault(f"{side} {mode}", []).append(took)
+                for key, value in phase_sums(phase_log).items():
+                    phases[side].setdefault(key, []).append(value)
+                if probe:
+                    phases[side].setdefault("interpreter start and exit (outside the probe)", []).append(
+                        took - phases[side]["total"][-1])
             print(f"  {mode}: plugin {times[f'plugin {mode}'][-1]:.2f} s, kept {times[f'kept {mode}'][-1]:.2f} s",
                   flush=True)
     print("\n| run | plugin, median (range) | kept folder, median (range) | ratio of medians |")
@@ -115,6 +141,13 @@ def main() -> None:
         print(f"| {mode} | {statistics.median(a):.2f} s ({min(a):.2f}-{max(a):.2f}) | "
               f"{statistics.median(b):.2f} s ({min(b):.2f}-{max(b):.2f}) | "
               f"{statistics.median(a) / statistics.median(b):.3f}x |")
+    if with_phases:
+        print("\nserial runs, where the time went (medians, seconds; probe/phases.py):")
+        print("| phase | plugin | kept folder |\n|---|---|---|")
+        for key in sorted(set(phases["plugin"]) | set(phases["kept"])):
+            cells = [f"{statistics.median(phases[side][key]):.2f}" if key in phases[side] else "-"
+                     for side in ("plugin", "kept")]
+            print(f"| {key} | {cells[0]} | {cells[1]} |")
     print(f"\nbundle {bundle.stat().st_size / 1e6:.2f} MB")
     shutil.rmtree(work, ignore_errors=True)
 

@@ -161,23 +161,67 @@ def _run_forked(pytester: pytest.Pytester, zygotes: Zygotes, args: tuple[str, ..
 
 @pytest.fixture
 def run_inner(
-    request: pytest.FixtureRequest, pytester: pytest.Pytester, private_tmp: Path, shared_headers_dir: Path,
+    pytester: pytest.Pytester, private_tmp: Path, shared_headers_dir: Path,
     zygote: Zygotes | None,
 ) -> Callable[..., pytest.RunResult]:
     """Run pytest on the files already made in ``pytester.path``, as ``python -m pytest`` would, forked
-    from the zygote where that sees what a fresh process sees; ``fresh=True`` always starts one, and
-    so does a test that checks torch's default folder stays absent (``default_dir_of``): in a fork,
-    torch's modules were imported under the zygote's ``TMPDIR``, not the run's."""
-    always_fresh = "default_dir_of" in request.fixturenames
+    from the zygote where that sees what a fresh process sees; ``fresh=True`` always starts one. A
+    forked run makes torch's default folder under its own ``TMPDIR`` (torch asks for the temporary
+    folder when it makes it, not at import), so the tests that check it stays absent are forked too
+    (``test_harness.py`` shows that their check can fail there)."""
 
     def run(*args: str, ini: str = "", fresh: bool = False, timeout: float | None = None) -> pytest.RunResult:
         pytester.makeini(f"[pytest]\ncompile_cache_headers_dir = {shared_headers_dir}\n{ini}\n")
         full = ("-p", "no:logging", "-p", "no:randomly", *args)
-        if not (fresh or always_fresh) and zygote is not None:
+        if not fresh and zygote is not None:
             forked = _run_forked(pytester, zygote, full, timeout)
             if forked is not None:
                 return forked
         return pytester.runpytest_subprocess(*full, timeout=timeout)
+
+    return run
+
+
+@pytest.fixture
+def on_a_terminal(zygote: Zygotes | None) -> Callable[[list[str], Path], tuple[int, str]]:
+    """``on_a_terminal(args, cwd)``: run ``python -m pytest ARGS`` (``args`` as
+    ``[sys.executable, "-m", "pytest", *ARGS]``) with a pseudo-terminal 120 columns wide as its output,
+    forked from the zygote where that sees what a fresh process sees; its exit status and all it wrote."""
+    import pty
+    import subprocess
+    import sys
+    import threading
+
+    def read_all(master: int, chunks: list[bytes]) -> None:
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # every end of the terminal closed
+                return
+            if not chunk:
+                return
+            chunks.append(chunk)
+
+    def run(args: list[str], cwd: Path) -> tuple[int, str]:
+        master, slave = pty.openpty()
+        env = {**os.environ, "COLUMNS": "120", "LINES": "40", "TERM": "xterm"}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(cwd), env.get("PYTHONPATH", "")]))
+        chunks: list[bytes] = []
+        reader = threading.Thread(target=read_all, args=(master, chunks), daemon=True)
+        reader.start()
+        forked = zygote.next(env) if zygote is not None and args[:3] == [sys.executable, "-m", "pytest"] else None
+        try:
+            if forked is not None:
+                terminal = os.ttyname(slave)
+                status = forked.run(args[3:], cwd, env, Path(terminal), Path(terminal), 600)
+            else:
+                proc = subprocess.Popen(args, cwd=cwd, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, env=env)
+                status = proc.wait(timeout=600)
+        finally:
+            os.close(slave)
+            reader.join(timeout=60)
+            os.close(master)
+        return status, b"".join(chunks).decode(errors="replace")
 
     return run
 
@@ -218,3 +262,4 @@ def build_bundle(tmp_path_factory: pytest.TempPathFactory, shared_headers_dir: P
         return built[key]
 
     return build
+

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import re
 import shutil
 import subprocess
@@ -263,25 +262,6 @@ def slow_bundle_url(build_bundle: BuildBundle) -> Iterator[str]:
     thread.join()
 
 
-def _on_a_terminal(args: list[str], cwd: Path) -> tuple[int, str]:
-    """Run ``args`` with a pseudo-terminal as its output; its exit status and all it wrote."""
-    master, slave = pty.openpty()
-    env = {**os.environ, "COLUMNS": "120", "LINES": "40", "TERM": "xterm"}
-    proc = subprocess.Popen(args, cwd=cwd, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, env=env)
-    os.close(slave)
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:  # the child closed the terminal
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(master)
-    return proc.wait(timeout=600), b"".join(chunks).decode(errors="replace")
-
-
 def _inner_args(pytester: pytest.Pytester, *args: str) -> list[str]:
     return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:logging",
             *args]
@@ -289,7 +269,8 @@ def _inner_args(pytester: pytest.Pytester, *args: str) -> list[str]:
 
 @pytest.mark.slow
 def test_a_slow_bundle_download_shows_progress_on_a_terminal_only(
-    pytester: pytest.Pytester, private_tmp: Path, shared_headers_dir: Path, slow_bundle_url: str
+    pytester: pytest.Pytester, private_tmp: Path, shared_headers_dir: Path, slow_bundle_url: str,
+    on_a_terminal: Callable[[list[str], Path], tuple[int, str]],
 ) -> None:
     """On a pseudo-terminal the download rewrites one line with bytes and seconds, then erases it; piped, or
     with -q -q, nothing of it; under -n 2 the workers download silently and the run's output is whole."""
@@ -298,7 +279,7 @@ def test_a_slow_bundle_download_shows_progress_on_a_terminal_only(
     pytester.makepyfile(test_model=TESTS)
     pytester.makeini(f"[pytest]\ncompile_cache_headers_dir = {shared_headers_dir}\n"
                      f"compile_cache_home = {pytester.path / 'home'}\n")
-    status, text = _on_a_terminal(_inner_args(pytester, f"--compile-cache-bundle={slow_bundle_url}"), pytester.path)
+    status, text = on_a_terminal(_inner_args(pytester, f"--compile-cache-bundle={slow_bundle_url}"), pytester.path)
     assert status == 0, text
     shown = re.findall(rf"\rcompilecache: downloading {re.escape(slow_bundle_url)}: [0-9.]+ of [0-9.]+ MB \(\d+%\), "
                        r"\d+ s", text)
@@ -312,7 +293,7 @@ def test_a_slow_bundle_download_shows_progress_on_a_terminal_only(
     assert "downloading" not in piped.stdout and "\r" not in piped.stdout
     for args in (["-q", "-q"], ["-n", "2"]):
         shutil.rmtree(pytester.path / "home")
-        status, text = _on_a_terminal(_inner_args(pytester, f"--compile-cache-bundle={slow_bundle_url}", *args),
+        status, text = on_a_terminal(_inner_args(pytester, f"--compile-cache-bundle={slow_bundle_url}", *args),
                                       pytester.path)
         assert status == 0 and ("3 passed" in text or args == ["-q", "-q"]), text
         assert "compilecache: downloading" not in text, (args, text)
@@ -321,7 +302,8 @@ def test_a_slow_bundle_download_shows_progress_on_a_terminal_only(
 
 @pytest.mark.slow
 def test_a_long_warmup_shows_progress_on_a_terminal(
-    pytester: pytest.Pytester, private_tmp: Path, shared_headers_dir: Path
+    pytester: pytest.Pytester, private_tmp: Path, shared_headers_dir: Path,
+    on_a_terminal: Callable[[list[str], Path], tuple[int, str]],
 ) -> None:
     """A warmup longer than WARMUP_AFTER shows its seconds on a terminal, and the line is gone before the tests'."""
     from pytest_compilecache.session.progress import WARMUP_AFTER
@@ -332,7 +314,7 @@ def test_a_long_warmup_shows_progress_on_a_terminal(
     pytester.makepyfile(test_model=TESTS)
     pytester.makeini(f"[pytest]\ncompile_cache_headers_dir = {shared_headers_dir}\n"
                      f"compile_cache_home = {pytester.path / 'home'}\n")
-    status, text = _on_a_terminal(_inner_args(pytester, f"--compile-cache-bundle={pytester.path / 'b.bundle'}"),
+    status, text = on_a_terminal(_inner_args(pytester, f"--compile-cache-bundle={pytester.path / 'b.bundle'}"),
                                   pytester.path)
     assert status == 0 and "3 passed" in text, text
     assert re.search(r"\rcompilecache: pytest_compilecache_warmup running, \d+ s", text), text

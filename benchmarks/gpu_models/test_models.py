@@ -7,7 +7,9 @@ import models
 import pytest
 
 
-def test_00_process_start_up(cold_cache):
+def test_00_process_start_up():
+    """As the kept folder's twin does: no fixture, so that both sides compile it from their cache
+    (a ``cold_cache`` test here compiled it cold on the plugin's side alone)."""
     models.warm_up_process()
 
 

@@ -1,11 +1,21 @@
 """A pytest plugin that sums where a session's wall time goes: before the first test, the loop's start
 to the first test, and each phase of plain and warm tests (by the test's name); appends one line to
-$PHASES_OUT at exit. Used on the suites of ``small_tests_vs_kept.py``:
+$PHASES_OUT at exit. Also the cyclic garbage collector's passes over the whole process: how many full
+(generation 2) collections ran and the seconds spent in all collections. Used on the suites of ``small_tests_vs_kept.py``:
 
     PHASES_OUT=phases.log python -m pytest -p phases ...   (with this file on sys.path)
 """
-import time, pytest, collections, atexit, os
+import time, pytest, collections, atexit, os, gc
 sums = collections.defaultdict(float)
+_gc_started = [0.0]
+def _gc_timer(phase, info):
+    if phase == "start":
+        _gc_started[0] = time.perf_counter()
+    else:
+        sums[("gc", "seconds")] += time.perf_counter() - _gc_started[0]
+        if info["generation"] == 2:
+            sums[("gc", "full collections")] += 1
+gc.callbacks.append(_gc_timer)
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_setup(item):
     t = time.perf_counter(); yield; sums[("warm" if "warm" in item.name else "plain", "setup")] += time.perf_counter() - t
