@@ -118,15 +118,19 @@ def main() -> None:
     probe = {"PYTHONPATH": os.pathsep.join([str(PHASES), os.environ.get("PYTHONPATH", "")]),
              "PHASES_OUT": str(phase_log)}
     phase_sums: dict[str, dict[str, list[float]]] = {"plugin": {}, "kept": {}}
+    durations: dict[str, dict[str, list[float]]] = {}
     tests: dict[str, dict[str, list[float]]] = {}
     warm_counts: list[dict] = []
     for round_ in range(args.repeats):
         order = ["plugin", "kept"] if round_ % 2 == 0 else ["kept", "plugin"]
         for who in order:
             if who == "plugin":
-                took, _ = run([*plugin, "-p", "phases"], {"GPU_MODELS_LOG": str(log), **probe})
+                took, out = run([*plugin, "-p", "phases", "--durations=0"], {"GPU_MODELS_LOG": str(log), **probe})
             else:
-                took, _ = run([*plain, "-p", "phases"], {**kept_env, **probe})
+                took, out = run([*plain, "-p", "phases", "--durations=0"], {**kept_env, **probe})
+            for seconds, phase, test in re.findall(r"^([0-9.]+)s (setup|call|teardown) +\S+::(\S+)$", out, re.M):
+                durations.setdefault(f"{test.replace('_is_warm', '')} {phase}", {}).setdefault(who, []).append(
+                    float(seconds))
             walls[who].append(took)
             for phase, seconds in phases(phase_log, took).items():
                 phase_sums[who].setdefault(phase, []).append(seconds)
@@ -134,7 +138,7 @@ def main() -> None:
             for item in lines(log):
                 print(f"  {item['model']}: {item['seconds']:.3f} s", flush=True)
                 tests.setdefault(item["model"], {}).setdefault(who, []).append(item["seconds"])
-                if who == "plugin":
+                if who == "plugin" and "benchmarks" in item:
                     warm_counts.append({k: item.get(k) for k in ("model", "benchmarks", "autotune")})
     for _ in range(2 if args.repeats else 0):
         took, _ = run(plain, {"TORCHDYNAMO_DISABLE": "1", "GPU_MODELS_LOG": str(log)})
@@ -167,6 +171,12 @@ def main() -> None:
         cells = [f"{statistics.median(phase_sums[who][phase]):.2f}" if phase in phase_sums[who] else "-"
                  for who in ("plugin", "kept")]
         print(f"| {phase} | {cells[0]} | {cells[1]} |")
+    print("\neach test's phases as pytest timed them (medians, seconds; 0 where under 5 ms):")
+    print("| test phase | plugin | kept folder |\n|---|---|---|")
+    for key in sorted(durations):
+        cells = [f"{statistics.median(durations[key][who]):.2f}" if durations[key].get(who) else "0"
+                 for who in ("plugin", "kept")]
+        print(f"| {key} | {cells[0]} | {cells[1]} |")
     benchmarked = [c for c in warm_counts if measured(c["benchmarks"]) or (c["autotune"] or {}).get("saved", 0)]
     print(f"failed runs: {len(FAILED)}; the building run logged "
           f"{built_out.count('Runtime error during autotuning')} autotuning errors")
@@ -183,6 +193,8 @@ def main() -> None:
         for i in range(args.cold_mlp):
             took, out = run(plugin, env)
             for item in lines(log):
+                if "benchmarks" not in item:
+                    continue
                 counts = {k: v for k, v in (item["benchmarks"] or {}).items() if k != "lookups"}
                 print(f"  warm run {i + 1}: {item['model']}: {item['seconds']:.2f} s, measured {measured(counts)}, {counts}, "
                       f"autotune {item['autotune']}")

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import getpass
 import os
+import subprocess
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 import pytest
 
@@ -159,6 +160,36 @@ def _run_forked(pytester: pytest.Pytester, zygotes: Zygotes, args: tuple[str, ..
     return pytest.RunResult(ret, stdout.splitlines(), stderr.splitlines(), duration)
 
 
+def run_pytest(zygotes: Zygotes | None, args: list[str], cwd: Path, env: Mapping[str, str] | None = None,
+               timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run([python, "-m", "pytest", *args], cwd=cwd, env=env, capture_output=True,
+    text=True, timeout=timeout)``, forked from the zygote where that sees what a fresh process sees."""
+    import sys
+    import tempfile
+
+    command = [sys.executable, "-m", "pytest", *args]
+    full_env = dict(os.environ if env is None else env)
+    zygote = zygotes.next(full_env) if zygotes is not None else None
+    if zygote is None:
+        return subprocess.run(command, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
+    with tempfile.TemporaryDirectory(prefix="run-pytest-") as folder:
+        out, err = Path(folder, "stdout"), Path(folder, "stderr")
+        code = zygote.run(args, cwd, full_env, out, err, timeout)
+        return subprocess.CompletedProcess(command, code, out.read_text(errors="replace"),
+                                           err.read_text(errors="replace"))
+
+
+@pytest.fixture(scope="session")
+def run_session(zygote: Zygotes | None) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """``run_session(args, cwd, env=None, timeout=600)``: :func:`run_pytest` with this worker's zygote."""
+
+    def run(args: list[str], cwd: Path, env: Mapping[str, str] | None = None,
+            timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        return run_pytest(zygote, args, cwd, env, timeout)
+
+    return run
+
+
 @pytest.fixture
 def run_inner(
     pytester: pytest.Pytester, private_tmp: Path, shared_headers_dir: Path,
@@ -236,13 +267,11 @@ def default_dir_of(private_tmp: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def build_bundle(tmp_path_factory: pytest.TempPathFactory, shared_headers_dir: Path) -> Callable[..., Path]:
+def build_bundle(tmp_path_factory: pytest.TempPathFactory, shared_headers_dir: Path,
+                 zygote: Zygotes | None) -> Callable[..., Path]:
     """``build_bundle({"test_x.py": source, ...}, *args)``: the path of a bundle written by one real
     pytest session over those files, built once per test session for the same files and arguments.
     Callers copy it before changing it."""
-    import subprocess
-    import sys
-
     built: dict[tuple[tuple[tuple[str, str], ...], tuple[str, ...]], Path] = {}
 
     def build(files: dict[str, str], *args: str) -> Path:
@@ -254,9 +283,8 @@ def build_bundle(tmp_path_factory: pytest.TempPathFactory, shared_headers_dir: P
             (folder / "pytest.ini").write_text(f"[pytest]\ncompile_cache_headers_dir = {shared_headers_dir}\n"
                                                f"compile_cache_home = {folder / 'home'}\n")
             bundle = folder / "b.bundle"
-            out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-                                  f"--compile-cache-bundle={bundle}", *args], cwd=folder, capture_output=True,
-                                 text=True, timeout=600)
+            out = run_pytest(zygote, ["-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+                                      f"--compile-cache-bundle={bundle}", *args], folder)
             assert out.returncode == 0, out.stdout + out.stderr
             built[key] = bundle
         return built[key]

@@ -271,6 +271,7 @@ def _inner_args(pytester: pytest.Pytester, *args: str) -> list[str]:
 def test_a_slow_bundle_download_shows_progress_on_a_terminal_only(
     pytester: pytest.Pytester, private_tmp: Path, shared_headers_dir: Path, slow_bundle_url: str,
     on_a_terminal: Callable[[list[str], Path], tuple[int, str]],
+    run_session: Callable[..., subprocess.CompletedProcess[str]],
 ) -> None:
     """On a pseudo-terminal the download rewrites one line with bytes and seconds, then erases it; piped, or
     with -q -q, nothing of it; under -n 2 the workers download silently and the run's output is whole."""
@@ -287,8 +288,7 @@ def test_a_slow_bundle_download_shows_progress_on_a_terminal_only(
     assert "\r" + " " * 100 in text, "the line is erased once the download is done"
     assert "3 passed" in text and "loaded" in text
     shutil.rmtree(pytester.path / "home")  # this machine's copy of the bundle: the next runs download again
-    piped = subprocess.run(_inner_args(pytester, f"--compile-cache-bundle={slow_bundle_url}"), cwd=pytester.path,
-                           capture_output=True, text=True, timeout=600)
+    piped = run_session(_inner_args(pytester, f"--compile-cache-bundle={slow_bundle_url}")[3:], pytester.path)
     assert piped.returncode == 0 and "3 passed" in piped.stdout, piped.stdout
     assert "downloading" not in piped.stdout and "\r" not in piped.stdout
     for args in (["-q", "-q"], ["-n", "2"]):

@@ -324,14 +324,15 @@ def test_sessions_and_the_cli_updating_one_path_at_once_keep_the_union(
 
 
 @pytest.fixture(scope="module")
-def old_bundle(tmp_path_factory: pytest.TempPathFactory, shared_headers_dir: Path) -> Path:
+def old_bundle(tmp_path_factory: pytest.TempPathFactory, shared_headers_dir: Path,
+               run_session: Callable[..., subprocess.CompletedProcess[str]]) -> Path:
     """A good bundle from a real session (CHAIN=0), and beside it ``extra.bundle``: the same payload
     filed under another machine, something a merge would add."""
     folder = tmp_path_factory.mktemp("old")
     project = make_project(folder / "project", shared_headers_dir, test_chain=CHAIN_TEST)
     bundle = folder / "old.bundle"
-    out = subprocess.run(pytest_args(f"--compile-cache-bundle={bundle}"), cwd=project, capture_output=True,
-                         text=True, timeout=300, env=clean_env(folder / "tmp", CHAIN="0"))
+    out = run_session(pytest_args(f"--compile-cache-bundle={bundle}")[3:], project,
+                         clean_env(folder / "tmp", CHAIN="0"), 300)
     assert out.returncode == 0, out.stdout + out.stderr
     with read_manifest(bundle) as b:
         entry = b.entries[0]
@@ -516,7 +517,8 @@ def pytest_compilecache_warmup(cache):
 
 
 def test_a_bundle_that_loaded_stays_loaded_when_the_warmup_cannot_take_the_lock(
-    tmp_path: Path, old_bundle: Path, shared_headers_dir: Path
+    tmp_path: Path, old_bundle: Path, shared_headers_dir: Path,
+    run_session: Callable[..., subprocess.CompletedProcess[str]],
 ) -> None:
     """An updating session loads PATH, then finds PATH.lock held by another process for longer than
     its lock timeout: its tests still run warm, the summary says the bundle loaded, and the lock
@@ -533,9 +535,9 @@ def test_a_bundle_that_loaded_stays_loaded_when_the_warmup_cannot_take_the_lock(
         "print('held', flush=True); time.sleep(120)"), f"{bundle}.lock"], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        out = subprocess.run(pytest_args(f"--compile-cache-bundle={bundle}", "--compile-cache-update",
-                                         "--compile-cache-lock-timeout=1"), cwd=project, capture_output=True,
-                             text=True, timeout=300, env=clean_env(tmp_path / "tmp", CHAIN="0")).stdout
+        out = run_session(pytest_args(f"--compile-cache-bundle={bundle}", "--compile-cache-update",
+                                         "--compile-cache-lock-timeout=1")[3:], project,
+                             clean_env(tmp_path / "tmp", CHAIN="0"), 300).stdout
     finally:
         holder.kill()
         holder.wait()

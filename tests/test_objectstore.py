@@ -111,14 +111,15 @@ def s3(endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory, shared_headers_dir: Path) -> Path:
+def built(tmp_path_factory: pytest.TempPathFactory, shared_headers_dir: Path,
+          run_session: Callable[..., subprocess.CompletedProcess[str]]) -> Path:
     """A local bundle built by one real run (its entry is this machine's)."""
     folder = tmp_path_factory.mktemp("built")
     (folder / "test_s.py").write_text(TESTS)
     (folder / "pytest.ini").write_text(f"[pytest]\ncompile_cache_headers_dir = {shared_headers_dir}\n")
     bundle = folder / "b.bundle"
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-                          f"--compile-cache-bundle={bundle}"], cwd=folder, capture_output=True, text=True, timeout=300)
+    out = run_session(["-q", "-p", "no:cacheprovider", "-p", "no:randomly", f"--compile-cache-bundle={bundle}"],
+                         folder, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     return bundle
 

@@ -62,6 +62,14 @@ def compile_and_run(name: str) -> float:
 
 def warm_up_process() -> None:
     """Pay the once-per-process start-up (CUDA context, Triton, Inductor imports) on a small compile,
-    the same graph in every run, so that a warm run finds it in its cache on either side."""
+    the same graph in every run, so that a warm run finds it in its cache on either side; its
+    seconds are logged as the model ``start-up`` where ``GPU_MODELS_LOG`` is set."""
+    import json
+    import time
+
+    start = time.perf_counter()
     torch.compile(lambda x: torch.relu(x) + 1.0)(torch.randn(16, device="cuda"))
     torch.cuda.synchronize()
+    if os.environ.get("GPU_MODELS_LOG"):
+        with open(os.environ["GPU_MODELS_LOG"], "a") as f:
+            f.write(json.dumps({"model": "start-up", "seconds": time.perf_counter() - start}) + "\n")
