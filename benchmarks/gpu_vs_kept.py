@@ -53,7 +53,12 @@ def phases(log: Path, wall: float) -> dict[str, float]:
     found: dict[str, float] = {}
     for key, value in re.findall(r"\s*([^=]+)=(-?[0-9.]+)", line):
         kind, _, phase = key.partition(".")
-        name = f"tests' {phase}" if kind in ("plain", "warm") else phase if kind == "all" else f"{kind}: {phase}" if phase else kind
+        if kind in ("plain", "warm"):
+            name = f"tests' {phase}"
+        elif kind == "all" or not phase:
+            name = phase or kind
+        else:
+            name = f"{kind}: {phase}"
         found[name] = found.get(name, 0.0) + float(value)
     found["interpreter start and exit (outside the probe)"] = wall - found["total"]
     return found

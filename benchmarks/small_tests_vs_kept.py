@@ -102,7 +102,9 @@ def main() -> None:
     warm = int(argv[3]) if len(argv) > 3 else 20
     work = Path(tempfile.mkdtemp(prefix="small-tests-"))
     phase_log = work / "phases.log"
-    probe_env = {"PYTHONPATH": str(Path(__file__).parent / "probe"), "PHASES_OUT": str(phase_log)}
+    probe_env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent / "probe"),
+                                                             os.environ.get("PYTHONPATH", "")])),
+                 "PHASES_OUT": str(phase_log)}
     phases: dict[str, dict[str, list[float]]] = {"plugin": {}, "kept": {}}
     plugin = suite(work / "plugin", plain, warm, plugin=True)
     kept = suite(work / "kept", plain, warm, plugin=False)
@@ -127,11 +129,12 @@ def main() -> None:
                 else:
                     took = run(kept, [*kept_args, *extra, *probe], {**kept_env, **probing})
                 times.setdefault(f"{side} {mode}", []).append(took)
-                for key, value in phase_sums(phase_log).items():
+                summed = phase_sums(phase_log)
+                for key, value in summed.items():
                     phases[side].setdefault(key, []).append(value)
-                if probe:
+                if "total" in summed:
                     phases[side].setdefault("interpreter start and exit (outside the probe)", []).append(
-                        took - phases[side]["total"][-1])
+                        took - summed["total"])
             print(f"  {mode}: plugin {times[f'plugin {mode}'][-1]:.2f} s, kept {times[f'kept {mode}'][-1]:.2f} s",
                   flush=True)
     print("\n| run | plugin, median (range) | kept folder, median (range) | ratio of medians |")

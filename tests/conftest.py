@@ -174,7 +174,11 @@ def run_pytest(zygotes: Zygotes | None, args: list[str], cwd: Path, env: Mapping
         return subprocess.run(command, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
     with tempfile.TemporaryDirectory(prefix="run-pytest-") as folder:
         out, err = Path(folder, "stdout"), Path(folder, "stderr")
-        code = zygote.run(args, cwd, full_env, out, err, timeout)
+        try:
+            code = zygote.run(args, cwd, full_env, out, err, timeout)
+        except subprocess.TimeoutExpired:
+            raise subprocess.TimeoutExpired(command, timeout, out.read_text(errors="replace"),
+                                            err.read_text(errors="replace")) from None
         return subprocess.CompletedProcess(command, code, out.read_text(errors="replace"),
                                            err.read_text(errors="replace"))
 
@@ -192,19 +196,21 @@ def run_session(zygote: Zygotes | None) -> Callable[..., subprocess.CompletedPro
 
 @pytest.fixture
 def run_inner(
-    pytester: pytest.Pytester, private_tmp: Path, shared_headers_dir: Path,
+    request: pytest.FixtureRequest, pytester: pytest.Pytester, private_tmp: Path, shared_headers_dir: Path,
     zygote: Zygotes | None,
 ) -> Callable[..., pytest.RunResult]:
     """Run pytest on the files already made in ``pytester.path``, as ``python -m pytest`` would, forked
-    from the zygote where that sees what a fresh process sees; ``fresh=True`` always starts one. A
-    forked run makes torch's default folder under its own ``TMPDIR`` (torch asks for the temporary
-    folder when it makes it, not at import), so the tests that check it stays absent are forked too
-    (``test_harness.py`` shows that their check can fail there)."""
+    from the zygote where that sees what a fresh process sees; ``fresh=True`` always starts one, and
+    so does a test that checks torch's default folder stays absent (``default_dir_of``): torch works
+    out some of its paths under that folder when it is imported (the precompiled headers' folder,
+    Dynamo's cache), so in a fork they lie under the zygote's ``TMPDIR``, not the run's, and a leak
+    there would go unseen."""
+    always_fresh = "default_dir_of" in request.fixturenames
 
     def run(*args: str, ini: str = "", fresh: bool = False, timeout: float | None = None) -> pytest.RunResult:
         pytester.makeini(f"[pytest]\ncompile_cache_headers_dir = {shared_headers_dir}\n{ini}\n")
         full = ("-p", "no:logging", "-p", "no:randomly", *args)
-        if not fresh and zygote is not None:
+        if not (fresh or always_fresh) and zygote is not None:
             forked = _run_forked(pytester, zygote, full, timeout)
             if forked is not None:
                 return forked
@@ -215,19 +221,24 @@ def run_inner(
 
 @pytest.fixture
 def on_a_terminal(zygote: Zygotes | None) -> Callable[[list[str], Path], tuple[int, str]]:
-    """``on_a_terminal(args, cwd)``: run ``python -m pytest ARGS`` (``args`` as
-    ``[sys.executable, "-m", "pytest", *ARGS]``) with a pseudo-terminal 120 columns wide as its output,
-    forked from the zygote where that sees what a fresh process sees; its exit status and all it wrote."""
+    """``on_a_terminal(args, cwd)``: ``python -m pytest ARGS`` with a pseudo-terminal 120 columns wide
+    as its output, forked from the zygote where that sees what a fresh process sees; its exit status
+    and all it wrote."""
     import pty
-    import subprocess
+    import select
     import sys
     import threading
 
-    def read_all(master: int, chunks: list[bytes]) -> None:
+    def read_all(master: int, chunks: list[bytes], ended: threading.Event) -> None:
         while True:
+            ready, _, _ = select.select([master], [], [], 0.2)
+            if not ready:
+                if ended.is_set():
+                    return  # the run is over and nothing more is coming
+                continue
             try:
                 chunk = os.read(master, 65536)
-            except OSError:  # every end of the terminal closed
+            except OSError:  # every other end of the terminal closed
                 return
             if not chunk:
                 return
@@ -238,19 +249,27 @@ def on_a_terminal(zygote: Zygotes | None) -> Callable[[list[str], Path], tuple[i
         env = {**os.environ, "COLUMNS": "120", "LINES": "40", "TERM": "xterm"}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(cwd), env.get("PYTHONPATH", "")]))
         chunks: list[bytes] = []
-        reader = threading.Thread(target=read_all, args=(master, chunks), daemon=True)
+        ended = threading.Event()
+        reader = threading.Thread(target=read_all, args=(master, chunks, ended), daemon=True)
         reader.start()
-        forked = zygote.next(env) if zygote is not None and args[:3] == [sys.executable, "-m", "pytest"] else None
+        forked = zygote.next(env) if zygote is not None else None
         try:
             if forked is not None:
-                terminal = os.ttyname(slave)
-                status = forked.run(args[3:], cwd, env, Path(terminal), Path(terminal), 600)
+                terminal = Path(os.ttyname(slave))
+                status = forked.run(args, cwd, env, terminal, terminal, 600)
             else:
-                proc = subprocess.Popen(args, cwd=cwd, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, env=env)
-                status = proc.wait(timeout=600)
+                proc = subprocess.Popen([sys.executable, "-m", "pytest", *args], cwd=cwd, stdin=subprocess.DEVNULL,
+                                        stdout=slave, stderr=slave, env=env, start_new_session=True)
+                try:
+                    status = proc.wait(timeout=600)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, 9)
+                    proc.wait()
+                    raise
         finally:
             os.close(slave)
-            reader.join(timeout=60)
+            ended.set()
+            reader.join()
             os.close(master)
         return status, b"".join(chunks).decode(errors="replace")
 
@@ -290,4 +309,3 @@ def build_bundle(tmp_path_factory: pytest.TempPathFactory, shared_headers_dir: P
         return built[key]
 
     return build
-

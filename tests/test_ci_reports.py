@@ -8,7 +8,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -262,9 +261,9 @@ def slow_bundle_url(build_bundle: BuildBundle) -> Iterator[str]:
     thread.join()
 
 
-def _inner_args(pytester: pytest.Pytester, *args: str) -> list[str]:
-    return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:logging",
-            *args]
+def _inner_args(*args: str) -> list[str]:
+    """pytest's arguments for an inner run of this module."""
+    return ["-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:logging", *args]
 
 
 @pytest.mark.slow
@@ -280,7 +279,7 @@ def test_a_slow_bundle_download_shows_progress_on_a_terminal_only(
     pytester.makepyfile(test_model=TESTS)
     pytester.makeini(f"[pytest]\ncompile_cache_headers_dir = {shared_headers_dir}\n"
                      f"compile_cache_home = {pytester.path / 'home'}\n")
-    status, text = on_a_terminal(_inner_args(pytester, f"--compile-cache-bundle={slow_bundle_url}"), pytester.path)
+    status, text = on_a_terminal(_inner_args(f"--compile-cache-bundle={slow_bundle_url}"), pytester.path)
     assert status == 0, text
     shown = re.findall(rf"\rcompilecache: downloading {re.escape(slow_bundle_url)}: [0-9.]+ of [0-9.]+ MB \(\d+%\), "
                        r"\d+ s", text)
@@ -288,12 +287,12 @@ def test_a_slow_bundle_download_shows_progress_on_a_terminal_only(
     assert "\r" + " " * 100 in text, "the line is erased once the download is done"
     assert "3 passed" in text and "loaded" in text
     shutil.rmtree(pytester.path / "home")  # this machine's copy of the bundle: the next runs download again
-    piped = run_session(_inner_args(pytester, f"--compile-cache-bundle={slow_bundle_url}")[3:], pytester.path)
+    piped = run_session(_inner_args(f"--compile-cache-bundle={slow_bundle_url}"), pytester.path)
     assert piped.returncode == 0 and "3 passed" in piped.stdout, piped.stdout
     assert "downloading" not in piped.stdout and "\r" not in piped.stdout
     for args in (["-q", "-q"], ["-n", "2"]):
         shutil.rmtree(pytester.path / "home")
-        status, text = on_a_terminal(_inner_args(pytester, f"--compile-cache-bundle={slow_bundle_url}", *args),
+        status, text = on_a_terminal(_inner_args(f"--compile-cache-bundle={slow_bundle_url}", *args),
                                       pytester.path)
         assert status == 0 and ("3 passed" in text or args == ["-q", "-q"]), text
         assert "compilecache: downloading" not in text, (args, text)
@@ -314,7 +313,7 @@ def test_a_long_warmup_shows_progress_on_a_terminal(
     pytester.makepyfile(test_model=TESTS)
     pytester.makeini(f"[pytest]\ncompile_cache_headers_dir = {shared_headers_dir}\n"
                      f"compile_cache_home = {pytester.path / 'home'}\n")
-    status, text = on_a_terminal(_inner_args(pytester, f"--compile-cache-bundle={pytester.path / 'b.bundle'}"),
+    status, text = on_a_terminal(_inner_args(f"--compile-cache-bundle={pytester.path / 'b.bundle'}"),
                                   pytester.path)
     assert status == 0 and "3 passed" in text, text
     assert re.search(r"\rcompilecache: pytest_compilecache_warmup running, \d+ s", text), text

@@ -332,7 +332,7 @@ def old_bundle(tmp_path_factory: pytest.TempPathFactory, shared_headers_dir: Pat
     project = make_project(folder / "project", shared_headers_dir, test_chain=CHAIN_TEST)
     bundle = folder / "old.bundle"
     out = run_session(pytest_args(f"--compile-cache-bundle={bundle}")[3:], project,
-                         clean_env(folder / "tmp", CHAIN="0"), 300)
+                      clean_env(folder / "tmp", CHAIN="0"), 300)
     assert out.returncode == 0, out.stdout + out.stderr
     with read_manifest(bundle) as b:
         entry = b.entries[0]
@@ -536,8 +536,8 @@ def test_a_bundle_that_loaded_stays_loaded_when_the_warmup_cannot_take_the_lock(
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         out = run_session(pytest_args(f"--compile-cache-bundle={bundle}", "--compile-cache-update",
-                                         "--compile-cache-lock-timeout=1")[3:], project,
-                             clean_env(tmp_path / "tmp", CHAIN="0"), 300).stdout
+                                      "--compile-cache-lock-timeout=1")[3:], project,
+                          clean_env(tmp_path / "tmp", CHAIN="0"), 300).stdout
     finally:
         holder.kill()
         holder.wait()

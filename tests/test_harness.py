@@ -1,10 +1,9 @@
 """The suite's own machinery (``tests/zygote.py``): inner runs and their xdist workers are forked
-from a process that has imported torch's compiler, a worker whose ``--tx`` sets a variable torch
-reads at import is started fresh, and a forked run makes torch's default folder where a fresh one would."""
+from a process that has imported torch's compiler, and a worker whose ``--tx`` sets a variable torch
+reads at import is started fresh."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Callable
 
 import pytest
@@ -50,29 +49,3 @@ def test_a_worker_whose_tx_sets_an_import_time_variable_starts_fresh(
     run_inner("--dist", "each", "--tx", "popen//env:TORCH_COMPILE_CACHE_KEY_TAG=a", "--tx", "popen",
               "-p", "no:compilecache").assert_outcomes(passed=2)
     assert seen(pytester) == {"gw0": "compiler imported: False, tag: a", "gw1": "compiler imported: True, tag: None"}
-
-
-DEFAULT_FOLDER = '''
-import sys
-
-import torch
-
-
-def test_compiles_with_nothing_pointing_torch_elsewhere():
-    assert "torch._inductor.compile_fx" in sys.modules, "this run was not forked from the zygote"
-    torch.compile(lambda x: x.sin() + 2)(torch.randn(4))
-'''
-
-
-@pytest.mark.usefixtures("forking")
-@pytest.mark.parametrize("mode", [[], ["-n", "2"]], ids=["serial", "n2"])
-def test_a_forked_run_makes_torchs_default_folder_under_its_own_tmpdir(
-    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], default_dir_of: Path, mode: list[str]
-) -> None:
-    """What the tests that check torch's default folder stays absent rely on, forked as they are: a
-    forked run (and its forked workers) that compiles with no cache folder set makes that folder
-    under the run's own TMPDIR, as a fresh process does, so their check can fail."""
-    pytester.makepyfile(test_default=DEFAULT_FOLDER)
-    assert not default_dir_of.exists()
-    run_inner(*mode, "-p", "no:compilecache").assert_outcomes(passed=1)
-    assert default_dir_of.is_dir()

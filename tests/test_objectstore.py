@@ -119,7 +119,7 @@ def built(tmp_path_factory: pytest.TempPathFactory, shared_headers_dir: Path,
     (folder / "pytest.ini").write_text(f"[pytest]\ncompile_cache_headers_dir = {shared_headers_dir}\n")
     bundle = folder / "b.bundle"
     out = run_session(["-q", "-p", "no:cacheprovider", "-p", "no:randomly", f"--compile-cache-bundle={bundle}"],
-                         folder, timeout=300)
+                      folder, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     return bundle
 

@@ -5,8 +5,11 @@ compile; the suite starts hundreds of them. The zygote pays that once per test w
 child per inner run. The child sets the run's working folder, environment, arguments and output
 files, and runs ``pytest`` as ``python -m pytest`` would. Until then nothing has compiled, so the
 child's torch state is a fresh process's. What differs: torch is imported before the plugin, as in
-a project whose conftest imports it, and it already knows the CPU's vector instructions
-(``_learn_cpu_features``), so a forked run builds no probe binaries of its own. Where a run's
+a project whose conftest imports it; it already knows the CPU's vector instructions
+(``_learn_cpu_features``), so a forked run builds no probe binaries of its own, and what else depends
+on the installed torch alone (``_learn_what_never_changes``); the zygote's objects are out of the
+garbage collector's reach (``_freeze_what_is_loaded``); and paths torch works out under the temporary
+folder at import lie under the zygote's own. Where a run's
 environment differs from the zygote's in a variable read at import (``TORCH*``, ``TRITON*``,
 ``PYTHON*``, ...), ``Zygote.run`` says so and the caller starts a fresh process instead. Tests
 about import order use fresh processes. Two zygotes take turns (``Zygotes``), so that two runs in a
@@ -62,8 +65,9 @@ class Zygote:
         import tempfile
 
         probes = tempfile.mkdtemp(prefix="zygote-cpu-features-")
-        process = subprocess.Popen([sys.executable, __file__, probes], stdin=subprocess.PIPE,
-                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=dict(env))
+        # Unbuffered: a status line that arrived with the pid line must not wait in a buffer select cannot see.
+        process = subprocess.Popen([sys.executable, __file__, probes], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   stderr=subprocess.DEVNULL, env=dict(env), bufsize=0)
         return cls(process, env, probes)
 
     def can_run(self, env: Mapping[str, str]) -> bool:
@@ -142,32 +146,27 @@ def _preload() -> None:
 
 
 def _learn_what_never_changes() -> None:
-    """Do, once for all forked runs, the work torch does at the start of every process's first compile
-    and then keeps: the hash of its own source files (``torch_key``, 2,300 files read), the pattern
-    matcher's patterns (traced at the first compile, 0.4 s), its backends' and devices' registration.
-    Each depends on the installed torch and the machine alone; together they are 0.6-0.7 s of CPU in
-    each forked run's first compile. Where a version lacks one, its run does it as before."""
+    """Do, once for all forked runs, what torch does at every process's first compile and then keeps,
+    and what depends on the installed torch alone: the hash of its own source files (``torch_key``)
+    and the pattern matcher's patterns (traced on the first compile; the joint-graph ones for CPU
+    inputs, as the suite's compiles are). Anything that fails or is missing here is left for each
+    run to do, as before."""
+    import inspect
+
     import torch
     from torch._inductor import codecache
     from torch._inductor.fx_passes import joint_graph, post_grad, pre_grad
 
-    for learn in (getattr(codecache, "torch_key", None), getattr(pre_grad, "lazy_init", None),
-                  getattr(post_grad, "lazy_init", None)):
-        if learn is not None:
-            learn()
-    if hasattr(joint_graph, "lazy_init"):
-        import inspect
-
-        takes_device = "input_device" in inspect.signature(joint_graph.lazy_init).parameters
-        joint_graph.lazy_init(*([torch.device("cpu")] if takes_device else []))
-    with contextlib.suppress(ImportError, AttributeError):
-        from torch._inductor.codegen.common import init_backend_registration
-
-        init_backend_registration()
-    with contextlib.suppress(ImportError, AttributeError):
-        import torch._dynamo.backends.inductor
-
-        torch._dynamo.list_backends(exclude_tags=())
+    learn: list[Any] = [getattr(codecache, "torch_key", None), getattr(pre_grad, "lazy_init", None),
+                        getattr(post_grad, "lazy_init", None)]
+    joint = getattr(joint_graph, "lazy_init", None)
+    if joint is not None:
+        takes_device = "input_device" in inspect.signature(joint).parameters
+        learn.append((lambda: joint(torch.device("cpu"))) if takes_device else joint)
+    for step in learn:
+        if step is not None:
+            with contextlib.suppress(Exception):
+                step()
 
 
 def _learn_cpu_features(folder: str) -> None:
@@ -182,7 +181,6 @@ def _learn_cpu_features(folder: str) -> None:
         from torch._inductor import cpu_vec_isa
 
         cpu_vec_isa.valid_vec_isa_list()
-        _learn_what_never_changes()
     finally:
         if previous is None:
             del os.environ["TORCHINDUCTOR_CACHE_DIR"]
@@ -220,8 +218,8 @@ def _become(request: dict[str, Any]) -> None:
     """In the child: turn into ``python -m pytest`` as the request describes, and never return."""
     os.setsid()
     _take_on(request["cwd"], request["env"], request["cwd"])
-    for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, request["out"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
-                            (2, request["err"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)):
+    written = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOCTTY  # a terminal, too, as a fresh process's output
+    for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, request["out"], written), (2, request["err"], written)):
         opened = os.open(path, flags, 0o644)
         os.dup2(opened, fd)
         os.close(opened)
@@ -235,8 +233,15 @@ def _become(request: dict[str, Any]) -> None:
 
 
 def _serve(probes: str) -> None:
+    import tempfile
+
+    # Whatever torch makes under the temporary folder at import (its default cache folder, for one)
+    # lands in the zygote's own folder, removed when it stops, not in the user's.
+    os.environ["TMPDIR"] = probes
+    tempfile.tempdir = None
     _preload()
     _learn_cpu_features(probes)
+    _learn_what_never_changes()
     _freeze_what_is_loaded()
     requests, answers = sys.stdin.buffer, sys.stdout.buffer
     for line in requests:

@@ -1,7 +1,8 @@
 """A pytest plugin that sums where a session's wall time goes: before the first test, the loop's start
 to the first test, and each phase of plain and warm tests (by the test's name); appends one line to
 $PHASES_OUT at exit. Also the cyclic garbage collector's passes over the whole process: how many full
-(generation 2) collections ran and the seconds spent in all collections. Used on the suites of ``small_tests_vs_kept.py``:
+(generation 2) collections ran and the seconds spent in all collections. Used by ``small_tests_vs_kept.py
+--phases`` and ``gpu_vs_kept.py``:
 
     PHASES_OUT=phases.log python -m pytest -p phases ...   (with this file on sys.path)
 """
