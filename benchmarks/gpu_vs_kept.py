@@ -33,6 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from probe.phase_log import print_table, read_phases
+
 HERE = Path(__file__).parent
 QUIET = ["-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-W", "ignore::DeprecationWarning",
          "-W", "ignore::UserWarning"]
@@ -45,13 +47,10 @@ PHASES = HERE / "probe"
 
 
 def phases(log: Path, wall: float) -> dict[str, float]:
-    """The phases the probe summed in the run just ended, and the process's exit after them."""
-    if not log.exists():
-        return {}
-    line = log.read_text().splitlines()[-1]
-    log.unlink()
+    """The phases the probe summed in the run just ended (plain and warm tests' together), and the
+    wall time outside them."""
     found: dict[str, float] = {}
-    for key, value in re.findall(r"\s*([^=]+)=(-?[0-9.]+)", line):
+    for key, value in read_phases(log).items():
         kind, _, phase = key.partition(".")
         if kind in ("plain", "warm"):
             name = f"tests' {phase}"
@@ -59,8 +58,9 @@ def phases(log: Path, wall: float) -> dict[str, float]:
             name = phase or kind
         else:
             name = f"{kind}: {phase}"
-        found[name] = found.get(name, 0.0) + float(value)
-    found["interpreter start and exit (outside the probe)"] = wall - found["total"]
+        found[name] = found.get(name, 0.0) + value
+    if "total" in found:
+        found["interpreter start and exit (outside the probe)"] = wall - found["total"]
     return found
 
 
@@ -123,7 +123,7 @@ def main() -> None:
     probe = {"PYTHONPATH": os.pathsep.join([str(PHASES), os.environ.get("PYTHONPATH", "")]),
              "PHASES_OUT": str(phase_log)}
     phase_sums: dict[str, dict[str, list[float]]] = {"plugin": {}, "kept": {}}
-    durations: dict[str, dict[str, list[float]]] = {}
+    durations: dict[str, dict[str, list[float]]] = {"plugin": {}, "kept": {}}
     tests: dict[str, dict[str, list[float]]] = {}
     warm_counts: list[dict] = []
     for round_ in range(args.repeats):
@@ -134,8 +134,7 @@ def main() -> None:
             else:
                 took, out = run([*plain, "-p", "phases", "--durations=0"], {**kept_env, **probe})
             for seconds, phase, test in re.findall(r"^([0-9.]+)s (setup|call|teardown) +\S+::(\S+)$", out, re.M):
-                durations.setdefault(f"{test.replace('_is_warm', '')} {phase}", {}).setdefault(who, []).append(
-                    float(seconds))
+                durations[who].setdefault(f"{test.replace('_is_warm', '')} {phase}", []).append(float(seconds))
             walls[who].append(took)
             for phase, seconds in phases(phase_log, took).items():
                 phase_sums[who].setdefault(phase, []).append(seconds)
@@ -170,18 +169,8 @@ def main() -> None:
     print("\neach run, in order:")
     for who, values in walls.items():
         print(f"  {who}: {' '.join(f'{v:.2f}' for v in values)}")
-    print("\nwhere each warm run's wall time went (medians, seconds; probe/phases.py):")
-    print("| phase | plugin | kept folder |\n|---|---|---|")
-    for phase in sorted(set(phase_sums["plugin"]) | set(phase_sums["kept"])):
-        cells = [f"{statistics.median(phase_sums[who][phase]):.2f}" if phase in phase_sums[who] else "-"
-                 for who in ("plugin", "kept")]
-        print(f"| {phase} | {cells[0]} | {cells[1]} |")
-    print("\neach test's phases as pytest timed them (medians, seconds; 0 where under 5 ms):")
-    print("| test phase | plugin | kept folder |\n|---|---|---|")
-    for key in sorted(durations):
-        cells = [f"{statistics.median(durations[key][who]):.2f}" if durations[key].get(who) else "0"
-                 for who in ("plugin", "kept")]
-        print(f"| {key} | {cells[0]} | {cells[1]} |")
+    print_table("where each warm run's wall time went (medians, seconds; probe/phases.py):", phase_sums)
+    print_table("each test's phases as pytest timed them (medians, seconds; 0 where under 5 ms):", durations, "0")
     benchmarked = [c for c in warm_counts if measured(c["benchmarks"]) or (c["autotune"] or {}).get("saved", 0)]
     print(f"failed runs: {len(FAILED)}; the building run logged "
           f"{built_out.count('Runtime error during autotuning')} autotuning errors")

@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from probe.phase_log import print_table, read_phases
+
 QUIET = ["-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-W", "ignore::DeprecationWarning"]
 
 
@@ -83,17 +85,6 @@ def run(folder: Path, args: list[str], env: dict[str, str]) -> float:
     return took
 
 
-def phase_sums(log: Path) -> dict[str, float]:
-    """The phases of the run just ended (one line of ``probe/phases.py``), then the log is removed."""
-    import re
-
-    if not log.exists():
-        return {}
-    line = log.read_text().splitlines()[-1]
-    log.unlink()
-    return {key: float(value) for key, value in re.findall(r"\s*([^=]+)=(-?[0-9.]+)", line)}
-
-
 def main() -> None:
     with_phases = "--phases" in sys.argv
     argv = [a for a in sys.argv if a != "--phases"]
@@ -129,7 +120,7 @@ def main() -> None:
                 else:
                     took = run(kept, [*kept_args, *extra, *probe], {**kept_env, **probing})
                 times.setdefault(f"{side} {mode}", []).append(took)
-                summed = phase_sums(phase_log)
+                summed = read_phases(phase_log)
                 for key, value in summed.items():
                     phases[side].setdefault(key, []).append(value)
                 if "total" in summed:
@@ -145,12 +136,7 @@ def main() -> None:
               f"{statistics.median(b):.2f} s ({min(b):.2f}-{max(b):.2f}) | "
               f"{statistics.median(a) / statistics.median(b):.3f}x |")
     if with_phases:
-        print("\nserial runs, where the time went (medians, seconds; probe/phases.py):")
-        print("| phase | plugin | kept folder |\n|---|---|---|")
-        for key in sorted(set(phases["plugin"]) | set(phases["kept"])):
-            cells = [f"{statistics.median(phases[side][key]):.2f}" if key in phases[side] else "-"
-                     for side in ("plugin", "kept")]
-            print(f"| {key} | {cells[0]} | {cells[1]} |")
+        print_table("serial runs, where the time went (medians, seconds; probe/phases.py):", phases)
     print(f"\nbundle {bundle.stat().st_size / 1e6:.2f} MB")
     shutil.rmtree(work, ignore_errors=True)
 
