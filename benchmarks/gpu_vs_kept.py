@@ -120,7 +120,7 @@ def main() -> None:
     lines(log)
     walls: dict[str, list[float]] = {"plugin": [], "kept": [], "eager": []}
     phase_log = work / "phases.log"
-    probe = {"PYTHONPATH": os.pathsep.join([str(PHASES), os.environ.get("PYTHONPATH", "")]),
+    probe = {"PYTHONPATH": os.pathsep.join(filter(None, [str(PHASES), os.environ.get("PYTHONPATH", "")])),
              "PHASES_OUT": str(phase_log)}
     phase_sums: dict[str, dict[str, list[float]]] = {"plugin": {}, "kept": {}}
     durations: dict[str, dict[str, list[float]]] = {"plugin": {}, "kept": {}}

@@ -146,9 +146,14 @@ def clean_env(tmp: Path, **extra: str) -> dict[str, str]:
     return {**env, "TMPDIR": str(tmp), **extra}
 
 
+def session_options(*args: str) -> list[str]:
+    """pytest's arguments for a session of this module."""
+    return ["-p", "no:randomly", "-p", "no:cacheprovider", "-p", "no:logging", "-q", "-rf", *args]
+
+
 def pytest_args(*args: str) -> list[str]:
-    return [sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider", "-p", "no:logging",
-            "-q", "-rf", *args]
+    """The command line of a session of this module, in a process of its own."""
+    return [sys.executable, "-m", "pytest", *session_options(*args)]
 
 
 def make_project(folder: Path, headers: Path, **test_files: str) -> Path:
@@ -331,7 +336,7 @@ def old_bundle(tmp_path_factory: pytest.TempPathFactory, shared_headers_dir: Pat
     folder = tmp_path_factory.mktemp("old")
     project = make_project(folder / "project", shared_headers_dir, test_chain=CHAIN_TEST)
     bundle = folder / "old.bundle"
-    out = run_session(pytest_args(f"--compile-cache-bundle={bundle}")[3:], project,
+    out = run_session(session_options(f"--compile-cache-bundle={bundle}"), project,
                       clean_env(folder / "tmp", CHAIN="0"), 300)
     assert out.returncode == 0, out.stdout + out.stderr
     with read_manifest(bundle) as b:
@@ -535,8 +540,8 @@ def test_a_bundle_that_loaded_stays_loaded_when_the_warmup_cannot_take_the_lock(
         "print('held', flush=True); time.sleep(120)"), f"{bundle}.lock"], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        out = run_session(pytest_args(f"--compile-cache-bundle={bundle}", "--compile-cache-update",
-                                      "--compile-cache-lock-timeout=1")[3:], project,
+        out = run_session(session_options(f"--compile-cache-bundle={bundle}", "--compile-cache-update",
+                                          "--compile-cache-lock-timeout=1"), project,
                           clean_env(tmp_path / "tmp", CHAIN="0"), 300).stdout
     finally:
         holder.kill()

@@ -54,21 +54,21 @@ def _at_import(env: Mapping[str, str]) -> dict[str, str]:
 class Zygote:
     """The client: one zygote process per test worker."""
 
-    def __init__(self, process: subprocess.Popen[bytes], env: Mapping[str, str], probes: str) -> None:
+    def __init__(self, process: subprocess.Popen[bytes], env: Mapping[str, str], folder: str) -> None:
         self._process = process
         self._at_import = _at_import(env)
         self._broken = False
-        self._probes = probes
+        self._folder = folder
 
     @classmethod
     def start(cls, env: Mapping[str, str]) -> Zygote:
         import tempfile
 
-        probes = tempfile.mkdtemp(prefix="zygote-cpu-features-")
+        folder = tempfile.mkdtemp(prefix="zygote-")  # its temporary folder, and its CPU probes'
         # Unbuffered: a status line that arrived with the pid line must not wait in a buffer select cannot see.
-        process = subprocess.Popen([sys.executable, __file__, probes], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        process = subprocess.Popen([sys.executable, __file__, folder], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                    stderr=subprocess.DEVNULL, env=dict(env), bufsize=0)
-        return cls(process, env, probes)
+        return cls(process, env, folder)
 
     def can_run(self, env: Mapping[str, str]) -> bool:
         """Whether a run in ``env`` sees what a fresh process would."""
@@ -100,7 +100,7 @@ class Zygote:
 
         self._process.kill()
         self._process.wait()
-        shutil.rmtree(self._probes, ignore_errors=True)
+        shutil.rmtree(self._folder, ignore_errors=True)
 
 
 class Zygotes:
@@ -232,15 +232,15 @@ def _become(request: dict[str, Any]) -> None:
     raise SystemExit(int(code))
 
 
-def _serve(probes: str) -> None:
+def _serve(folder: str) -> None:
     import tempfile
 
     # Whatever torch makes under the temporary folder at import (its default cache folder, for one)
     # lands in the zygote's own folder, removed when it stops, not in the user's.
-    os.environ["TMPDIR"] = probes
+    os.environ["TMPDIR"] = folder
     tempfile.tempdir = None
     _preload()
-    _learn_cpu_features(probes)
+    _learn_cpu_features(folder)
     _learn_what_never_changes()
     _freeze_what_is_loaded()
     requests, answers = sys.stdin.buffer, sys.stdout.buffer
