@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import os
 import subprocess
@@ -132,10 +133,24 @@ def zygote(_session_compiler: None) -> Iterator[Zygotes | None]:
     started.stop()
 
 
-def _run_forked(pytester: pytest.Pytester, zygotes: Zygotes, args: tuple[str, ...],
-                timeout: float | None) -> pytest.RunResult | None:
+def _files_under(folder: Path) -> dict[str, tuple[int, int]]:
+    """``{relative path: (size, modification time)}`` for everything under ``folder``."""
+    found: dict[str, tuple[int, int]] = {}
+    for path in sorted(folder.rglob("*")) if folder.exists() else ():
+        with contextlib.suppress(OSError):
+            stat = path.lstat()
+            found[str(path.relative_to(folder))] = (stat.st_size, stat.st_mtime_ns)
+    return found
+
+
+def _run_forked(pytester: pytest.Pytester, zygotes: Zygotes, args: tuple[str, ...], timeout: float | None,
+                watch_default: bool = False) -> pytest.RunResult | None:
     """``pytester.runpytest_subprocess(*args)``, forked from the zygote; None where a fork would not
-    see what a fresh process sees (the run's environment differs from the zygote's at import)."""
+    see what a fresh process sees (the run's environment differs from the zygote's at import).
+
+    With ``watch_default``, the run also fails the test if it changed anything in the zygote's own
+    default folder: the paths torch works out at import (the precompiled headers' folder, Dynamo's
+    cache) lie there in a fork, so a leak through one of them lands there, not in the run's ``TMPDIR``."""
     import sys
     import time
 
@@ -151,12 +166,19 @@ def _run_forked(pytester: pytest.Pytester, zygotes: Zygotes, args: tuple[str, ..
     out, err = pytester.path / "stdout", pytester.path / "stderr"
     print("running (forked from the zygote): pytest", *full)
     print("     in:", Path.cwd())
+    imported_under = default_dir(zygote.temporary_folder)
+    before = _files_under(imported_under) if watch_default else {}
     started = time.monotonic()
     ret = zygote.run(full, Path.cwd(), env, out, err, timeout)
     duration = time.monotonic() - started
     stdout, stderr = (path.read_text(errors="replace") for path in (out, err))
     sys.stdout.write(stdout)
     sys.stderr.write(stderr)
+    if watch_default:
+        after = _files_under(imported_under)
+        changed = sorted(path for path in after.keys() | before.keys() if after.get(path) != before.get(path))
+        assert not changed, (f"the run wrote into the default folder torch worked out at import "
+                             f"({imported_under}): {changed[:5]}")
     return pytest.RunResult(ret, stdout.splitlines(), stderr.splitlines(), duration)
 
 
@@ -200,18 +222,17 @@ def run_inner(
     zygote: Zygotes | None,
 ) -> Callable[..., pytest.RunResult]:
     """Run pytest on the files already made in ``pytester.path``, as ``python -m pytest`` would, forked
-    from the zygote where that sees what a fresh process sees; ``fresh=True`` always starts one, and
-    so does a test that checks torch's default folder stays absent (``default_dir_of``): torch works
-    out some of its paths under that folder when it is imported (the precompiled headers' folder,
-    Dynamo's cache), so in a fork they lie under the zygote's ``TMPDIR``, not the run's, and a leak
-    there would go unseen."""
-    always_fresh = "default_dir_of" in request.fixturenames
+    from the zygote where that sees what a fresh process sees; ``fresh=True`` always starts one (the
+    tests about import order). In a test that checks torch's default folder stays absent
+    (``default_dir_of``), a forked run is also checked not to have changed the zygote's default folder,
+    where the paths torch works out at import lie in a fork (see :func:`_run_forked`)."""
+    watch_default = "default_dir_of" in request.fixturenames
 
     def run(*args: str, ini: str = "", fresh: bool = False, timeout: float | None = None) -> pytest.RunResult:
         pytester.makeini(f"[pytest]\ncompile_cache_headers_dir = {shared_headers_dir}\n{ini}\n")
         full = ("-p", "no:logging", "-p", "no:randomly", *args)
-        if not (fresh or always_fresh) and zygote is not None:
-            forked = _run_forked(pytester, zygote, full, timeout)
+        if not fresh and zygote is not None:
+            forked = _run_forked(pytester, zygote, full, timeout, watch_default)
             if forked is not None:
                 return forked
         return pytester.runpytest_subprocess(*full, timeout=timeout)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -322,3 +324,29 @@ def test_pooling_a_test_folder_since_its_start_finds_what_the_test_wrote(tmp_pat
     assert set(find_binaries(test, since=start)) == {"ab/cab.so", "ab/cnew.so"}, "the untouched folder is skipped"
     assert pool.add_from(test, since=start) == 1
     assert (pool.path / "ab" / "cnew.so").read_bytes() == b"built in the test"
+
+
+def test_a_pool_on_another_file_system_seeds_copies(tmp_path: Path) -> None:
+    """Where a hard link cannot be made (the pool and the folder on two file systems), seeding copies
+    each binary whole, and a file already there is left as it is."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev or not os.access(shm, os.W_OK):
+        pytest.skip("needs /dev/shm writable on a file system of its own")
+    root = Path(tempfile.mkdtemp(dir=shm))
+    try:
+        pool = BinaryPool(root / "pool", {"compiler": "g++"})
+        built = tmp_path / "built"
+        (built / "ab").mkdir(parents=True)
+        (built / "ab" / "cone.so").write_bytes(b"one")
+        (built / "ab" / "ctwo.so").write_bytes(b"two")
+        assert pool.add_from(built) == 2
+        folder = tmp_path / "folder"
+        (folder / "ab").mkdir(parents=True)
+        (folder / "ab" / "ctwo.so").write_bytes(b"mine")
+        assert pool.seed(folder) == 1
+        assert (folder / "ab" / "cone.so").read_bytes() == b"one"
+        assert os.stat(folder / "ab" / "cone.so").st_dev != os.stat(pool.path / "ab" / "cone.so").st_dev
+        assert (folder / "ab" / "ctwo.so").read_bytes() == b"mine", "a file already there is kept"
+        assert sorted(p.name for p in (folder / "ab").iterdir()) == ["cone.so", "ctwo.so"], "no temporary left"
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

@@ -26,12 +26,16 @@ CLI = shutil.which("pytest-compilecache", path=str(Path(sys.executable).parent))
 
 
 class Sessions:
-    """How this module runs pytest sessions and the CLI in new processes: with a plugin home of their
+    """How this module runs pytest sessions (forked from the zygote where a fork sees what a fresh
+    process sees: torch reads HOME and XDG_CACHE_HOME only when it asks for a path) and the CLI in
+    new processes: with a plugin home of their
     own (the ini value ``compile_cache_home``) and the suite's shared precompiled headers, and with HOME
     and XDG_CACHE_HOME pointed at ``user_home``, a folder that stands for the developer's home and must
     stay empty (item 14 of issue 20: the bundle builders filled ~/.cache/pytest-compilecache)."""
 
-    def __init__(self, home: Path, headers: Path, user_home: Path) -> None:
+    def __init__(self, home: Path, headers: Path, user_home: Path,
+                 run_session: Callable[..., subprocess.CompletedProcess[str]]) -> None:
+        self.run_session = run_session
         self.home = home
         self.headers = headers
         self.user_home = user_home
@@ -48,8 +52,11 @@ class Sessions:
     def run(self, cwd: Path, *args: str, env: dict[str, str] | None = None,
             check: bool = False) -> subprocess.CompletedProcess[str]:
         """``pytest ARGS`` in ``cwd`` (without the cache provider)."""
-        return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *self.args(), *args],
-                              cwd=cwd, capture_output=True, text=True, timeout=300, env=self.env(env), check=check)
+        command = ["-p", "no:cacheprovider", *self.args(), *args]
+        done = self.run_session(command, cwd, self.env(env), 300)
+        if check:
+            done.check_returncode()
+        return done
 
 
 def written_into(folder: Path) -> list[str]:
@@ -57,9 +64,11 @@ def written_into(folder: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def sessions(tmp_path_factory: pytest.TempPathFactory, shared_headers_dir: Path) -> Iterator[Sessions]:
+def sessions(tmp_path_factory: pytest.TempPathFactory, shared_headers_dir: Path,
+             run_session: Callable[..., subprocess.CompletedProcess[str]]) -> Iterator[Sessions]:
     """The module's way to run processes; after its last test, the stand-in user home must still be empty."""
-    made = Sessions(tmp_path_factory.mktemp("plugin-home"), shared_headers_dir, tmp_path_factory.mktemp("user-home"))
+    made = Sessions(tmp_path_factory.mktemp("plugin-home"), shared_headers_dir, tmp_path_factory.mktemp("user-home"),
+                    run_session)
     yield made
     assert written_into(made.user_home) == [], "a session of this module wrote into the user's home"
 

@@ -4,6 +4,7 @@ reads at import is started fresh."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable
 
 import pytest
@@ -49,3 +50,25 @@ def test_a_worker_whose_tx_sets_an_import_time_variable_starts_fresh(
     run_inner("--dist", "each", "--tx", "popen//env:TORCH_COMPILE_CACHE_KEY_TAG=a", "--tx", "popen",
               "-p", "no:compilecache").assert_outcomes(passed=2)
     assert seen(pytester) == {"gw0": "compiler imported: False, tag: a", "gw1": "compiler imported: True, tag: None"}
+
+
+@pytest.mark.usefixtures("forking")
+@pytest.mark.parametrize("mode", [[], ["-n", "2"]], ids=["serial", "n2"])
+def test_a_forked_run_writing_where_torch_pointed_at_import_fails_a_default_folder_test(
+    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], default_dir_of: Path, mode: list[str]
+) -> None:
+    """A forked run sees the paths torch worked out at import under the zygote's temporary folder,
+    not the run's: a test that checks the default folder stays absent fails on a write there too."""
+    pytester.makepyfile(test_leaks='''
+        import os
+        import torch._inductor.codecache as codecache
+
+        def test_writes_beside_the_precompiled_headers():
+            folder = os.path.dirname(codecache._HEADER_DIR)  # under the default folder torch saw at import
+            os.makedirs(folder, exist_ok=True)
+            with open(os.path.join(folder, "leaked"), "w") as f:
+                f.write("x")
+        ''')
+    with pytest.raises(AssertionError, match="the run wrote into the default folder torch worked out at import"):
+        run_inner(*mode, "-p", "no:compilecache")
+    assert not default_dir_of.exists()

@@ -10,12 +10,11 @@ import http.server
 import os
 import shutil
 import subprocess
-import sys
 import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -138,7 +137,8 @@ def pytest_compilecache_warmup(cache):
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["http", "s3"])
 def test_a_session_against_a_store_that_never_answers_runs_warm_without_it(
-        kind: str, tmp_path: Path, shared_headers_dir: Path) -> None:
+        kind: str, tmp_path: Path, shared_headers_dir: Path,
+        run_session: Callable[..., subprocess.CompletedProcess[str]]) -> None:
     """The whole session: the bundle's store never answers; the warmup runs locally, the warm test hits,
     the summary names the store, the operation and the wait; strict mode fails the session instead."""
     (tmp_path / "test_model.py").write_text(SESSION_TESTS)
@@ -151,10 +151,10 @@ def test_a_session_against_a_store_that_never_answers_runs_warm_without_it(
             url = "s3://bucket/b.bundle"
         else:
             url = f"http://127.0.0.1:{hole.port}/b.bundle"
-        args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+        args = ["-q", "-p", "no:cacheprovider", "-p", "no:randomly",
                 f"--compile-cache-bundle={url}", "--compile-cache-network-timeout=2"]
         started = time.monotonic()
-        done = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+        done = run_session(args, tmp_path, env, 240)
         took = time.monotonic() - started
         out = done.stdout + done.stderr
         assert done.returncode == 0, out
@@ -163,8 +163,7 @@ def test_a_session_against_a_store_that_never_answers_runs_warm_without_it(
         assert out.count("no answer within") == 1, out
         assert f"{url} was neither read nor written: it gave no answer" in out, out
         assert took < 120, took
-        strict = subprocess.run([*args, "--compile-cache-strict"], cwd=tmp_path, env=env, capture_output=True,
-                                text=True, timeout=240)
+        strict = run_session([*args, "--compile-cache-strict"], tmp_path, env, 240)
         assert strict.returncode != 0, strict.stdout + strict.stderr
         assert "no answer within 2 s" in strict.stdout + strict.stderr
 

@@ -41,8 +41,10 @@ from typing import IO, Any, Mapping
 
 # Environment variables a library may read when it is imported: a run whose values differ from the
 # zygote's cannot be forked from it.
+# (``XDG_*`` is not among them: torch reads it when a path is asked for, in ``torch.hub`` and
+# ``torch._appdirs``, and the zygote imports nothing else that looks.)
 _READ_AT_IMPORT = ("TORCH", "PYTORCH", "TRITON", "CUDA", "PYTHON", "OMP_", "MKL", "KMP_", "LD_", "CXX", "CC",
-                   "XDG_", "NUMEXPR", "OPENBLAS")
+                   "NUMEXPR", "OPENBLAS")
 # ... except these, which torch reads each time it needs them.
 _READ_WHEN_USED = {"TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "PYTHONPATH"}
 
@@ -69,6 +71,11 @@ class Zygote:
         process = subprocess.Popen([sys.executable, __file__, folder], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                    stderr=subprocess.DEVNULL, env=dict(env), bufsize=0)
         return cls(process, env, folder)
+
+    @property
+    def temporary_folder(self) -> Path:
+        """The zygote's ``TMPDIR`` when it imported torch (where the paths torch works out at import lie)."""
+        return Path(self._folder)
 
     def can_run(self, env: Mapping[str, str]) -> bool:
         """Whether a run in ``env`` sees what a fresh process would."""
