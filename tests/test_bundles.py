@@ -321,10 +321,13 @@ def entries(cache, layer):
 
 def test_f_reads_only_its_own_entries(warm_cache):
     assert entries(warm_cache, "fxgraph") == [] and entries(warm_cache, "aotautograd") == []
-    assert list(warm_cache.path.glob("*/*.so")) and not list(warm_cache.path.glob("*/*.cpp"))
+    assert not list(warm_cache.path.glob("*/*.so")) and not list(warm_cache.path.glob("*/*.cpp"))
     torch.compile(f)(torch.randn(8))
     warm_cache.assert_hits(fx_graph=1, aot_autograd=1, cpp=1)
     assert len(entries(warm_cache, "fxgraph")) == 1 and len(entries(warm_cache, "aotautograd")) == 1
+    binaries = list(warm_cache.path.glob("*/*.so"))
+    assert binaries and all(list(b.parent.glob("*.cpp")) for b in binaries), \
+        "binaries only in the folders torch wrote a source into (g's is not linked)"
 
 def test_a_process_the_test_starts_finds_the_whole_bundle(warm_cache):
     import subprocess, sys
@@ -334,6 +337,7 @@ def test_a_process_the_test_starts_finds_the_whole_bundle(warm_cache):
     assert done.returncode == 0, done.stderr
     assert done.stdout.split()[-1] == "1", "the child compiles with this test's folder, and hits"
     assert len(entries(warm_cache, "fxgraph")) == 2 and len(entries(warm_cache, "aotautograd")) == 2
+    assert len(list(warm_cache.path.glob("*/*.so"))) >= 2, "and every binary (f's, g's, the probes)"
 
 def test_a_variant_of_f_misses(warm_cache):
     torch.compile(f)(torch.randn(8, 3))
@@ -349,8 +353,8 @@ def test_what_the_test_before_wrote_stays_in_its_folder(warm_cache):
 
 def test_a_warm_test_folder_gets_the_entries_torch_asks_for(pytester: pytest.Pytester, run_inner: RunInner) -> None:
     """A warm test's folder is not the whole bundle: its FX graph and AOTAutograd entries are linked in
-    as torch asks for their keys (each test paid for every entry of the bundle before), and C++ sources
-    are left for torch to write. It still hits what the bundle holds, a process the test starts finds
+    as torch asks for their keys (each test paid for every entry of the bundle before), its C++ binaries
+    as torch asks for their folders, and C++ sources are left for torch to write. It still hits what the bundle holds, a process the test starts finds
     the whole bundle, and what a test writes stays in its own folder."""
     pytester.makeconftest(ON_DEMAND_CONFTEST)
     pytester.makepyfile(test_on_demand=ON_DEMAND_TESTS)

@@ -1,12 +1,15 @@
-"""A ``warm_cache`` test's FX graph and AOTAutograd entries, linked into its folder when torch first asks for their key.
+"""A ``warm_cache`` test's FX graph and AOTAutograd entries and its C++ binaries, linked into its folder when torch first asks for their key.
 
 A warm test's folder starts as hard links to the session's template, the bundle's files. Linking
 every entry made each test pay for the whole bundle (a few hundred files for a suite of a few dozen
 small graphs) to read the one or two it compiles. torch finds an entry's folder through
 ``FxGraphCache._get_tmp_dir_for_key`` and ``AOTAutogradCache._get_tmp_dir_for_key``, for its
 lookups and its writes alike; wrapped, each links the template's entries for that key into the
-test's folder before torch looks, so torch sees what a folder linked whole would show it. Where a
-torch lacks one of the two, that cache's entries are linked whole, as before.
+test's folder before torch looks, so torch sees what a folder linked whole would show it. C++
+binaries lie in two-character folders named by their key; torch finds such a folder through
+``codecache.get_path`` (for the source it writes, then the binary beside it, which it builds only
+where it is missing): wrapped, it links the template's binaries of that folder first. Where a torch
+lacks one of these functions, what it would find is linked whole, as before.
 
 A process the test starts (``subprocess``, ``multiprocessing``: a spawned worker compiling with the
 inherited ``TORCHINDUCTOR_CACHE_DIR``) has no such wrapper, so the first start links the rest of the
@@ -33,6 +36,9 @@ _FOLDERS = {"torch._inductor.codecache": ("FxGraphCache", "fxgraph"),
 #: Sources torch writes itself, when absent, before it builds or loads what they make (``codecache.write``);
 #: they lie in the two-character folders of a cache folder, beside their binaries.
 _WRITTEN_BY_TORCH = (".cpp",)
+
+#: In :data:`_wrapped` once ``codecache.get_path`` is wrapped: the two-character folders are placed on demand.
+_BINARIES = "two-character folders"
 
 _lock = threading.RLock()
 _wrapped: set[str] = set()
@@ -64,14 +70,44 @@ def install() -> None:
             continue
         setattr(cache_class, "_get_tmp_dir_for_key", classmethod(_placing(original.__func__)))
         _wrapped.add(folder)
+    _wrap_get_path()
     _before_starting(subprocess.Popen, "__init__")
     _before_starting(multiprocessing.process.BaseProcess, "start")
+
+
+def _wrap_get_path() -> None:
+    if _BINARIES in _wrapped:
+        return
+    try:
+        codecache = importlib.import_module("torch._inductor.codecache")
+    except ImportError:
+        return
+    original = getattr(codecache, "get_path", None)
+    if not callable(original) or getattr(original, "_compilecache", False):
+        return
+
+    @functools.wraps(original)
+    def get_path(*args: Any, **kwargs: Any) -> Any:
+        found = original(*args, **kwargs)
+        subdir = found[1] if isinstance(found, tuple) and len(found) == 3 else None
+        if isinstance(subdir, str) and len(os.path.basename(subdir)) == 2:
+            _place(subdir, without=_WRITTEN_BY_TORCH)
+        return found
+
+    get_path._compilecache = True  # type: ignore[attr-defined]
+    setattr(codecache, "get_path", get_path)
+    _wrapped.add(_BINARIES)
 
 
 def on_demand() -> frozenset[str]:
     """The top-level folders of a cache folder whose entries are placed when torch asks for them."""
     with _lock:
-        return frozenset(_wrapped)
+        return frozenset(_wrapped - {_BINARIES})
+
+
+def _binaries_on_demand() -> bool:
+    with _lock:
+        return _BINARIES in _wrapped
 
 
 def _placing(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -85,7 +121,7 @@ def _placing(original: Callable[..., Any]) -> Callable[..., Any]:
     return get_tmp_dir_for_key
 
 
-def _place(path: str) -> None:
+def _place(path: str, without: tuple[str, ...] = ()) -> None:
     with _lock:
         active = _active
         if active is None or active.whole:
@@ -96,7 +132,7 @@ def _place(path: str) -> None:
         source = os.path.join(active.template, relative)
         try:
             if os.path.isdir(source):
-                files.link_tree(source, path)
+                files.link_tree(source, path, without=without)
         except OSError:
             return  # not placed (a full disk, say): torch misses, and the next ask tries again
         active.placed.add(relative)
@@ -126,16 +162,26 @@ def _link_the_rest() -> None:
         for folder in on_demand():
             if os.path.isdir(os.path.join(active.template, folder)):
                 files.link_tree(os.path.join(active.template, folder), os.path.join(active.folder, folder))
+        if _binaries_on_demand():
+            _link_binaries(active.template, active.folder)
         active.whole = True
+
+
+def _two_character(template: str | os.PathLike[str]) -> set[str]:
+    return {entry.name for entry in os.scandir(template) if len(entry.name) == 2 and entry.is_dir()}
+
+
+def _link_binaries(template: str | os.PathLike[str], folder: str | os.PathLike[str]) -> None:
+    for name in _two_character(template):
+        files.link_tree(os.path.join(template, name), os.path.join(folder, name), without=_WRITTEN_BY_TORCH)
 
 
 def fill_warm_folder(template: str | os.PathLike[str], folder: str | os.PathLike[str]) -> None:
     """Link into ``folder`` what a warm test needs before its first compile: all of ``template`` but
-    the entries :func:`placing_from` places on demand and the C++ sources torch writes itself."""
-    two_character = {entry.name for entry in os.scandir(template) if len(entry.name) == 2 and entry.is_dir()}
-    files.link_tree(template, folder, leave_out=on_demand() | two_character)
-    for name in two_character:
-        files.link_tree(os.path.join(template, name), os.path.join(folder, name), without=_WRITTEN_BY_TORCH)
+    the entries and binaries :func:`placing_from` places on demand and the C++ sources torch writes itself."""
+    files.link_tree(template, folder, leave_out=on_demand() | _two_character(template))
+    if not _binaries_on_demand():
+        _link_binaries(template, folder)
 
 
 def complete_warm_folder(template: str | os.PathLike[str], folder: str | os.PathLike[str]) -> None:

@@ -188,20 +188,40 @@ def _write_atomic(dest: Path, data: bytes) -> None:
 def _place(source: Path, dest: Path) -> bool:
     """Put ``source`` at ``dest`` (a hard link where possible), atomically; False if ``dest`` exists.
 
-    A Triton group file is rewritten instead, so that it names the files beside it.
+    A hard link appears whole or not at all, so it is made in place; a copy (where links cannot
+    be made) is written beside ``dest`` and renamed over it. A Triton group file is rewritten
+    instead, so that it names the files beside it.
     """
+    if dest.name.startswith("__grp__"):
+        if dest.exists():
+            return False
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        files.write_atomic(dest, _relocated_group(source.read_bytes(), dest.parent), fsync=False)
+        return True
+    try:
+        os.link(source, dest)
+        return True
+    except FileExistsError:
+        return False
+    except FileNotFoundError:
+        if not source.exists():
+            raise
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(source, dest)
+            return True
+        except FileExistsError:
+            return False
+        except OSError:
+            pass
+    except OSError:  # another file system, or links not allowed: a copy
+        pass
     if dest.exists():
         return False
     dest.parent.mkdir(parents=True, exist_ok=True)
-    if dest.name.startswith("__grp__"):
-        files.write_atomic(dest, _relocated_group(source.read_bytes(), dest.parent), fsync=False)
-        return True
     tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex}.tmp")
     try:
-        try:
-            os.link(source, tmp)
-        except OSError:
-            shutil.copy2(source, tmp)
+        shutil.copy2(source, tmp)
         files.replace(tmp, dest)
     finally:
         tmp.unlink(missing_ok=True)
