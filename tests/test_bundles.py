@@ -360,3 +360,24 @@ def test_a_warm_test_folder_gets_the_entries_torch_asks_for(pytester: pytest.Pyt
     pytester.makepyfile(test_on_demand=ON_DEMAND_TESTS)
     result = run_inner(f"--compile-cache-bundle={pytester.path / 'b.bundle'}")
     result.assert_outcomes(passed=4)
+
+
+def test_a_warm_folder_starts_with_the_autotune_results_and_without_binaries(tmp_path: Path) -> None:
+    """What a warm test's folder gets at its start from the two-character folders: the files torch
+    finds by paths of its own (an autotune result beside a kernel's source), not the C++ binaries
+    (linked when torch asks for their folder) nor their sources (torch writes those); a folder with
+    nothing else in it is not made."""
+    import torch._inductor.codecache  # noqa: F401
+
+    from pytest_compilecache._torchapi import fill_warm_folder, ondemand
+
+    ondemand.install()
+    template, folder = tmp_path / "template", tmp_path / "test"
+    for rel, text in {"ab/kernel.best_config": "{}", "ab/cx.so": "so", "ab/cx.cpp": "cpp", "cd/cy.so": "so",
+                      "cd/cy.cpp": "cpp", "fxgraph/cpu/ef/key/entry": "fx", "triton/k/kernel.cubin": "cubin"}.items():
+        (template / rel).parent.mkdir(parents=True, exist_ok=True)
+        (template / rel).write_text(text)
+    fill_warm_folder(template, folder)
+    placed = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+    assert placed == ["ab/kernel.best_config", "triton/k/kernel.cubin"], placed
+    assert not (folder / "cd").exists()

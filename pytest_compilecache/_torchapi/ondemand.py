@@ -8,8 +8,10 @@ lookups and its writes alike; wrapped, each links the template's entries for tha
 test's folder before torch looks, so torch sees what a folder linked whole would show it. C++
 binaries lie in two-character folders named by their key; torch finds such a folder through
 ``codecache.get_path`` (for the source it writes, then the binary beside it, which it builds only
-where it is missing): wrapped, it links the template's binaries of that folder first. Where a torch
-lacks one of these functions, what it would find is linked whole, as before.
+where it is missing): wrapped, it links the template's binaries of that folder first. The other
+files of those folders (autotune results, found beside a kernel's source by another path) are
+linked when the test starts. Where a torch lacks one of these functions, what it would find is
+linked whole, as before.
 
 A process the test starts (``subprocess``, ``multiprocessing``: a spawned worker compiling with the
 inherited ``TORCHINDUCTOR_CACHE_DIR``) has no such wrapper, so the first start links the rest of the
@@ -36,6 +38,10 @@ _FOLDERS = {"torch._inductor.codecache": ("FxGraphCache", "fxgraph"),
 #: Sources torch writes itself, when absent, before it builds or loads what they make (``codecache.write``);
 #: they lie in the two-character folders of a cache folder, beside their binaries.
 _WRITTEN_BY_TORCH = (".cpp",)
+#: Built C++ binaries: torch looks for one only beside the source it has just written through ``get_path``.
+#: The two-character folders hold other files too (autotune results beside a Triton kernel's source),
+#: which torch finds by other paths: those are linked when a test starts.
+_BUILT = (".so", ".o")
 
 #: In :data:`_wrapped` once ``codecache.get_path`` is wrapped: the two-character folders are placed on demand.
 _BINARIES = "two-character folders"
@@ -171,17 +177,23 @@ def _two_character(template: str | os.PathLike[str]) -> set[str]:
     return {entry.name for entry in os.scandir(template) if len(entry.name) == 2 and entry.is_dir()}
 
 
-def _link_binaries(template: str | os.PathLike[str], folder: str | os.PathLike[str]) -> None:
+def _link_binaries(template: str | os.PathLike[str], folder: str | os.PathLike[str], built: bool = True) -> None:
+    """Link the template's two-character folders into ``folder``, but for C++ sources (and, unless
+    ``built``, binaries); a folder with nothing to link is not made."""
+    without = _WRITTEN_BY_TORCH if built else _WRITTEN_BY_TORCH + _BUILT
     for name in _two_character(template):
-        files.link_tree(os.path.join(template, name), os.path.join(folder, name), without=_WRITTEN_BY_TORCH)
+        source = os.path.join(template, name)
+        with os.scandir(source) as entries:
+            if not any(entry.is_dir() or not entry.name.endswith(without) for entry in entries):
+                continue
+        files.link_tree(source, os.path.join(folder, name), without=without)
 
 
 def fill_warm_folder(template: str | os.PathLike[str], folder: str | os.PathLike[str]) -> None:
     """Link into ``folder`` what a warm test needs before its first compile: all of ``template`` but
     the entries and binaries :func:`placing_from` places on demand and the C++ sources torch writes itself."""
     files.link_tree(template, folder, leave_out=on_demand() | _two_character(template))
-    if not _binaries_on_demand():
-        _link_binaries(template, folder)
+    _link_binaries(template, folder, built=not _binaries_on_demand())
 
 
 def complete_warm_folder(template: str | os.PathLike[str], folder: str | os.PathLike[str]) -> None:
