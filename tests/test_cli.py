@@ -26,12 +26,12 @@ CLI = shutil.which("pytest-compilecache", path=str(Path(sys.executable).parent))
 
 
 class Sessions:
-    """How this module runs pytest sessions (forked from the zygote where a fork sees what a fresh
-    process sees: torch reads HOME and XDG_CACHE_HOME only when it asks for a path) and the CLI in
-    new processes: with a plugin home of their
-    own (the ini value ``compile_cache_home``) and the suite's shared precompiled headers, and with HOME
-    and XDG_CACHE_HOME pointed at ``user_home``, a folder that stands for the developer's home and must
-    stay empty (item 14 of issue 20: the bundle builders filled ~/.cache/pytest-compilecache)."""
+    """How this module runs pytest sessions and the CLI in processes of their own: with a plugin home
+    of their own (the ini value ``compile_cache_home``) and the suite's shared precompiled headers, and
+    with HOME and XDG_CACHE_HOME pointed at ``user_home``, a folder that stands for the developer's home
+    and must stay empty (item 14 of issue 20: the bundle builders filled ~/.cache/pytest-compilecache).
+    Sessions are forked from the zygote (``run_session``): torch reads HOME and XDG_CACHE_HOME only when
+    it asks for a path, so a fork sees them as a fresh process would."""
 
     def __init__(self, home: Path, headers: Path, user_home: Path,
                  run_session: Callable[..., subprocess.CompletedProcess[str]]) -> None:

@@ -169,7 +169,7 @@ def _link_the_rest() -> None:
             if os.path.isdir(os.path.join(active.template, folder)):
                 files.link_tree(os.path.join(active.template, folder), os.path.join(active.folder, folder))
         if _binaries_on_demand():
-            _link_binaries(active.template, active.folder)
+            _link_two_character(active.template, active.folder)
         active.whole = True
 
 
@@ -177,7 +177,7 @@ def _two_character(template: str | os.PathLike[str]) -> set[str]:
     return {entry.name for entry in os.scandir(template) if len(entry.name) == 2 and entry.is_dir()}
 
 
-def _link_binaries(template: str | os.PathLike[str], folder: str | os.PathLike[str], built: bool = True) -> None:
+def _link_two_character(template: str | os.PathLike[str], folder: str | os.PathLike[str], built: bool = True) -> None:
     """Link the template's two-character folders into ``folder``, but for C++ sources (and, unless
     ``built``, binaries); a folder with nothing to link is not made."""
     without = _WRITTEN_BY_TORCH if built else _WRITTEN_BY_TORCH + _BUILT
@@ -193,7 +193,7 @@ def fill_warm_folder(template: str | os.PathLike[str], folder: str | os.PathLike
     """Link into ``folder`` what a warm test needs before its first compile: all of ``template`` but
     the entries and binaries :func:`placing_from` places on demand and the C++ sources torch writes itself."""
     files.link_tree(template, folder, leave_out=on_demand() | _two_character(template))
-    _link_binaries(template, folder, built=not _binaries_on_demand())
+    _link_two_character(template, folder, built=not _binaries_on_demand())
 
 
 def complete_warm_folder(template: str | os.PathLike[str], folder: str | os.PathLike[str]) -> None:

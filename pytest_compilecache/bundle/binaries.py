@@ -199,21 +199,7 @@ def _place(source: Path, dest: Path) -> bool:
         files.write_atomic(dest, _relocated_group(source.read_bytes(), dest.parent), fsync=False)
         return True
     try:
-        os.link(source, dest)
-        return True
-    except FileExistsError:
-        return False
-    except FileNotFoundError:
-        if not source.exists():
-            raise
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.link(source, dest)
-            return True
-        except FileExistsError:
-            return False
-        except OSError:
-            pass
+        return _link(source, dest)
     except OSError:  # another file system, or links not allowed: a copy
         pass
     if dest.exists():
@@ -225,6 +211,23 @@ def _place(source: Path, dest: Path) -> bool:
         files.replace(tmp, dest)
     finally:
         tmp.unlink(missing_ok=True)
+    return True
+
+
+def _link(source: Path, dest: Path) -> bool:
+    """A hard link to ``source`` at ``dest``, its folder made where missing; False if ``dest`` exists."""
+    try:
+        os.link(source, dest)
+    except FileExistsError:
+        return False
+    except FileNotFoundError:
+        if not source.exists():
+            raise
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(source, dest)
+        except FileExistsError:
+            return False
     return True
 
 
