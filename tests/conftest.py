@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import getpass
 import os
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
@@ -30,7 +30,6 @@ def _session_compiler(request: pytest.FixtureRequest, tmp_path_factory: pytest.T
     of this test session (shared by its xdist workers), so each kernel is built once, not once per run.
 
     ``COMPILECACHE_TEST_CXX=plain`` runs g++ itself instead."""
-    import shutil
     import stat
     import sys
 
@@ -133,24 +132,16 @@ def zygote(_session_compiler: None) -> Iterator[Zygotes | None]:
     started.stop()
 
 
-def _files_under(folder: Path) -> dict[str, tuple[int, int]]:
-    """``{relative path: (size, modification time)}`` for everything under ``folder``."""
-    found: dict[str, tuple[int, int]] = {}
-    for path in sorted(folder.rglob("*")) if folder.exists() else ():
-        with contextlib.suppress(OSError):
-            stat = path.lstat()
-            found[str(path.relative_to(folder))] = (stat.st_size, stat.st_mtime_ns)
-    return found
-
-
 def _run_forked(pytester: pytest.Pytester, zygotes: Zygotes, args: tuple[str, ...], timeout: float | None,
                 watch_default: bool = False) -> pytest.RunResult | None:
     """``pytester.runpytest_subprocess(*args)``, forked from the zygote; None where a fork would not
     see what a fresh process sees (the run's environment differs from the zygote's at import).
 
-    With ``watch_default``, the run also fails the test if it changed anything in the zygote's own
-    default folder: the paths torch works out at import (the precompiled headers' folder, Dynamo's
-    cache) lie there in a fork, so a leak through one of them lands there, not in the run's ``TMPDIR``."""
+    With ``watch_default``, the run also fails the test if the zygote's own default folder exists
+    after it: the paths torch works out at import (the precompiled headers' folder, Dynamo's cache)
+    lie there in a fork, so a leak through one of them lands there, not in the run's ``TMPDIR``. The
+    folder (torch made it when the zygote imported it) is removed first, so that the run is held to
+    what a fresh process is held to: the folder must not appear, even to be read from."""
     import sys
     import time
 
@@ -167,18 +158,18 @@ def _run_forked(pytester: pytest.Pytester, zygotes: Zygotes, args: tuple[str, ..
     print("running (forked from the zygote): pytest", *full)
     print("     in:", Path.cwd())
     imported_under = default_dir(zygote.temporary_folder)
-    before = _files_under(imported_under) if watch_default else {}
+    if watch_default:
+        shutil.rmtree(imported_under, ignore_errors=True)
     started = time.monotonic()
     ret = zygote.run(full, Path.cwd(), env, out, err, timeout)
     duration = time.monotonic() - started
     stdout, stderr = (path.read_text(errors="replace") for path in (out, err))
     sys.stdout.write(stdout)
     sys.stderr.write(stderr)
-    if watch_default:
-        after = _files_under(imported_under)
-        changed = sorted(path for path in after.keys() | before.keys() if after.get(path) != before.get(path))
-        assert not changed, (f"the run wrote into the default folder torch worked out at import "
-                             f"({imported_under}): {changed[:5]}")
+    if watch_default and imported_under.exists():
+        made = sorted(str(p.relative_to(imported_under)) for p in imported_under.rglob("*"))
+        raise AssertionError(f"the run made the default folder torch worked out at import "
+                             f"({imported_under}): {made[:5]}")
     return pytest.RunResult(ret, stdout.splitlines(), stderr.splitlines(), duration)
 
 

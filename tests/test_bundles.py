@@ -74,7 +74,8 @@ def test_warmup_runs_once_and_every_worker_hits(
     bundle = pytester.path / "ci" / "nested" / "suite.bundle"
     report = pytester.path / "report.json"
     args = [*mode, f"--compile-cache-bundle={bundle}", f"--compile-cache-report={report}"]
-    first = run_inner(*args)
+    fresh = not mode  # serial: fresh processes, the plugin loaded before torch (the -n 2 runs are forked)
+    first = run_inner(*args, fresh=fresh)
     first.assert_outcomes(passed=8)
     assert warmups(warm_project) == 1, "the warmup must run exactly once across all workers"
     assert bundle.exists() and read_manifest(bundle).entries[0].artifacts["inductor"]["count"] >= 1
@@ -88,7 +89,7 @@ def test_warmup_runs_once_and_every_worker_hits(
     first.stdout.fnmatch_lines(["*compilecache*", "*per-layer totals*", "*fx_graph*"])
     assert not default_dir_of.exists()
     before = bundle.read_bytes()
-    second = run_inner(*args)
+    second = run_inner(*args, fresh=fresh)
     second.assert_outcomes(passed=8)
     assert warmups(warm_project) == 1, "a matching bundle must not run the warmup again"
     assert bundle.read_bytes() == before, "an existing bundle is not rewritten without --compile-cache-update"

@@ -98,7 +98,9 @@ def test_cold_cache_isolates_counts_and_restores(
     pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], default_dir_of: Path, mode: list[str]
 ) -> None:
     pytester.makepyfile(test_inner=INNER)
-    result = run_inner(*mode, "-p", "no:cacheprovider")
+    # Serial, a fresh process: the plugin loaded before torch, as in a project that imports torch in
+    # its tests only (the other modes are forked from a process that has imported torch).
+    result = run_inner(*mode, "-p", "no:cacheprovider", fresh=not mode)
     result.assert_outcomes(passed=6, failed=1)
     out = result.stdout.str()
     assert "compile cache hits differ: fx_graph expected 1, got 0; aot_autograd expected 1, got 0" in out

@@ -69,6 +69,6 @@ def test_a_forked_run_writing_where_torch_pointed_at_import_fails_a_default_fold
             with open(os.path.join(folder, "leaked"), "w") as f:
                 f.write("x")
         ''')
-    with pytest.raises(AssertionError, match="the run wrote into the default folder torch worked out at import"):
+    with pytest.raises(AssertionError, match="the run made the default folder torch worked out at import"):
         run_inner(*mode, "-p", "no:compilecache")
     assert not default_dir_of.exists()
