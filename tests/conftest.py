@@ -215,8 +215,8 @@ def run_inner(
     """Run pytest on the files already made in ``pytester.path``, as ``python -m pytest`` would, forked
     from the zygote where that sees what a fresh process sees; ``fresh=True`` always starts one (the
     tests about import order). In a test that checks torch's default folder stays absent
-    (``default_dir_of``), a forked run is also checked not to have changed the zygote's default folder,
-    where the paths torch works out at import lie in a fork (see :func:`_run_forked`)."""
+    (``default_dir_of``), a forked run must also leave no default folder of the zygote's, where the
+    paths torch works out at import lie in a fork (see :func:`_run_forked`)."""
     watch_default = "default_dir_of" in request.fixturenames
 
     def run(*args: str, ini: str = "", fresh: bool = False, timeout: float | None = None) -> pytest.RunResult:
