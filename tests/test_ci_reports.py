@@ -97,7 +97,7 @@ def test_job_summary_is_appended_with_a_table_of_compiling(
     text = summary.read_text()
     assert text.startswith("## An earlier step\n\nits text\n## compilecache\n"), text
     assert text.count("## compilecache") == 1
-    assert "the warmup ran here and built the bundle" in text
+    assert "the warmup ran here and wrote the bundle" in text
     assert "**Compile time in tests:**" in text
     table = [line for line in text.splitlines() if line.startswith("| `test_model.py::")]
     assert {row.split("`")[1] for row in table} == {"test_model.py::test_warm", "test_model.py::test_cold"}, text

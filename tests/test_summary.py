@@ -124,7 +124,7 @@ def test_an_empty_bundle_file_is_a_bundle_to_create(
     summary = _summary(result)
     assert "warmup ran here" in summary and "PROBLEM" not in summary, summary
     assert "bundle (main): warmed up here, then loaded:" in summary, "a newcomer read a building run's bare 'loaded'"
-    assert f"bundle saved: {path}" in summary
+    assert f"bundle updated: {path}: the tests compiled nothing it lacked" in summary, summary
     assert path.stat().st_size > 0
 
 
@@ -264,7 +264,7 @@ def test_rebuild_writes_a_fresh_bundle_over_a_damaged_one(
     result.assert_outcomes(passed=2)
     summary = _summary(result)
     assert f"warmup ran here and wrote {path}" in summary, summary
-    assert f"bundle saved: {path}" in summary, summary
+    assert f"bundle updated: {path}" in summary, summary
     assert "its entries were dropped and a fresh one written" in summary
     from pytest_compilecache.bundle.format import read_manifest
     with read_manifest(path) as rebuilt:
@@ -366,8 +366,8 @@ def test_a_run_that_adds_nothing_to_an_existing_bundle_says_so(
     warm.assert_outcomes(passed=1, deselected=1)
     summary = _summary(warm)
     if update:
-        assert "bundle saved: " in summary and "nothing new, only which entries this run used recorded" in summary, \
-            summary
+        assert "bundle saved" not in summary and "bundle updated: " in summary, summary
+        assert "the tests compiled nothing it lacked; recorded their compile times" in summary, summary
         assert json.loads((pytester.path / "r.json").read_text())["bundle"]["saved"]["added"] is False
     else:
         assert "every compile outside cold_cache tests and not_saved() blocks hit: nothing to add" in summary, summary
@@ -425,3 +425,36 @@ def test_a_save_says_apart_the_time_spent_importing_torch_first() -> None:
     assert report.saved.to_json()["import_seconds"] == 4.1
     report.saved.import_seconds = 0.0
     assert "importing" not in "\n".join(summary_lines(report))
+
+
+@pytest.mark.slow
+def test_what_the_warmup_wrote_and_what_the_save_recorded_never_contradict(
+    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult]
+) -> None:
+    """A newcomer read "warmup ran here and wrote PATH" and then "bundle saved: PATH: nothing new":
+    in a building run the warmup writes the bundle and the end of the session records only the tests'
+    compile times and use of it; in an updating run whose warmup compiled nothing the bundle lacked,
+    the warmup wrote nothing new at all."""
+    pytester.makeconftest(WARMUP_CONFTEST)
+    pytester.makepyfile(test_model=WARM_TEST)
+    home = f"compile_cache_home = {pytester.path / 'home'}"
+    built = run_inner("--compile-cache-bundle=b.bundle", "--compile-cache-report=built.json", ini=home)
+    built.assert_outcomes(passed=2)
+    summary = _summary(built)
+    path = pytester.path / "b.bundle"
+    assert f"warmup ran here and wrote {path}: " in summary, summary
+    assert "bundle saved" not in summary and "nothing new, only" not in summary, summary
+    assert f"bundle updated: {path}: the tests compiled nothing it lacked; recorded their compile times " \
+           "and which of its entries this run used; it holds 1 inductor" in summary, summary
+    saved = json.loads((pytester.path / "built.json").read_text())["bundle"]
+    assert saved["saved"]["added"] is False and saved["processes"][0]["wrote_bundle"] is True
+
+    updated = run_inner("--compile-cache-bundle=b.bundle", "--compile-cache-update", "--compile-cache-report=up.json",
+                        ini=home)
+    updated.assert_outcomes(passed=2)
+    summary = _summary(updated)
+    assert f"warmup ran here: " in summary and f"; {path} already held everything it compiled" in summary, summary
+    assert "and wrote" not in summary and "bundle saved" not in summary, summary
+    assert f"bundle updated: {path}: the tests compiled nothing it lacked" in summary, summary
+    process = json.loads((pytester.path / "up.json").read_text())["bundle"]["processes"][0]
+    assert process["wrote_bundle"] is False and process["warmup_found_all"] is True

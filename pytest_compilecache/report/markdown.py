@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .model import SaveStatus, SessionReport, Status
+from .model import NOTHING_ADDED, SaveStatus, SessionReport, Status
 from .model import counted_tests as _tests
 
 #: The environment variable GitHub Actions names the job summary's file in.
@@ -46,16 +46,18 @@ def _bundle_lines(report: SessionReport) -> list[str]:
         if process.downloaded_bytes:
             line += f"; downloaded {_mb(process.downloaded_bytes)}"
         if process.warmup_seconds is not None and not process.warmup_error:
-            line += f"; the warmup ran here{' and built the bundle' if process.wrote_bundle else ''}: " \
+            line += f"; the warmup ran here{' and wrote the bundle' if process.wrote_bundle else ''}: " \
                     f"{process.warmup_seconds:.1f} s"
+            if process.warmup_found_all:
+                line += " (the bundle already held everything it compiled)"
         lines.append(line)
     saved = report.saved
     if saved.status is SaveStatus.SAVED:
         arts = ", ".join(f"{v['count']} {k}" for k, v in saved.artifacts.items())
-        news = "" if saved.added else "nothing new, only which entries this run used recorded; it holds "
         imported = (f", after {saved.import_seconds:.2f} s importing torch's compiler"
                     if saved.import_seconds >= 0.1 else "")
-        lines.append(f"- **saved**: {news}{arts} ({_mb(saved.bytes)} in {saved.seconds:.2f} s{imported})")
+        what = "**saved**: " if saved.added else f"**updated**: {NOTHING_ADDED}; it holds "
+        lines.append(f"- {what}{arts} ({_mb(saved.bytes)} in {saved.seconds:.2f} s{imported})")
     elif saved.status is SaveStatus.UNCHANGED:
         lines.append(f"- **unchanged**: the bundle already held everything this run compiled ({saved.seconds:.2f} s)")
     elif saved.status is SaveStatus.DELTA:

@@ -111,8 +111,11 @@ class ProcessReport:
     bundle_unreadable: str = ""
     #: What kind of problem that is (``None`` when it could be read).
     bundle_unreadable_kind: Unreadable | None = None
-    #: Whether this process's warmup wrote the session's bundle (PATH itself, not a bundle of the session's own).
+    #: Whether this process's warmup wrote what it compiled into the session's bundle (PATH itself, not a
+    #: bundle of the session's own).
     wrote_bundle: bool = False
+    #: Whether the session's bundle already held everything this process's warmup compiled (nothing written).
+    warmup_found_all: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """A plain dict (for ``workeroutput`` and the JSON report)."""
@@ -367,6 +370,10 @@ class SessionReport:
             },
             **({"expectations": self.expectations.to_json()} if self.expectations is not None else {}),
         }
+
+
+#: What a save that added nothing wrote, as the summaries say it.
+NOTHING_ADDED = "the tests compiled nothing it lacked; recorded their compile times and which of its entries this run used"
 
 
 def counted_tests(n: int) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..stats import CacheStats
-from .model import ExpectationsReport, SaveStatus, SessionReport, Status
+from .model import NOTHING_ADDED, ExpectationsReport, SaveStatus, SessionReport, Status
 from .model import counted_tests as _tests
 
 
@@ -157,7 +157,8 @@ def summary_lines(report: SessionReport) -> list[str]:
                          + (f"; {kernels} Triton kernels from Triton's own cache" if kernels else ""))
         if process.warmup_seconds is not None and not process.warmup_error:
             wrote = f" and wrote {report.bundle_path}" if process.wrote_bundle else ""
-            lines.append(f"  warmup ran here{wrote}: {process.warmup_seconds:.1f} s")
+            held = f"; {report.bundle_path} already held everything it compiled" if process.warmup_found_all else ""
+            lines.append(f"  warmup ran here{wrote}: {process.warmup_seconds:.1f} s{held}")
     saved = report.saved
     moved = (f"; before that, {saved.import_seconds:.2f} s importing torch's compiler in this process"
              if saved.import_seconds >= 0.1 else "")
@@ -168,8 +169,11 @@ def summary_lines(report: SessionReport) -> list[str]:
         moved += f"; {saved.transfer['conflicts']} write(s) found it changed by another writer and were retried"
     if saved.status is SaveStatus.SAVED:
         arts = ", ".join(f"{v['count']} {k}" for k, v in saved.artifacts.items())
-        news = "" if saved.added else "nothing new, only which entries this run used recorded; it holds "
-        lines.append(f"bundle saved: {saved.path}: {news}{arts} ({saved.bytes / 1e6:.2f} MB in {saved.seconds:.2f} s{moved})")
+        size = f"({saved.bytes / 1e6:.2f} MB in {saved.seconds:.2f} s{moved})"
+        if saved.added:
+            lines.append(f"bundle saved: {saved.path}: {arts} {size}")
+        else:
+            lines.append(f"bundle updated: {saved.path}: {NOTHING_ADDED}; it holds {arts} {size}")
         if saved.dropped_unused:
             gone = ", ".join(f"{n} {kind}" for kind, n in saved.dropped_unused.items())
             lines.append(f"  dropped as unused in the last updating runs (compile_cache_max_unused_runs): {gone}")

@@ -54,10 +54,13 @@ class Saver:
             report.saved = SaveResult(SaveStatus.KEPT, f"{path} existed; {advice}")
             return
         if not blobs:
-            wrote = any(p.wrote_bundle for p in report.processes)
-            report.saved = SaveResult(SaveStatus.NOTHING, f"the warmup wrote {path} during the session, and the tests "
-                                      "compiled nothing to add" if wrote else
-                                      "no test compiled anything to save (what cold_cache tests compile is never saved)")
+            if any(p.wrote_bundle for p in report.processes):
+                why = f"the warmup wrote {path} during the session, and the tests compiled nothing to add"
+            elif any(p.warmup_found_all for p in report.processes):
+                why = f"{path} already held everything the warmup compiled, and the tests compiled nothing to add"
+            else:
+                why = "no test compiled anything to save (what cold_cache tests compile is never saved)"
+            report.saved = SaveResult(SaveStatus.NOTHING, why)
             return
         try:
             imported = _torchapi.ready_to_read()

@@ -339,7 +339,8 @@ class Preparer:
                 self._write_marker(Outcome.KEPT_APART, str(published.path))
             else:
                 self._write_marker(Outcome.PUBLISHED)
-                self.report.wrote_bundle = self.publish is self.source
+                self.report.wrote_bundle = self.publish is self.source and saved.added
+                self.report.warmup_found_all = self.publish is self.source and not saved.added
         with published:
             entry = published.find(env)
             return entry is not None and self._load(published, entry)
