@@ -55,12 +55,12 @@ class Saver:
             return
         if not blobs:
             if any(p.wrote_bundle for p in report.processes):
-                why = f"the warmup wrote {path} during the session, and the tests compiled nothing to add"
+                reason = f"the warmup wrote {path} during the session, and the tests compiled nothing to add"
             elif any(p.warmup_found_all for p in report.processes):
-                why = f"{path} already held everything the warmup compiled, and the tests compiled nothing to add"
+                reason = f"{path} already held everything the warmup compiled, and the tests compiled nothing to add"
             else:
-                why = "no test compiled anything to save (what cold_cache tests compile is never saved)"
-            report.saved = SaveResult(SaveStatus.NOTHING, why)
+                reason = "no test compiled anything to save (what cold_cache tests compile is never saved)"
+            report.saved = SaveResult(SaveStatus.NOTHING, reason)
             return
         try:
             imported = _torchapi.ready_to_read()
