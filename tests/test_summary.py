@@ -458,3 +458,20 @@ def test_what_the_warmup_wrote_and_what_the_save_recorded_never_contradict(
     assert f"bundle updated: {path}: the tests compiled nothing it lacked" in summary, summary
     process = json.loads((pytester.path / "up.json").read_text())["bundle"]["processes"][0]
     assert process["wrote_bundle"] is False and process["warmup_found_all"] is True
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "n2"])
+def test_the_summary_says_where_the_report_went_and_which_folders_it_made(
+    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], workers: list[str]
+) -> None:
+    """A newcomer gave ``--compile-cache-report=/missing/dir/r.json``: the folders were made silently
+    and nothing said where the report went. As pytest's ``--junitxml`` does, the summary says it."""
+    pytester.makepyfile(test_model="def test_plain(cold_cache):\n    pass\n")
+    result = run_inner(*workers, "--compile-cache-report=out/deeper/r.json")
+    result.assert_outcomes(passed=1)
+    written = pytester.path / "out" / "deeper" / "r.json"
+    assert json.loads(written.read_text())["format"] == 1
+    summary = _summary(result)
+    assert f"report written: {written} (made the folder {pytester.path / 'out'} for it)" in summary, summary
+    again = run_inner(*workers, "--compile-cache-report=out/deeper/r.json")
+    assert f"report written: {written}\n" in _summary(again) + "\n", _summary(again)

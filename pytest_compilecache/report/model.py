@@ -139,6 +139,15 @@ class ProcessReport:
         return cls(**values)
 
 
+@dataclass(frozen=True)
+class ReportWritten:
+    """Where the ``--compile-cache-report`` file went."""
+
+    path: str
+    #: The outermost folder made for it ("" when its folder existed).
+    made: str = ""
+
+
 @dataclass
 class SaveResult:
     """What the end of the session did to PATH."""
@@ -254,6 +263,8 @@ class SessionReport:
     checked_downloaded: int = 0
     #: What ``--compile-cache-expect`` found (``None``: not asked).
     expectations: ExpectationsReport | None = None
+    #: Where the JSON report went (written after the report's own content is final).
+    written: ReportWritten | None = None
 
     def add_test(self, nodeid: str, stats: dict[str, Any]) -> None:
         """Record one test's counts (from this process or from a worker's report)."""

@@ -192,4 +192,7 @@ def summary_lines(report: SessionReport) -> list[str]:
     lines.extend(f"PROBLEM: {problem}" for problem in report.problems_beside_the_failure())
     lines.extend(f"C++ binary not used: {problem}" for problem in report.binary_problems())
     lines.extend(expectation_lines(report.expectations))
+    if report.written is not None:
+        made = f" (made the folder {report.written.made} for it)" if report.written.made else ""
+        lines.append(f"report written: {report.written.path}{made}")
     return lines

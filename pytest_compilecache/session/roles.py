@@ -148,7 +148,7 @@ class SingleProcess(_RunsTests):
                 self.report, [(env, *own)] if own and env else [])
         if self.keeper is not None:
             self.report.expectations = self.keeper.finish(session)
-        write_json(self.options.report, self.report)
+        self.report.written = write_json(self.options.report, self.report)
         exit_status(self.options, self.report, session)
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
@@ -294,7 +294,7 @@ class Controller:
                   self.start_problem).save(self.report, blobs)
         if self.keeper is not None:
             self.report.expectations = self.keeper.finish(session)
-        write_json(self.options.report, self.report)
+        self.report.written = write_json(self.options.report, self.report)
         exit_status(self.options, self.report, session)
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:

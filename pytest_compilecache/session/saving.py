@@ -11,7 +11,7 @@ from .. import _torchapi, files
 from ..bundle.binaries import CarriedBinaries, pooled
 from ..bundle.format import Bundle, BundleError, Entry, NotABundle, Unreadable, make_entry
 from ..bundle.keyindex import KeyIndex, KeyIndexError
-from ..report.model import Concern, Problem, SaveResult, SaveStatus, SessionReport
+from ..report.model import Concern, Problem, ReportWritten, SaveResult, SaveStatus, SessionReport
 from ..storage.interface import BundleStore, Written
 from ..storage.merge import env_id
 from .options import Options
@@ -148,11 +148,14 @@ def exit_status(options: Options, report: SessionReport, session: pytest.Session
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-def write_json(path: Path | None, report: SessionReport) -> None:
+def write_json(path: Path | None, report: SessionReport) -> ReportWritten | None:
+    """Write the ``--compile-cache-report`` file (making its folders, as ``--junitxml`` does); what was
+    written, or ``None`` (not asked, or a problem, which ``report`` then holds)."""
     if path is None:
-        return
+        return None
     import json
 
+    missing = [p for p in (path.parent, *path.parent.parents) if not p.exists()]
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         files.write_atomic(path, json.dumps(report.to_json(), indent=1, sort_keys=True).encode(), fsync=False)
@@ -160,7 +163,8 @@ def write_json(path: Path | None, report: SessionReport) -> None:
         blocked = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
         why = f"{blocked} is a file, not a folder" if blocked is not None else (exc.strerror or str(exc))
         report.problems.append(Problem(Concern.REPORT, f"{path}: cannot write the report: {why}", str(path)))
-
+        return None
+    return ReportWritten(str(path.absolute()), str(missing[-1].absolute()) if missing else "")
 
 
 def read_index(file: str | None) -> KeyIndex | None:
