@@ -159,6 +159,7 @@ def _run_forked(pytester: pytest.Pytester, zygotes: Zygotes, args: tuple[str, ..
     print("     in:", Path.cwd())
     imported_under = default_dir(zygote.temporary_folder)
     if watch_default:
+        zygote.wait_until_ready()  # else a zygote still importing torch makes the folder after it is removed
         shutil.rmtree(imported_under, ignore_errors=True)
     started = time.monotonic()
     ret = zygote.run(full, Path.cwd(), env, out, err, timeout)

@@ -61,6 +61,7 @@ class Zygote:
         self._at_import = _at_import(env)
         self._broken = False
         self._folder = folder
+        self._ready = False
 
     @classmethod
     def start(cls, env: Mapping[str, str]) -> Zygote:
@@ -77,6 +78,17 @@ class Zygote:
         """The zygote's ``TMPDIR`` when it imported torch (where the paths torch works out at import lie)."""
         return Path(self._folder)
 
+    def wait_until_ready(self) -> None:
+        """Return once the zygote has imported torch and done its one-off work (it starts in the
+        background): only then does its temporary folder hold what torch makes at import."""
+        assert self._process.stdout is not None
+        if not self._ready:
+            line = self._process.stdout.readline()
+            if line != b"ready\n":
+                self._broken = True
+                raise RuntimeError(f"the zygote did not start: {line!r}")
+            self._ready = True
+
     def can_run(self, env: Mapping[str, str]) -> bool:
         """Whether a run in ``env`` sees what a fresh process would."""
         return not self._broken and self._process.poll() is None and _at_import(env) == self._at_import
@@ -87,6 +99,7 @@ class Zygote:
         assert self._process.stdin is not None and self._process.stdout is not None
         request = {"args": args, "cwd": str(cwd), "env": dict(env), "out": str(out), "err": str(err)}
         try:
+            self.wait_until_ready()
             self._process.stdin.write(json.dumps(request).encode() + b"\n")
             self._process.stdin.flush()
             pid = int(self._process.stdout.readline())
@@ -251,6 +264,8 @@ def _serve(folder: str) -> None:
     _learn_what_never_changes()
     _freeze_what_is_loaded()
     requests, answers = sys.stdin.buffer, sys.stdout.buffer
+    answers.write(b"ready\n")
+    answers.flush()
     for line in requests:
         request = json.loads(line)
         answers.flush()
