@@ -8,6 +8,7 @@ from typing import Callable
 import pytest
 
 INNER = '''
+import logging
 import os
 import torch
 import pytest
@@ -82,6 +83,21 @@ def test_a_bypass_is_counted_with_its_reason(cold_cache):
     assert stats.fx_graph.bypass_reasons or stats.aot_autograd.bypass_reasons, stats
 
 
+def test_a_compile_logs_nothing_torch_would_not(cold_cache):
+    # The plugin listens to torch's loggers for bypass reasons; a newcomer found torch's INFO
+    # "Output code written to" in a failing test's captured log, which plain pytest never shows.
+    records = []
+    handle = logging.Logger.callHandlers  # what a handler (pytest's capture among them) is given
+    logging.Logger.callHandlers = lambda logger, record: (records.append(record), handle(logger, record))[1]
+    try:
+        torch.compile(lambda x: torch.tan(x) - 3)(torch.randn(8))
+    finally:
+        logging.Logger.callHandlers = handle
+    chatty = [f"{r.levelname} {r.name}: {r.getMessage()[:80]}" for r in records
+              if r.name != "torch.__trace" and r.levelno < logging.WARNING]
+    assert not chatty, chatty
+
+
 def test_environment_is_restored_after_cold_caches():
     assert {n: os.environ.get(n) for n in ENV_BEFORE} == ENV_BEFORE
 
@@ -101,7 +117,7 @@ def test_cold_cache_isolates_counts_and_restores(
     # Serial, a fresh process: the plugin loaded before torch, as in a project that imports torch in
     # its tests only (the other modes are forked from a process that has imported torch).
     result = run_inner(*mode, "-p", "no:cacheprovider", fresh=not mode)
-    result.assert_outcomes(passed=6, failed=1)
+    result.assert_outcomes(passed=7, failed=1)
     out = result.stdout.str()
     assert "compile cache hits differ: fx_graph expected 1, got 0; aot_autograd expected 1, got 0" in out
     assert "0 (expected 1)" in out

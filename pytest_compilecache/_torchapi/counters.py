@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import sys
 from collections import Counter
 from typing import Any
 
-from . import autotune, binaries, clock, dynamo, keys, tritoncache
+from . import autotune, binaries, clock, dynamo, keys, loglevels, tritoncache
 from .core import torch_module
 from .devices import gpu_count
 
@@ -223,24 +224,22 @@ class record_bypass_reasons:
 
     def __init__(self) -> None:
         self.reasons: dict[str, list[str]] = {}
-        self._installed: list[tuple[logging.Logger, _BypassFilter, int]] = []
+        self._installed: list[tuple[logging.Logger, _BypassFilter]] = []
+        self._levels = contextlib.ExitStack()
 
     def __enter__(self) -> "record_bypass_reasons":
         for name, (layer, prefix) in _BYPASS_LOGGERS.items():
             logger = logging.getLogger(name)
-            level = logger.level
             filt = _BypassFilter(layer, prefix, logger.getEffectiveLevel(), self.reasons)
             logger.addFilter(filt)
-            if not logger.isEnabledFor(logging.INFO):
-                logger.setLevel(logging.INFO)
-            self._installed.append((logger, filt, level))
+            self._levels.enter_context(loglevels.lowered(logger, logging.INFO))
+            self._installed.append((logger, filt))
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for logger, filt, level in self._installed:
+        self._levels.close()
+        for logger, filt in self._installed:
             logger.removeFilter(filt)
-            if logger.level != level:
-                logger.setLevel(level)
         self._installed.clear()
 
     def snapshot(self) -> dict[str, tuple[str, ...]]:

@@ -22,6 +22,7 @@ import threading
 from collections import Counter
 from typing import Any, Callable, Iterable, Iterator
 
+from . import loglevels
 from ..bundle.keyindex import KeyIndex
 from ..explain import Explanation, Known, explain
 from ..stats import EXPLANATION, MISS_KIND
@@ -123,13 +124,11 @@ def _wrap_aot(original: Callable[..., Any], folder: Callable[[str], str | None],
 def _debug_lines(original: Callable[..., Any], logger: logging.Logger, args: Any, kwargs: Any) -> list[str]:
     """The key's components, from torch computing the key again with its logger at DEBUG (printing nothing)."""
     silent = logging.Filter("\0")
-    level = logger.level
     logger.addFilter(silent)
-    logger.setLevel(logging.DEBUG)
     try:
-        _, lines = original(*args, **kwargs)
+        with loglevels.lowered(logger, logging.DEBUG):
+            _, lines = original(*args, **kwargs)
     finally:
-        logger.setLevel(level)
         logger.removeFilter(silent)
     return list(lines or [])
 
