@@ -32,7 +32,7 @@ def test_examples_cold_then_warm(
     warm.stdout.fnmatch_lines([
         "*fx_graph: 1 miss explained: 1 config `max_fusion_size` changed*",
         "*compile time in tests:*s of wall time*C++ builds*",
-        "*the same 10 tests in the run that built the bundle:*",
+        "*the same 10 tests when the bundle first recorded them:*",
         "*compiling, warmups included: * s then, * s now: *",
         "*C++ binaries:*carried,*fit this machine*",
     ])

@@ -223,7 +223,7 @@ def test_a_warm_run_slower_in_its_tests_says_why_and_points_at_the_totals() -> N
                                       history={"warmup_seconds": 20.0, "tests": {"t::a": 2.0}})]
     report.add_test("t::a", {"compile_seconds": 7.5})
     text = "\n".join(summary_lines(report))
-    assert "the same test in the run that built the bundle: 2.0 s, plus 20.0 s in its warmup" in text, text
+    assert "the same test when the bundle first recorded it: 2.0 s, plus 20.0 s in the warmup that built it" in text, text
     assert "pays torch's one-off start-up" in text
     assert "compiling, warmups included: 22.0 s then, 7.5 s now: 14.5 s saved" in text
 
@@ -475,3 +475,40 @@ def test_the_summary_says_where_the_report_went_and_which_folders_it_made(
     assert f"report written: {written} (made the folder {pytester.path / 'out'} for it)" in summary, summary
     again = run_inner(*workers, "--compile-cache-report=out/deeper/r.json")
     assert f"report written: {written}\n" in _summary(again) + "\n", _summary(again)
+
+
+@pytest.mark.slow
+def test_a_test_added_in_an_updating_run_is_compared_with_that_run_and_the_summary_says_so(
+    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult]
+) -> None:
+    """A newcomer found "the same N tests in the run that built the bundle" no longer matching the
+    building run's figure after an updating run: a test that run added is compared with the run that
+    first recorded it, which is not the building run. The summary says what the figures are."""
+    pytester.makeconftest(WARMUP_CONFTEST)
+    pytester.makepyfile(test_model=WARM_TEST)
+    home = f"compile_cache_home = {pytester.path / 'home'}"
+    args = ("--compile-cache-bundle=b.bundle", "--compile-cache-report=r.json")
+
+    def seconds() -> dict[str, float]:
+        tests = json.loads((pytester.path / "r.json").read_text())["tests"]
+        return {name.split("::")[1]: stats["compile_seconds"] for name, stats in tests.items()}
+
+    run_inner(*args, ini=home).assert_outcomes(passed=2)
+    built = seconds()
+    pytester.makepyfile(test_more="""
+import torch
+
+def test_added(warm_cache):
+    torch.compile(lambda x: x.tan() - 5)(torch.randn(8))
+""")
+    run_inner(*args, "--compile-cache-update", ini=home).assert_outcomes(passed=3)
+    added = seconds()["test_added"]
+    later = run_inner(*args, ini=home)
+    later.assert_outcomes(passed=3)
+    compared = json.loads((pytester.path / "r.json").read_text())["totals"]["compared_with_build"]
+    assert compared["tests"] == 3
+    assert compared["built_compile_seconds"] == pytest.approx(built["test_warm"] + built["test_cold"] + added, abs=2e-3)
+    summary = _summary(later)
+    assert "in the run that built the bundle" not in summary, summary
+    assert f"the same 3 tests when the bundle first recorded them: {compared['built_compile_seconds']:.1f} s" in summary, \
+        summary

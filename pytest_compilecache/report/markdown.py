@@ -71,7 +71,7 @@ def _bundle_lines(report: SessionReport) -> list[str]:
 
 
 def _time_lines(report: SessionReport) -> list[str]:
-    """Compile time in tests and the warmup; against the run that built the bundle, where recorded."""
+    """Compile time in tests and the warmup; against the same tests when the bundle first recorded them."""
     if not (report.compile_seconds or report.warmup_seconds):
         return []
     line = f"**Compile time in tests:** {report.compile_seconds:.1f} s (summed over workers)"
@@ -81,8 +81,8 @@ def _time_lines(report: SessionReport) -> list[str]:
     c = report.compared_with_build()
     if c is not None:
         verdict = f"**{c.saved:.1f} s saved**" if c.saved >= 0 else f"**{-c.saved:.1f} s more** this run"
-        lines.append(f"The same {_tests(c.tests)} in the run that built the bundle: {c.then:.1f} s, plus "
-                     f"{c.warmup_then:.1f} s in its warmup. Compiling, warmups included: "
+        lines.append(f"The same {_tests(c.tests)} when the bundle first recorded {'it' if c.tests == 1 else 'them'}: "
+                     f"{c.then:.1f} s, plus {c.warmup_then:.1f} s in the warmup that built it. Compiling, warmups included: "
                      f"{c.then + c.warmup_then:.1f} s then, {c.now + c.warmup_now:.1f} s now: {verdict}.")
         if c.now > c.then and c.warmup_then and not c.warmup_now:
             lines.append("(The first compile in each process pays torch's one-off start-up: the building run paid it "

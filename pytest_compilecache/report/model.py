@@ -323,7 +323,8 @@ class SessionReport:
         return next((r.warmup_error for r in self.processes if r.warmup_error), None)
 
     def built_tests(self) -> dict[str, float]:
-        """``{test: compile seconds}`` in the run that built the loaded bundle, where recorded."""
+        """``{test: compile seconds}`` in the run that first saved each test's figure into the loaded bundle
+        (the building run, or the updating run that added the test), where recorded."""
         for process in self.processes:
             tests = process.history.get("tests")
             if isinstance(tests, dict) and tests:
@@ -331,7 +332,7 @@ class SessionReport:
         return {}
 
     def compared_with_build(self) -> "Comparison | None":
-        """This run's compile time against the run that built the loaded bundle, over the tests both had."""
+        """This run's compile time against the same tests when the loaded bundle first recorded them."""
         built = self.built_tests()
         common = [n for n in self.tests if n in built]
         if not common:

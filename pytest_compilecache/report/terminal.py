@@ -10,7 +10,8 @@ from .model import counted_tests as _tests
 
 
 def _compile_time_line(report: SessionReport) -> list[str]:
-    """Compile time as wall time, and the same tests in the run that built the bundle, when recorded."""
+    """Compile time as wall time, and the same tests when the bundle first recorded them (each test's
+    figure comes from the run that first saved it: the building run, or an updating run that added it)."""
     line = (f"compile time in tests: {report.compile_seconds:.1f} s of wall time (Dynamo, Inductor, C++ builds, "
             "Triton, autotuning, loading compiled code; summed over workers)")
     warmup = report.warmup_seconds
@@ -21,8 +22,9 @@ def _compile_time_line(report: SessionReport) -> list[str]:
     if compared is not None:
         c = compared
         ratio = f" ({c.then / c.now:.1f}x this run's)" if c.now > 0.05 and c.then >= 1.1 * c.now else ""
-        plus = f", plus {c.warmup_then:.1f} s in its warmup" if c.warmup_then else ""
-        lines.append(f"  the same {_tests(c.tests)} in the run that built the bundle: {c.then:.1f} s{ratio}{plus}")
+        plus = f", plus {c.warmup_then:.1f} s in the warmup that built it" if c.warmup_then else ""
+        lines.append(f"  the same {_tests(c.tests)} when the bundle first recorded {'it' if c.tests == 1 else 'them'}: "
+                     f"{c.then:.1f} s{ratio}{plus}")
         if c.now > c.then and c.warmup_then and not c.warmup_now:
             lines.append("  (the first compile in each process pays torch's one-off start-up: the building run paid it "
                          "in its warmup, this run in its first test; compare the totals)")
