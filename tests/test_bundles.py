@@ -363,15 +363,21 @@ def test_a_warm_test_folder_gets_the_entries_torch_asks_for(pytester: pytest.Pyt
     result.assert_outcomes(passed=4)
 
 
-def test_a_warm_folder_starts_with_the_autotune_results_and_without_binaries(tmp_path: Path) -> None:
+def test_a_warm_folder_starts_with_the_autotune_results_and_without_binaries(
+    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult]
+) -> None:
     """What a warm test's folder gets at its start from the two-character folders: the files torch
     finds by paths of its own (an autotune result beside a kernel's source), not the C++ binaries
     (linked when torch asks for their folder) nor their sources (torch writes those); a folder with
-    nothing else in it is not made."""
-    import torch._inductor.codecache  # noqa: F401
+    nothing else in it is not made. In a run of its own: installing wraps torch's functions for the
+    rest of the process."""
+    pytester.makepyfile(test_fill="""
+import torch._inductor.codecache
 
-    from pytest_compilecache._torchapi import fill_warm_folder, ondemand
+from pytest_compilecache._torchapi import fill_warm_folder, ondemand
 
+
+def test_fill(tmp_path):
     ondemand.install()
     template, folder = tmp_path / "template", tmp_path / "test"
     for rel, text in {"ab/kernel.best_config": "{}", "ab/cx.so": "so", "ab/cx.cpp": "cpp", "cd/cy.so": "so",
@@ -382,3 +388,5 @@ def test_a_warm_folder_starts_with_the_autotune_results_and_without_binaries(tmp
     placed = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
     assert placed == ["ab/kernel.best_config", "triton/k/kernel.cubin"], placed
     assert not (folder / "cd").exists()
+""")
+    run_inner().assert_outcomes(passed=1)

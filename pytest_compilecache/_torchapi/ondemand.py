@@ -43,11 +43,11 @@ _WRITTEN_BY_TORCH = (".cpp",)
 #: which torch finds by other paths: those are linked when a test starts.
 _BUILT = (".so", ".o")
 
-#: In :data:`_wrapped` once ``codecache.get_path`` is wrapped: the two-character folders are placed on demand.
-_BINARIES = "two-character folders"
-
 _lock = threading.RLock()
+#: The top-level cache folders whose key-to-folder function is wrapped.
 _wrapped: set[str] = set()
+#: Whether ``codecache.get_path`` is wrapped: the two-character folders' binaries are placed on demand.
+_binaries_wrapped = False
 
 
 @dataclasses.dataclass
@@ -82,7 +82,8 @@ def install() -> None:
 
 
 def _wrap_get_path() -> None:
-    if _BINARIES in _wrapped:
+    global _binaries_wrapped
+    if _binaries_wrapped:
         return
     try:
         codecache = importlib.import_module("torch._inductor.codecache")
@@ -102,18 +103,18 @@ def _wrap_get_path() -> None:
 
     get_path._compilecache = True  # type: ignore[attr-defined]
     setattr(codecache, "get_path", get_path)
-    _wrapped.add(_BINARIES)
+    _binaries_wrapped = True
 
 
 def on_demand() -> frozenset[str]:
     """The top-level folders of a cache folder whose entries are placed when torch asks for them."""
     with _lock:
-        return frozenset(_wrapped - {_BINARIES})
+        return frozenset(_wrapped)
 
 
 def _binaries_on_demand() -> bool:
     with _lock:
-        return _BINARIES in _wrapped
+        return _binaries_wrapped
 
 
 def _placing(original: Callable[..., Any]) -> Callable[..., Any]:
