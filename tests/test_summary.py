@@ -428,36 +428,64 @@ def test_a_save_says_apart_the_time_spent_importing_torch_first() -> None:
 
 
 @pytest.mark.slow
-def test_what_the_warmup_wrote_and_what_the_save_recorded_never_contradict(
+def test_a_building_run_an_updating_run_and_a_later_run_each_say_what_happened_to_the_bundle(
     pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult]
 ) -> None:
-    """A newcomer read "warmup ran here and wrote PATH" and then "bundle saved: PATH: nothing new":
-    in a building run the warmup writes the bundle and the end of the session records only the tests'
-    compile times and use of it; in an updating run whose warmup compiled nothing the bundle lacked,
-    the warmup wrote nothing new at all."""
+    """What a newcomer found contradictory or mixed:
+
+    - "warmup ran here and wrote PATH" beside "bundle saved: PATH: nothing new": in a building run the
+      warmup writes the bundle and the end of the session records only the tests' compile times and use
+      of it; an updating run's warmup that compiled nothing the bundle lacked wrote nothing new at all.
+    - "the same N tests in the run that built the bundle" after an updating run that added a test: that
+      test's figure comes from the updating run, the first to record it; the summary says so.
+    """
     pytester.makeconftest(WARMUP_CONFTEST)
     pytester.makepyfile(test_model=WARM_TEST)
     home = f"compile_cache_home = {pytester.path / 'home'}"
-    built = run_inner("--compile-cache-bundle=b.bundle", "--compile-cache-report=built.json", ini=home)
+    args = ("--compile-cache-bundle=b.bundle", "--compile-cache-report=r.json")
+    path = pytester.path / "b.bundle"
+
+    def report() -> dict:
+        return json.loads((pytester.path / "r.json").read_text())
+
+    def seconds() -> dict[str, float]:
+        return {name.split("::")[1]: stats["compile_seconds"] for name, stats in report()["tests"].items()}
+
+    built = run_inner(*args, ini=home)
     built.assert_outcomes(passed=2)
     summary = _summary(built)
-    path = pytester.path / "b.bundle"
     assert f"warmup ran here and wrote {path}: " in summary, summary
     assert "bundle saved" not in summary and "nothing new, only" not in summary, summary
     assert f"bundle updated: {path}: the tests compiled nothing it lacked; recorded their compile times " \
            "and which of its entries this run used; it holds 1 inductor" in summary, summary
-    saved = json.loads((pytester.path / "built.json").read_text())["bundle"]
-    assert saved["saved"]["added"] is False and saved["processes"][0]["wrote_bundle"] is True
+    assert report()["bundle"]["saved"]["added"] is False and report()["bundle"]["processes"][0]["wrote_bundle"]
+    before = seconds()
 
-    updated = run_inner("--compile-cache-bundle=b.bundle", "--compile-cache-update", "--compile-cache-report=up.json",
-                        ini=home)
-    updated.assert_outcomes(passed=2)
+    pytester.makepyfile(test_more="""
+import torch
+
+def test_added(warm_cache):
+    torch.compile(lambda x: x.tan() - 5)(torch.randn(8))
+""")
+    updated = run_inner(*args, "--compile-cache-update", ini=home)
+    updated.assert_outcomes(passed=3)
     summary = _summary(updated)
-    assert f"warmup ran here: " in summary and f"; {path} already held everything it compiled" in summary, summary
-    assert "and wrote" not in summary and "bundle saved" not in summary, summary
-    assert f"bundle updated: {path}: the tests compiled nothing it lacked" in summary, summary
-    process = json.loads((pytester.path / "up.json").read_text())["bundle"]["processes"][0]
+    assert "warmup ran here: " in summary and f"; {path} already held everything it compiled" in summary, summary
+    assert "and wrote" not in summary and f"bundle saved: {path}: 2 inductor" in summary, summary
+    process = report()["bundle"]["processes"][0]
     assert process["wrote_bundle"] is False and process["warmup_found_all"] is True
+    added = seconds()["test_added"]
+
+    later = run_inner(*args, ini=home)
+    later.assert_outcomes(passed=3)
+    compared = report()["totals"]["compared_with_build"]
+    assert compared["tests"] == 3
+    assert compared["built_compile_seconds"] == pytest.approx(before["test_warm"] + before["test_cold"] + added,
+                                                              abs=2e-3)
+    summary = _summary(later)
+    assert "in the run that built the bundle" not in summary, summary
+    assert f"the same 3 tests when the bundle first recorded them: {compared['built_compile_seconds']:.1f} s" in summary, \
+        summary
 
 
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "n2"])
@@ -475,40 +503,3 @@ def test_the_summary_says_where_the_report_went_and_which_folders_it_made(
     assert f"report written: {written} (made the folder {pytester.path / 'out'} for it)" in summary, summary
     again = run_inner(*workers, "--compile-cache-report=out/deeper/r.json")
     assert f"report written: {written}\n" in _summary(again) + "\n", _summary(again)
-
-
-@pytest.mark.slow
-def test_a_test_added_in_an_updating_run_is_compared_with_that_run_and_the_summary_says_so(
-    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult]
-) -> None:
-    """A newcomer found "the same N tests in the run that built the bundle" no longer matching the
-    building run's figure after an updating run: a test that run added is compared with the run that
-    first recorded it, which is not the building run. The summary says what the figures are."""
-    pytester.makeconftest(WARMUP_CONFTEST)
-    pytester.makepyfile(test_model=WARM_TEST)
-    home = f"compile_cache_home = {pytester.path / 'home'}"
-    args = ("--compile-cache-bundle=b.bundle", "--compile-cache-report=r.json")
-
-    def seconds() -> dict[str, float]:
-        tests = json.loads((pytester.path / "r.json").read_text())["tests"]
-        return {name.split("::")[1]: stats["compile_seconds"] for name, stats in tests.items()}
-
-    run_inner(*args, ini=home).assert_outcomes(passed=2)
-    built = seconds()
-    pytester.makepyfile(test_more="""
-import torch
-
-def test_added(warm_cache):
-    torch.compile(lambda x: x.tan() - 5)(torch.randn(8))
-""")
-    run_inner(*args, "--compile-cache-update", ini=home).assert_outcomes(passed=3)
-    added = seconds()["test_added"]
-    later = run_inner(*args, ini=home)
-    later.assert_outcomes(passed=3)
-    compared = json.loads((pytester.path / "r.json").read_text())["totals"]["compared_with_build"]
-    assert compared["tests"] == 3
-    assert compared["built_compile_seconds"] == pytest.approx(built["test_warm"] + built["test_cold"] + added, abs=2e-3)
-    summary = _summary(later)
-    assert "in the run that built the bundle" not in summary, summary
-    assert f"the same 3 tests when the bundle first recorded them: {compared['built_compile_seconds']:.1f} s" in summary, \
-        summary
