@@ -91,6 +91,7 @@ class CompileCache:
                 stack.enter_context(_torchapi.explaining())
             if self.kind.starts_empty:
                 stack.enter_context(_torchapi.empty_folder())
+                stack.enter_context(_torchapi.cpu_probes_in(str(self._headers_dir / "cpu-probes")))
             if self._template is not None:
                 stack.enter_context(_torchapi.placing_from(str(self._template), str(self.path)))
             self.restart_counting()

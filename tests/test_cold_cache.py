@@ -189,3 +189,28 @@ def test_isolate_option_gives_every_test_its_own_dir(
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(["compilecache: isolation: a cache per test"])
     assert not default_dir_of.exists()
+
+
+@pytest.mark.slow
+def test_a_cold_test_first_in_a_process_does_not_build_the_cpu_probes_in_its_empty_folder(
+    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], shared_headers_dir: Path
+) -> None:
+    """torch learns which vector instructions the CPU runs once a process, at its first C++ compile,
+    by building six probe binaries in the cache folder of the moment (about 7 s where none are built,
+    1.2 s where they are). A newcomer found a run's first ``cold_cache`` test paying the 7 s in every
+    run: its folder starts empty by design. The probes are machine facts, not the test's cache: they
+    are built beside the precompiled headers, once per machine."""
+    pytester.makepyfile(test_first="""
+import torch
+
+def test_cold_first(cold_cache):
+    torch.compile(lambda x: torch.sinh(x) * 7)(torch.randn(8))
+    built = sorted(p.name for p in cold_cache.path.rglob("*.so"))
+    assert len(built) == 1, built  # the kernel, and no probe
+""")
+    probes = shared_headers_dir / "cpu-probes"
+    run_inner(fresh=True).assert_outcomes(passed=1)
+    first = {p: p.stat().st_mtime_ns for p in probes.rglob("*.so")}
+    assert first, f"no probe in {probes}"
+    run_inner(fresh=True).assert_outcomes(passed=1)
+    assert {p: p.stat().st_mtime_ns for p in probes.rglob("*.so")} == first, "the probes were built again"

@@ -14,6 +14,7 @@ failed probe of a carried binary is retried once with the binary removed and bui
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -26,7 +27,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from . import clock, tritoncache
 
@@ -114,6 +115,55 @@ def install() -> None:
     load_async._compilecache = True  # type: ignore[attr-defined]
     setattr(cache_class, "load_async", classmethod(load_async))
     _guard_probes()
+    _probe_where_told()
+
+
+#: Where the CPU probes are built while a folder that starts empty by design is the cache folder.
+_probes_at: list[str] = []
+
+
+@contextlib.contextmanager
+def cpu_probes_in(folder: str) -> Iterator[None]:
+    """Inside, a process that has not yet learned its CPU's vector instructions builds (or finds) the
+    probes in ``folder``, not in the cache folder of the moment (one that starts empty by design would
+    build all six again in every run: about 7 s). What torch learns is the same wherever they are."""
+    with _lock:
+        _probes_at.append(folder)
+    try:
+        yield
+    finally:
+        with _lock:
+            _probes_at.remove(folder)
+
+
+def _probe_where_told() -> None:
+    try:
+        from torch._inductor import cpu_vec_isa
+    except ImportError:
+        return
+    original = getattr(cpu_vec_isa, "valid_vec_isa_list", None)
+    learned = getattr(original, "cache_info", None)
+    if original is None or learned is None or getattr(original, "_compilecache", False):
+        return
+
+    @functools.wraps(original)
+    def valid_vec_isa_list() -> Any:
+        with _lock:
+            folder = _probes_at[-1] if _probes_at else None
+        if folder is None or learned().currsize:
+            return original()
+        previous = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder
+        try:
+            return original()
+        finally:
+            if previous is None:
+                os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+            else:
+                os.environ["TORCHINDUCTOR_CACHE_DIR"] = previous
+
+    valid_vec_isa_list._compilecache = True  # type: ignore[attr-defined]
+    setattr(cpu_vec_isa, "valid_vec_isa_list", valid_vec_isa_list)
 
 
 def _guard_probes() -> None:
