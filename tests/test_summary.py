@@ -124,7 +124,7 @@ def test_an_empty_bundle_file_is_a_bundle_to_create(
     summary = _summary(result)
     assert "warmup ran here" in summary and "PROBLEM" not in summary, summary
     assert "bundle (main): warmed up here, then loaded:" in summary, "a newcomer read a building run's bare 'loaded'"
-    assert f"bundle updated: {path}: the tests compiled nothing it lacked" in summary, summary
+    assert f"bundle saved: {path}: what the warmup compiled" in summary, summary
     assert path.stat().st_size > 0
 
 
@@ -264,7 +264,7 @@ def test_rebuild_writes_a_fresh_bundle_over_a_damaged_one(
     result.assert_outcomes(passed=2)
     summary = _summary(result)
     assert f"warmup ran here and wrote {path}" in summary, summary
-    assert f"bundle updated: {path}" in summary, summary
+    assert f"bundle saved: {path}: what the warmup compiled" in summary, summary
     assert "its entries were dropped and a fresh one written" in summary
     from pytest_compilecache.bundle.format import read_manifest
     with read_manifest(path) as rebuilt:
@@ -455,9 +455,9 @@ def test_a_building_run_an_updating_run_and_a_later_run_each_say_what_happened_t
     built.assert_outcomes(passed=2)
     summary = _summary(built)
     assert f"warmup ran here and wrote {path}: " in summary, summary
-    assert "bundle saved" not in summary and "nothing new, only" not in summary, summary
-    assert f"bundle updated: {path}: the tests compiled nothing it lacked; recorded their compile times " \
-           "and which of its entries this run used; it holds 1 inductor" in summary, summary
+    assert "bundle updated" not in summary and "nothing new, only" not in summary, summary
+    assert f"bundle saved: {path}: what the warmup compiled, written when it ran; the tests compiled nothing " \
+           "more (their compile times and use of it recorded at the end); it holds 1 inductor" in summary, summary
     assert report()["bundle"]["saved"]["added"] is False and report()["bundle"]["processes"][0]["wrote_bundle"]
     before = seconds()
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .model import NOTHING_ADDED, SaveStatus, SessionReport, Status
+from .model import BUILT_BY_WARMUP, NOTHING_ADDED, SaveStatus, SessionReport, Status
 from .model import counted_tests as _tests
 
 #: The environment variable GitHub Actions names the job summary's file in.
@@ -56,7 +56,8 @@ def _bundle_lines(report: SessionReport) -> list[str]:
         arts = ", ".join(f"{v['count']} {k}" for k, v in saved.artifacts.items())
         imported = (f", after {saved.import_seconds:.2f} s importing torch's compiler"
                     if saved.import_seconds >= 0.1 else "")
-        what = "**saved**: " if saved.added else f"**updated**: {NOTHING_ADDED}; it holds "
+        what = ("**saved**: " if saved.added else f"**saved**: {BUILT_BY_WARMUP}; it holds "
+                if any(p.wrote_bundle for p in report.processes) else f"**updated**: {NOTHING_ADDED}; it holds ")
         lines.append(f"- {what}{arts} ({_mb(saved.bytes)} in {saved.seconds:.2f} s{imported})")
     elif saved.status is SaveStatus.UNCHANGED:
         lines.append(f"- **unchanged**: the bundle already held everything this run compiled ({saved.seconds:.2f} s)")

@@ -384,6 +384,9 @@ class SessionReport:
         }
 
 
+#: What a building run's end wrote after its warmup had written the bundle, as the summaries say it.
+BUILT_BY_WARMUP = ("what the warmup compiled, written when it ran; the tests compiled nothing more (their compile "
+                   "times and use of it recorded at the end)")
 #: What a save that added nothing wrote, as the summaries say it.
 NOTHING_ADDED = "the tests compiled nothing it lacked; recorded their compile times and which of its entries this run used"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..stats import CacheStats
-from .model import NOTHING_ADDED, ExpectationsReport, SaveStatus, SessionReport, Status
+from .model import BUILT_BY_WARMUP, NOTHING_ADDED, ExpectationsReport, SaveStatus, SessionReport, Status
 from .model import counted_tests as _tests
 
 
@@ -174,6 +174,8 @@ def summary_lines(report: SessionReport) -> list[str]:
         size = f"({saved.bytes / 1e6:.2f} MB in {saved.seconds:.2f} s{moved})"
         if saved.added:
             lines.append(f"bundle saved: {saved.path}: {arts} {size}")
+        elif any(p.wrote_bundle for p in report.processes):
+            lines.append(f"bundle saved: {saved.path}: {BUILT_BY_WARMUP}; it holds {arts} {size}")
         else:
             lines.append(f"bundle updated: {saved.path}: {NOTHING_ADDED}; it holds {arts} {size}")
         if saved.dropped_unused:
