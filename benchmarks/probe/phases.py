@@ -29,19 +29,27 @@ def pytest_runtest_teardown(item):
 _start = time.perf_counter()
 def pytest_collection_finish(session):
     sums[("all", "before first test")] = time.perf_counter() - _start
+    _marks["collected"] = time.perf_counter()
+@pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config):
     with open(os.environ["PHASES_OUT"], "a") as f:
         f.write(" ".join(f"{k[0]}.{k[1]}={v:.2f}" for k, v in sorted(sums.items())) + f" total={time.perf_counter()-_start:.2f}\n")
 _marks = {}
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtestloop(session):
-    _marks["loop"] = time.perf_counter(); yield; sums[("all", "after last test in loop")] = time.perf_counter() - _marks["last"]
+    _marks["loop"] = time.perf_counter()
+    sums[("all", "collection finish to loop")] = _marks["loop"] - _marks.get("collected", _marks["loop"])
+    yield; sums[("all", "after last test in loop")] = time.perf_counter() - _marks["last"]
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item, nextitem):
     if "first" not in _marks:
         _marks["first"] = time.perf_counter(); sums[("all", "loop start to first test")] = _marks["first"] - _marks["loop"]
+    started = time.perf_counter()
+    inside = sum(v for k, v in sums.items() if k[1] in ("setup", "call", "teardown"))
     yield
     _marks["last"] = time.perf_counter()
+    inside = sum(v for k, v in sums.items() if k[1] in ("setup", "call", "teardown")) - inside
+    sums[("all", "per test, outside setup/call/teardown")] += _marks["last"] - started - inside
 @pytest.hookimpl(hookwrapper=True)
 def pytest_sessionfinish(session):
     t = time.perf_counter(); yield; sums[("all", "sessionfinish")] = time.perf_counter() - t
