@@ -442,21 +442,31 @@ def _plan(path: Path, entries: list[Entry], limit: int,
     for number, entry in enumerate(entries):
         index = entry.index or KeyIndex()
         first = index.runs[0] if index.runs else 0.0
+        last = index.runs[-1] if index.runs else None
         for kind, key, n in _torchapi.artifact_sizes(entry.payload or b""):
-            candidates.append((index.used.get(artifact_id(kind, key), first), number, kind, key, n))
+            used = index.used.get(artifact_id(kind, key), first)
+            # Among artifacts used as recently, the largest first: the fewest lost.
+            candidates.append((used, -n, number, kind, key, n, last is not None and used >= last))
     total = len(candidates)
     candidates.sort()
+    recent = 0
     while size > limit and candidates:
         dropped: dict[int, set[str]] = {}
         excess = size - limit
         while excess > 0 and candidates:
-            _, number, kind, key, n = candidates.pop(0)
+            _, _, number, kind, key, n, last_used = candidates.pop(0)
             dropped.setdefault(number, set()).add(artifact_id(kind, key))
+            recent += last_used
             excess -= n
         entries = [_without(e, dropped.get(i, set())) for i, e in enumerate(entries)]
         size = encoded_size(Bundle(path, entries))
-    if total - len(candidates):
-        lines.append(f"dropped {total - len(candidates)} least recently used artifacts")
+    gone = total - len(candidates)
+    if gone:
+        line = f"dropped {gone} least recently used artifact{'s' if gone != 1 else ''}"
+        if recent:
+            line += (f" ({recent} of them the last recorded run used: tests that need them miss until an "
+                     "updating run saves them again)")
+        lines.append(line)
     drop_binaries()
     return entries, size, len(candidates), lines
 

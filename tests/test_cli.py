@@ -583,3 +583,27 @@ def test_prune_never_leaves_a_bundle_with_nothing_in_it(good_bundle: Path, tmp_p
             assert_user_error(result, 2, str(path), f"cannot fit in {limit:,d} bytes", f"{path} is unchanged")
             assert path.read_bytes() == before
     assert pruned, "some limit below the bundle's size keeps an artifact"
+
+
+def test_prune_to_a_size_says_when_it_drops_what_the_last_run_used(good_bundle: Path, tmp_path: Path,
+                                                                  sessions: Sessions) -> None:
+    """A newcomer's ``prune --max-size 200kb`` dropped the artifacts a warm test needed, all used in the
+    last recorded run, and said only "dropped 3 least recently used artifacts"; the next run failed
+    that test with a miss. Among artifacts used equally recently the largest go first (fewest lost),
+    and the output says how many of those dropped the last run used, and what follows."""
+    from pytest_compilecache.bundle.format import read_manifest
+
+    path = tmp_path / "p.bundle"
+    shutil.copy(good_bundle, path)
+    sessions.run(good_bundle.parent, "-q", f"--compile-cache-bundle={path}", "--compile-cache-update",
+                 f"--basetemp={tmp_path / 'base'}", check=True)
+    with read_manifest(path) as bundle:
+        (entry,) = bundle.entries
+        index, _ = bundle.key_index(entry)
+    assert index is not None and index.runs, "the updating run recorded its use of the bundle"
+    size = path.stat().st_size
+    result = cli("prune", path, "--max-size", str(size - 2000))
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = [line for line in result.stdout.splitlines() if "least recently used" in line]
+    assert lines and "the last recorded run used" in lines[0], result.stdout
+    assert "tests that need them miss until an updating run saves them again" in lines[0], result.stdout
