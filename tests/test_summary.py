@@ -503,3 +503,30 @@ def test_the_summary_says_where_the_report_went_and_which_folders_it_made(
     assert f"report written: {written} (made the folder {pytester.path / 'out'} for it)" in summary, summary
     again = run_inner(*workers, "--compile-cache-report=out/deeper/r.json")
     assert f"report written: {written}\n" in _summary(again) + "\n", _summary(again)
+
+
+@pytest.mark.slow
+def test_the_time_saved_leaves_out_building_the_precompiled_headers(
+    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], tmp_path: Path
+) -> None:
+    """A newcomer's first run built torch's precompiled C++ headers (about 5 s, kept in the per-user
+    folder whether or not a bundle is used) in its warmup, and the next run's "compiling, warmups
+    included: ... saved" counted them as saved by the bundle. The building run records how long its
+    header builds took, and the comparison leaves them out on both sides, saying so."""
+    pytester.makeconftest(WARMUP_CONFTEST)
+    pytester.makepyfile(test_model=WARM_TEST)
+    args = ("-o", f"compile_cache_headers_dir={tmp_path / 'headers'}", "--compile-cache-bundle=b.bundle",
+            "--compile-cache-report=r.json")
+    run_inner(*args).assert_outcomes(passed=2)
+    built = json.loads((pytester.path / "r.json").read_text())["bundle"]["processes"][0]
+    assert built["headers_seconds"] > 0.5, built  # the headers were built in this run
+    later = run_inner(*args)
+    later.assert_outcomes(passed=2)
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert report["bundle"]["processes"][0]["headers_seconds"] == 0.0  # kept: nothing built
+    compared = report["totals"]["compared_with_build"]
+    assert compared["built_headers_seconds"] == pytest.approx(built["headers_seconds"], abs=2e-3)
+    then = compared["built_compile_seconds"] + compared["built_warmup_seconds"] - compared["built_headers_seconds"]
+    assert compared["compile_seconds_saved"] == pytest.approx(then - compared["compile_seconds"], abs=2e-3)
+    assert f"(not counting {compared['built_headers_seconds']:.1f} s then building torch's precompiled C++ " \
+           "headers, which are kept per machine with or without a bundle)" in _summary(later), _summary(later)

@@ -116,6 +116,46 @@ def install() -> None:
     setattr(cache_class, "load_async", classmethod(load_async))
     _guard_probes()
     _probe_where_told()
+    _time_header_builds()
+
+
+_header_seconds = 0.0
+
+
+def header_build_seconds() -> float:
+    """Wall seconds this process spent building torch's precompiled C++ headers (not finding them):
+    a cost per machine, kept in the headers' folder whether or not a bundle is used."""
+    return _header_seconds
+
+
+def _time_header_builds() -> None:
+    codecache = sys.modules.get("torch._inductor.codecache")
+    original = getattr(codecache, "_precompile_header", None)
+    if original is None or getattr(original, "_compilecache", False):
+        return
+
+    @functools.wraps(original)
+    def precompile_header(*args: Any, **kwargs: Any) -> Any:
+        global _header_seconds
+        folder = getattr(codecache, "_HEADER_DIR", None)
+        before = _files_in(folder)
+        started = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            if _files_in(folder) - before:
+                with _lock:
+                    _header_seconds += time.perf_counter() - started
+
+    precompile_header._compilecache = True  # type: ignore[attr-defined]
+    setattr(codecache, "_precompile_header", precompile_header)
+
+
+def _files_in(folder: Any) -> set[str]:
+    try:
+        return {entry.name for entry in os.scandir(folder)} if isinstance(folder, str) else set()
+    except OSError:
+        return set()
 
 
 #: Where the CPU probes are built while a folder that starts empty by design is the cache folder.

@@ -116,6 +116,8 @@ class ProcessReport:
     wrote_bundle: bool = False
     #: Whether the session's bundle already held everything this process's warmup compiled (nothing written).
     warmup_found_all: bool = False
+    #: Seconds this process spent building torch's precompiled C++ headers (kept per machine).
+    headers_seconds: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         """A plain dict (for ``workeroutput`` and the JSON report)."""
@@ -195,11 +197,25 @@ class Comparison:
     then: float
     warmup_now: float
     warmup_then: float
+    #: Seconds building precompiled C++ headers, within the figures above (kept per machine, not by a bundle).
+    headers_now: float = 0.0
+    headers_then: float = 0.0
+
+    @property
+    def total_then(self) -> float:
+        """The building run's compiling, warmup included, without its header builds."""
+        return self.then + self.warmup_then - self.headers_then
+
+    @property
+    def total_now(self) -> float:
+        """This run's compiling, warmup included, without its header builds."""
+        return self.now + self.warmup_now - self.headers_now
 
     @property
     def saved(self) -> float:
-        """What this run's compiling took less than the building run's, warmups included (negative: more)."""
-        return (self.then + self.warmup_then) - (self.now + self.warmup_now)
+        """What this run's compiling took less than the building run's, warmups included and header
+        builds left out on both sides (negative: more)."""
+        return self.total_then - self.total_now
 
 
 @dataclass
@@ -318,6 +334,11 @@ class SessionReport:
         return sum(r.warmup_seconds or 0.0 for r in self.processes)
 
     @property
+    def headers_seconds(self) -> float:
+        """Seconds this session's processes spent building precompiled C++ headers."""
+        return sum(r.headers_seconds for r in self.processes)
+
+    @property
     def warmup_failed(self) -> str | None:
         """The warmup's failure, if it failed anywhere."""
         return next((r.warmup_error for r in self.processes if r.warmup_error), None)
@@ -338,9 +359,12 @@ class SessionReport:
         if not common:
             return None
         now = sum(float(self.tests[n].get("compile_seconds", 0.0)) for n in common)
-        warmup_then = next((float(p.history["warmup_seconds"]) for p in self.processes if p.status is Status.LOADED
-                            and isinstance(p.history.get("warmup_seconds"), (int, float))), 0.0)
-        return Comparison(len(common), now, sum(built[n] for n in common), self.warmup_seconds, warmup_then)
+        def then(key: str) -> float:
+            return next((float(p.history[key]) for p in self.processes if p.status is Status.LOADED
+                         and isinstance(p.history.get(key), (int, float))), 0.0)
+
+        return Comparison(len(common), now, sum(built[n] for n in common), self.warmup_seconds,
+                          then("warmup_seconds"), self.headers_seconds, then("headers_seconds"))
 
     def _tests_json(self) -> dict[str, dict[str, Any]]:
         built = self.built_tests()
@@ -362,6 +386,8 @@ class SessionReport:
                 "tests": compared.tests, "compile_seconds": round(compared.now, 3),
                 "built_compile_seconds": round(compared.then, 3), "warmup_seconds": round(compared.warmup_now, 3),
                 "built_warmup_seconds": round(compared.warmup_then, 3),
+                "headers_seconds": round(compared.headers_now, 3),
+                "built_headers_seconds": round(compared.headers_then, 3),
                 "compile_seconds_saved": round(compared.saved, 3)}
         return totals
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..stats import CacheStats
-from .model import BUILT_BY_WARMUP, NOTHING_ADDED, ExpectationsReport, SaveStatus, SessionReport, Status
+from .model import BUILT_BY_WARMUP, NOTHING_ADDED, Comparison, ExpectationsReport, SaveStatus, SessionReport, Status
 from .model import counted_tests as _tests
 
 
@@ -28,9 +28,9 @@ def _compile_time_line(report: SessionReport) -> list[str]:
         if c.now > c.then and c.warmup_then and not c.warmup_now:
             lines.append("  (the first compile in each process pays torch's one-off start-up: the building run paid it "
                          "in its warmup, this run in its first test; compare the totals)")
-        total_then, total_now = c.then + c.warmup_then, c.now + c.warmup_now
         verdict = f"{c.saved:.1f} s saved" if c.saved >= 0 else f"{-c.saved:.1f} s MORE this run"
-        lines.append(f"  compiling, warmups included: {total_then:.1f} s then, {total_now:.1f} s now: {verdict}")
+        lines.append(f"  compiling, warmups included: {c.total_then:.1f} s then, {c.total_now:.1f} s now: {verdict}"
+                     + _headers_left_out(c))
     return lines
 
 
@@ -117,6 +117,14 @@ def expectation_lines(e: ExpectationsReport | None) -> list[str]:
     lines += _named("unused", e.unused, " (gone, or no longer in a cold_cache, warm_cache or isolated test; "
                                         "--compile-cache-expect-update over the whole suite removes them)")
     return lines
+
+
+def _headers_left_out(c: Comparison) -> str:
+    """What the comparison leaves out: building precompiled headers, a cost per machine, not per bundle."""
+    built = [f"{seconds:.1f} s {when}" for seconds, when in ((c.headers_then, "then"), (c.headers_now, "now"))
+             if seconds >= 0.05]
+    return (f" (not counting {' and '.join(built)} building torch's precompiled C++ headers, which are kept per "
+            "machine with or without a bundle)") if built else ""
 
 
 def summary_lines(report: SessionReport) -> list[str]:

@@ -199,6 +199,7 @@ class BundlePreparation:
         if session_cache is not None and self.writes_bundle:
             self.harvest(session_cache, since=self._started)
         if _torchapi.compiler_loaded():
+            process.headers_seconds = round(_torchapi.header_build_seconds(), 3)
             source = self.options.bundle_name or "the session's warmup bundle"
             process.problems.extend(Problem(Concern.BINARY, f"{source}: {why}", self.options.bundle_name or "")
                                     for why in _torchapi.rejected_binaries())

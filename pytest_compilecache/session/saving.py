@@ -71,6 +71,7 @@ class Saver:
         binaries = pooled(self.pools) if self.pools is not None else None
         history = {
             "built_compile_seconds": round(report.compile_seconds + report.warmup_seconds, 3),
+            "headers_seconds": round(report.headers_seconds, 3),
             "tests": {nodeid: stats.get("compile_seconds", 0.0) for nodeid, stats in report.tests.items()},
         }
         before = store.transfer
