@@ -75,7 +75,8 @@ def _time_lines(report: SessionReport) -> list[str]:
     """Compile time in tests and the warmup; against the same tests when the bundle first recorded them."""
     if not (report.compile_seconds or report.warmup_seconds):
         return []
-    line = f"**Compile time in tests:** {report.compile_seconds:.1f} s (summed over workers)"
+    summed = " (summed over workers)" if len(report.processes) > 1 else ""
+    line = f"**Compile time in tests:** {report.compile_seconds:.1f} s{summed}"
     if report.warmup_seconds:
         line += f", plus {report.warmup_seconds:.1f} s in the warmup"
     lines = [line + "."]

@@ -9,11 +9,16 @@ from .model import BUILT_BY_WARMUP, NOTHING_ADDED, Comparison, ExpectationsRepor
 from .model import counted_tests as _tests
 
 
+def _workers(report: SessionReport) -> bool:
+    """Whether tests ran in more than one process (xdist workers), whose figures the summary sums."""
+    return len(report.processes) > 1
+
+
 def _compile_time_line(report: SessionReport) -> list[str]:
     """Compile time as wall time, and the same tests when the bundle first recorded them (each test's
     figure comes from the run that first saved it: the building run, or an updating run that added it)."""
     line = (f"compile time in tests: {report.compile_seconds:.1f} s of wall time (Dynamo, Inductor, C++ builds, "
-            "Triton, autotuning, loading compiled code; summed over workers)")
+            f"Triton, autotuning, loading compiled code{'; summed over workers' if _workers(report) else ''})")
     warmup = report.warmup_seconds
     if warmup:
         line += f", plus {warmup:.1f} s in the warmup"
@@ -38,12 +43,12 @@ def _compile_time_line(report: SessionReport) -> list[str]:
 SUMMARY_REASONS = 5
 
 
-def _dynamo_lines(totals: CacheStats) -> list[str]:
+def _dynamo_lines(totals: CacheStats, workers: bool) -> list[str]:
     """Dynamo's counts over all tests, with the first few reasons (first lines only)."""
     dynamo = totals.dynamo
     shown = dataclasses.replace(dynamo, recompile_reasons=dynamo.recompile_reasons[:SUMMARY_REASONS],
                                 graph_break_reasons=dynamo.graph_break_reasons[:SUMMARY_REASONS])
-    lines = ["Dynamo over all tests (summed over workers):", shown.table(brief=True)]
+    lines = [f"Dynamo over all tests{' (summed over workers)' if workers else ''}:", shown.table(brief=True)]
     hidden = (len(dynamo.recompile_reasons) + len(dynamo.graph_break_reasons)
               - len(shown.recompile_reasons) - len(shown.graph_break_reasons))
     if hidden:
@@ -132,9 +137,10 @@ def summary_lines(report: SessionReport) -> list[str]:
     if report.totals is None or report.totals.nothing_happened:
         lines = ["no test compiled anything (or torch's compiler was never imported in a test)"]
     else:
-        lines = ["per-layer totals over all tests (summed over workers):", report.totals.table()]
+        lines = [f"per-layer totals over all tests{' (summed over workers)' if _workers(report) else ''}:",
+                 report.totals.table()]
         lines.extend(_cold_lines(report))
-        lines.extend(_dynamo_lines(report.totals))
+        lines.extend(_dynamo_lines(report.totals, _workers(report)))
         lines.extend(_explained_lines(report.totals))
     if report.compile_seconds or report.warmup_seconds or report.compared_with_build() is not None:
         lines.extend(_compile_time_line(report))
