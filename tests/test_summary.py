@@ -532,3 +532,15 @@ def test_the_time_saved_leaves_out_building_the_precompiled_headers(
     assert compared["compile_seconds_saved"] == pytest.approx(then - compared["compile_seconds"], abs=2e-3)
     assert f"(not counting {compared['built_headers_seconds']:.1f} s then building torch's precompiled C++ " \
            "headers, which are kept per machine with or without a bundle)" in _summary(later), _summary(later)
+
+
+def test_workers_are_listed_in_their_order() -> None:
+    """Workers report as they finish; a newcomer read gw1's bundle block above gw0's. gw10 comes after gw2."""
+    from pytest_compilecache.report.model import ProcessReport, SessionReport, Status
+    from pytest_compilecache.report.terminal import summary_lines
+
+    report = SessionReport(bundle_path="b.bundle")
+    report.processes = [ProcessReport(process=name, status=Status.LOADED, reason=f"b.bundle: {name}")
+                        for name in ("gw10", "gw1", "gw2", "gw0")]
+    said = [line.split(")")[0] for line in summary_lines(report) if line.startswith("bundle (")]
+    assert said == ["bundle (gw0", "bundle (gw1", "bundle (gw2", "bundle (gw10"], said

@@ -35,7 +35,7 @@ def _bundle_lines(report: SessionReport) -> list[str]:
     if report.bundle_path:
         lines.append(f"**Bundle** {_cell(report.bundle_path)} at the start: {report.bundle_at_start or 'not looked at'}")
         lines.append("")
-    for process in report.processes:
+    for process in report.processes_in_order():
         if process.status is Status.UNUSED:
             continue
         what = "warmup failed" if process.status is Status.WARMUP_FAILED else f"{process.status.value}: {process.reason}"

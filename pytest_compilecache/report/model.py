@@ -333,6 +333,15 @@ class SessionReport:
         """Seconds spent in the warmup hook, over all processes."""
         return sum(r.warmup_seconds or 0.0 for r in self.processes)
 
+    def processes_in_order(self) -> list[ProcessReport]:
+        """The processes as a reader expects them: ``main``, then workers by number (gw2 before gw10)."""
+        def key(process: ProcessReport) -> tuple[str, int]:
+            name = process.process.rstrip("0123456789")
+            number = process.process[len(name):]
+            return name, int(number) if number else -1
+
+        return sorted(self.processes, key=key)
+
     @property
     def headers_seconds(self) -> float:
         """Seconds this session's processes spent building precompiled C++ headers."""

@@ -147,7 +147,7 @@ def summary_lines(report: SessionReport) -> list[str]:
     if report.checked_downloaded:
         lines.append(f"bundle checked at session start (--compile-cache-strict): downloaded "
                      f"{report.checked_downloaded / 1e6:.2f} MB from {report.bundle_path}")
-    for process in report.processes:
+    for process in report.processes_in_order():
         if process.status in (Status.UNUSED,):
             continue
         if process.status is Status.WARMUP_FAILED:
