@@ -11,7 +11,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-from importlib import metadata
 from pathlib import Path
 
 import filelock
@@ -186,6 +185,8 @@ class Folders:
 
 def _environment_key() -> str:
     """A short hash of the interpreter and torch installation (no torch import)."""
+    from importlib import metadata  # here: it costs about 12 ms to import, and only worker mode asks
+
     try:
         torch_version = metadata.version("torch")
     except metadata.PackageNotFoundError:

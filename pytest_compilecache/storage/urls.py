@@ -6,7 +6,6 @@ import json
 import re
 from typing import Any
 from urllib.parse import urlsplit
-from urllib.request import url2pathname
 
 from ..bundle.format import BundleError
 
@@ -32,6 +31,8 @@ def file_url_path(text: str) -> str | None:
     if parts.netloc not in ("", "localhost"):
         raise BundleError(f"{text}: a file:// URL names a path on this machine: file:///absolute/path "
                           f"(not the host {parts.netloc!r})")
+    from urllib.request import url2pathname  # here: urllib.request pulls in http, email and ssl (about 10 ms)
+
     return url2pathname(parts.path)
 
 
