@@ -91,7 +91,8 @@ class CompileCache:
                 stack.enter_context(_torchapi.explaining())
             if self.kind.starts_empty:
                 stack.enter_context(_torchapi.empty_folder())
-                stack.enter_context(_torchapi.cpu_probes_in(str(self._headers_dir / "cpu-probes")))
+            stack.enter_context(_torchapi.cpu_probes_in(str(self._headers_dir / "cpu-probes"),
+                                                        here=self.kind.starts_empty))
             if self._template is not None:
                 stack.enter_context(_torchapi.placing_from(str(self._template), str(self.path)))
             self.restart_counting()

@@ -7,6 +7,8 @@ from typing import Callable
 
 import pytest
 
+from helpers import WARMUP_CONFTEST
+
 INNER = '''
 import logging
 import os
@@ -214,3 +216,34 @@ def test_cold_first(cold_cache):
     assert first, f"no probe in {probes}"
     run_inner(fresh=True).assert_outcomes(passed=1)
     assert {p: p.stat().st_mtime_ns for p in probes.rglob("*.so")} == first, "the probes were built again"
+
+
+@pytest.mark.slow
+def test_the_probes_a_building_run_makes_are_kept_for_the_next_runs_cold_tests(
+    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], tmp_path: Path
+) -> None:
+    """A second newcomer's first run after building paid the 7 s again: the building run's warmup
+    had built the probes in its own folder (the bundle carries them), not beside the headers. They are
+    linked there too, so the next run's first cold test finds them."""
+    pytester.makeconftest(WARMUP_CONFTEST)
+    pytester.makepyfile(test_a_cold="""
+import torch
+
+def test_cold_first(cold_cache):
+    torch.compile(lambda x: torch.sinh(x) * 7)(torch.randn(8))
+    built = sorted(p.name for p in cold_cache.path.rglob("*.so"))
+    assert len(built) == 1, built  # the kernel, and no probe
+""", test_b_warm="""
+import torch
+from conftest import f
+
+def test_warm(warm_cache):
+    torch.compile(f)(torch.randn(8))
+""")
+    headers = tmp_path / "headers"
+    args = ("-o", f"compile_cache_headers_dir={headers}", "--compile-cache-bundle=b.bundle")
+    run_inner(*args, "-k", "warm", fresh=True).assert_outcomes(passed=1, deselected=1)
+    kept = {p: p.stat().st_mtime_ns for p in (headers / "cpu-probes").rglob("*.so")}
+    assert kept, "the building run's probes were not kept beside the headers"
+    run_inner(*args, fresh=True).assert_outcomes(passed=2)
+    assert {p: p.stat().st_mtime_ns for p in (headers / "cpu-probes").rglob("*.so")} == kept

@@ -158,22 +158,31 @@ def _files_in(folder: Any) -> set[str]:
         return set()
 
 
-#: Where the CPU probes are built while a folder that starts empty by design is the cache folder.
-_probes_at: list[str] = []
+#: ``(folder, here)``: the machine's folder of CPU probes, and whether a process that has not learned its
+#: CPU's vector instructions yet builds (or finds) them there (``True``), or in the cache folder of the
+#: moment and then links them there (``False``).
+_probes_at: list[tuple[str, bool]] = []
 
 
 @contextlib.contextmanager
-def cpu_probes_in(folder: str) -> Iterator[None]:
-    """Inside, a process that has not yet learned its CPU's vector instructions builds (or finds) the
-    probes in ``folder``, not in the cache folder of the moment (one that starts empty by design would
-    build all six again in every run: about 7 s). What torch learns is the same wherever they are."""
+def cpu_probes_in(folder: str, here: bool) -> Iterator[None]:
+    """Inside, the CPU probes a process builds to learn its vector instructions (once a process, about
+    7 s where none are built, 1.2 s where they are) end up in ``folder``, kept between runs: built
+    there (``here``: a cache folder that starts empty by design would build all six again in every
+    run), or built in the cache folder of the moment (a bundle carries them) and linked there too, so
+    that a later run's empty folder finds them. What torch learns is the same wherever they lie."""
     with _lock:
-        _probes_at.append(folder)
+        _probes_at.append((folder, here))
     try:
         yield
     finally:
         with _lock:
-            _probes_at.remove(folder)
+            _probes_at.remove((folder, here))
+
+
+def _probes_folder() -> tuple[str, bool] | None:
+    with _lock:
+        return _probes_at[-1] if _probes_at else None
 
 
 def _probe_where_told() -> None:
@@ -188,10 +197,10 @@ def _probe_where_told() -> None:
 
     @functools.wraps(original)
     def valid_vec_isa_list() -> Any:
-        with _lock:
-            folder = _probes_at[-1] if _probes_at else None
-        if folder is None or learned().currsize:
+        told = _probes_folder()
+        if told is None or not told[1] or learned().currsize:
             return original()
+        folder = told[0]
         previous = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder
         try:
@@ -219,6 +228,7 @@ def _guard_probes() -> None:
     def check_build(self: Any, code: str, *args: Any, **kwargs: Any) -> Any:
         ok = original(self, code, *args, **kwargs)
         if ok:
+            _keep_probe(code)
             return ok
         carried = [p for p in _probe_binaries(code) if p.name in _carried_names]
         if not carried:
@@ -233,6 +243,32 @@ def _guard_probes() -> None:
 
     check_build._compilecache = True  # type: ignore[attr-defined]
     setattr(isa_class, "check_build", check_build)
+
+
+def _keep_probe(code: str) -> None:
+    """Link the probe built from ``code`` (its source and binaries) into the machine's probe folder,
+    where it was built elsewhere; a failure leaves it to be built there when asked."""
+    told = _probes_folder()
+    if told is None or told[1]:
+        return
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    root = Path(cache_dir())
+    for binary in _probe_binaries(code):
+        for path in (binary.with_suffix(".cpp"), binary):
+            target = Path(told[0]) / path.relative_to(root)
+            if target.exists() or not path.exists():
+                continue
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                try:
+                    os.link(path, target)
+                except OSError:  # another file system: a copy, whole before it appears
+                    partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+                    shutil.copy2(path, partial)
+                    os.replace(partial, target)
+            except OSError:
+                return
 
 
 def _probe_binaries(code: str) -> list[Path]:
