@@ -9,6 +9,7 @@ import os
 import re
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Sequence, TextIO
 
@@ -584,6 +585,8 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run a command; user errors are one line on stderr and a non-zero exit, never a traceback."""
     args = parser().parse_args(argv)
+    # torch warns at import where numpy is missing (a CPU torch installs none); nothing here uses it.
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
     try:
         text = args.storage_options if args.storage_options is not None else os.environ.get(STORAGE_OPTIONS_ENV, "")
         if not 0 < args.network_timeout < float("inf"):

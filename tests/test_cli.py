@@ -607,3 +607,17 @@ def test_prune_to_a_size_says_when_it_drops_what_the_last_run_used(good_bundle: 
     lines = [line for line in result.stdout.splitlines() if "least recently used" in line]
     assert lines and "the last recorded run used" in lines[0], result.stdout
     assert "tests that need them miss until an updating run saves them again" in lines[0], result.stdout
+
+
+def test_the_cli_says_nothing_of_torch_on_stderr_where_numpy_is_missing(good_bundle: Path, tmp_path: Path) -> None:
+    """A newcomer's ``inspect`` and ``verify`` printed torch's "Failed to initialize NumPy" warning on
+    stderr in every call (a CPU torch installs no numpy); it says nothing about bundles."""
+    stub = tmp_path / "no-numpy"
+    stub.mkdir()
+    (stub / "numpy.py").write_text('raise ModuleNotFoundError("No module named \'numpy\'", name="numpy")\n')
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(stub), os.environ.get("PYTHONPATH", "")])}
+    for command in (["inspect", str(good_bundle)], ["verify", str(good_bundle)]):
+        done = subprocess.run([sys.executable, "-c", "from pytest_compilecache.cli import main; raise SystemExit(main())",
+                               *command], capture_output=True, text=True, env=env, timeout=300)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.stderr == "", done.stderr
