@@ -82,10 +82,11 @@ def _time_lines(report: SessionReport) -> list[str]:
     lines = [line + "."]
     c = report.compared_with_build()
     if c is not None:
-        verdict = f"**{c.saved:.1f} s saved**" if c.saved >= 0 else f"**{-c.saved:.1f} s more** this run"
+        verdict = f"**{c.saved:.1f} s less**" if c.saved >= 0 else f"**{-c.saved:.1f} s more**"
         lines.append(f"The same {_tests(c.tests)} when the bundle first recorded {'it' if c.tests == 1 else 'them'}: "
-                     f"{c.then:.1f} s, plus {c.warmup_then:.1f} s in the warmup that built it. Compiling, warmups included: "
-                     f"{c.total_then:.1f} s then, {c.total_now:.1f} s now: {verdict}"
+                     f"{c.then:.1f} s, plus {c.warmup_then:.1f} s in the warmup that built it. Compiling "
+                     f"{'that test' if c.tests == 1 else 'those tests'} and the warmup: "
+                     f"{c.total_then:.1f} s then, {c.total_now:.1f} s now ({verdict})"
                      + (f" (building precompiled headers, kept per machine, left out: {c.headers_then:.1f} s then, "
                         f"{c.headers_now:.1f} s now)." if c.headers_then + c.headers_now >= 0.05 else "."))
         if c.now > c.then and c.warmup_then and not c.warmup_now:

@@ -33,9 +33,10 @@ def _compile_time_line(report: SessionReport) -> list[str]:
         if c.now > c.then and c.warmup_then and not c.warmup_now:
             lines.append("  (the first compile in each process pays torch's one-off start-up: the building run paid it "
                          "in its warmup, this run in its first test; compare the totals)")
-        verdict = f"{c.saved:.1f} s saved" if c.saved >= 0 else f"{-c.saved:.1f} s MORE this run"
-        lines.append(f"  compiling, warmups included: {c.total_then:.1f} s then, {c.total_now:.1f} s now: {verdict}"
-                     + _headers_left_out(c))
+        verdict = f"{c.saved:.1f} s less" if c.saved >= 0 else f"{-c.saved:.1f} s MORE"
+        those = "that test" if c.tests == 1 else "those tests"
+        lines.append(f"  compiling {those} and the warmup: {c.total_then:.1f} s then, {c.total_now:.1f} s now "
+                     f"({verdict}{_headers_left_out(c)})")
     return lines
 
 
@@ -128,8 +129,8 @@ def _headers_left_out(c: Comparison) -> str:
     """What the comparison leaves out: building precompiled headers, a cost per machine, not per bundle."""
     built = [f"{seconds:.1f} s {when}" for seconds, when in ((c.headers_then, "then"), (c.headers_now, "now"))
              if seconds >= 0.05]
-    return (f" (not counting {' and '.join(built)} building torch's precompiled C++ headers, which are kept per "
-            "machine with or without a bundle)") if built else ""
+    return (f"; not counting {' and '.join(built)} building torch's precompiled C++ headers, which are kept per "
+            "machine with or without a bundle") if built else ""
 
 
 def summary_lines(report: SessionReport) -> list[str]:
