@@ -544,3 +544,21 @@ def test_workers_are_listed_in_their_order() -> None:
                         for name in ("gw10", "gw1", "gw2", "gw0")]
     said = [line.split(")")[0] for line in summary_lines(report) if line.startswith("bundle (")]
     assert said == ["bundle (gw0", "bundle (gw1", "bundle (gw2", "bundle (gw10"], said
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "n2"])
+def test_a_warmup_without_a_bundle_is_not_called_a_bundle_and_says_how_to_keep_it(
+    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], workers: list[str]
+) -> None:
+    """A second newcomer, with ``warm_cache`` tests and no ``--compile-cache-bundle``, read "bundle (main):
+    warmed up here, then loaded: /tmp/pytest-of-root/.../session.bundle", about a bundle never asked
+    for, and found every run paying the whole warmup."""
+    pytester.makeconftest(WARMUP_CONFTEST)
+    pytester.makepyfile(test_model=WARM_TEST)
+    result = run_inner(*workers)
+    result.assert_outcomes(passed=2)
+    summary = _summary(result)
+    assert "session.bundle" not in summary and "bundle (" not in summary, summary
+    assert "warmup (" in summary and "ran here" in summary, summary
+    assert "for this session's warm_cache tests only; --compile-cache-bundle=PATH keeps it for later runs" \
+           in summary, summary

@@ -38,7 +38,12 @@ def _bundle_lines(report: SessionReport) -> list[str]:
     for process in report.processes_in_order():
         if process.status is Status.UNUSED:
             continue
-        what = "warmup failed" if process.status is Status.WARMUP_FAILED else f"{process.status.value}: {process.reason}"
+        if not report.bundle_path and process.status is Status.LOADED:
+            what = "this session's warmup, for this session's `warm_cache` tests only (no bundle named)"
+        elif process.status is Status.WARMUP_FAILED:
+            what = "warmup failed"
+        else:
+            what = f"{process.status.value}: {process.reason}"
         line = f"- **{process.process}**: {what}"
         if process.loaded:
             loaded = ", ".join(f"{n} {k}" for k, n in process.loaded.items())

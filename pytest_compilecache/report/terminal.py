@@ -151,7 +151,13 @@ def summary_lines(report: SessionReport) -> list[str]:
     for process in report.processes_in_order():
         if process.status in (Status.UNUSED,):
             continue
-        if process.status is Status.WARMUP_FAILED:
+        own = not report.bundle_path and process.status is Status.LOADED  # the session's warmup, no bundle named
+        if own and process.warmup_seconds is not None:
+            lines.append(f"warmup ({process.process}): ran here: {process.warmup_seconds:.1f} s; what it compiled is "
+                         "for this session's warm_cache tests only; --compile-cache-bundle=PATH keeps it for later runs")
+        elif own:
+            lines.append(f"warmup ({process.process}): loaded what this session's warmup compiled")
+        elif process.status is Status.WARMUP_FAILED:
             lines.append(f"bundle ({process.process}): warmup failed, see WARMUP FAILED below")
         elif process.status is Status.LOADED and process.warmup_seconds is not None:
             lines.append(f"bundle ({process.process}): warmed up here, then loaded: {process.reason}")
@@ -172,7 +178,7 @@ def summary_lines(report: SessionReport) -> list[str]:
             lines.append(f"  C++ binaries: {process.binaries.get('carried', 0)} carried, "
                          f"{process.binaries.get('fit', 0)} fit this machine"
                          + (f"; {kernels} Triton kernels from Triton's own cache" if kernels else ""))
-        if process.warmup_seconds is not None and not process.warmup_error:
+        if process.warmup_seconds is not None and not process.warmup_error and not own:
             wrote = f" and wrote {report.bundle_path}" if process.wrote_bundle else ""
             held = f"; {report.bundle_path} already held everything it compiled" if process.warmup_found_all else ""
             lines.append(f"  warmup ran here{wrote}: {process.warmup_seconds:.1f} s{held}")
