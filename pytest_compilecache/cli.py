@@ -446,8 +446,11 @@ def _plan(path: Path, entries: list[Entry], limit: int,
         last = index.runs[-1] if index.runs else None
         for kind, key, n in _torchapi.artifact_sizes(entry.payload or b""):
             used = index.used.get(artifact_id(kind, key), first)
-            # Among artifacts used as recently, the largest first: the fewest lost.
-            candidates.append((used, -n, number, kind, key, n, last is not None and used >= last))
+            # Among artifacts used as recently: AOTAutograd entries first (one cannot hit without the FX
+            # graph it names, while an FX graph still serves the compile that follows its miss), then
+            # the largest (the fewest lost).
+            candidates.append((used, kind != "aot_autograd", -n, number, kind, key, n,
+                               last is not None and used >= last))
     total = len(candidates)
     candidates.sort()
     recent = 0
@@ -455,7 +458,7 @@ def _plan(path: Path, entries: list[Entry], limit: int,
         dropped: dict[int, set[str]] = {}
         excess = size - limit
         while excess > 0 and candidates:
-            _, _, number, kind, key, n, last_used = candidates.pop(0)
+            *_, number, kind, key, n, last_used = candidates.pop(0)
             dropped.setdefault(number, set()).add(artifact_id(kind, key))
             recent += last_used
             excess -= n
@@ -574,10 +577,10 @@ def parser() -> argparse.ArgumentParser:
                        help="drop entry number N (as inspect numbers them) or every entry whose FIELD is VALUE "
                             "(FIELD=VALUE, e.g. device=cpu); repeatable; each must match an entry")
     prune.add_argument("--max-size", metavar="SIZE",
-                       help="then drop the least recently used artifacts (and, if that is not enough or would "
-                            "leave an entry only its binaries, carried binaries first) until the bundle takes at most "
-                            "SIZE (e.g. 50MB, 2GiB); an entry left with no artifact is dropped, and a bundle that "
-                            "cannot keep any artifact is left unchanged")
+                       help="then, until the bundle takes at most SIZE (e.g. 50MB, 2GiB), drop its least "
+                            "recently used artifacts, then carried C++ binaries (the binaries before the artifacts "
+                            "where dropping artifacts alone would leave an entry only its binaries); an entry left "
+                            "with no artifact is dropped, and a bundle that cannot keep any artifact is left unchanged")
     prune.set_defaults(run=cmd_prune)
     return p
 

@@ -607,6 +607,11 @@ def test_prune_to_a_size_says_when_it_drops_what_the_last_run_used(good_bundle: 
     lines = [line for line in result.stdout.splitlines() if "least recently used" in line]
     assert lines and "the last recorded run used" in lines[0], result.stdout
     assert "tests that need them miss until an updating run saves them again" in lines[0], result.stdout
+    with read_manifest(path) as bundle:
+        (entry,) = bundle.entries
+        kinds = {kind: counts["count"] for kind, counts in entry.artifacts.items()}
+    # An AOTAutograd entry goes before the FX graph it names: alone, the graph still serves a compile.
+    assert kinds.get("inductor") == 2 and kinds.get("aot_autograd", 0) < 2, kinds
 
 
 def test_the_cli_says_nothing_of_torch_on_stderr_where_numpy_is_missing(good_bundle: Path, tmp_path: Path) -> None:
