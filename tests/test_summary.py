@@ -502,7 +502,7 @@ def test_the_summary_says_where_the_report_went_and_which_folders_it_made(
     written = pytester.path / "out" / "deeper" / "r.json"
     assert json.loads(written.read_text())["format"] == 1
     summary = _summary(result)
-    assert f"report written: {written} (made the folder {pytester.path / 'out'} for it)" in summary, summary
+    assert f"report written: {written} (made 2 folders for it, from {pytester.path / 'out'})" in summary, summary
     again = run_inner(*workers, "--compile-cache-report=out/deeper/r.json")
     assert f"report written: {written}\n" in _summary(again) + "\n", _summary(again)
 

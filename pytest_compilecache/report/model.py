@@ -148,6 +148,8 @@ class ReportWritten:
     path: str
     #: The outermost folder made for it ("" when its folder existed).
     made: str = ""
+    #: How many folders were made for it (the outermost and those below it).
+    folders_made: int = 0
 
 
 @dataclass

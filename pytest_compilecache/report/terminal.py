@@ -218,6 +218,8 @@ def summary_lines(report: SessionReport) -> list[str]:
     lines.extend(f"C++ binary not used: {problem}" for problem in report.binary_problems())
     lines.extend(expectation_lines(report.expectations))
     if report.written is not None:
-        made = f" (made the folder {report.written.made} for it)" if report.written.made else ""
+        made, folders = report.written.made, report.written.folders_made
+        made = (f" (made {folders} folders for it, from {made})" if folders > 1 else
+                f" (made the folder {made} for it)" if made else "")
         lines.append(f"report written: {report.written.path}{made}")
     return lines

@@ -165,7 +165,7 @@ def write_json(path: Path | None, report: SessionReport) -> ReportWritten | None
         why = f"{blocked} is a file, not a folder" if blocked is not None else (exc.strerror or str(exc))
         report.problems.append(Problem(Concern.REPORT, f"{path}: cannot write the report: {why}", str(path)))
         return None
-    return ReportWritten(str(path.absolute()), str(missing[-1].absolute()) if missing else "")
+    return ReportWritten(str(path.absolute()), str(missing[-1].absolute()) if missing else "", len(missing))
 
 
 def read_index(file: str | None) -> KeyIndex | None:
