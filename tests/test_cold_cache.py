@@ -194,37 +194,15 @@ def test_isolate_option_gives_every_test_its_own_dir(
 
 
 @pytest.mark.slow
-def test_a_cold_test_first_in_a_process_does_not_build_the_cpu_probes_in_its_empty_folder(
-    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], shared_headers_dir: Path
+def test_the_cpu_probes_are_kept_beside_the_headers_and_a_cold_test_first_finds_them_there(
+    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], tmp_path: Path
 ) -> None:
     """torch learns which vector instructions the CPU runs once a process, at its first C++ compile,
     by building six probe binaries in the cache folder of the moment (about 7 s where none are built,
     1.2 s where they are). A newcomer found a run's first ``cold_cache`` test paying the 7 s in every
-    run: its folder starts empty by design. The probes are machine facts, not the test's cache: they
-    are built beside the precompiled headers, once per machine."""
-    pytester.makepyfile(test_first="""
-import torch
-
-def test_cold_first(cold_cache):
-    torch.compile(lambda x: torch.sinh(x) * 7)(torch.randn(8))
-    built = sorted(p.name for p in cold_cache.path.rglob("*.so"))
-    assert len(built) == 1, built  # the kernel, and no probe
-""")
-    probes = shared_headers_dir / "cpu-probes"
-    run_inner(fresh=True).assert_outcomes(passed=1)
-    first = {p: p.stat().st_mtime_ns for p in probes.rglob("*.so")}
-    assert first, f"no probe in {probes}"
-    run_inner(fresh=True).assert_outcomes(passed=1)
-    assert {p: p.stat().st_mtime_ns for p in probes.rglob("*.so")} == first, "the probes were built again"
-
-
-@pytest.mark.slow
-def test_the_probes_a_building_run_makes_are_kept_for_the_next_runs_cold_tests(
-    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], tmp_path: Path
-) -> None:
-    """A second newcomer's first run after building paid the 7 s again: the building run's warmup
-    had built the probes in its own folder (the bundle carries them), not beside the headers. They are
-    linked there too, so the next run's first cold test finds them."""
+    run, its folder empty by design; then the first run after a building run, whose warmup had built
+    them in its own folder (the bundle carries them). They are kept beside the headers: linked there
+    by the building run, found there by the next run's cold test, which builds none in its folder."""
     pytester.makeconftest(WARMUP_CONFTEST)
     pytester.makepyfile(test_a_cold="""
 import torch
