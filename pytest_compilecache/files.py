@@ -88,31 +88,46 @@ def _link_tree(source: str, dest: str, replace: bool, leave_out: Collection[str]
             elif entry.is_file(follow_symlinks=False):
                 if without and entry.name.endswith(without):
                     continue
-                copied = entry.name.endswith(COPIED_SUFFIXES)
                 if not replace:
-                    try:
-                        if copied:
-                            _copy_if_absent(entry.path, target)
-                        else:
-                            os.link(entry.path, target)  # made whole or not at all
-                        placed += 1
-                        continue
-                    except FileExistsError:
-                        continue
-                    except OSError:
-                        pass  # another file system, a link limit, no hard links at all: copied below
-                if os.path.lexists(target) and (not replace or os.path.samefile(entry.path, target)):
+                    placed += place_file(entry.path, target)
                     continue
-                tmp = os.path.join(dest, f".{entry.name}.{os.getpid()}.{threading.get_ident()}.link")
-                try:
-                    if copied or not _linked(entry.path, tmp):
-                        shutil.copy2(entry.path, tmp)
-                    os.replace(tmp, target)
-                finally:
-                    if os.path.lexists(tmp):
-                        os.unlink(tmp)
+                if os.path.lexists(target) and os.path.samefile(entry.path, target):
+                    continue
+                _copy_over(entry.path, target)
                 placed += 1
     return placed
+
+
+def place_file(source: str, target: str) -> bool:
+    """Put ``source`` at ``target`` as :func:`link_tree` places a file: a hard link (a copy for sources,
+    see :data:`COPIED_SUFFIXES`, and where a link cannot be made), whole or not at all. False where
+    ``target`` exists (left as it was)."""
+    try:
+        if target.endswith(COPIED_SUFFIXES):
+            _copy_if_absent(source, target)
+        else:
+            os.link(source, target)  # made whole or not at all
+        return True
+    except FileExistsError:
+        return False
+    except OSError:
+        pass  # another file system, a link limit, no hard links at all: copied below
+    if os.path.lexists(target):
+        return False
+    _copy_over(source, target)
+    return True
+
+
+def _copy_over(source: str, target: str) -> None:
+    """``source`` at ``target`` (a link, or a copy for sources and where links fail), renamed over it whole."""
+    tmp = os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.{os.getpid()}.{threading.get_ident()}.link")
+    try:
+        if target.endswith(COPIED_SUFFIXES) or not _linked(source, tmp):
+            shutil.copy2(source, tmp)
+        os.replace(tmp, target)
+    finally:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
 
 
 def _copy_if_absent(source: str, target: str) -> None:

@@ -431,7 +431,7 @@ def test_a_save_says_apart_the_time_spent_importing_torch_first() -> None:
 
 @pytest.mark.slow
 def test_a_building_run_an_updating_run_and_a_later_run_each_say_what_happened_to_the_bundle(
-    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult]
+    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], tmp_path: Path
 ) -> None:
     """What a newcomer found contradictory or mixed:
 
@@ -440,11 +440,15 @@ def test_a_building_run_an_updating_run_and_a_later_run_each_say_what_happened_t
       of it; an updating run's warmup that compiled nothing the bundle lacked wrote nothing new at all.
     - "the same N tests in the run that built the bundle" after an updating run that added a test: that
       test's figure comes from the updating run, the first to record it; the summary says so.
+    - "compiling, warmups included: ... saved" counted a first-ever run's precompiled-header builds
+      (about 5 s, kept per machine with or without a bundle) as the bundle's: the building run records
+      them, and the comparison leaves them out on both sides, saying so (a private headers folder here).
     """
     pytester.makeconftest(WARMUP_CONFTEST)
     pytester.makepyfile(test_model=WARM_TEST)
     home = f"compile_cache_home = {pytester.path / 'home'}"
-    args = ("--compile-cache-bundle=b.bundle", "--compile-cache-report=r.json")
+    args = ("-o", f"compile_cache_headers_dir={tmp_path / 'headers'}", "--compile-cache-bundle=b.bundle",
+            "--compile-cache-report=r.json")
     path = pytester.path / "b.bundle"
 
     def report() -> dict:
@@ -462,6 +466,8 @@ def test_a_building_run_an_updating_run_and_a_later_run_each_say_what_happened_t
            "more (their compile times and use of it recorded at the end); it holds 1 inductor" in summary, summary
     assert report()["bundle"]["saved"]["added"] is False and report()["bundle"]["processes"][0]["wrote_bundle"]
     before = seconds()
+    built_headers = report()["bundle"]["processes"][0]["headers_seconds"]
+    assert built_headers > 0.5, "the building run built the precompiled headers"
 
     pytester.makepyfile(test_more="""
 import torch
@@ -488,6 +494,12 @@ def test_added(warm_cache):
     assert "in the run that built the bundle" not in summary, summary
     assert f"the same 3 tests when the bundle first recorded them: {compared['built_compile_seconds']:.1f} s" in summary, \
         summary
+    assert report()["bundle"]["processes"][0]["headers_seconds"] == 0.0  # kept: nothing built
+    assert compared["built_headers_seconds"] == pytest.approx(built_headers, abs=2e-3)
+    then = compared["built_compile_seconds"] + compared["built_warmup_seconds"] - compared["built_headers_seconds"]
+    assert compared["compile_seconds_saved"] == pytest.approx(then - compared["compile_seconds"], abs=2e-3)
+    assert f" less; not counting {built_headers:.1f} s then building torch's precompiled C++ headers, which are " \
+           "kept per machine with or without a bundle)" in summary, summary
 
 
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "n2"])
@@ -507,32 +519,6 @@ def test_the_summary_says_where_the_report_went_and_which_folders_it_made(
     assert f"report written: {written}\n" in _summary(again) + "\n", _summary(again)
 
 
-@pytest.mark.slow
-def test_the_time_saved_leaves_out_building_the_precompiled_headers(
-    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], tmp_path: Path
-) -> None:
-    """A newcomer's first run built torch's precompiled C++ headers (about 5 s, kept in the per-user
-    folder whether or not a bundle is used) in its warmup, and the next run's "compiling, warmups
-    included: ... saved" counted them as saved by the bundle. The building run records how long its
-    header builds took, and the comparison leaves them out on both sides, saying so."""
-    pytester.makeconftest(WARMUP_CONFTEST)
-    pytester.makepyfile(test_model=WARM_TEST)
-    args = ("-o", f"compile_cache_headers_dir={tmp_path / 'headers'}", "--compile-cache-bundle=b.bundle",
-            "--compile-cache-report=r.json")
-    run_inner(*args).assert_outcomes(passed=2)
-    built = json.loads((pytester.path / "r.json").read_text())["bundle"]["processes"][0]
-    assert built["headers_seconds"] > 0.5, built  # the headers were built in this run
-    later = run_inner(*args)
-    later.assert_outcomes(passed=2)
-    report = json.loads((pytester.path / "r.json").read_text())
-    assert report["bundle"]["processes"][0]["headers_seconds"] == 0.0  # kept: nothing built
-    compared = report["totals"]["compared_with_build"]
-    assert compared["built_headers_seconds"] == pytest.approx(built["headers_seconds"], abs=2e-3)
-    then = compared["built_compile_seconds"] + compared["built_warmup_seconds"] - compared["built_headers_seconds"]
-    assert compared["compile_seconds_saved"] == pytest.approx(then - compared["compile_seconds"], abs=2e-3)
-    assert f" less; not counting {compared['built_headers_seconds']:.1f} s then building torch's precompiled C++ " \
-           "headers, which are kept per machine with or without a bundle)" in _summary(later), _summary(later)
-
 
 def test_workers_are_listed_in_their_order() -> None:
     """Workers report as they finish; a newcomer read gw1's bundle block above gw0's. gw10 comes after gw2."""
@@ -546,19 +532,19 @@ def test_workers_are_listed_in_their_order() -> None:
     assert said == ["bundle (gw0", "bundle (gw1", "bundle (gw2", "bundle (gw10"], said
 
 
-@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "n2"])
 def test_a_warmup_without_a_bundle_is_not_called_a_bundle_and_says_how_to_keep_it(
-    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], workers: list[str]
+    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult]
 ) -> None:
     """A second newcomer, with ``warm_cache`` tests and no ``--compile-cache-bundle``, read "bundle (main):
     warmed up here, then loaded: /tmp/pytest-of-root/.../session.bundle", about a bundle never asked
-    for, and found every run paying the whole warmup."""
+    for, and found every run paying the whole warmup. With two workers: one ran it, the other loaded it."""
     pytester.makeconftest(WARMUP_CONFTEST)
     pytester.makepyfile(test_model=WARM_TEST)
-    result = run_inner(*workers)
+    result = run_inner("-n", "2")
     result.assert_outcomes(passed=2)
     summary = _summary(result)
     assert "session.bundle" not in summary and "bundle (" not in summary, summary
-    assert "warmup (" in summary and "ran here" in summary, summary
+    assert "warmup (" in summary and "ran here" in summary and "loaded what this session's warmup compiled" in summary, \
+        summary
     assert "for this session's warm_cache tests only; --compile-cache-bundle=PATH keeps it for later runs" \
            in summary, summary

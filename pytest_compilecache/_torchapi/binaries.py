@@ -29,6 +29,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+from .. import files
 from . import clock, tritoncache
 
 _counts: Counter[str] = Counter()
@@ -257,16 +258,9 @@ def _keep_probe(code: str) -> None:
     for binary in _probe_binaries(code):
         for path in (binary.with_suffix(".cpp"), binary):
             target = Path(told[0]) / path.relative_to(root)
-            if target.exists() or not path.exists():
-                continue
             try:
                 target.parent.mkdir(parents=True, exist_ok=True)
-                try:
-                    os.link(path, target)
-                except OSError:  # another file system: a copy, whole before it appears
-                    partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
-                    shutil.copy2(path, partial)
-                    os.replace(partial, target)
+                files.place_file(str(path), str(target))
             except OSError:
                 return
 
