@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from .. import files
+from ..environment import SavedEnv
 from . import clock, tritoncache
 
 _counts: Counter[str] = Counter()
@@ -201,16 +202,12 @@ def _probe_where_told() -> None:
         told = _probes_folder()
         if told is None or not told[1] or learned().currsize:
             return original()
-        folder = told[0]
-        previous = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder
+        saved = SavedEnv(("TORCHINDUCTOR_CACHE_DIR",))
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = told[0]
         try:
             return original()
         finally:
-            if previous is None:
-                os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
-            else:
-                os.environ["TORCHINDUCTOR_CACHE_DIR"] = previous
+            saved.restore()
 
     valid_vec_isa_list._compilecache = True  # type: ignore[attr-defined]
     setattr(cpu_vec_isa, "valid_vec_isa_list", valid_vec_isa_list)
