@@ -482,7 +482,7 @@ def _without(entry: Entry, names: set[str]) -> Entry:
     payload, _ = _torchapi.select_artifacts(entry.payload or b"", lambda kind, key: artifact_id(kind, key) not in names)
     kept = {key for _, key, _ in _torchapi.artifact_sizes(payload)}
     return entry.with_payload(payload, _torchapi.describe_artifacts(payload),
-                              entry.index.restricted(kept) if entry.index else None)
+                              entry.index.restricted(kept, "`prune --max-size`", time.time()) if entry.index else None)
 
 
 def cmd_prune(args: argparse.Namespace) -> int:

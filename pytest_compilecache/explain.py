@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import time
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
@@ -68,6 +69,11 @@ def explain(layer: str, key: str, code: str, components: Mapping[str, tuple[str,
         return Explanation(f"{where}: this cache starts empty by design (cold_cache, --compile-cache-isolate); "
                            f"{holder.name} holds this very entry", ("cache starts empty",))
     for source in known:
+        if not starts_empty and key in source.index.dropped:
+            why, when = source.index.dropped[key]
+            day = time.strftime("%Y-%m-%d", time.gmtime(when))
+            return Explanation(f"{where}: {source.name} held this very entry until {why} dropped it ({day}); "
+                               "an updating run (--compile-cache-update) saves it again", ("dropped from the bundle",))
         if source.fills and key in source.index.keys:
             return Explanation(f"{where}: {source.name} holds an entry with this very key, but it was not in "
                                "the cache folder of this lookup", ("entry not in the cache folder",))

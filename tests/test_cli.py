@@ -612,6 +612,12 @@ def test_prune_to_a_size_says_when_it_drops_what_the_last_run_used(good_bundle: 
         kinds = {kind: counts["count"] for kind, counts in entry.artifacts.items()}
     # An AOTAutograd entry goes before the FX graph it names: alone, the graph still serves a compile.
     assert kinds.get("inductor") == 2 and kinds.get("aot_autograd", 0) < 2, kinds
+    # The miss that follows is explained as the prune's, not as new code (a newcomer's read).
+    after = sessions.run(good_bundle.parent, "-q", f"--compile-cache-bundle={path}", "--compile-cache-explain",
+                         f"--basetemp={tmp_path / 'base2'}", check=True)
+    said = [line.strip() for line in after.stdout.splitlines() if "AOTAutograd miss in" in line]
+    assert said and all("`prune --max-size` dropped it" in line and "new code" not in line for line in said), \
+        after.stdout
 
 
 def test_the_cli_says_nothing_of_torch_on_stderr_where_numpy_is_missing(good_bundle: Path, tmp_path: Path) -> None:

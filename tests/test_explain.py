@@ -339,3 +339,22 @@ def test_a_miss_in_an_empty_cache_of_a_key_known_elsewhere_is_by_design() -> Non
     why = explain("fx_graph", "fold", "f (x.py)", BASE, [bundle], starts_empty=True)
     assert why.kinds == ("cache starts empty",) and "the bundle b holds this very entry" in why.text, why.text
     assert "new code" not in why.text
+
+
+def test_a_dropped_key_is_remembered_until_an_updating_run_saves_it_again() -> None:
+    """``prune --max-size`` and ``compile_cache_max_unused_runs`` narrow the index with the artifacts;
+    the keys they drop stay named, so that a later miss is the drop, not "new code"."""
+    other = {**BASE, "gm": ("g2", "GraphModule()\\n\\ndef forward(self, x):\\n    cos = torch.ops.aten.cos.default(x)\\n")}
+    full = _index(fold=("fx_graph", "f (x.py)", BASE), fnew=("fx_graph", "f (x.py)", other))
+    pruned = KeyIndex.unpack(full.restricted({"fnew"}, "`prune --max-size`", 1_790_000_000.0).pack())
+    assert set(pruned.keys) == {"fnew"} and pruned.dropped == {"fold": ("`prune --max-size`", 1_790_000_000.0)}
+    why = explain("fx_graph", "fold", "f (x.py)", BASE, [Known("the bundle b", pruned, fills=True)])
+    assert why.kinds == ("dropped from the bundle",), why.text
+    assert "the bundle b held this very entry until `prune --max-size` dropped it (2026-09-21)" in why.text
+    assert "--compile-cache-update" in why.text and "new code" not in why.text
+    cold = explain("fx_graph", "fold", "f (x.py)", BASE, [Known("the bundle b", pruned)], starts_empty=True)
+    assert "dropped" not in cold.text, "a cache that starts empty misses by design, dropped or not"
+
+    again = _index(fold=("fx_graph", "f (x.py)", BASE))
+    assert KeyIndex.union([pruned, again]).dropped == {}, "an updating run that saved it again forgets the drop"
+    assert KeyIndex.union([pruned]).restricted({"fnew"}).dropped == pruned.dropped, "kept through later writes"

@@ -8,7 +8,8 @@ key and nearly always the same, so each distinct set of them is stored once and 
 
 The index also records usage: the times of the updating runs that wrote the entry, and per artifact
 the last of them that used it, so that unused artifacts can be dropped (``compile_cache_max_unused_runs``,
-``prune --max-size``). It travels as an optional, zlib-compressed JSON section of a bundle entry.
+``prune --max-size``); and which keys were dropped so, why and when, so that a later miss of one is
+explained as the drop it is. It travels as an optional, zlib-compressed JSON section of a bundle entry.
 This module never imports torch.
 """
 
@@ -29,6 +30,8 @@ MAX_TEXT = 2000
 MAX_GRAPH_TEXT = 30000
 #: How many updating runs are remembered per entry.
 MAX_RUNS = 200
+#: How many dropped keys are remembered (the most recently dropped).
+MAX_DROPPED = 10000
 #: Largest index accepted when decompressed (a bomb is refused, not inflated).
 MAX_UNPACKED = 256 * 1024 * 1024
 
@@ -59,12 +62,15 @@ class KeyIndex:
     keys: dict[str, dict[str, Any]] = field(default_factory=dict)
     runs: list[float] = field(default_factory=list)
     used: dict[str, float] = field(default_factory=dict)
+    #: ``{key: (why, when)}``: keys whose artifacts were dropped from the bundle, and what dropped them.
+    dropped: dict[str, tuple[str, float]] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.keys or self.runs or self.used)
 
     def add(self, key: str, layer: str, code: str, components: Components) -> None:
         """Record the components of ``key`` (a key already recorded is kept as it was)."""
+        self.dropped.pop(key, None)
         if key in self.keys:
             return
         config = {n: [str(v[0]), clip(n, str(v[1]))] for n, v in components.items() if n.startswith(CONFIG_PREFIXES)}
@@ -83,13 +89,19 @@ class KeyIndex:
         """The keys recorded for ``layer``."""
         return [k for k, r in self.keys.items() if r["layer"] == layer]
 
-    def restricted(self, keys: Iterable[str]) -> "KeyIndex":
-        """A copy holding only ``keys`` (and the config sets they use); usage kept for the artifacts of those keys."""
+    def restricted(self, keys: Iterable[str], dropped_by: str = "", when: float = 0.0) -> "KeyIndex":
+        """A copy holding only ``keys`` (and the config sets they use); usage kept for the artifacts of those keys.
+
+        With ``dropped_by`` (``"prune --max-size"``), the keys left out are remembered as dropped by it at ``when``.
+        """
         wanted = set(keys)
         kept = {k: r for k, r in self.keys.items() if k in wanted}
         configs = {c: v for c, v in self.configs.items() if c in {r["config"] for r in kept.values()}}
         used = {a: t for a, t in self.used.items() if a.split("/", 1)[-1] in wanted}
-        return KeyIndex(self.torch, configs, kept, list(self.runs), used)
+        dropped = {k: d for k, d in self.dropped.items() if k not in wanted}
+        if dropped_by:
+            dropped.update({k: (dropped_by, when) for k in self.keys if k not in wanted})
+        return KeyIndex(self.torch, configs, kept, list(self.runs), used, _newest(dropped))
 
     def note_run(self, when: float, used: Iterable[str]) -> None:
         """An updating run at ``when`` used the artifacts ``used`` (as :func:`artifact_id` names them)."""
@@ -123,12 +135,17 @@ class KeyIndex:
             out.runs = sorted(set(out.runs) | set(part.runs))[-MAX_RUNS:]
             for name, when in part.used.items():
                 out.used[name] = max(out.used.get(name, 0.0), when)
+            for key, drop in part.dropped.items():
+                out.dropped.setdefault(key, drop)
+        out.dropped = _newest({k: d for k, d in out.dropped.items() if k not in out.keys})
         return out
 
     def pack(self) -> bytes:
         """The compressed form stored in a bundle."""
-        data = {"format": FORMAT, "torch": self.torch, "configs": self.configs, "keys": self.keys,
-                "runs": self.runs, "used": self.used}
+        data: dict[str, Any] = {"format": FORMAT, "torch": self.torch, "configs": self.configs, "keys": self.keys,
+                                "runs": self.runs, "used": self.used}
+        if self.dropped:
+            data["dropped"] = {k: list(d) for k, d in self.dropped.items()}
         return zlib.compress(json.dumps(data, sort_keys=True, separators=(",", ":")).encode(), 6)
 
     @classmethod
@@ -153,9 +170,23 @@ class KeyIndex:
                 keys={_str(k): _record(r) for k, r in _dict(data.get("keys", {})).items()},
                 runs=sorted(_number(t) for t in _list(data.get("runs", [])))[-MAX_RUNS:],
                 used={_str(a): _number(t) for a, t in _dict(data.get("used", {})).items()},
+                dropped=_newest({_str(k): _drop(d) for k, d in _dict(data.get("dropped", {})).items()}),
             )
         except TypeError as exc:
             raise KeyIndexError(f"the key index is malformed: {exc}") from None
+
+
+def _newest(dropped: dict[str, tuple[str, float]]) -> dict[str, tuple[str, float]]:
+    if len(dropped) <= MAX_DROPPED:
+        return dropped
+    return dict(sorted(dropped.items(), key=lambda item: -item[1][1])[:MAX_DROPPED])
+
+
+def _drop(value: Any) -> tuple[str, float]:
+    pair = _list(value)
+    if len(pair) != 2:
+        raise TypeError(f"a dropped key must be [why, when], got {_short(value)}")
+    return _str(pair[0]), _number(pair[1])
 
 
 def _short(value: Any) -> str:

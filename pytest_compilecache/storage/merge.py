@@ -162,7 +162,9 @@ def _without_unused(entry: Entry, runs: int, counts: dict[str, int]) -> Entry:
     for kind, n in dropped.items():
         counts[kind] = counts.get(kind, 0) + n
     kept = {key for kind, key, _ in sizes if artifact_id(kind, key) not in unused}
-    return entry.with_payload(payload, _torchapi.describe_artifacts(payload), entry.index.restricted(kept))
+    index = entry.index.restricted(kept, f"no test using it in {runs} updating run{'s' if runs != 1 else ''} "
+                                         "(compile_cache_max_unused_runs)", time.time())
+    return entry.with_payload(payload, _torchapi.describe_artifacts(payload), index)
 
 
 def bundle_payload(entry: Entry) -> bytes:
