@@ -26,6 +26,7 @@ from .storage.merge import union
 from .storage.objects import read_url
 from .storage.stores import open_store
 from .storage.urls import STORAGE_OPTIONS_ENV, file_url_path, is_url, parse_storage_options, redacted
+from .words import counted
 
 LOCK_TIMEOUT = 60.0
 
@@ -173,7 +174,7 @@ def _inspect(args: argparse.Namespace, bundle: Bundle) -> int:
 
 def _show(bundle: Bundle, data: dict[str, Any], check: bool) -> None:
     """``inspect``'s listing as text."""
-    _say(f"{bundle.name}: bundle format 1, {data['bytes'] / 1e6:.2f} MB, {len(bundle.entries)} environment(s)")
+    _say(f"{bundle.name}: bundle format 1, {data['bytes'] / 1e6:.2f} MB, {counted(len(bundle.entries), 'environment')}")
     for item in data["entries"]:
         created, updated = _when(item["created"]), _when(item["updated"])
         match = "matches this machine" if item["matches_here"] else "does NOT match this machine"
@@ -328,7 +329,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
         for url in left:
             _say(f"{_shown(out)}: warning: {_shown(url)} is folded in but could not be removed; a later merge folds it again "
                  "(harmless)", sys.stderr)
-    _say(f"{_shown(args.output)}: {len(result.entries)} environment(s) from {count + reads_output} bundle(s){said}")
+    _say(f"{_shown(args.output)}: {counted(len(result.entries), 'environment')} from {counted(count + reads_output, 'bundle')}{said}")
     return 0
 
 
@@ -409,7 +410,7 @@ def _fit(path: Path, entries: list[Entry], limit: int, said: list[str]) -> list[
     if size > limit or not left:
         raise UserError(f"{path}: cannot fit in {limit:,d} bytes with any artifact kept; {path} is unchanged")
     if len(left) < len(kept):
-        lines.append(f"dropped {len(kept) - len(left)} environment(s) left with no artifact")
+        lines.append(f"dropped {counted(len(kept) - len(left), 'environment')} left with no artifact")
     said.extend([f"{start:,d} -> {encoded_size(Bundle(path, left)):,d} bytes", *lines])
     return left
 
@@ -466,7 +467,7 @@ def _plan(path: Path, entries: list[Entry], limit: int,
         size = encoded_size(Bundle(path, entries))
     gone = total - len(candidates)
     if gone:
-        line = f"dropped {gone} least recently used artifact{'s' if gone != 1 else ''}"
+        line = f"dropped {counted(gone, 'least recently used artifact')}"
         if recent:
             line += (f" ({recent} of them the last recorded run used: tests that need them miss until an "
                      "updating run saves them again)")
@@ -514,7 +515,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
         return kept
 
     _update(args.path, change)
-    _say(f"{_shown(args.path)}: kept {counts[0]} of {counts[1]} environment(s)" + (f"; {'; '.join(said)}" if said else ""))
+    _say(f"{_shown(args.path)}: kept {counts[0]} of {counted(counts[1], 'environment')}" + (f"; {'; '.join(said)}" if said else ""))
     return 0
 
 
@@ -523,6 +524,17 @@ DESCRIPTION = ("Inspect, verify, merge and prune pytest-compilecache bundles, at
 EPILOG = ("Exit status: 0 on success; 1 when verify or inspect --check finds the bundle unusable or cannot read "
           "it; 2 for any other error (a command that fails leaves the bundle as it was).")
 BUNDLE = "the bundle: a file path or a URL (s3://, gs://, az://; http(s):// to read)"
+
+
+class _CommandParser(argparse.ArgumentParser):
+    """A command's parser: arguments it does not know are its error, shown with its own usage."""
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
 
 
 def parser() -> argparse.ArgumentParser:
@@ -534,7 +546,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--network-timeout", metavar="SECONDS", type=float, default=DEFAULT_NETWORK_TIMEOUT,
                    help=f"seconds a store may take to answer a request, plus the time a transfer takes at "
                         f"{MIN_RATE // 1000} kB/s; then the command gives up (default {DEFAULT_NETWORK_TIMEOUT:g})")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_CommandParser,
                            help="what to do; pytest-compilecache COMMAND --help tells more")
     inspect = sub.add_parser(
         "inspect", help="show a bundle's entries (one per environment), their artifacts and carried binaries",
@@ -607,4 +619,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _entry() -> Any:
-    sys.exit(main())
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader left (``| head``): stop quietly, as other command-line tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 1
+    sys.exit(code)

@@ -396,7 +396,7 @@ def test_a_real_gpu_bundle_is_not_loaded_on_a_cpu_machine(pytester: pytest.Pytes
     result = pytester.runpytest_subprocess(*sessions.args(), f"--compile-cache-bundle={bundle}", "-rs",
                                            "-p", "no:cacheprovider")
     result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(["*bundle (main): incompatible:*no entry matches this machine*device: bundle NVIDIA H200, here cpu*"])
+    result.stdout.fnmatch_lines(["*bundle: incompatible:*no entry matches this machine*device: bundle NVIDIA H200, here cpu*"])
     assert bundle.read_bytes() == H200_BUNDLE.read_bytes()
 
 
@@ -496,7 +496,7 @@ def test_signed_bundles(good_bundle: Path, tmp_path: Path, monkeypatch: pytest.M
 
     good = session(signed, "right")
     assert good.returncode == 0 and "bundles are signed and checked with PYTEST_COMPILE_CACHE_KEY" in good.stdout
-    assert "bundle (main): loaded" in good.stdout, good.stdout
+    assert "bundle: loaded" in good.stdout, good.stdout
     refused = session(forged, "right", "--compile-cache-strict")
     assert refused.returncode != 0, refused.stdout
     said = refused.stdout + refused.stderr
@@ -631,3 +631,26 @@ def test_the_cli_says_nothing_of_torch_on_stderr_where_numpy_is_missing(good_bun
                            "verify", str(good_bundle)], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stderr == "", done.stderr  # inspect imports torch the same way
+
+
+def test_a_mistyped_option_after_a_command_shows_that_commands_usage(good_bundle: Path) -> None:
+    """A newcomer's ``prune PATH --max-sise 1`` printed the top-level usage ("COMMAND ..."), not prune's."""
+    for command, typo in (("prune", "--max-sise"), ("inspect", "--bogus"), ("verify", "--jsn")):
+        result = cli(command, good_bundle, typo, "1")
+        assert result.returncode == 2 and result.stdout == "", result
+        assert result.stderr.startswith(f"usage: pytest-compilecache {command} "), result.stderr
+        assert f"pytest-compilecache {command}: error: unrecognized arguments: {typo} 1" in result.stderr, result.stderr
+
+
+def test_output_into_a_closed_pipe_ends_quietly(good_bundle: Path, sessions: Sessions) -> None:
+    """``inspect PATH | head -3`` printed a BrokenPipeError traceback once head had its lines (here the
+    reader is gone before the first line, so that every write fails, as the last ones did)."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run([CLI, "inspect", str(good_bundle)], stdout=write, stderr=subprocess.PIPE, text=True,
+                              timeout=300, env=sessions.env())
+    finally:
+        os.close(write)
+    assert done.stderr == "", done.stderr
+    assert done.returncode == 1, done.returncode

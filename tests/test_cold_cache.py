@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Callable
 
@@ -225,3 +226,20 @@ def test_warm(warm_cache):
     assert kept, "the building run's probes were not kept beside the headers"
     run_inner(*args, fresh=True).assert_outcomes(passed=2)
     assert {p: p.stat().st_mtime_ns for p in (headers / "cpu-probes").rglob("*.so")} == kept
+
+    # A session with no bundle runs its warmup in a new folder every time: it places the kept probes
+    # there before torch looks (a third newcomer's runs paid the 7 s in every such session).
+    report = tmp_path / "probes.json"
+    pytester.makeconftest(WARMUP_CONFTEST + f"""
+import json, pathlib
+
+def pytest_compilecache_warmup(cache):
+    torch.compile(f)(torch.randn(8))
+    kept = {{p.name: p.stat().st_ino for p in pathlib.Path({str(headers / "cpu-probes")!r}).rglob("*.so")}}
+    placed = {{p.name: p.stat().st_ino == kept[p.name] for p in cache.path.rglob("*.so") if p.name in kept}}
+    pathlib.Path({str(report)!r}).write_text(json.dumps(placed))
+""")
+    run_inner("-o", f"compile_cache_headers_dir={headers}", "-k", "warm", fresh=True).assert_outcomes(
+        passed=1, deselected=1)
+    placed = json.loads(report.read_text())
+    assert placed and all(placed.values()), placed

@@ -380,7 +380,7 @@ def test_warm(warm_cache):
     assert "Traceback" not in out
     result.stdout.fnmatch_lines([
         "compilecache: bundle s3://bundles/b.bundle: cannot be used (see PROBLEM in the compilecache summary)",
-        "bundle (main): warmed up here, then loaded: *session.bundle: torch *",  # the warmup's, published to the session's own bundle
+        "bundle: warmed up here, then loaded: *session.bundle: torch *",  # the warmup's, published to the session's own bundle
         "bundle left alone: s3://bundles/b.bundle was neither used nor written (see PROBLEM below)*",
         "PROBLEM: s3://bundles/b.bundle: cannot read it: EndpointConnectionError*",
     ])

@@ -171,8 +171,10 @@ def cpu_probes_in(folder: str, here: bool) -> Iterator[None]:
     """Inside, the CPU probes a process builds to learn its vector instructions (once a process, about
     7 s where none are built, 1.2 s where they are) end up in ``folder``, kept between runs: built
     there (``here``: a cache folder that starts empty by design would build all six again in every
-    run), or built in the cache folder of the moment (a bundle carries them) and linked there too, so
-    that a later run's empty folder finds them. What torch learns is the same wherever they lie."""
+    run), or in the cache folder of the moment (a bundle carries them): placed there from ``folder``
+    where it holds them, else built and linked there too, so that a later run's empty folder finds
+    them. A placed probe that fails to load is built again. What torch learns is the same wherever
+    they lie."""
     with _lock:
         _probes_at.append((folder, here))
     try:
@@ -224,11 +226,12 @@ def _guard_probes() -> None:
         return
 
     def check_build(self: Any, code: str, *args: Any, **kwargs: Any) -> Any:
+        placed = _place_kept_probe(code)
         ok = original(self, code, *args, **kwargs)
         if ok:
             _keep_probe(code)
             return ok
-        carried = [p for p in _probe_binaries(code) if p.name in _carried_names]
+        carried = [p for p in _probe_binaries(code) if p.name in _carried_names or p.name in placed]
         if not carried:
             return ok
         for path in carried:
@@ -241,6 +244,37 @@ def _guard_probes() -> None:
 
     check_build._compilecache = True  # type: ignore[attr-defined]
     setattr(isa_class, "check_build", check_build)
+
+
+def _place_kept_probe(code: str) -> set[str]:
+    """Place the kept probe built from ``code`` into the cache folder of the moment, where it is
+    built elsewhere and that folder lacks it (a warmup's new folder): torch then only loads it. The
+    names of the binaries placed."""
+    told = _probes_folder()
+    if told is None or told[1]:
+        return set()
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    kept, root, placed = Path(told[0]), Path(cache_dir()), set()
+    for source in kept.glob("*/*.cpp"):
+        try:
+            same = source.read_text() == code
+        except (OSError, UnicodeDecodeError):
+            continue
+        if not same:
+            continue
+        for path in (source, source.with_suffix(".so"), source.with_suffix(".o")):
+            target = root / path.relative_to(kept)
+            if not path.exists() or target.exists():
+                continue
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                files.place_file(str(path), str(target))
+            except OSError:
+                continue
+            if path is not source:
+                placed.add(target.name)
+    return placed
 
 
 def _keep_probe(code: str) -> None:

@@ -152,21 +152,23 @@ def summary_lines(report: SessionReport) -> list[str]:
         if process.status in (Status.UNUSED,):
             continue
         own = not report.bundle_path and process.status is Status.LOADED  # the session's warmup, no bundle named
+        who = f" ({process.process})" if _workers(report) else ""
         if own and process.warmup_seconds is not None:
-            lines.append(f"warmup ({process.process}): ran here: {process.warmup_seconds:.1f} s; what it compiled is "
+            lines.append(f"warmup{who}: ran here: {process.warmup_seconds:.1f} s; what it compiled is "
                          "for this session's warm_cache tests only; --compile-cache-bundle=PATH keeps it for later runs")
         elif own:
-            lines.append(f"warmup ({process.process}): loaded what this session's warmup compiled")
+            lines.append(f"warmup{who}: loaded what this session's warmup compiled")
         elif process.status is Status.WARMUP_FAILED:
-            lines.append(f"bundle ({process.process}): warmup failed, see WARMUP FAILED below")
+            lines.append(f"bundle{who}: warmup failed, see WARMUP FAILED below")
         elif process.status is Status.LOADED and process.warmup_seconds is not None:
-            lines.append(f"bundle ({process.process}): warmed up here, then loaded: {process.reason}")
+            lines.append(f"bundle{who}: warmed up here, then loaded: {process.reason}")
         else:
-            lines.append(f"bundle ({process.process}): {process.status.value}: {process.reason}")
+            lines.append(f"bundle{who}: {process.status.value}: {process.reason}")
         if process.loaded:
             loaded = ", ".join(f"{n} {k}" for k, n in process.loaded.items())
             lines.append(
-                f"  loaded {loaded} ({process.loaded_bytes / 1e6:.2f} MB in {process.load_seconds:.2f} s)"
+                f"  loaded {loaded} ({process.loaded_bytes / 1e6:.2f} MB of compiled artifacts in "
+                f"{process.load_seconds:.2f} s)"
             )
         if process.downloaded_bytes:
             lines.append(f"  downloaded {process.downloaded_bytes / 1e6:.2f} MB from {report.bundle_path}")

@@ -47,10 +47,10 @@ class Saver:
                                       f"below): {_LEFT_ALONE_ADVICE[why or Unreadable.DAMAGED]}")
             return
         if not (self.options.update or not self.bundle_existed):
+            outside = "cold_cache tests and not_saved() blocks" if report.misses_not_saved() else "cold_cache tests"
             advice = ("add --compile-cache-update to merge this session's artifacts into it" if _missed(report)
-                      else "every compile outside cold_cache tests and not_saved() blocks hit: nothing to add to it"
-                      if _compiled(report) else "no test outside cold_cache tests and not_saved() blocks compiled "
-                      "anything: nothing to add to it")
+                      else f"every compile outside {outside} hit: nothing to add to it" if _compiled(report)
+                      else f"no test outside {outside} compiled anything: nothing to add to it")
             report.saved = SaveResult(SaveStatus.KEPT, f"{path} existed; {advice}")
             return
         if not blobs:

@@ -9,6 +9,7 @@ from typing import Callable, Iterator, Mapping
 from .. import files
 from ..bundle.format import (Bundle, BundleError, Entry, NotABundle, NotAFile, Unreadable, encoded_size,
                              read_manifest, write_bundle)
+from ..words import counted
 from .interface import Look, Saved, Transfer, Version
 from .merge import adds_nothing, combine, stamp
 
@@ -130,7 +131,7 @@ class LocalStore:
                         "there", False)
         with bundle:
             size = self.path.stat().st_size
-            return Look(f"{self.path}: {len(bundle.entries)} environment(s), {size / 1e6:.1f} MB", True)
+            return Look(f"{self.path}: {counted(len(bundle.entries), 'environment')}, {size / 1e6:.2f} MB", True)
 
     def update(self, change: Callable[[Bundle | None], list[Entry] | None],
                unconditional: bool = False) -> Bundle | None:

@@ -12,6 +12,7 @@ from ..bundle import signing
 from ..bundle.binaries import CarriedBinaries
 from ..bundle.format import Bundle, BundleError, Entry, env_label, make_entry
 from ..bundle.keyindex import KeyIndex, artifact_id
+from ..words import counted
 
 
 def env_id(env: Mapping[str, str]) -> str:
@@ -162,7 +163,7 @@ def _without_unused(entry: Entry, runs: int, counts: dict[str, int]) -> Entry:
     for kind, n in dropped.items():
         counts[kind] = counts.get(kind, 0) + n
     kept = {key for kind, key, _ in sizes if artifact_id(kind, key) not in unused}
-    index = entry.index.restricted(kept, f"no test using it in {runs} updating run{'s' if runs != 1 else ''} "
+    index = entry.index.restricted(kept, f"no test using it in {counted(runs, 'updating run')} "
                                          "(compile_cache_max_unused_runs)", time.time())
     return entry.with_payload(payload, _torchapi.describe_artifacts(payload), index)
 
