@@ -346,10 +346,13 @@ class CacheStats:
     def __add__(self, other: "CacheStats") -> "CacheStats":
         return CacheStats(**{a.layer: a + b for a, b in zip(self, other)}, dynamo=self.dynamo + other.dynamo)
 
-    def table(self, expected: Mapping[str, int] | None = None, kind: str = "") -> str:
-        """All layers side by side; ``expected`` marks the checked ``kind`` cells as ``got (expected N)``."""
+    def table(self, expected: Mapping[str, int] | None = None, kind: str = "", source: str = "bundle") -> str:
+        """All layers side by side; ``expected`` marks the checked ``kind`` cells as ``got (expected N)``.
+
+        ``source`` names where ``from_bundle`` hits came from (``warmup``: the session's own, no bundle named).
+        """
         expected = expected or {}
-        rows = [("layer", *KINDS, "saved", "from bundle", "")]
+        rows = [("layer", *KINDS, "saved", f"from {source}", "")]
         for s in self:
             if s.layer in REMOTE_LAYERS and not s.observable and s.layer not in expected:
                 continue

@@ -1,4 +1,5 @@
-"""How counts are said in messages: ``1 environment``, ``2 environments``."""
+"""How things are said in messages: counts (``1 environment``, ``2 environments``), and each kind of
+Mega-Cache artifact by the cache layer it fills (``inductor`` artifacts are the ``fx_graph`` layer's entries)."""
 
 from __future__ import annotations
 
@@ -6,3 +7,21 @@ from __future__ import annotations
 def counted(n: int, noun: str) -> str:
     """``n`` and ``noun``, plural unless ``n`` is 1."""
     return f"{n:,d} {noun}" if n == 1 else f"{n:,d} {noun}s"
+
+
+#: Mega-Cache artifact types whose layer in the per-layer table has another name.
+_LAYERS = {"inductor": "fx_graph"}
+#: The order the per-layer table lists layers in.
+_ORDER = ("fx_graph", "aot_autograd", "cpp", "autotune", "triton", "pgo", "precompile")
+
+
+def layer_of(kind: str) -> str:
+    """The per-layer table's name for the Mega-Cache artifact type ``kind``."""
+    return _LAYERS.get(kind, kind)
+
+
+def artifact_counts(counts: dict[str, int]) -> str:
+    """``{artifact type: count}`` as ``2 fx_graph, 1 aot_autograd``, named and ordered as the per-layer table."""
+    named = {layer_of(kind): n for kind, n in counts.items()}
+    order = sorted(named, key=lambda layer: (_ORDER.index(layer) if layer in _ORDER else len(_ORDER), layer))
+    return ", ".join(f"{named[layer]} {layer}" for layer in order)

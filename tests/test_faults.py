@@ -314,7 +314,7 @@ def test_sessions_and_the_cli_updating_one_path_at_once_keep_the_union(
     assert prune.returncode == 0 and "kept 1 of 2 environments" in prune.stdout, prune.stdout + prune.stderr
     for p, out in zip(runs, outputs):
         assert p.returncode == 0, out
-        assert "bundle saved:" in out, out
+        assert "bundle written:" in out, out
 
     assert inductor_counts(bundle) == {"": 5}, "the first graph, the merged one and each session's own"
     base, merged_in, final = identities(old_bundle, extra, bundle)

@@ -453,7 +453,7 @@ def test_warm_{n}(warm_cache):
     assert sorted(p["status"] for p in bundle["processes"]) == ["loaded", "loaded"], bundle["processes"]
     assert all("warmup-with-delta.bundle" in p["reason"] for p in bundle["processes"]), bundle["processes"]
     assert bundle["saved"]["status"] == "delta"
-    result.stdout.fnmatch_lines([f"bundle saved as a delta only: {url}.deltas/*offers no conditional write*"])
+    result.stdout.fnmatch_lines([f"bundle written as a delta only: {url}.deltas/*offers no conditional write*"])
     assert "PROBLEM" not in result.stdout.str()
 
 

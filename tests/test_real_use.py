@@ -121,7 +121,7 @@ def test_dist_without_workers_runs_as_a_single_process(
     result.assert_outcomes(passed=2)
     assert warmups(warmup_log) == 1
     assert bundle.exists()
-    result.stdout.fnmatch_lines(["*warmup ran here and wrote*x.bundle*", "bundle saved:*x.bundle: what the warmup compiled*"])
+    result.stdout.fnmatch_lines(["*warmup ran here and wrote*x.bundle*", "bundle written:*x.bundle: what the warmup compiled*"])
 
 
 @pytest.mark.parametrize("mode", [[], ["-n", "2"], ["nopath"]], ids=["plain", "n2", "no-path"])

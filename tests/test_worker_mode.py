@@ -37,6 +37,15 @@ def test_the_warmup_is_warm_in_a_second_run(
         stats.append(warmup["fx_graph"])
     assert stats[0]["misses"] == 1 and stats[0]["hits"] == 0
     assert stats[1]["misses"] == 0 and stats[1]["hits"] == 1, stats
+    # A newcomer read "what it compiled is for this session's warm_cache tests only" in worker mode,
+    # whose warmup folder is kept (and hit), named nowhere; and found lock files left in the home.
+    summary = result.stdout.str()[result.stdout.str().index("= compilecache ="):]
+    kept = pytester.path / "home" / "workers"
+    assert "for this session's warm_cache tests only" not in summary, summary
+    assert "): ran here: " in summary or "warmup: ran here: " in summary, summary
+    assert f"in its folder kept between runs, {kept}" in summary, summary
+    assert "from warmup" in summary and "from bundle" not in summary, "no bundle was named"
+    assert sorted(p.name for p in kept.glob("*/*.lock")) == [], "a worker's folder is let go with no lock file left"
 
 
 PLAIN_COMPILE = """

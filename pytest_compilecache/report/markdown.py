@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..words import artifact_counts
 from .model import BUILT_BY_WARMUP, NOTHING_ADDED, SaveStatus, SessionReport, Status
 from .model import counted_tests as _tests
 
@@ -30,7 +31,7 @@ def _mb(n: int) -> str:
 
 
 def _bundle_lines(report: SessionReport) -> list[str]:
-    """What each process did with the bundle, and what was saved."""
+    """What each process did with the bundle, and what was written."""
     lines: list[str] = []
     if report.bundle_path:
         lines.append(f"**Bundle** {_cell(report.bundle_path)} at the start: {report.bundle_at_start or 'not looked at'}")
@@ -46,8 +47,8 @@ def _bundle_lines(report: SessionReport) -> list[str]:
             what = f"{process.status.value}: {process.reason}"
         line = f"- **{process.process}**: {what}"
         if process.loaded:
-            loaded = ", ".join(f"{n} {k}" for k, n in process.loaded.items())
-            line += f"; loaded {loaded} ({_mb(process.loaded_bytes)} in {process.load_seconds:.2f} s)"
+            loaded = artifact_counts(process.loaded)
+            line += f"; loaded {loaded} ({_mb(process.loaded_bytes)} of compiled artifacts in {process.load_seconds:.2f} s)"
         if process.downloaded_bytes:
             line += f"; downloaded {_mb(process.downloaded_bytes)}"
         if process.warmup_seconds is not None and not process.warmup_error:
@@ -58,16 +59,19 @@ def _bundle_lines(report: SessionReport) -> list[str]:
         lines.append(line)
     saved = report.saved
     if saved.status is SaveStatus.SAVED:
-        arts = ", ".join(f"{v['count']} {k}" for k, v in saved.artifacts.items())
+        arts = artifact_counts({k: v["count"] for k, v in saved.artifacts.items()})
+        added = artifact_counts(saved.added_artifacts)
         imported = (f", after {saved.import_seconds:.2f} s importing torch's compiler"
                     if saved.import_seconds >= 0.1 else "")
-        what = ("**saved**: " if saved.added else f"**saved**: {BUILT_BY_WARMUP}; it holds "
-                if any(p.wrote_bundle for p in report.processes) else f"**updated**: {NOTHING_ADDED}; it holds ")
+        what = (f"**written**: added {added}; it holds " if saved.added and added and added != arts
+                else "**written**: " if saved.added
+                else f"**written**: {BUILT_BY_WARMUP}; it holds " if any(p.wrote_bundle for p in report.processes)
+                else f"**updated**: {NOTHING_ADDED}; it holds ")
         lines.append(f"- {what}{arts} ({_mb(saved.bytes)} in {saved.seconds:.2f} s{imported})")
     elif saved.status is SaveStatus.UNCHANGED:
         lines.append(f"- **unchanged**: the bundle already held everything this run compiled ({saved.seconds:.2f} s)")
     elif saved.status is SaveStatus.DELTA:
-        lines.append(f"- **saved as a delta**: {_mb(saved.bytes)} in {saved.seconds:.2f} s: {saved.reason}")
+        lines.append(f"- **written as a delta**: {_mb(saved.bytes)} in {saved.seconds:.2f} s: {saved.reason}")
     elif saved.status is not SaveStatus.NOT_ASKED:
         lines.append(f"- **{saved.status.value}**: {saved.reason}")
     if saved.transfer:

@@ -118,6 +118,8 @@ class ProcessReport:
     warmup_found_all: bool = False
     #: Seconds this process spent building torch's precompiled C++ headers (kept per machine).
     headers_seconds: float = 0.0
+    #: The folder this process's warmup compiled in, where it is kept between runs (worker mode); else "".
+    warmup_folder: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """A plain dict (for ``workeroutput`` and the JSON report)."""
@@ -168,6 +170,8 @@ class SaveResult:
     transfer: dict[str, int] = field(default_factory=dict)
     #: With ``SAVED``: whether the run added an artifact or binary (False: only its use was recorded).
     added: bool = True
+    #: With ``SAVED``: ``{artifact type: count}`` of artifacts the bundle did not hold before (``cpp``: binaries).
+    added_artifacts: dict[str, int] = field(default_factory=dict)
     #: Seconds spent importing torch's compiler before saving (not in ``seconds``): an xdist controller
     #: that ran no test pays it here, a process that compiled did earlier.
     import_seconds: float = 0.0
@@ -183,6 +187,7 @@ class SaveResult:
             data["import_seconds"] = self.import_seconds
             if self.status is SaveStatus.SAVED:
                 data["added"] = self.added
+                data["added_artifacts"] = self.added_artifacts
         else:
             data["reason"] = self.reason
         if self.transfer:
@@ -199,6 +204,9 @@ class Comparison:
     then: float
     warmup_now: float
     warmup_then: float
+    #: Tests both runs had whose cache starts empty by design (``cold_cache``, per-test isolation): no
+    #: bundle changes what they compile, so they are left out of both sides.
+    left_out_cold: int = 0
     #: Seconds building precompiled C++ headers, within the figures above (kept per machine, not by a bundle).
     headers_now: float = 0.0
     headers_then: float = 0.0
@@ -366,7 +374,8 @@ class SessionReport:
     def compared_with_build(self) -> "Comparison | None":
         """This run's compile time against the same tests when the loaded bundle first recorded them."""
         built = self.built_tests()
-        common = [n for n in self.tests if n in built]
+        shared = [n for n in self.tests if n in built]
+        common = [n for n in shared if not _starts_empty(self.tests[n])]
         if not common:
             return None
         now = sum(float(self.tests[n].get("compile_seconds", 0.0)) for n in common)
@@ -375,13 +384,14 @@ class SessionReport:
                          and isinstance(p.history.get(key), (int, float))), 0.0)
 
         return Comparison(len(common), now, sum(built[n] for n in common), self.warmup_seconds,
-                          then("warmup_seconds"), self.headers_seconds, then("headers_seconds"))
+                          then("warmup_seconds"), len(shared) - len(common), self.headers_seconds,
+                          then("headers_seconds"))
 
     def _tests_json(self) -> dict[str, dict[str, Any]]:
         built = self.built_tests()
         out = {}
         for nodeid, stats in self.tests.items():
-            if nodeid in built:
+            if nodeid in built and not _starts_empty(stats):
                 now = float(stats.get("compile_seconds", 0.0))
                 stats = {**stats, "built_compile_seconds": built[nodeid],
                          "compile_seconds_saved": round(built[nodeid] - now, 4)}
@@ -394,8 +404,9 @@ class SessionReport:
         compared = self.compared_with_build()
         if compared is not None:
             totals["compared_with_build"] = {
-                "tests": compared.tests, "compile_seconds": round(compared.now, 3),
-                "built_compile_seconds": round(compared.then, 3), "warmup_seconds": round(compared.warmup_now, 3),
+                "tests": compared.tests, "left_out_cold": compared.left_out_cold,
+                "tests_seconds": round(compared.now, 3),
+                "built_tests_seconds": round(compared.then, 3), "warmup_seconds": round(compared.warmup_now, 3),
                 "built_warmup_seconds": round(compared.warmup_then, 3),
                 "headers_seconds": round(compared.headers_now, 3),
                 "built_headers_seconds": round(compared.headers_then, 3),
@@ -422,10 +433,15 @@ class SessionReport:
 
 
 #: What a building run's end wrote after its warmup had written the bundle, as the summaries say it.
-BUILT_BY_WARMUP = ("what the warmup compiled, written when it ran; the tests compiled nothing more (their compile "
+BUILT_BY_WARMUP = ("what the warmup compiled, written when it ran; the tests added nothing to it (their compile "
                    "times and use of it recorded at the end)")
 #: What a save that added nothing wrote, as the summaries say it.
 NOTHING_ADDED = "the tests compiled nothing it lacked; recorded their compile times and which of its entries this run used"
+
+
+def _starts_empty(stats: dict[str, Any]) -> bool:
+    """Whether a test's cache started empty by design (``cold_cache``, per-test isolation)."""
+    return stats.get("cache") in ("cold", "isolated")
 
 
 def counted_tests(n: int) -> str:

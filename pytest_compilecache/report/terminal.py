@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..stats import CacheStats
+from ..words import artifact_counts
 from .model import BUILT_BY_WARMUP, NOTHING_ADDED, Comparison, ExpectationsReport, SaveStatus, SessionReport, Status
 from .model import counted_tests as _tests
 
@@ -28,8 +29,10 @@ def _compile_time_line(report: SessionReport) -> list[str]:
         c = compared
         ratio = f" ({c.then / c.now:.1f}x this run's)" if c.now > 0.05 and c.then >= 1.1 * c.now else ""
         plus = f", plus {c.warmup_then:.1f} s in the warmup that built it" if c.warmup_then else ""
+        cold = (f" ({c.left_out_cold} cold_cache test{'s' if c.left_out_cold != 1 else ''} left out: "
+                f"{'its' if c.left_out_cold == 1 else 'their'} cache starts empty by design)" if c.left_out_cold else "")
         lines.append(f"  the same {_tests(c.tests)} when the bundle first recorded {'it' if c.tests == 1 else 'them'}: "
-                     f"{c.then:.1f} s{ratio}{plus}")
+                     f"{c.then:.1f} s{ratio}{plus}{cold}")
         if c.now > c.then and c.warmup_then and not c.warmup_now:
             lines.append("  (the first compile in each process pays torch's one-off start-up: the building run paid it "
                          "in its warmup, this run in its first test; compare the totals)")
@@ -139,7 +142,7 @@ def summary_lines(report: SessionReport) -> list[str]:
         lines = ["no test compiled anything (or torch's compiler was never imported in a test)"]
     else:
         lines = [f"per-layer totals over all tests{' (summed over workers)' if _workers(report) else ''}:",
-                 report.totals.table()]
+                 report.totals.table(source="bundle" if report.bundle_path else "warmup")]
         lines.extend(_cold_lines(report))
         lines.extend(_dynamo_lines(report.totals, _workers(report)))
         lines.extend(_explained_lines(report.totals))
@@ -153,7 +156,11 @@ def summary_lines(report: SessionReport) -> list[str]:
             continue
         own = not report.bundle_path and process.status is Status.LOADED  # the session's warmup, no bundle named
         who = f" ({process.process})" if _workers(report) else ""
-        if own and process.warmup_seconds is not None:
+        if own and process.warmup_seconds is not None and process.warmup_folder:
+            lines.append(f"warmup{who}: ran here: {process.warmup_seconds:.1f} s, in its folder kept between runs, "
+                         f"{process.warmup_folder} (--compile-cache-isolate-mode=worker): its compiles hit there from "
+                         "the second run on; --compile-cache-bundle=PATH keeps them as a bundle")
+        elif own and process.warmup_seconds is not None:
             lines.append(f"warmup{who}: ran here: {process.warmup_seconds:.1f} s; what it compiled is "
                          "for this session's warm_cache tests only; --compile-cache-bundle=PATH keeps it for later runs")
         elif own:
@@ -165,7 +172,7 @@ def summary_lines(report: SessionReport) -> list[str]:
         else:
             lines.append(f"bundle{who}: {process.status.value}: {process.reason}")
         if process.loaded:
-            loaded = ", ".join(f"{n} {k}" for k, n in process.loaded.items())
+            loaded = artifact_counts(process.loaded)
             lines.append(
                 f"  loaded {loaded} ({process.loaded_bytes / 1e6:.2f} MB of compiled artifacts in "
                 f"{process.load_seconds:.2f} s)"
@@ -193,22 +200,26 @@ def summary_lines(report: SessionReport) -> list[str]:
     if saved.transfer.get("conflicts"):
         moved += f"; {saved.transfer['conflicts']} write(s) found it changed by another writer and were retried"
     if saved.status is SaveStatus.SAVED:
-        arts = ", ".join(f"{v['count']} {k}" for k, v in saved.artifacts.items())
+        arts = artifact_counts({k: v["count"] for k, v in saved.artifacts.items()})
         size = f"({saved.bytes / 1e6:.2f} MB in {saved.seconds:.2f} s{moved})"
-        if saved.added:
-            lines.append(f"bundle saved: {saved.path}: {arts} {size}")
+        added = artifact_counts(saved.added_artifacts)
+        if saved.added and added and added != arts:
+            lines.append(f"bundle written: {saved.path}: added {added}; "
+                         f"it holds {arts} {size}")
+        elif saved.added:
+            lines.append(f"bundle written: {saved.path}: {arts} {size}")
         elif any(p.wrote_bundle for p in report.processes):
-            lines.append(f"bundle saved: {saved.path}: {BUILT_BY_WARMUP}; it holds {arts} {size}")
+            lines.append(f"bundle written: {saved.path}: {BUILT_BY_WARMUP}; it holds {arts} {size}")
         else:
             lines.append(f"bundle updated: {saved.path}: {NOTHING_ADDED}; it holds {arts} {size}")
         if saved.dropped_unused:
-            gone = ", ".join(f"{n} {kind}" for kind, n in saved.dropped_unused.items())
+            gone = artifact_counts(saved.dropped_unused)
             lines.append(f"  dropped as unused in the last updating runs (compile_cache_max_unused_runs): {gone}")
     elif saved.status is SaveStatus.UNCHANGED:
         lines.append(f"bundle unchanged: {report.bundle_path} already holds everything this run compiled "
                      f"({saved.seconds:.2f} s{moved})")
     elif saved.status is SaveStatus.DELTA:
-        lines.append(f"bundle saved as a delta only: {saved.path} ({saved.bytes / 1e6:.2f} MB in "
+        lines.append(f"bundle written as a delta only: {saved.path} ({saved.bytes / 1e6:.2f} MB in "
                      f"{saved.seconds:.2f} s{moved}): {saved.reason}")
     elif saved.status is not SaveStatus.NOT_ASKED:
         lines.append(f"bundle {saved.status.value}: {saved.reason}" + moved)

@@ -13,8 +13,9 @@ import tempfile
 import threading
 from pathlib import Path
 
-import filelock
 import pytest
+
+from .. import files
 
 
 class _Remover:
@@ -207,14 +208,14 @@ class WorkerDir:
         base.mkdir(parents=True, exist_ok=True)
         for n in range(1000):
             name = worker_id if n == 0 else f"{worker_id}-{n}"
-            lock = filelock.FileLock(str(base / f"{name}.lock"))
+            lock = files.PathLock(base / f"{name}.lock")
             try:
                 lock.acquire(timeout=0)
-            except filelock.Timeout:
+            except files.LockTimeout:
                 continue
             self.path = base / name
             self.path.mkdir(exist_ok=True)
-            self._lock: filelock.BaseFileLock | None = lock
+            self._lock: files.PathLock | None = lock
             return
         raise pytest.UsageError(f"{base}: no free per-worker cache folder (1000 in use)")
 

@@ -23,7 +23,7 @@ from ..storage.local import LocalStore
 from .folders import Folders, WorkerDir
 from .options import Isolation, Options
 from .progress import Progress
-from .warmup import Preparer, WarmupFailed
+from .warmup import Preparer, WarmupFailed, WarmupRun
 
 
 def _from_hook(exc: BaseException, hook: Any) -> Any:
@@ -205,7 +205,7 @@ class BundlePreparation:
                                     for why in _torchapi.rejected_binaries())
         return process
 
-    def _run_warmup(self, previous: Path | None) -> tuple[bytes | None, dict[str, Any], float]:
+    def _run_warmup(self, previous: Path | None) -> WarmupRun:
         hook = self.config.hook.pytest_compilecache_warmup
         kept = WorkerDir(self.options.home, "warmup") if self.options.isolation is Isolation.WORKER else None
         cache = CompileCache(kept.path if kept is not None else self.folders.for_test("warmup"), self.folders.process,
@@ -237,7 +237,8 @@ class BundlePreparation:
                 kept.release()  # kept between runs, as the workers' folders: the next warmup hits
             else:
                 shutil.rmtree(cache.path, ignore_errors=True)
-        return data, cache.stats.to_dict(), time.perf_counter() - start
+        return WarmupRun(data, cache.stats.to_dict(), time.perf_counter() - start,
+                         str(kept.path) if kept is not None else "")
 
     def own_artifacts(self, report: ProcessReport) -> tuple[bytes, KeyIndex] | None:
         """This process's recorded Mega-Cache bytes (once) and what it knows of their keys, when a

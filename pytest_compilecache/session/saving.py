@@ -106,7 +106,8 @@ class Saver:
         report.saved = SaveResult(_SAVE_STATUS[saved.status], saved.note, path=saved.delta or path,
                                   artifacts=artifacts, bytes=saved.size, seconds=round(time.perf_counter() - start, 3),
                                   dropped_unused=dict(saved.unused), transfer=saved.transfer.to_json(),
-                                  added=saved.added, import_seconds=round(imported, 3))
+                                  added=saved.added, added_artifacts=dict(saved.added_artifacts),
+                                  import_seconds=round(imported, 3))
 
     @staticmethod
     def _problem(report: SessionReport, message: str, where: str) -> None:

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -24,9 +25,21 @@ from ..storage.interface import BundleStore, Written
 from ..storage.merge import union
 from .marker import Outcome, WarmupMarker
 
-#: Runs the warmup in a folder (starting from the previous template, if given) and returns the
-#: Mega-Cache bytes it recorded, its stats and its seconds; raises :class:`WarmupFailed`.
-RunWarmup = Callable[[Path | None], "tuple[bytes | None, dict[str, Any], float]"]
+
+@dataclass(frozen=True)
+class WarmupRun:
+    """What one run of the warmup hook did."""
+
+    #: The Mega-Cache bytes it recorded (``None``: nothing).
+    data: bytes | None
+    stats: dict[str, Any]
+    seconds: float
+    #: The folder it compiled in, where that is kept between runs (worker mode); else "".
+    kept_folder: str = ""
+
+
+#: Runs the warmup in a folder (starting from the previous template, if given); raises :class:`WarmupFailed`.
+RunWarmup = Callable[[Path | None], WarmupRun]
 
 
 class WarmupFailed(Exception):
@@ -298,13 +311,15 @@ class Preparer:
         """Run the warmup hook and publish what it compiled; the caller holds the lock."""
         assert self.run_warmup is not None
         try:
-            data, stats, seconds = self.run_warmup(self.template if have_previous else None)
+            ran = self.run_warmup(self.template if have_previous else None)
         except WarmupFailed as exc:
             self._write_marker(Outcome.FAILED, str(exc))
             self._warmup_failed(str(exc))
             return False
-        self.report.warmup_seconds = seconds
-        self.report.warmup_stats = stats
+        data = ran.data
+        self.report.warmup_seconds = ran.seconds
+        self.report.warmup_stats = ran.stats
+        self.report.warmup_folder = ran.kept_folder
         if data is None:
             self._write_marker(Outcome.NOTHING)
             return False
@@ -315,7 +330,7 @@ class Preparer:
                               index=_torchapi.index_for(data))
         rebuilding = self.rebuild and self.publish is self.source
         try:
-            saved = self.publish.add([addition], {"warmup_seconds": round(seconds, 3)}, run=self.run,
+            saved = self.publish.add([addition], {"warmup_seconds": round(ran.seconds, 3)}, run=self.run,
                                      rebuild=rebuilding)
         except BundleError as exc:
             if not self.publish.may_be_unreachable:

@@ -90,6 +90,8 @@ class Saved:
     #: Whether the additions held an artifact or binary the bundle lacked (False: a write recorded only
     #: the run's use of what it held, which ``prune --max-size`` and ``compile_cache_max_unused_runs`` read).
     added: bool = True
+    #: ``{artifact type: count}`` of artifacts under keys the bundle did not hold (``cpp``: carried binaries).
+    added_artifacts: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

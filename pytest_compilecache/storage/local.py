@@ -11,7 +11,7 @@ from ..bundle.format import (Bundle, BundleError, Entry, NotABundle, NotAFile, U
                              read_manifest, write_bundle)
 from ..words import counted
 from .interface import Look, Saved, Transfer, Version
-from .merge import adds_nothing, combine, stamp
+from .merge import New, combine, stamp, what_is_new
 
 
 class Lock:
@@ -175,10 +175,10 @@ class LocalStore:
         dropped: list[str] = []
         combined = []
 
-        new: list[bool] = []
+        new: list[New] = []
 
         def change(current: Bundle | None) -> list[Entry]:
-            new.append(not adds_nothing(current, additions))
+            new.append(what_is_new(current, additions))
             combined.append(combine(current, additions, run=run, max_unused_runs=max_unused_runs, rebuild=rebuild))
             return combined[-1].entries
 
@@ -186,7 +186,7 @@ class LocalStore:
         assert result is not None
         size = result.path.stat().st_size if result.path.is_file() else encoded_size(result)
         return Saved(result, size=size, dropped=(*dropped, *combined[-1].dropped), unused=combined[-1].unused,
-                     added=new[-1])
+                     added=not new[-1].nothing, added_artifacts=new[-1].counts)
 
     def write_warning(self) -> str:
         """Nothing: every write is made under the lock."""

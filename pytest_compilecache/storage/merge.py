@@ -9,7 +9,7 @@ from typing import Iterable, Mapping
 
 from .. import _torchapi
 from ..bundle import signing
-from ..bundle.binaries import CarriedBinaries
+from ..bundle.binaries import CarriedBinaries, is_cpp
 from ..bundle.format import Bundle, BundleError, Entry, env_label, make_entry
 from ..bundle.keyindex import KeyIndex, artifact_id
 from ..words import counted
@@ -134,20 +134,43 @@ def combine(current: Bundle | None, additions: list[Entry], *, run: float | None
 def adds_nothing(current: Bundle | None, additions: list[Entry]) -> bool:
     """Whether every artifact and carried binary of ``additions`` is already in ``current`` (read whole),
     in an entry that a write would not change (with the signing key set: one that is vouched for)."""
-    if current is None:
-        return False
+    return what_is_new(current, additions).nothing
+
+
+@dataclass(frozen=True)
+class New:
+    """What ``additions`` bring that a bundle lacks."""
+
+    #: Whether a write would change nothing (see :func:`adds_nothing`).
+    nothing: bool
+    #: ``{artifact type: count}`` of artifacts under keys the bundle does not hold (``cpp``: carried binaries).
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def what_is_new(current: Bundle | None, additions: list[Entry]) -> New:
+    """What ``additions`` bring that ``current`` (read whole) lacks: whether anything at all, and how
+    many artifacts of each type under keys it does not hold."""
     secret = signing.key()
+    nothing = current is not None
+    counts: dict[str, int] = {}
     for entry in additions:
-        have = current.find(entry.env)
-        if have is None or (secret is not None and have.vouched(secret)):
-            return False
-        if not _torchapi.artifact_identities(bundle_payload(entry)) <= _torchapi.artifact_identities(bundle_payload(have)):
-            return False
+        have = current.find(entry.env) if current is not None else None
+        mine = _torchapi.artifact_identities(bundle_payload(entry))
+        held = _torchapi.artifact_identities(bundle_payload(have)) if have is not None else set()
+        if have is None or (secret is not None and have.vouched(secret)) or not mine <= held:
+            nothing = False
+        held_keys = {(kind, key) for kind, key, _ in held}
+        for kind, key in {(kind, key) for kind, key, _ in mine} - held_keys:
+            counts[kind] = counts.get(kind, 0) + 1
         carried = entry.binaries.files if entry.binaries else {}
-        held = have.binaries.files if have.binaries else {}
-        if any(key not in held for key in carried):
-            return False
-    return True
+        kept = have.binaries.files if have is not None and have.binaries else {}
+        fresh = [path for build, path in carried if (build, path) not in kept]
+        if fresh:
+            nothing = False
+        binaries = sum(1 for path in fresh if is_cpp(path))
+        if binaries:
+            counts["cpp"] = counts.get("cpp", 0) + binaries
+    return New(nothing, counts)
 
 
 def _without_unused(entry: Entry, runs: int, counts: dict[str, int]) -> Entry:

@@ -20,7 +20,7 @@ from .deadlines import DEFAULT_TIMEOUT
 from .deltas import Deltas
 from .errors import Conflict
 from .interface import Look, Saved, Transfer, Version, Written
-from .merge import Combined, adds_nothing, combine, env_id, stamp
+from .merge import Combined, New, adds_nothing, combine, env_id, stamp, what_is_new
 from .ranges import HEAD_BYTES, Ranges
 from .urls import redacted
 
@@ -323,10 +323,10 @@ class UrlStore:
                          transfer=self.transfer.since(before))
         dropped: list[str] = []
         combined: list[Combined] = []
-        new: list[bool] = []
+        new: list[New] = []
 
         def change(current: Bundle | None) -> list[Entry]:
-            new.append(not adds_nothing(current, additions))
+            new.append(what_is_new(current, additions))
             combined.append(combine(current, additions, run=run, max_unused_runs=max_unused_runs, rebuild=rebuild))
             return combined[-1].entries
 
@@ -344,7 +344,7 @@ class UrlStore:
                               f"`pytest-compilecache merge --deltas -o {self.name}`") from None
         assert result is not None
         return Saved(result, size=_size(result), dropped=(*dropped, *combined[-1].dropped),
-                     unused=combined[-1].unused, transfer=self.transfer.since(before), added=new[-1])
+                     unused=combined[-1].unused, transfer=self.transfer.since(before), added=not new[-1].nothing, added_artifacts=new[-1].counts)
 
     def list_deltas(self) -> list[str]:
         """The URLs of the deltas waiting beside the bundle."""
