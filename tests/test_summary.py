@@ -98,7 +98,8 @@ def test_an_unreadable_bundle_still_warms_up_and_is_left_alone_said_once(
     result.assert_outcomes(passed=2)
     summary = _summary(result)
     assert path.read_bytes() == bad
-    assert "warmup ran here" in summary
+    assert f"warmup: ran here: " in summary and f"; {path} could not be used (see PROBLEM below)" in summary, summary
+    assert "session.bundle" not in summary, summary
     assert "add --compile-cache-update" not in summary
     assert "bundle left alone" in summary
     problems = [line for line in summary.splitlines() if line.startswith("PROBLEM:")]
@@ -246,7 +247,10 @@ def test_rebuild_over_a_file_that_is_not_a_bundle_warms_up_and_leaves_it_alone(
     result.assert_outcomes(passed=2)
     summary = _summary(result)
     assert path.read_bytes() == b"hello, not a bundle\n"
-    assert "warmup ran here" in summary, summary
+    # A newcomer read "bundle: warmed up here, then loaded: /tmp/pytest-of-root/.../session.bundle".
+    assert "session.bundle" not in summary, summary
+    assert f"warmup: ran here: " in summary and f"; {path} could not be used (see PROBLEM below): what it " \
+           "compiled is for this session's warm_cache tests only" in summary, summary
     assert "bundle left alone" in summary and "nothing was compiled" not in summary, summary
     assert "--compile-cache-rebuild writes" not in summary, summary
     problems = [line for line in summary.splitlines() if line.startswith("PROBLEM:")]

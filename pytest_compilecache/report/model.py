@@ -120,6 +120,9 @@ class ProcessReport:
     headers_seconds: float = 0.0
     #: The folder this process's warmup compiled in, where it is kept between runs (worker mode); else "".
     warmup_folder: str = ""
+    #: Whether what this process loaded is only what the session's warmup compiled (no bundle named,
+    #: PATH unusable, or a store that could not take it), not PATH's entry.
+    own_warmup: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """A plain dict (for ``workeroutput`` and the JSON report)."""

@@ -154,9 +154,16 @@ def summary_lines(report: SessionReport) -> list[str]:
     for process in report.processes_in_order():
         if process.status in (Status.UNUSED,):
             continue
-        own = not report.bundle_path and process.status is Status.LOADED  # the session's warmup, no bundle named
+        own = process.own_warmup and process.status is Status.LOADED and not report.bundle_path
+        instead = process.own_warmup and process.status is Status.LOADED and bool(report.bundle_path)
         who = f" ({process.process})" if _workers(report) else ""
-        if own and process.warmup_seconds is not None and process.warmup_folder:
+        if instead and process.warmup_seconds is not None:
+            lines.append(f"warmup{who}: ran here: {process.warmup_seconds:.1f} s; {report.bundle_path} could not be "
+                         "used (see PROBLEM below): what it compiled is for this session's warm_cache tests only")
+        elif instead:
+            lines.append(f"warmup{who}: loaded what this session's warmup compiled ({report.bundle_path} could not "
+                         "be used)")
+        elif own and process.warmup_seconds is not None and process.warmup_folder:
             lines.append(f"warmup{who}: ran here: {process.warmup_seconds:.1f} s, in its folder kept between runs, "
                          f"{process.warmup_folder} (--compile-cache-isolate-mode=worker): its compiles hit there from "
                          "the second run on; --compile-cache-bundle=PATH keeps them as a bundle")
@@ -187,7 +194,7 @@ def summary_lines(report: SessionReport) -> list[str]:
             lines.append(f"  C++ binaries: {process.binaries.get('carried', 0)} carried, "
                          f"{process.binaries.get('fit', 0)} fit this machine"
                          + (f"; {kernels} Triton kernels from Triton's own cache" if kernels else ""))
-        if process.warmup_seconds is not None and not process.warmup_error and not own:
+        if process.warmup_seconds is not None and not process.warmup_error and not own and not instead:
             wrote = f" and wrote {report.bundle_path}" if process.wrote_bundle else ""
             held = f"; {report.bundle_path} already held everything it compiled" if process.warmup_found_all else ""
             lines.append(f"  warmup ran here{wrote}: {process.warmup_seconds:.1f} s{held}")

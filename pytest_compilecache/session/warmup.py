@@ -38,6 +38,10 @@ class WarmupRun:
     kept_folder: str = ""
 
 
+#: Beside the marker: the warmup's artifacts where the store could not take them, and PATH's entry
+#: with the warmup's delta folded in (a store without conditional writes).
+_UNPUBLISHED = "warmup-unpublished.bundle"
+_WITH_DELTA = "warmup-with-delta.bundle"
 #: Runs the warmup in a folder (starting from the previous template, if given); raises :class:`WarmupFailed`.
 RunWarmup = Callable[[Path | None], WarmupRun]
 
@@ -192,7 +196,11 @@ class Preparer:
                 self._unreadable(message, Unreadable.of(exc))
             shutil.rmtree(self.template, ignore_errors=True)
             return False
-        self._status(Status.LOADED, f"{bundle.name}: {env_label(entry.env)}")
+        self.report.own_warmup = self._own(bundle)
+        shown = ("this session's warmup" if self.report.own_warmup
+                 else f"{self.publish.name} and this session's delta" if bundle.path.name == _WITH_DELTA
+                 else bundle.name)
+        self._status(Status.LOADED, f"{shown}: {env_label(entry.env)}")
         self.report.history = dict(entry.history)
         self.report.loaded = {kind: len(keys) for kind, keys in loaded.items()}
         self._use_index(bundle, entry, loaded)
@@ -209,9 +217,7 @@ class Preparer:
             self._say(Concern.BUNDLE, problem, bundle.name)
         keys = {k for kind in ("inductor", "aot_autograd") for k in loaded.get(kind, [])}
         _torchapi.note_bundle_keys(loaded.get("aot_autograd", []))
-        own = self.fallback is not None and bundle.name == self.fallback.name and (
-            self.source is None or self.source.name != bundle.name)
-        name = "this session's warmup" if own else f"the bundle {bundle.name}"
+        name = "this session's warmup" if self._own(bundle) else f"the bundle {bundle.name}"
         if index is not None and index.torch and index.torch != entry.env.get("torch", index.torch):
             _torchapi.use_bundle_index(None, name, cannot=f"the bundle's key details were recorded by torch "
                                                           f"{index.torch}, not {entry.env.get('torch')}")
@@ -220,6 +226,14 @@ class Preparer:
                                                           "was written before pytest-compilecache recorded them)")
         else:
             _torchapi.use_bundle_index(index, name, undocumented=len(keys - set(index.keys)))
+
+    def _own(self, bundle: Bundle) -> bool:
+        """Whether ``bundle`` holds only what this session's warmup compiled (the session's own bundle,
+        or the warmup's artifacts a failed store could not take), not PATH's entry."""
+        if bundle.path.name == _UNPUBLISHED:
+            return True
+        return self.fallback is not None and bundle.name == self.fallback.name and (
+            self.source is None or self.source.name != bundle.name)
 
     def _load_binaries(self, bundle: Bundle, entry: Entry) -> None:
         """Put the entry's binaries that fit this machine into the pool; say why others do not."""
@@ -336,7 +350,7 @@ class Preparer:
             if not self.publish.may_be_unreachable:
                 raise
             # The store failed (a network, a server): this session still uses what the warmup compiled.
-            kept_at = self.marker.with_name("warmup-unpublished.bundle")
+            kept_at = self.marker.with_name(_UNPUBLISHED)
             write_bundle(Bundle(kept_at, [addition]))
             self._say(Concern.SAVING, f"{exc}; this session uses the warmup's artifacts without publishing them",
                       self.publish.name)
@@ -374,7 +388,7 @@ class Preparer:
         except (BundleError, _torchapi.MegaCacheError) as exc:
             self._say(Concern.BUNDLE, f"{exc}; this session uses the warmup's delta without the bundle's entry",
                       self.publish.name)
-        kept_at = self.marker.with_name("warmup-with-delta.bundle")
+        kept_at = self.marker.with_name(_WITH_DELTA)
         write_bundle(Bundle(kept_at, entries))
         return read_manifest(kept_at)
 
