@@ -26,7 +26,7 @@ from .storage.merge import union
 from .storage.objects import read_url
 from .storage.stores import open_store
 from .storage.urls import STORAGE_OPTIONS_ENV, file_url_path, is_url, parse_storage_options, redacted
-from .words import counted
+from .words import counted, in_layer_order, layer_of
 
 LOCK_TIMEOUT = 60.0
 
@@ -174,20 +174,25 @@ def _inspect(args: argparse.Namespace, bundle: Bundle) -> int:
 
 def _show(bundle: Bundle, data: dict[str, Any], check: bool) -> None:
     """``inspect``'s listing as text."""
-    _say(f"{bundle.name}: bundle format 1, {data['bytes'] / 1e6:.2f} MB, {counted(len(bundle.entries), 'environment')}")
+    _say(f"{bundle.name}: bundle format 1, {data['bytes']:,d} bytes on disk (the sizes below unpacked), "
+         f"{counted(len(bundle.entries), 'environment')}")
     for item in data["entries"]:
         created, updated = _when(item["created"]), _when(item["updated"])
         match = "matches this machine" if item["matches_here"] else "does NOT match this machine"
         _say(f"[{item['index']}] {env_label(item['env'])}: {match}")
         for key, value in item["env"].items():
             _say(f"    {key:14} {value}")
-        _say(f"    created {created}, updated {updated}, payload {item['size']} bytes, sha256 {item['sha256'][:16]}...")
+        _say(f"    created {created}, updated {updated}, payload {item['size']:,d} bytes, sha256 {item['sha256'][:16]}...")
         _say(f"    signature      {item['signature']}")
-        for kind, counts in sorted(item["artifacts"].items()):
-            _say(f"    {kind:14} {counts['count']:5d} artifacts {counts['bytes']:>12,d} bytes")
+        for kind in in_layer_order(item["artifacts"]):
+            counts = item["artifacts"][kind]
+            name = layer_of(kind) if layer_of(kind) == kind else f"{layer_of(kind)} ({kind})"
+            what = "artifact " if counts["count"] == 1 else "artifacts"
+            _say(f"    {name:20} {counts['count']:5d} {what} {counts['bytes']:>12,d} bytes")
         for build in item["binaries"].get("builds", []):
             fits = "fit this machine" if build["fits_here"] else f"do NOT fit this machine ({build['differences']})"
-            _say(f"    {'cpp':14} {build['binaries']:5d} binaries {build['bytes']:>13,d} bytes, "
+            what = "binary  " if build["binaries"] == 1 else "binaries"
+            _say(f"    {'cpp':20} {build['binaries']:5d} {what} {build['bytes']:>13,d} bytes, "
                  f"built by {build['identity'].get('compiler_version', '?')} for {build['identity'].get('native', '?')}: "
                  f"{fits}")
         if check:
@@ -527,7 +532,12 @@ BUNDLE = "the bundle: a file path or a URL (s3://, gs://, az://; http(s):// to r
 
 
 class _CommandParser(argparse.ArgumentParser):
-    """A command's parser: arguments it does not know are its error, shown with its own usage."""
+    """A command's parser: arguments it does not know are its error, shown with its own usage; an
+    option is never taken from a prefix of its name (``--max-siz`` is a typo, not ``--max-size``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
                          namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
@@ -539,7 +549,7 @@ class _CommandParser(argparse.ArgumentParser):
 
 def parser() -> argparse.ArgumentParser:
     """The command line. Every help text is plain text (argparse prints it as it is)."""
-    p = argparse.ArgumentParser(prog="pytest-compilecache", description=DESCRIPTION, epilog=EPILOG)
+    p = argparse.ArgumentParser(prog="pytest-compilecache", description=DESCRIPTION, epilog=EPILOG, allow_abbrev=False)
     p.add_argument("--storage-options", metavar="JSON",
                    help=f"fsspec options for bundle URLs, a JSON object such as "
                         f'\'{{"endpoint_url": "http://127.0.0.1:9000"}}\' (default: ${STORAGE_OPTIONS_ENV})')

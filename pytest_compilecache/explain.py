@@ -88,6 +88,9 @@ def explain(layer: str, key: str, code: str, components: Mapping[str, tuple[str,
             names = ", ".join(f"{s.name} holds {s.undocumented} entries without key details" for s in blind)
             return Explanation(f"{where}: cannot explain: no entry with key details for this code ({names})",
                                ("cannot explain",))
+        if starts_empty:
+            return Explanation(f"{where}: this cache starts empty by design (cold_cache, --compile-cache-isolate), "
+                               "and no compile before it in this session was of this code", ("cache starts empty",))
         return Explanation(f"{where}: no entry for this code at all (new code)", ("new code",))
     scored = []
     for source, other in candidates:

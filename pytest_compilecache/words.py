@@ -3,6 +3,8 @@ Mega-Cache artifact by the cache layer it fills (``inductor`` artifacts are the 
 
 from __future__ import annotations
 
+from typing import Iterable
+
 
 def counted(n: int, noun: str) -> str:
     """``n`` and ``noun``, plural unless ``n`` is 1."""
@@ -20,8 +22,15 @@ def layer_of(kind: str) -> str:
     return _LAYERS.get(kind, kind)
 
 
+def in_layer_order(kinds: Iterable[str]) -> list[str]:
+    """Mega-Cache artifact types in the order the per-layer table lists their layers."""
+    def place(kind: str) -> tuple[int, str]:
+        layer = layer_of(kind)
+        return (_ORDER.index(layer) if layer in _ORDER else len(_ORDER), layer)
+
+    return sorted(kinds, key=place)
+
+
 def artifact_counts(counts: dict[str, int]) -> str:
     """``{artifact type: count}`` as ``2 fx_graph, 1 aot_autograd``, named and ordered as the per-layer table."""
-    named = {layer_of(kind): n for kind, n in counts.items()}
-    order = sorted(named, key=lambda layer: (_ORDER.index(layer) if layer in _ORDER else len(_ORDER), layer))
-    return ", ".join(f"{named[layer]} {layer}" for layer in order)
+    return ", ".join(f"{counts[kind]} {layer_of(kind)}" for kind in in_layer_order(counts))

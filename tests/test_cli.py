@@ -6,6 +6,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -135,7 +136,16 @@ def test_inspect_shows_environments_and_layers(good_bundle: Path, foreign_bundle
     result = cli("inspect", good_bundle)
     assert result.returncode == 0, result.stderr
     assert "matches this machine" in result.stdout
-    assert "inductor" in result.stdout and "aot_autograd" in result.stdout
+    # A newcomer: the sizes listed summed to more than the file ("0.41 MB"), "payload 322430 bytes"
+    # beside "155,296 bytes", "1 artifacts", and "inductor" where the summary's table says fx_graph.
+    size = good_bundle.stat().st_size
+    assert f"bundle format 1, {size:,d} bytes on disk (the sizes below unpacked), 1 environment" in result.stdout, \
+        result.stdout
+    lines = result.stdout.splitlines()
+    assert any(line.strip().startswith("fx_graph (inductor)") and " 2 artifacts " in line for line in lines), lines
+    assert any(line.strip().startswith("aot_autograd") and " artifacts " in line for line in lines), lines
+    payload = next(line for line in lines if "payload " in line)
+    assert re.search(r"payload \d{1,3}(,\d{3})+ bytes", payload), payload
     data = json.loads(cli("inspect", good_bundle, "--json").stdout)
     entry = data["entries"][0]
     assert entry["matches_here"] is True and entry["differences"] == []
@@ -635,7 +645,8 @@ def test_the_cli_says_nothing_of_torch_on_stderr_where_numpy_is_missing(good_bun
 
 def test_a_mistyped_option_after_a_command_shows_that_commands_usage(good_bundle: Path) -> None:
     """A newcomer's ``prune PATH --max-sise 1`` printed the top-level usage ("COMMAND ..."), not prune's."""
-    for command, typo in (("prune", "--max-sise"), ("inspect", "--bogus"), ("verify", "--jsn")):
+    for command, typo in (("prune", "--max-sise"), ("inspect", "--bogus"), ("verify", "--jsn"), ("prune", "--max-siz"),
+                          ("inspect", "--js")):
         result = cli(command, good_bundle, typo, "1")
         assert result.returncode == 2 and result.stdout == "", result
         assert result.stderr.startswith(f"usage: pytest-compilecache {command} "), result.stderr

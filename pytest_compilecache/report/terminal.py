@@ -80,8 +80,12 @@ def _cold_lines(report: SessionReport) -> list[str]:
     """Which misses happened in caches that start empty by design, so that a reader looks at the rest."""
     assert report.totals is not None
     cold = report.misses_in_cold_caches()
-    parts = [f"{layer} {n} of {report.totals.layer(layer).misses}" for layer, n in cold.items()]
-    left_out = [f"{layer} {n} of {report.totals.layer(layer).misses}" for layer, n in report.misses_not_saved().items()]
+    def of_all(layer: str, n: int) -> str:
+        total = report.totals.layer(layer).misses if report.totals is not None else n
+        return f"{layer} {n} of its {total} miss{'es' if total != 1 else ''}"
+
+    parts = [of_all(layer, n) for layer, n in cold.items()]
+    left_out = [of_all(layer, n) for layer, n in report.misses_not_saved().items()]
     lines = []
     if parts:
         lines.append(f"  misses in tests whose cache starts empty by design (cold_cache, --compile-cache-isolate): "
