@@ -155,13 +155,18 @@ def what_is_new(current: Bundle | None, additions: list[Entry]) -> New:
     counts: dict[str, int] = {}
     for entry in additions:
         have = current.find(entry.env) if current is not None else None
-        mine = _torchapi.artifact_identities(bundle_payload(entry))
-        held = _torchapi.artifact_identities(bundle_payload(have)) if have is not None else set()
-        if have is None or (secret is not None and have.vouched(secret)) or not mine <= held:
+        if have is None:  # a new environment: everything in it is new, as its manifest counts it
             nothing = False
-        held_keys = {(kind, key) for kind, key, _ in held}
-        for kind, key in {(kind, key) for kind, key, _ in mine} - held_keys:
-            counts[kind] = counts.get(kind, 0) + 1
+            for kind, described in entry.artifacts.items():
+                counts[kind] = counts.get(kind, 0) + int(described.get("count", 0))
+        else:
+            mine = _torchapi.artifact_identities(bundle_payload(entry))
+            held = _torchapi.artifact_identities(bundle_payload(have))
+            if (secret is not None and have.vouched(secret)) or not mine <= held:
+                nothing = False
+            held_keys = {(kind, key) for kind, key, _ in held}
+            for kind, key in {(kind, key) for kind, key, _ in mine} - held_keys:
+                counts[kind] = counts.get(kind, 0) + 1
         carried = entry.binaries.files if entry.binaries else {}
         kept = have.binaries.files if have is not None and have.binaries else {}
         fresh = [path for build, path in carried if (build, path) not in kept]
