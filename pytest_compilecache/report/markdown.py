@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 from ..words import artifact_counts
-from .model import BUILT_BY_WARMUP, NOTHING_ADDED, SaveStatus, SessionReport, Status
+from .model import BUILT_BY_WARMUP, NOTHING_ADDED, SaveStatus, SessionReport, Status, Write
 from .model import counted_tests as _tests
 
 #: The environment variable GitHub Actions names the job summary's file in.
@@ -60,13 +60,12 @@ def _bundle_lines(report: SessionReport) -> list[str]:
     saved = report.saved
     if saved.status is SaveStatus.SAVED:
         arts = artifact_counts({k: v["count"] for k, v in saved.artifacts.items()})
-        added = artifact_counts(saved.added_artifacts)
         imported = (f", after {saved.import_seconds:.2f} s importing torch's compiler"
                     if saved.import_seconds >= 0.1 else "")
-        what = (f"**written**: added {added}; it holds " if saved.added and added and added != arts
-                else "**written**: " if saved.added
-                else f"**written**: {BUILT_BY_WARMUP}; it holds " if any(p.wrote_bundle for p in report.processes)
-                else f"**updated**: {NOTHING_ADDED}; it holds ")
+        what = {Write.ADDED: f"**written**: added {artifact_counts(saved.added_artifacts)}; it holds ",
+                Write.WHOLE: "**written**: ",
+                Write.AFTER_WARMUP: f"**written**: {BUILT_BY_WARMUP}; it holds ",
+                Write.RECORDED: f"**updated**: {NOTHING_ADDED}; it holds "}[report.write()]
         lines.append(f"- {what}{arts} ({_mb(saved.bytes)} in {saved.seconds:.2f} s{imported})")
     elif saved.status is SaveStatus.UNCHANGED:
         lines.append(f"- **unchanged**: the bundle already held everything this run compiled ({saved.seconds:.2f} s)")

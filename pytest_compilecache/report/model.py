@@ -346,6 +346,13 @@ class SessionReport:
         """Seconds spent in the warmup hook, over all processes."""
         return sum(r.warmup_seconds or 0.0 for r in self.processes)
 
+    def write(self) -> Write:
+        """What the save did, where it wrote PATH (``saved.status`` is ``SAVED``)."""
+        if self.saved.added:
+            held = {k: v["count"] for k, v in self.saved.artifacts.items()}
+            return Write.ADDED if self.saved.added_artifacts and self.saved.added_artifacts != held else Write.WHOLE
+        return Write.AFTER_WARMUP if any(p.wrote_bundle for p in self.processes) else Write.RECORDED
+
     def processes_in_order(self) -> list[ProcessReport]:
         """The processes as a reader expects them: ``main``, then workers by number (gw2 before gw10)."""
         def key(process: ProcessReport) -> tuple[str, int]:
@@ -433,6 +440,19 @@ class SessionReport:
             },
             **({"expectations": self.expectations.to_json()} if self.expectations is not None else {}),
         }
+
+
+class Write(enum.Enum):
+    """What a save that wrote PATH did, as the summaries tell it apart."""
+
+    #: Added artifacts to a bundle that held others.
+    ADDED = "added"
+    #: Wrote a bundle all of whose artifacts are this run's.
+    WHOLE = "whole"
+    #: A building run's end, after its warmup had written the bundle: the tests added nothing.
+    AFTER_WARMUP = "after warmup"
+    #: Added nothing: recorded only the tests' compile times and which entries they used.
+    RECORDED = "recorded"
 
 
 #: What a building run's end wrote after its warmup had written the bundle, as the summaries say it.

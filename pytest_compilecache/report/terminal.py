@@ -6,7 +6,8 @@ import dataclasses
 
 from ..stats import CacheStats
 from ..words import artifact_counts
-from .model import BUILT_BY_WARMUP, NOTHING_ADDED, Comparison, ExpectationsReport, SaveStatus, SessionReport, Status
+from .model import (BUILT_BY_WARMUP, NOTHING_ADDED, Comparison, ExpectationsReport, SaveStatus, SessionReport, Status,
+                    Write)
 from .model import counted_tests as _tests
 
 
@@ -213,13 +214,13 @@ def summary_lines(report: SessionReport) -> list[str]:
     if saved.status is SaveStatus.SAVED:
         arts = artifact_counts({k: v["count"] for k, v in saved.artifacts.items()})
         size = f"({saved.bytes / 1e6:.2f} MB in {saved.seconds:.2f} s{moved})"
-        added = artifact_counts(saved.added_artifacts)
-        if saved.added and added and added != arts:
-            lines.append(f"bundle written: {saved.path}: added {added}; "
+        write = report.write()
+        if write is Write.ADDED:
+            lines.append(f"bundle written: {saved.path}: added {artifact_counts(saved.added_artifacts)}; "
                          f"it holds {arts} {size}")
-        elif saved.added:
+        elif write is Write.WHOLE:
             lines.append(f"bundle written: {saved.path}: {arts} {size}")
-        elif any(p.wrote_bundle for p in report.processes):
+        elif write is Write.AFTER_WARMUP:
             lines.append(f"bundle written: {saved.path}: {BUILT_BY_WARMUP}; it holds {arts} {size}")
         else:
             lines.append(f"bundle updated: {saved.path}: {NOTHING_ADDED}; it holds {arts} {size}")
