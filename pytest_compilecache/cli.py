@@ -26,7 +26,7 @@ from .storage.merge import union
 from .storage.objects import read_url
 from .storage.stores import open_store
 from .storage.urls import STORAGE_OPTIONS_ENV, file_url_path, is_url, parse_storage_options, redacted
-from .words import counted, in_layer_order, layer_of
+from .words import artifact_counts, counted, in_layer_order, layer_of
 
 LOCK_TIMEOUT = 60.0
 
@@ -181,7 +181,7 @@ def _show(bundle: Bundle, data: dict[str, Any], check: bool) -> None:
         match = "matches this machine" if item["matches_here"] else "does NOT match this machine"
         _say(f"[{item['index']}] {env_label(item['env'])}: {match}")
         for key, value in item["env"].items():
-            _say(f"    {key:14} {value}")
+            _say(f"    {key:14} {value if value != '' else '(none)'}")
         _say(f"    created {created}, updated {updated}, payload {item['size']:,d} bytes, sha256 {item['sha256'][:16]}...")
         _say(f"    signature      {item['signature']}")
         for kind in in_layer_order(item["artifacts"]):
@@ -460,22 +460,25 @@ def _plan(path: Path, entries: list[Entry], limit: int,
     total = len(candidates)
     candidates.sort()
     recent = 0
+    gone_kinds: dict[str, int] = {}
     while size > limit and candidates:
         dropped: dict[int, set[str]] = {}
         excess = size - limit
         while excess > 0 and candidates:
             *_, number, kind, key, n, last_used = candidates.pop(0)
             dropped.setdefault(number, set()).add(artifact_id(kind, key))
+            gone_kinds[kind] = gone_kinds.get(kind, 0) + 1
             recent += last_used
             excess -= n
         entries = [_without(e, dropped.get(i, set())) for i, e in enumerate(entries)]
         size = encoded_size(Bundle(path, entries))
     gone = total - len(candidates)
     if gone:
-        line = f"dropped {counted(gone, 'least recently used artifact')}"
+        line = f"dropped {counted(gone, 'least recently used artifact')} ({artifact_counts(gone_kinds)}"
         if recent:
-            line += (f" ({recent} of them the last recorded run used: tests that need them miss until an "
-                     "updating run saves them again)")
+            line += (f"; {recent} of them the last recorded run used: tests that need them miss until an "
+                     "updating run saves them again")
+        line += ")"
         lines.append(line)
     drop_binaries()
     return entries, size, len(candidates), lines

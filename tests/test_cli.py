@@ -616,6 +616,7 @@ def test_prune_to_a_size_says_when_it_drops_what_the_last_run_used(good_bundle: 
     assert result.returncode == 0, result.stdout + result.stderr
     lines = [line for line in result.stdout.splitlines() if "least recently used" in line]
     assert lines and "the last recorded run used" in lines[0], result.stdout
+    assert re.search(r"least recently used artifacts? \(\d+ aot_autograd", lines[0]), "which layers lost them"
     assert "tests that need them miss until an updating run saves them again" in lines[0], result.stdout
     with read_manifest(path) as bundle:
         (entry,) = bundle.entries

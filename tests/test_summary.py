@@ -45,8 +45,8 @@ def test_fixture_runs_without_options_summarise_real_counts(
     plain.stdout.fnmatch_lines(["*fx_graph*1*1*", "Dynamo over all tests*"])
     assert "compile time in tests: 0.0 s" not in summary
     assert "autotune      0" not in summary  # a GPU-only layer on CPU is '-', never 0
-    assert "misses in tests whose cache starts empty by design (cold_cache, --compile-cache-isolate): " \
-           "fx_graph 1 of its 1 miss, aot_autograd 1 of its 1 miss" in summary, summary
+    assert "misses in tests whose cache starts empty by design (cold_cache, --compile-cache-isolate), of all " \
+           "misses: fx_graph 1 of 1, aot_autograd 1 of 1" in summary, summary
     # "summed over workers" only where there were workers (a newcomer read it in a serial run)
     assert ("summed over workers" in summary) is bool(workers), summary
 
@@ -100,6 +100,8 @@ def test_an_unreadable_bundle_still_warms_up_and_is_left_alone_said_once(
     assert path.read_bytes() == bad
     assert f"warmup: ran here: " in summary and f"; {path} could not be used (see PROBLEM below)" in summary, summary
     assert "session.bundle" not in summary, summary
+    # Its hits came from the session's warmup, not from the bundle left alone (a newcomer).
+    assert "from warmup" in summary and "from bundle" not in summary, summary
     assert "add --compile-cache-update" not in summary
     assert "bundle left alone" in summary
     problems = [line for line in summary.splitlines() if line.startswith("PROBLEM:")]
@@ -226,8 +228,10 @@ def test_a_warm_run_slower_in_its_tests_says_why_and_points_at_the_totals() -> N
                                       history={"warmup_seconds": 20.0, "tests": {"t::a": 2.0}})]
     report.add_test("t::a", {"compile_seconds": 7.5})
     text = "\n".join(summary_lines(report))
-    assert "the same test when the bundle first recorded it: 2.0 s, plus 20.0 s in the warmup that built it" in text, text
-    assert "pays torch's one-off start-up" in text
+    # A newcomer could not tell which way "(1.2x this run's)" went, nor which totals to compare.
+    assert "the same test when the bundle first recorded it: 2.0 s (this run: 7.5 s), plus 20.0 s in the warmup " \
+           "that built it" in text, text
+    assert "pays torch's one-off start-up" in text and "compare the totals below" in text, text
     assert "compiling that test and the warmup: 22.0 s then, 7.5 s now (14.5 s less)" in text
 
 
@@ -470,8 +474,8 @@ def test_a_building_run_an_updating_run_and_a_later_run_each_say_what_happened_t
     assert "bundle updated" not in summary and "nothing new, only" not in summary, summary
     # The cold test compiled, and a cold test's compiles are never kept: "the tests compiled nothing
     # more" was untrue (a third newcomer). Artifacts are named by the layers of the table (fx_graph).
-    assert f"bundle written: {path}: what the warmup compiled, written when it ran; the tests added nothing " \
-           "to it (their compile times and use of it recorded at the end); it holds 1 fx_graph" in summary, summary
+    assert f"bundle written: {path}: what the warmup compiled, when it ran; the tests added only their compile " \
+           "times and which entries they used; it holds 1 fx_graph" in summary, summary
     assert report()["bundle"]["saved"]["added"] is False and report()["bundle"]["processes"][0]["wrote_bundle"]
     before = seconds()
     built_headers = report()["bundle"]["processes"][0]["headers_seconds"]
@@ -487,6 +491,7 @@ def test_added(warm_cache):
     updated.assert_outcomes(passed=3)
     summary = _summary(updated)
     assert "warmup ran here: " in summary and f"; {path} already held everything it compiled" in summary, summary
+    assert "(1 test new since then: not compared)" in summary, summary
     assert "and wrote" not in summary, summary
     assert f"bundle written: {path}: added 1 fx_graph, 1 aot_autograd, 1 cpp; it holds 2 fx_graph, 2 aot_autograd, " \
            "2 cpp" in summary, summary

@@ -29,9 +29,11 @@ def test_the_warmup_is_warm_in_a_second_run(
     pytester.makepyfile(test_model=TEST)
     ini = f"compile_cache_home = {pytester.path / 'home'}"
     stats = []
-    for _ in range(2):
+    for run in range(2):
         result = run_inner(*workers, "--compile-cache-isolate-mode=worker", "--compile-cache-report=r.json", ini=ini)
         result.assert_outcomes(passed=1)
+        # Both runs' summaries read the same until they said whether the kept folder served (a newcomer).
+        result.stdout.fnmatch_lines([f"*this run it found {run} of 1 FX graphs there*"])
         processes = json.loads((pytester.path / "r.json").read_text())["bundle"]["processes"]
         (warmup,) = [p["warmup_stats"] for p in processes if p.get("warmup_stats")]
         stats.append(warmup["fx_graph"])

@@ -210,6 +210,8 @@ class Comparison:
     #: Tests both runs had whose cache starts empty by design (``cold_cache``, per-test isolation): no
     #: bundle changes what they compile, so they are left out of both sides.
     left_out_cold: int = 0
+    #: Tests of this run the bundle has no figure for (added since, not by an updating run): not compared.
+    not_recorded: int = 0
     #: Seconds building precompiled C++ headers, within the figures above (kept per machine, not by a bundle).
     headers_now: float = 0.0
     headers_then: float = 0.0
@@ -346,6 +348,14 @@ class SessionReport:
         """Seconds spent in the warmup hook, over all processes."""
         return sum(r.warmup_seconds or 0.0 for r in self.processes)
 
+    def hits_came_from(self) -> str:
+        """Where ``from_bundle`` hits came from, in words: ``bundle`` where a process loaded PATH's entry,
+        ``warmup`` where processes loaded only what the session's warmup compiled."""
+        loaded = [p for p in self.processes if p.status is Status.LOADED]
+        if any(not p.own_warmup for p in loaded):
+            return "bundle"
+        return "warmup" if loaded or not self.bundle_path else "bundle"
+
     def write(self) -> Write:
         """What the save did, where it wrote PATH (``saved.status`` is ``SAVED``)."""
         if self.saved.added:
@@ -393,8 +403,9 @@ class SessionReport:
             return next((float(p.history[key]) for p in self.processes if p.status is Status.LOADED
                          and isinstance(p.history.get(key), (int, float))), 0.0)
 
+        new = sum(1 for n, stats in self.tests.items() if n not in built and not _starts_empty(stats))
         return Comparison(len(common), now, sum(built[n] for n in common), self.warmup_seconds,
-                          then("warmup_seconds"), len(shared) - len(common), self.headers_seconds,
+                          then("warmup_seconds"), len(shared) - len(common), new, self.headers_seconds,
                           then("headers_seconds"))
 
     def _tests_json(self) -> dict[str, dict[str, Any]]:
@@ -456,8 +467,7 @@ class Write(enum.Enum):
 
 
 #: What a building run's end wrote after its warmup had written the bundle, as the summaries say it.
-BUILT_BY_WARMUP = ("what the warmup compiled, written when it ran; the tests added nothing to it (their compile "
-                   "times and use of it recorded at the end)")
+BUILT_BY_WARMUP = "what the warmup compiled, when it ran; the tests added only their compile times and which entries they used"
 #: What a save that added nothing wrote, as the summaries say it.
 NOTHING_ADDED = "the tests compiled nothing it lacked; recorded their compile times and which of its entries this run used"
 

@@ -28,15 +28,16 @@ def _compile_time_line(report: SessionReport) -> list[str]:
     compared = report.compared_with_build()
     if compared is not None:
         c = compared
-        ratio = f" ({c.then / c.now:.1f}x this run's)" if c.now > 0.05 and c.then >= 1.1 * c.now else ""
         plus = f", plus {c.warmup_then:.1f} s in the warmup that built it" if c.warmup_then else ""
         cold = (f" ({c.left_out_cold} cold_cache test{'s' if c.left_out_cold != 1 else ''} left out: "
                 f"{'its' if c.left_out_cold == 1 else 'their'} cache starts empty by design)" if c.left_out_cold else "")
+        new = (f" ({c.not_recorded} test{'s' if c.not_recorded != 1 else ''} new since then: not compared)"
+               if c.not_recorded else "")
         lines.append(f"  the same {_tests(c.tests)} when the bundle first recorded {'it' if c.tests == 1 else 'them'}: "
-                     f"{c.then:.1f} s{ratio}{plus}{cold}")
+                     f"{c.then:.1f} s (this run: {c.now:.1f} s){plus}{cold}{new}")
         if c.now > c.then and c.warmup_then and not c.warmup_now:
             lines.append("  (the first compile in each process pays torch's one-off start-up: the building run paid it "
-                         "in its warmup, this run in its first test; compare the totals)")
+                         "in its warmup, this run in its first test; compare the totals below)")
         verdict = f"{c.saved:.1f} s less" if c.saved >= 0 else f"{-c.saved:.1f} s MORE"
         those = "that test" if c.tests == 1 else "those tests"
         lines.append(f"  compiling {those} and the warmup: {c.total_then:.1f} s then, {c.total_now:.1f} s now "
@@ -68,7 +69,7 @@ def _explained_lines(totals: CacheStats | None) -> list[str]:
     layers = [s for s in totals if s.observable and s.explained]
     if not layers:
         return []
-    lines = ["misses explained (the nearest known entry for the same code, and what differs):"]
+    lines = ["misses explained:"]
     for layer in layers:
         lines.append(f"  {layer.explained_summary()}")
         lines.extend(f"    {text}" for text in layer.explanations[:SUMMARY_REASONS])
@@ -82,17 +83,17 @@ def _cold_lines(report: SessionReport) -> list[str]:
     assert report.totals is not None
     cold = report.misses_in_cold_caches()
     def of_all(layer: str, n: int) -> str:
-        total = report.totals.layer(layer).misses if report.totals is not None else n
-        return f"{layer} {n} of its {total} miss{'es' if total != 1 else ''}"
+        return f"{layer} {n} of {report.totals.layer(layer).misses if report.totals is not None else n}"
 
     parts = [of_all(layer, n) for layer, n in cold.items()]
     left_out = [of_all(layer, n) for layer, n in report.misses_not_saved().items()]
     lines = []
     if parts:
-        lines.append(f"  misses in tests whose cache starts empty by design (cold_cache, --compile-cache-isolate): "
-                     f"{', '.join(parts)}")
+        lines.append(f"  misses in tests whose cache starts empty by design (cold_cache, --compile-cache-isolate), "
+                     f"of all misses: {', '.join(parts)}")
     if left_out:
-        lines.append(f"  misses in not_saved() blocks (left out of the bundle on purpose): {', '.join(left_out)}")
+        lines.append(f"  misses in not_saved() blocks (left out of the bundle on purpose), of all misses: "
+                     f"{', '.join(left_out)}")
     return lines
 
 
@@ -147,7 +148,7 @@ def summary_lines(report: SessionReport) -> list[str]:
         lines = ["no test compiled anything (or torch's compiler was never imported in a test)"]
     else:
         lines = [f"per-layer totals over all tests{' (summed over workers)' if _workers(report) else ''}:",
-                 report.totals.table(source="bundle" if report.bundle_path else "warmup")]
+                 report.totals.table(source=report.hits_came_from())]
         lines.extend(_cold_lines(report))
         lines.extend(_dynamo_lines(report.totals, _workers(report)))
         lines.extend(_explained_lines(report.totals))
@@ -169,9 +170,11 @@ def summary_lines(report: SessionReport) -> list[str]:
             lines.append(f"warmup{who}: loaded what this session's warmup compiled ({report.bundle_path} could not "
                          "be used)")
         elif own and process.warmup_seconds is not None and process.warmup_folder:
+            fx = (process.warmup_stats or {}).get("fx_graph") or {}
+            found = f"; this run it found {fx.get('hits', 0)} of {fx.get('hits', 0) + fx.get('misses', 0)} FX graphs there"
             lines.append(f"warmup{who}: ran here: {process.warmup_seconds:.1f} s, in its folder kept between runs, "
-                         f"{process.warmup_folder} (--compile-cache-isolate-mode=worker): its compiles hit there from "
-                         "the second run on; --compile-cache-bundle=PATH keeps them as a bundle")
+                         f"{process.warmup_folder} (--compile-cache-isolate-mode=worker){found}; "
+                         "--compile-cache-bundle=PATH keeps them as a bundle")
         elif own and process.warmup_seconds is not None:
             lines.append(f"warmup{who}: ran here: {process.warmup_seconds:.1f} s; what it compiled is "
                          "for this session's warm_cache tests only; --compile-cache-bundle=PATH keeps it for later runs")
