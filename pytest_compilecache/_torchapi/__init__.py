@@ -7,7 +7,7 @@ imports torch lazily; importing the package is cheap. No private torch module is
 
 from ..bundle.keyindex import KeyIndex
 from . import keys
-from .binaries import build_identity, cpu_probes_in, header_build_seconds, mark_carried
+from .binaries import build_identity, cpu_probe_sources, cpu_probes_in, header_build_seconds, mark_carried
 from .binaries import rejected as rejected_binaries
 from .binaries import rejected_names as rejected_binary_names
 from .core import MIN_TORCH, TorchUnavailable, compiler_loaded, inductor_config_loaded, torch_module
@@ -44,7 +44,7 @@ __all__ = [
     "can_leave_out", "check_keys", "compile_seconds", "compiler_loaded", "complete_warm_folder", "describe_artifacts", "empty_folder",
     "environment_fingerprint", "explaining", "fill_warm_folder", "fresh_recording", "gpu_count", "headers_at",
     "index_for", "inductor_config_loaded", "load_artifacts", "made_with", "mark_carried", "MegaCacheError",
-    "cpu_probes_in", "header_build_seconds", "merge_artifacts", "MIN_TORCH", "note_bundle_keys", "placing_from", "read_counts", "ready_to_read", "record_bypass_reasons",
+    "cpu_probe_sources", "cpu_probes_in", "header_build_seconds", "merge_artifacts", "MIN_TORCH", "note_bundle_keys", "placing_from", "read_counts", "ready_to_read", "record_bypass_reasons",
     "redirect", "rejected_binaries", "rejected_binary_names", "remote_caches_on", "reset_in_memory",
     "save_artifacts", "select_artifacts", "torch_module", "TorchUnavailable", "unobservable_fields",
     "unobservable_layers", "use_bundle_index", "without_remote_caches",

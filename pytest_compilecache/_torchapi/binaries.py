@@ -246,6 +246,19 @@ def _guard_probes() -> None:
     setattr(isa_class, "check_build", check_build)
 
 
+def cpu_probe_sources() -> frozenset[str]:
+    """The C++ sources torch builds its CPU feature probes from (``VecISA._avx_code``, ``VecAMX._amx_code``,
+    ...: every ``*_code`` text of its ISA classes); empty where this torch names none."""
+    try:
+        from torch._inductor import cpu_vec_isa
+    except ImportError:
+        return frozenset()
+    base = getattr(cpu_vec_isa, "VecISA", None)
+    classes = [c for c in vars(cpu_vec_isa).values() if isinstance(c, type) and base is not None and issubclass(c, base)]
+    return frozenset(value for c in classes for name, value in vars(c).items()
+                     if name.endswith("_code") and isinstance(value, str))
+
+
 def _place_kept_probe(code: str) -> set[str]:
     """Place the kept probe built from ``code`` into the cache folder of the moment, where it is
     built elsewhere and that folder lacks it (a warmup's new folder): torch then only loads it. The

@@ -20,7 +20,7 @@ import uuid
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Collection, Iterable, Mapping
 
 from filelock import FileLock
 
@@ -413,10 +413,26 @@ class CarriedBinaries:
             return
         self.files[(build, path)] = CarriedFile(build, path, hashlib.sha256(data).hexdigest(), len(data), data)
 
-    def counts(self) -> dict[str, int]:
-        """``{"count": C++ binaries, "bytes": their size}`` (sources and Triton files not counted)."""
+    def counts(self, probe_sources: Collection[str] = ()) -> dict[str, int]:
+        """``{"count": C++ binaries, "bytes": their size}`` (sources and Triton files not counted); with
+        ``probe_sources`` (the sources torch builds its CPU probes from), the probes apart, as ``probes``."""
         binaries = [f for f in self.files.values() if is_cpp(f.path)]
-        return {"count": len(binaries), "bytes": sum(f.size for f in binaries)}
+        probes = self.probes(probe_sources)
+        kernels = [f for f in binaries if f.path not in probes]
+        counts = {"count": len(kernels), "bytes": sum(f.size for f in kernels)}
+        if probes:
+            counts["probes"] = len(probes)
+        return counts
+
+    def probes(self, probe_sources: Collection[str]) -> set[str]:
+        """The carried binaries (paths) built from one of ``probe_sources``: torch's CPU feature probes,
+        which a bundle carries so that a new machine need not build them, and which are no test's kernel."""
+        texts = {source.encode() for source in probe_sources}
+        if not texts:
+            return set()
+        sources = {f.path.rsplit(".", 1)[0] for f in self.files.values()
+                   if f.path.endswith(".cpp") and f.data in texts}
+        return {f.path for f in self.files.values() if is_cpp(f.path) and f.path.rsplit(".", 1)[0] in sources}
 
     def triton_counts(self) -> dict[str, int]:
         """``{"count": Triton kernels, "bytes": size of their files}``."""

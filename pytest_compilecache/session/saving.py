@@ -88,7 +88,7 @@ class Saver:
                 kinds = dict(entry.artifacts) if entry else {}
                 carried = _carried(merged, entry) if entry is not None else None
                 if carried:
-                    kinds["cpp"] = carried.counts()
+                    kinds["cpp"] = carried.counts(_torchapi.cpu_probe_sources())
                     if carried.triton_counts()["count"]:
                         kinds["triton_cache"] = carried.triton_counts()
                 for kind, counts in kinds.items():

@@ -252,8 +252,9 @@ class Preparer:
             self._say(Concern.BINARY, f"{bundle.name}: carried binary {path} could not be pooled: {error}", bundle.name)
         _torchapi.mark_carried(fitting)
         listed = (entry.binaries_section or {}).get("files") or [[b, p] for b, p in carried.files]
-        count = sum(1 for item in listed if is_cpp(item[1]))
-        fit = sum(1 for path in fitting if is_cpp(path))
+        probes = carried.probes(_torchapi.cpu_probe_sources())
+        count = sum(1 for item in listed if is_cpp(item[1]) and item[1] not in probes)
+        fit = sum(1 for path in fitting if is_cpp(path) and path not in probes)
         kernels = carried.triton_counts()["count"]
         self.report.binaries = {"carried": count, "fit": fit, "triton_kernels": kernels}
         if count and not fit and carried.builds:

@@ -172,7 +172,8 @@ def what_is_new(current: Bundle | None, additions: list[Entry]) -> New:
         fresh = [path for build, path in carried if (build, path) not in kept]
         if fresh:
             nothing = False
-        binaries = sum(1 for path in fresh if is_cpp(path))
+        probes = entry.binaries.probes(_torchapi.cpu_probe_sources()) if entry.binaries else set()
+        binaries = sum(1 for path in fresh if is_cpp(path) and path not in probes)
         if binaries:
             counts["cpp"] = counts.get("cpp", 0) + binaries
     return New(nothing, counts)
