@@ -80,10 +80,12 @@ def _explained_lines(totals: CacheStats | None) -> list[str]:
 
 def _cold_lines(report: SessionReport) -> list[str]:
     """Which misses happened in caches that start empty by design, so that a reader looks at the rest."""
-    assert report.totals is not None
+    totals = report.totals
+    assert totals is not None
     cold = report.misses_in_cold_caches()
+
     def of_all(layer: str, n: int) -> str:
-        return f"{layer} {n} of {report.totals.layer(layer).misses if report.totals is not None else n}"
+        return f"{layer} {n} of {totals.layer(layer).misses}"
 
     parts = [of_all(layer, n) for layer, n in cold.items()]
     left_out = [of_all(layer, n) for layer, n in report.misses_not_saved().items()]
