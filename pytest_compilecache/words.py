@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from .stats import LAYERS
+
 
 def counted(n: int, noun: str) -> str:
     """``n`` and ``noun``, plural unless ``n`` is 1."""
@@ -13,8 +15,6 @@ def counted(n: int, noun: str) -> str:
 
 #: Mega-Cache artifact types whose layer in the per-layer table has another name.
 _LAYERS = {"inductor": "fx_graph"}
-#: The order the per-layer table lists layers in.
-_ORDER = ("fx_graph", "aot_autograd", "cpp", "autotune", "triton", "pgo", "precompile")
 
 
 def layer_of(kind: str) -> str:
@@ -26,7 +26,7 @@ def in_layer_order(kinds: Iterable[str]) -> list[str]:
     """Mega-Cache artifact types in the order the per-layer table lists their layers."""
     def place(kind: str) -> tuple[int, str]:
         layer = layer_of(kind)
-        return (_ORDER.index(layer) if layer in _ORDER else len(_ORDER), layer)
+        return (LAYERS.index(layer) if layer in LAYERS else len(LAYERS), layer)
 
     return sorted(kinds, key=place)
 
