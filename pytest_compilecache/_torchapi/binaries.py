@@ -269,13 +269,7 @@ def _place_kept_probe(code: str) -> set[str]:
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 
     kept, root, placed = Path(told[0]), Path(cache_dir()), set()
-    for source in kept.glob("*/*.cpp"):
-        try:
-            same = source.read_text() == code
-        except (OSError, UnicodeDecodeError):
-            continue
-        if not same:
-            continue
+    for source in _probe_sources(kept, code):
         for path in (source, source.with_suffix(".so"), source.with_suffix(".o")):
             target = root / path.relative_to(kept)
             if not path.exists() or target.exists():
@@ -313,14 +307,19 @@ def _probe_binaries(code: str) -> list[Path]:
     """The binaries in the current cache folder built from the probe source ``code``."""
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 
+    return [p for source in _probe_sources(Path(cache_dir()), code)
+            for p in (source.with_suffix(".so"), source.with_suffix(".o")) if p.exists()]
+
+
+def _probe_sources(folder: Path, code: str) -> list[Path]:
+    """The C++ sources in ``folder``'s two-character folders whose text is the probe source ``code``."""
     found = []
-    for source in Path(cache_dir()).glob("*/*.cpp"):
+    for source in folder.glob("*/*.cpp"):
         try:
-            same = source.read_text() == code
+            if source.read_text() == code:
+                found.append(source)
         except (OSError, UnicodeDecodeError):
             continue
-        if same:
-            found += [p for p in (source.with_suffix(".so"), source.with_suffix(".o")) if p.exists()]
     return found
 
 
