@@ -33,6 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from probe.installed import as_installed
 from probe.phase_log import print_table, read_phases
 
 HERE = Path(__file__).parent
@@ -105,6 +106,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--cold-mlp", type=int, default=0, help="warm runs after a build with a cold MLP test")
     args = parser.parse_args()
+    print(f"plugin byte-compiled as pip installs it: {as_installed()}", flush=True)
     work = Path(tempfile.mkdtemp(prefix="gpu-vs-kept-"))
     log = work / "tests.jsonl"
     bundle = work / "models.bundle"

@@ -10,6 +10,7 @@ its own (one shared closure would hit Dynamo's recompile limit and run eagerly).
 - **kept folder**: the same tests with no fixture, ``-p no:compilecache``, one kept
   ``TORCHINDUCTOR_CACHE_DIR`` (precompiled headers included); one run fills it.
 
+The plugin's modules are byte-compiled first, as ``pip install`` leaves them (``probe/installed.py``).
 Then ``ROUNDS`` warm runs of each twin, the order alternating each round, serial and ``-n 2``: pytest's wall time as a
 user sees it, median and range, and the ratio of medians.
 
@@ -30,6 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from probe.installed import as_installed
 from probe.phase_log import print_table, read_phases
 
 QUIET = ["-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-W", "ignore::DeprecationWarning"]
@@ -91,6 +93,7 @@ def main() -> None:
     rounds = int(argv[1]) if len(argv) > 1 else 5
     plain = int(argv[2]) if len(argv) > 2 else 40
     warm = int(argv[3]) if len(argv) > 3 else 20
+    print(f"plugin byte-compiled as pip installs it: {as_installed()}", flush=True)
     work = Path(tempfile.mkdtemp(prefix="small-tests-"))
     phase_log = work / "phases.log"
     probe_env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent / "probe"),

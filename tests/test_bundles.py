@@ -363,6 +363,51 @@ def test_a_warm_test_folder_gets_the_entries_torch_asks_for(pytester: pytest.Pyt
     result.assert_outcomes(passed=4)
 
 
+PLAIN_ON_DEMAND_TESTS = """
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+from torch._dynamo.utils import counters
+from conftest import f
+
+FOLDER = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+
+def entries(layer):
+    return [p for p in (FOLDER / layer).rglob("*") if p.is_file()] if (FOLDER / layer).exists() else []
+
+def test_a_plain_test_finds_the_entries_it_asks_for():
+    assert entries("fxgraph") == [] and entries("aotautograd") == []
+    assert not list(FOLDER.glob("*/*.so")), "the bundle's binaries come when torch asks for their folder"
+    before = counters["inductor"]["fxgraph_cache_hit"]
+    torch.compile(f)(torch.randn(8))
+    assert counters["inductor"]["fxgraph_cache_hit"] == before + 1
+    assert len(entries("fxgraph")) == 1 and len(entries("aotautograd")) == 1
+    assert list(FOLDER.glob("*/*.so"))
+
+def test_a_process_a_plain_test_starts_finds_the_whole_bundle():
+    child = "import torch; from conftest import g; from torch._dynamo.utils import counters; " \\
+            "torch.compile(g)(torch.randn(8)); print(counters['inductor']['fxgraph_cache_hit'])"
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-1] == "1", "the child compiles in the session's folder, and hits"
+    assert len(entries("fxgraph")) == 2 and len(entries("aotautograd")) == 2
+"""
+
+
+def test_the_session_folder_gets_the_entries_torch_asks_for(pytester: pytest.Pytester, run_inner: RunInner) -> None:
+    """Compiles outside fixtures use the session's folder, filled from the bundle as a warm test's is:
+    its FX graph and AOTAutograd entries and C++ binaries as torch asks for them (linking the whole
+    bundle there cost every process about 0.15 s for a bundle of 60 small graphs), the whole bundle
+    once the test starts a process. A plain test still hits what the bundle holds."""
+    pytester.makeconftest(ON_DEMAND_CONFTEST)
+    pytester.makepyfile(test_plain_on_demand=PLAIN_ON_DEMAND_TESTS)
+    result = run_inner(f"--compile-cache-bundle={pytester.path / 'b.bundle'}")
+    result.assert_outcomes(passed=2)
+
+
 def test_a_warm_folder_starts_with_the_autotune_results_and_without_binaries(
     pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult]
 ) -> None:

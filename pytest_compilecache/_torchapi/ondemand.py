@@ -1,4 +1,5 @@
-"""A ``warm_cache`` test's FX graph and AOTAutograd entries and its C++ binaries, linked into its folder when torch first asks for their key.
+"""A ``warm_cache`` test's FX graph and AOTAutograd entries and its C++ binaries, linked into its folder when torch first asks for their key
+(and the same for the session's folder, where tests without a fixture compile).
 
 A warm test's folder starts as hard links to the session's template, the bundle's files. Linking
 every entry made each test pay for the whole bundle (a few hundred files for a suite of a few dozen

@@ -3,6 +3,7 @@ pooled for ``warm_cache`` tests, and what the process adds to it at the end."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sys
 import time
@@ -59,6 +60,7 @@ class BundlePreparation:
         self._prepared: bool | None = None
         self._pool: BinaryPool | None = None
         self._dropped: set[str] = set()
+        self._placing = contextlib.ExitStack()
         self._started = time.time()
         #: The display of long work (the bundle's download, the warmup); the role that owns the terminal sets it.
         self.progress = Progress(None)
@@ -170,11 +172,29 @@ class BundlePreparation:
             self._prepared = self._preparer.prepare(_torchapi.environment_fingerprint())
             session_cache = self._session_cache()
             if session_cache is not None and self.options.isolation is not Isolation.TEST:
-                if self._prepared:
-                    self._pool.seed(self.folders.template)
-                    files.link_tree(self.folders.template, session_cache, replace=True)
-                self._pool.seed(session_cache)
+                self._fill_session_cache(session_cache)
         return self._prepared
+
+    def _fill_session_cache(self, folder: Path) -> None:
+        """Give compiles outside fixtures the bundle: in a worker's kept folder, every file of it now
+        (replacing what an earlier run left); in the process's own folder, as a warm test's folder gets
+        it, each entry and binary as torch asks for it."""
+        assert self._pool is not None
+        template = self.folders.template
+        if not self._prepared:
+            self._pool.seed(folder)
+        elif self.options.isolation is Isolation.WORKER:
+            self._pool.seed(template)
+            files.link_tree(template, folder, replace=True)
+            self._pool.seed(folder)
+        else:
+            self._pool.seed(template)
+            _torchapi.fill_warm_folder(template, folder)
+            self._placing.enter_context(_torchapi.placing_from(str(template), str(folder)))
+
+    def close(self) -> None:
+        """Stop filling the session's folder from the bundle."""
+        self._placing.close()
 
     def harvest(self, folder: Path, since: float = 0.0) -> None:
         """Pool the binaries a cache folder holds (those written since ``since``), for the next

@@ -76,6 +76,7 @@ class TestSide:
     def close(self) -> None:
         """Restore the environment and let go of the worker folder."""
         self._explaining.close()
+        self.bundle.close()
         if self._remote_before is not None:
             remote.restore(self._remote_before)
             self._remote_before = None
