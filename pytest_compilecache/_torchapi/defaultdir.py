@@ -27,6 +27,9 @@ _original: Callable[[], str] | None = None
 #: torch modules already searched for a ``default_cache_dir`` bound by ``from ... import`` (a test
 #: enters a cache thousands of modules after torch is imported; only new ones need a look).
 _checked: dict[str, ModuleType] = {}
+#: ``id()`` of every module looked at, torch's (held in ``_checked``, so their ids stay theirs) and
+#: other packages' (which never bind it, and are not held): ``sys.modules`` is filtered by it first.
+_seen: dict[str, int] = {}
 #: ``sys.modules`` as the last search left it (its size, newest name and module): unchanged, only the
 #: modules that were still being imported then need a look again. (A module put in place of another
 #: under an older name, without an import, goes unseen until ``sys.modules`` changes.)
@@ -75,11 +78,17 @@ def _search_modules(original: Callable[[], str]) -> None:
     global _searched
     newest = next(reversed(sys.modules), None)
     now = (len(sys.modules), newest, id(sys.modules.get(newest)) if newest is not None else 0)
-    names = list(sys.modules) if now != _searched else list(_initializing)
+    if now != _searched:
+        names = [name for name, module in list(sys.modules.items()) if _seen.get(name) != id(module)]
+    else:
+        names = list(_initializing)
     for name in names:
         module = sys.modules.get(name)
-        if module is None or _checked.get(name) is module or not name.startswith("torch"):
+        if module is None or _checked.get(name) is module:
             _initializing.discard(name)
+            continue
+        if not name.startswith("torch"):
+            _seen[name] = id(module)  # only torch's modules bind it
             continue
         if getattr(module, "default_cache_dir", None) is original:
             setattr(module, "default_cache_dir", _redirected_default_cache_dir)
@@ -87,6 +96,7 @@ def _search_modules(original: Callable[[], str]) -> None:
             _initializing.add(name)
         else:
             _checked[name] = module  # fully imported: its names are bound, checked for good
+            _seen[name] = id(module)
             _initializing.discard(name)
     _searched = now
 

@@ -183,12 +183,38 @@ def _link_two_character(template: str | os.PathLike[str], folder: str | os.PathL
     """Link the template's two-character folders into ``folder``, but for C++ sources (and, unless
     ``built``, binaries); a folder with nothing to link is not made."""
     without = _WRITTEN_BY_TORCH if built else _WRITTEN_BY_TORCH + _BUILT
+    names = _holding_more(template, without) if built else _holding_more_than_binaries(os.fspath(template))
+    for name in names:
+        files.link_tree(os.path.join(template, name), os.path.join(folder, name), without=without)
+
+
+def _holding_more(template: str | os.PathLike[str], without: tuple[str, ...]) -> list[str]:
+    """The template's two-character folders that hold a file not ending with ``without`` (or a folder)."""
+    found = []
     for name in _two_character(template):
-        source = os.path.join(template, name)
-        with os.scandir(source) as entries:
-            if not any(entry.is_dir() or not entry.name.endswith(without) for entry in entries):
-                continue
-        files.link_tree(source, os.path.join(folder, name), without=without)
+        with os.scandir(os.path.join(template, name)) as entries:
+            if any(entry.is_dir() or not entry.name.endswith(without) for entry in entries):
+                found.append(name)
+    return found
+
+
+#: Per template: its state (inode, modification time, links) and its two-character folders that hold
+#: more than C++ sources and binaries. After a template is loaded, only the pool adds to those folders,
+#: and only binaries and their sources, so the list stands until the template is made again.
+_more_than_binaries: dict[str, tuple[tuple[int, int, int], list[str]]] = {}
+
+
+def _holding_more_than_binaries(template: str) -> list[str]:
+    stat = os.stat(template)
+    state = (stat.st_ino, stat.st_mtime_ns, stat.st_nlink)  # a folder added within a clock tick still counts
+    with _lock:
+        known = _more_than_binaries.get(template)
+    if known is not None and known[0] == state:
+        return known[1]
+    found = _holding_more(template, _WRITTEN_BY_TORCH + _BUILT)
+    with _lock:
+        _more_than_binaries[template] = (state, found)
+    return found
 
 
 def fill_warm_folder(template: str | os.PathLike[str], folder: str | os.PathLike[str]) -> None:
