@@ -88,10 +88,11 @@ def _link_tree(source: str, dest: str, replace: bool, leave_out: Collection[str]
             elif entry.is_file(follow_symlinks=False):
                 if without and entry.name.endswith(without):
                     continue
-                if place_file(entry.path, target):
-                    placed += 1
-                elif replace and not os.path.samefile(entry.path, target):
-                    _copy_over(entry.path, target)
+                if replace and os.path.lexists(target):
+                    if not os.path.samefile(entry.path, target):
+                        _copy_over(entry.path, target)
+                        placed += 1
+                elif place_file(entry.path, target):
                     placed += 1
     return placed
 
