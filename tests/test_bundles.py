@@ -433,7 +433,7 @@ def test_fill(tmp_path):
     placed = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
     assert placed == ["ab/kernel.best_config", "triton/k/kernel.cubin"], placed
     assert not (folder / "cd").exists()
-    (template / "ef").mkdir()  # a template made again: its two-character folders are looked at again
+    (template / "ef").mkdir()  # the template changed (as when it is loaded again): looked at again
     (template / "ef" / "other.best_config").write_text("{}")
     fill_warm_folder(template, tmp_path / "next")
     assert (tmp_path / "next" / "ef" / "other.best_config").exists()
