@@ -40,6 +40,32 @@ def test_a_test_without_fixtures_never_imports_torch(pytester: pytest.Pytester) 
     pytester.runpytest_subprocess().assert_outcomes(passed=1)
 
 
+def test_pytest_does_not_recompile_the_plugin_in_every_process(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pytest rewrites every module of an installed plugin, and where it cannot keep the result
+    (``PYTHONDONTWRITEBYTECODE``, a read-only site-packages) it compiles them from source in every
+    process; the plugin's modules are imported as Python imports them, from their ``.pyc``."""
+    pytester.makeconftest(
+        """
+        import sys
+        from _pytest.assertion.rewrite import AssertionRewritingHook
+
+        def pytest_unconfigure(config):
+            rewritten = sorted(name for name, module in list(sys.modules.items())
+                               if name.startswith("pytest_compilecache")
+                               and isinstance(getattr(module, "__loader__", None), AssertionRewritingHook))
+            print("REWRITTEN", rewritten)
+        """
+    )
+    pytester.makepyfile("def test_x(cold_cache): pass")
+    # On sys.path, as a regular install is: pytest rewrites only what the path finder finds.
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[1]))
+    result = pytester.runpytest_subprocess("-s", "--assert=rewrite")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["REWRITTEN ['pytest_compilecache']"])
+
+
 def test_plugin_can_be_disabled(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_x(cold_cache): pass")
     result = pytester.runpytest_subprocess("-p", "no:compilecache")
