@@ -69,7 +69,7 @@ def test_pytest_does_not_recompile_the_plugin_in_every_process(
     result.assert_outcomes(passed=1)
     if "PACKAGE REWRITTEN True" not in result.stdout.str():
         pytest.skip("this pytest does not rewrite the plugin's package at all")
-    result.stdout.fnmatch_lines(["PACKAGE REWRITTEN True SUBMODULES [5-9][0-9]", "SUBMODULES REWRITTEN []"])
+    result.stdout.fnmatch_lines(["PACKAGE REWRITTEN True SUBMODULES [1-9]*", "SUBMODULES REWRITTEN []"])
 
 
 def test_plugin_can_be_disabled(pytester: pytest.Pytester) -> None:
