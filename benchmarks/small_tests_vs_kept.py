@@ -12,7 +12,9 @@ its own (one shared closure would hit Dynamo's recompile limit and run eagerly).
 
 The plugin's modules are byte-compiled first, as ``pip install`` leaves them (``probe/installed.py``).
 Then ``ROUNDS`` warm runs of each twin, the order alternating each round, serial and ``-n 2``: pytest's wall time as a
-user sees it, median and range, and the ratio of medians.
+user sees it, median and range, the ratio of medians, and the median (and range) of each round's own
+ratio (its two runs seconds apart, so a slow spell of the machine weighs on both); the processor time
+(user + system of pytest and its workers) the same way.
 
     python benchmarks/small_tests_vs_kept.py [ROUNDS] [PLAIN] [WARM]
 
@@ -23,6 +25,7 @@ phases, and the garbage collector's full collections and seconds), medians per s
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -76,7 +79,14 @@ def suite(folder: Path, plain: int, warm: int, plugin: bool) -> Path:
     return folder
 
 
-def run(folder: Path, args: list[str], env: dict[str, str]) -> float:
+def _children_cpu() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def run(folder: Path, args: list[str], env: dict[str, str], cpu: list[float] | None = None) -> float:
+    """pytest's wall seconds; its processor seconds (workers included) appended to ``cpu``."""
+    cpu_before = _children_cpu()
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "pytest", *QUIET, *args], cwd=folder, capture_output=True,
                           text=True, env={**os.environ, **env}, timeout=1800)
@@ -84,6 +94,8 @@ def run(folder: Path, args: list[str], env: dict[str, str]) -> float:
     if done.returncode != 0:
         print(done.stdout[-5000:], done.stderr[-3000:], sep="\n")
         raise SystemExit(f"failed in {folder}: {args}")
+    if cpu is not None:
+        cpu.append(_children_cpu() - cpu_before)
     return took
 
 
@@ -113,15 +125,18 @@ def main() -> None:
     print(f"build: plugin {run(plugin, plugin_args, plugin_env):.1f} s, "
           f"kept {run(kept, kept_args, kept_env):.1f} s", flush=True)
     times: dict[str, list[float]] = {}
+    cpu: dict[str, list[float]] = {}
     for mode, extra in (("serial", []), ("-n 2", ["-n", "2"])):
         for round_ in range(rounds):
             for side in (("plugin", "kept") if round_ % 2 == 0 else ("kept", "plugin")):
                 probe = ["-p", "phases"] if with_phases and not extra else []
                 probing = probe_env if probe else {}
                 if side == "plugin":
-                    took = run(plugin, [*plugin_args, *extra, *probe], {**plugin_env, **probing})
+                    took = run(plugin, [*plugin_args, *extra, *probe], {**plugin_env, **probing},
+                               cpu.setdefault(f"{side} {mode}", []))
                 else:
-                    took = run(kept, [*kept_args, *extra, *probe], {**kept_env, **probing})
+                    took = run(kept, [*kept_args, *extra, *probe], {**kept_env, **probing},
+                               cpu.setdefault(f"{side} {mode}", []))
                 times.setdefault(f"{side} {mode}", []).append(took)
                 summed = read_phases(phase_log)
                 for key, value in summed.items():
@@ -131,13 +146,17 @@ def main() -> None:
                         took - summed["total"])
             print(f"  {mode}: plugin {times[f'plugin {mode}'][-1]:.2f} s, kept {times[f'kept {mode}'][-1]:.2f} s",
                   flush=True)
-    print("\n| run | plugin, median (range) | kept folder, median (range) | ratio of medians |")
-    print("|---|---|---|---|")
-    for mode in ("serial", "-n 2"):
-        a, b = times[f"plugin {mode}"], times[f"kept {mode}"]
-        print(f"| {mode} | {statistics.median(a):.2f} s ({min(a):.2f}-{max(a):.2f}) | "
-              f"{statistics.median(b):.2f} s ({min(b):.2f}-{max(b):.2f}) | "
-              f"{statistics.median(a) / statistics.median(b):.3f}x |")
+    for title, seconds in (("wall seconds", times), ("processor seconds (user + system)", cpu)):
+        print(f"\n{title}\n\n| run | plugin, median (range) | kept folder, median (range) | ratio of medians "
+              "| each round's ratio, median (range) |")
+        print("|---|---|---|---|---|")
+        for mode in ("serial", "-n 2"):
+            a, b = seconds[f"plugin {mode}"], seconds[f"kept {mode}"]
+            ratios = [x / y for x, y in zip(a, b)]
+            print(f"| {mode} | {statistics.median(a):.2f} s ({min(a):.2f}-{max(a):.2f}) | "
+                  f"{statistics.median(b):.2f} s ({min(b):.2f}-{max(b):.2f}) | "
+                  f"{statistics.median(a) / statistics.median(b):.3f}x | "
+                  f"{statistics.median(ratios):.3f}x ({min(ratios):.3f}-{max(ratios):.3f}) |")
     if with_phases:
         print_table("serial runs, where the time went (medians, seconds; probe/phases.py):", phases)
     print(f"\nbundle {bundle.stat().st_size / 1e6:.2f} MB")
