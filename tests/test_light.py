@@ -174,3 +174,42 @@ def test_isolation_is_exact_for_a_test_that_imports_torch_itself(
     result = pytester.runpytest_subprocess("-p", "no:randomly", "--compile-cache-isolate")
     result.assert_outcomes(passed=3)
     assert not default_dir_of.exists(), f"the run created the shared default dir {default_dir_of}"
+
+
+def test_torch_modules_imported_between_caches_are_redirected() -> None:
+    """Entering a cache looks only at modules imported since the last look, yet finds every one that
+    binds torch's default-directory function: one imported late, one re-imported under an old name,
+    one still being imported at the last look, and none outside torch."""
+    code = textwrap.dedent(
+        """
+        import sys, types
+        from pytest_compilecache._torchapi import defaultdir
+
+        def original():
+            return "/shared"
+
+        def module(name, initializing=False):
+            m = types.ModuleType(name)
+            m.default_cache_dir = original
+            m.__spec__ = types.SimpleNamespace(_initializing=initializing)
+            sys.modules[name] = m
+            return m
+
+        early = module("torch._fake_early")
+        defaultdir._search_modules(original)
+        late = module("torch._fake_late")
+        other = module("not_torch_fake")
+        busy = module("torch._fake_busy", initializing=True)
+        defaultdir._search_modules(original)
+        busy.__spec__._initializing = False
+        busy.default_cache_dir = original
+        defaultdir._search_modules(original)
+        del sys.modules["torch._fake_early"]
+        again = module("torch._fake_early")
+        defaultdir._search_modules(original)
+        print([m.default_cache_dir is defaultdir._redirected_default_cache_dir
+               for m in (early, late, busy, again, other)])
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[True, True, True, True, False]"
