@@ -179,7 +179,8 @@ def test_isolation_is_exact_for_a_test_that_imports_torch_itself(
 def test_torch_modules_imported_between_caches_are_redirected() -> None:
     """Entering a cache looks only at modules imported since the last look, yet finds every one that
     binds torch's default-directory function: one imported late, one re-imported under an old name,
-    one still being imported at the last look, and none outside torch."""
+    one still being imported at the last look, one imported before a module that was put back, and
+    none outside torch."""
     code = textwrap.dedent(
         """
         import sys, types
@@ -207,9 +208,14 @@ def test_torch_modules_imported_between_caches_are_redirected() -> None:
         del sys.modules["torch._fake_early"]
         again = module("torch._fake_early")
         defaultdir._search_modules(original)
+        # monkeypatch.delitem(sys.modules, ...) undone: the same module object back, now newest
+        put_back = sys.modules.pop("not_torch_fake")
+        behind = module("torch._fake_behind")
+        sys.modules["not_torch_fake"] = put_back
+        defaultdir._search_modules(original)
         print([m.default_cache_dir is defaultdir._redirected_default_cache_dir
-               for m in (early, late, busy, again, other)])
+               for m in (early, late, busy, again, behind, other)])
         """
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[True, True, True, True, False]"
+    assert out.strip() == "[True, True, True, True, True, False]"

@@ -28,11 +28,11 @@ _original: Callable[[], str] | None = None
 #: enters a cache thousands of modules after torch is imported; only new ones need a look).
 _checked: dict[str, ModuleType] = {}
 #: ``id()`` of every module looked at, torch's (held in ``_checked``, so their ids stay theirs) and
-#: other packages' (which never bind it, and are not held): the newest of them ends a search.
+#: other packages' (which never bind it, and are not held): ``sys.modules`` is filtered by it first.
 _seen: dict[str, int] = {}
 #: ``sys.modules`` as the last search left it (its size, newest name and module): unchanged, only the
 #: modules that were still being imported then need a look again. (A module put in place of another
-#: under an older name, without an import and not at the end of ``sys.modules``, goes unseen.)
+#: under an older name, without an import, goes unseen until ``sys.modules`` changes.)
 _searched: tuple[int, str | None, int] = (0, None, 0)
 _initializing: set[str] = set()
 
@@ -78,12 +78,14 @@ def _search_modules(original: Callable[[], str]) -> None:
     global _searched
     newest = next(reversed(sys.modules), None)
     now = (len(sys.modules), newest, id(sys.modules.get(newest)) if newest is not None else 0)
-    names = [*_added_since_last_search(), *_initializing] if now != _searched else list(_initializing)
+    if now != _searched:
+        names = [name for name, module in list(sys.modules.items()) if _seen.get(name) != id(module)]
+    else:
+        names = list(_initializing)
     for name in names:
         module = sys.modules.get(name)
         if module is None or _checked.get(name) is module:
             _initializing.discard(name)
-            _seen[name] = id(module)
             continue
         if not name.startswith("torch"):
             _seen[name] = id(module)  # only torch's modules bind it
@@ -97,21 +99,6 @@ def _search_modules(original: Callable[[], str]) -> None:
             _seen[name] = id(module)
             _initializing.discard(name)
     _searched = now
-
-
-def _added_since_last_search() -> list[str]:
-    """The modules put into ``sys.modules`` since the last search. A dict keeps insertion order, so
-    they follow every module present then: read from the end back to the newest module seen before."""
-    added: list[str] = []
-    try:
-        for name in reversed(sys.modules):  # no copy of thousands of names to find the few new ones
-            if _seen.get(name) == id(sys.modules.get(name)):
-                break
-            added.append(name)
-    except RuntimeError:  # another thread imported meanwhile: read a copy
-        modules = list(sys.modules.items())
-        return [name for name, module in reversed(modules) if _seen.get(name) != id(module)]
-    return added
 
 
 class _PatchingLoader(importlib.abc.Loader):
