@@ -177,10 +177,10 @@ def test_isolation_is_exact_for_a_test_that_imports_torch_itself(
 
 
 def test_torch_modules_imported_between_caches_are_redirected() -> None:
-    """Entering a cache looks only at modules imported since the last look, yet finds every one that
-    binds torch's default-directory function: one imported late, one re-imported under an old name,
-    one still being imported at the last look, one imported before a module that was put back, and
-    none outside torch."""
+    """Entering a cache points every torch module that bound torch's default-directory function since
+    the last look at the plugin's (no torch needed to show it): one imported late, one re-imported
+    under an old name, one still being imported at the last look, one imported while another module
+    was out of ``sys.modules`` and put back, and none outside torch."""
     code = textwrap.dedent(
         """
         import sys, types
