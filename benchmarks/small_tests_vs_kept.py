@@ -131,12 +131,8 @@ def main() -> None:
             for side in (("plugin", "kept") if round_ % 2 == 0 else ("kept", "plugin")):
                 probe = ["-p", "phases"] if with_phases and not extra else []
                 probing = probe_env if probe else {}
-                if side == "plugin":
-                    took = run(plugin, [*plugin_args, *extra, *probe], {**plugin_env, **probing},
-                               cpu.setdefault(f"{side} {mode}", []))
-                else:
-                    took = run(kept, [*kept_args, *extra, *probe], {**kept_env, **probing},
-                               cpu.setdefault(f"{side} {mode}", []))
+                folder, args, env = (plugin, plugin_args, plugin_env) if side == "plugin" else (kept, kept_args, kept_env)
+                took = run(folder, [*args, *extra, *probe], {**env, **probing}, cpu.setdefault(f"{side} {mode}", []))
                 times.setdefault(f"{side} {mode}", []).append(took)
                 summed = read_phases(phase_log)
                 for key, value in summed.items():

@@ -203,7 +203,7 @@ def test_torch_modules_imported_between_caches_are_redirected() -> None:
         busy = module("torch._fake_busy", initializing=True)
         defaultdir._search_modules(original)
         busy.__spec__._initializing = False
-        busy.default_cache_dir = original
+        busy.default_cache_dir = original  # bound again by the rest of its import
         defaultdir._search_modules(original)
         del sys.modules["torch._fake_early"]
         again = module("torch._fake_early")
