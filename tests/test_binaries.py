@@ -17,6 +17,7 @@ import pytest
 
 from pytest_compilecache.bundle.binaries import BinaryPool, CarriedBinaries, CarriedFile, build_id, find_binaries
 from pytest_compilecache.bundle.format import Bundle, make_entry, read_manifest, write_bundle
+from pytest_compilecache.files import link_tree
 
 #: Real sessions against real servers and suites: left out of the fast tier (-m "not slow").
 pytestmark = pytest.mark.slow
@@ -54,6 +55,7 @@ class Kernels:
 
     def __init__(self, root: Path, headers: Path) -> None:
         self.root = root
+        self.headers = headers
         (root / "test_kernels.py").write_text(KERNELS)
         (root / "conftest.py").write_text(WARMUP)
         (root / "tox.ini").write_text(f"[pytest]\ncompile_cache_headers_dir = {headers}\n")
@@ -135,7 +137,11 @@ def test_broken_binaries_are_rebuilt_and_reported_once(
         return carried
 
     rewrite(source, tampered, break_all)
-    run = kernels.run(tampered, "--compile-cache-strict")
+    # The machine's own CPU probes, where it keeps them, are placed before torch looks: without them,
+    # the bundle's (broken) probes are the ones torch loads.
+    headers = kernels.root / "headers-without-probes"
+    link_tree(kernels.headers, headers, leave_out=("cpu-probes",))
+    run = kernels.run(tampered, "--compile-cache-strict", "-o", f"compile_cache_headers_dir={headers}")
     assert run["ret"] == 1, "strict mode makes an unusable carried binary a problem"
     out = run["out"]
     assert out.count("fails its checksum") == 1 and f"{tampered}: carried binary" in out, out

@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from .. import files
 from ..environment import SavedEnv
-from . import clock, tritoncache
+from . import clock, ondemand, tritoncache
 
 _counts: Counter[str] = Counter()
 _carried_names: set[str] = set()
@@ -143,7 +143,8 @@ def _time_header_builds() -> None:
         before = _files_in(folder)
         started = time.perf_counter()
         try:
-            return original(*args, **kwargs)
+            with ondemand.processes_read_no_entries():
+                return original(*args, **kwargs)
         finally:
             if _files_in(folder) - before:
                 with _lock:
@@ -203,11 +204,13 @@ def _probe_where_told() -> None:
     def valid_vec_isa_list() -> Any:
         told = _probes_folder()
         if told is None or not told[1] or learned().currsize:
-            return original()
+            with ondemand.processes_read_no_entries():
+                return original()
         saved = SavedEnv(("TORCHINDUCTOR_CACHE_DIR",))
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = told[0]
         try:
-            return original()
+            with ondemand.processes_read_no_entries():
+                return original()
         finally:
             saved.restore()
 
@@ -226,6 +229,10 @@ def _guard_probes() -> None:
         return
 
     def check_build(self: Any, code: str, *args: Any, **kwargs: Any) -> Any:
+        with ondemand.processes_read_no_entries():
+            return _checked_build(self, code, *args, **kwargs)
+
+    def _checked_build(self: Any, code: str, *args: Any, **kwargs: Any) -> Any:
         placed = _place_kept_probe(code)
         ok = original(self, code, *args, **kwargs)
         if ok:

@@ -16,7 +16,9 @@ linked whole, as before.
 
 A process the test starts (``subprocess``, ``multiprocessing``: a spawned worker compiling with the
 inherited ``TORCHINDUCTOR_CACHE_DIR``) has no such wrapper, so the first start links the rest of the
-template, and the folder is whole from then on.
+template, and the folder is whole from then on; but not a process whose environment points that
+variable at another folder, nor those of torch's C++ tools that read no entries (the compiler's
+version, the precompiled header's preprocessing, the CPU feature probes).
 """
 
 from __future__ import annotations
@@ -25,11 +27,12 @@ import contextlib
 import dataclasses
 import functools
 import importlib
+import inspect
 import multiprocessing.process
 import os
 import subprocess
 import threading
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 from .. import files
 
@@ -78,8 +81,8 @@ def install() -> None:
         setattr(cache_class, "_get_tmp_dir_for_key", classmethod(_placing(original.__func__)))
         _wrapped.add(folder)
     _wrap_get_path()
-    _before_starting(subprocess.Popen, "__init__")
-    _before_starting(multiprocessing.process.BaseProcess, "start")
+    _before_starting(subprocess.Popen, "__init__", _popen_env)
+    _before_starting(multiprocessing.process.BaseProcess, "start", lambda args, kwargs: None)
 
 
 def _wrap_get_path() -> None:
@@ -134,7 +137,7 @@ def _place(path: str, without: tuple[str, ...] = ()) -> None:
         active = _active
         if active is None or active.whole:
             return
-        relative = os.path.relpath(os.path.realpath(path), active.folder)
+        relative = _inside(path, active.folder)
         if relative.startswith(os.pardir) or os.path.isabs(relative) or relative in active.placed:
             return  # placed already, or a folder torch was pointed at inside the test, not this cache's
         source = os.path.join(active.template, relative)
@@ -146,19 +149,68 @@ def _place(path: str, without: tuple[str, ...] = ()) -> None:
         active.placed.add(relative)
 
 
-def _before_starting(owner: type, name: str) -> None:
+def _inside(path: str, folder: str) -> str:
+    """``path`` relative to ``folder`` (a real path): by its text where it is written under it, as
+    torch writes the paths of the folder it was given; else resolved."""
+    plain = os.path.normpath(path)
+    if plain.startswith(folder + os.sep):
+        return plain[len(folder) + 1:]
+    return os.path.relpath(os.path.realpath(path), folder)
+
+
+#: Where ``env`` comes among ``subprocess.Popen.__init__``'s parameters, ``self`` first.
+_POPEN_ENV = list(inspect.signature(subprocess.Popen.__init__).parameters).index("env")
+
+
+def _popen_env(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Mapping[str, str] | None:
+    if "env" in kwargs:
+        return kwargs["env"]  # type: ignore[no-any-return]
+    return args[_POPEN_ENV] if len(args) > _POPEN_ENV else None
+
+
+def _before_starting(owner: type, name: str,
+                     env_of: Callable[[tuple[Any, ...], dict[str, Any]], Mapping[str, str] | None]) -> None:
+    """Make the active folder whole before ``owner.name`` starts a process that could compile in it:
+    one whose environment (``env_of`` the call, ``None`` for this process's) does not point
+    ``TORCHINDUCTOR_CACHE_DIR`` at another folder."""
     original = owner.__dict__.get(name)
     if original is None or getattr(original, "_compilecache", False):
         return
 
     @functools.wraps(original)
     def starting(*args: Any, **kwargs: Any) -> Any:
-        if _active is not None and not _active.whole:
+        active = _active
+        if active is not None and not active.whole and _could_compile_in(active.folder, env_of(args, kwargs)):
             _link_the_rest()
         return original(*args, **kwargs)
 
     starting._compilecache = True  # type: ignore[attr-defined]
     setattr(owner, name, starting)
+
+
+_reading_none = threading.local()
+
+
+@contextlib.contextmanager
+def processes_read_no_entries() -> Iterator[None]:
+    """Inside, the processes this thread starts read no cache entries (torch's C++ tools: the compiler
+    telling its version or preprocessing the precompiled header, a CPU probe loading the binary it is
+    named): the active folder is not made whole for them."""
+    _reading_none.depth = getattr(_reading_none, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _reading_none.depth -= 1
+
+
+def _could_compile_in(folder: str, env: Mapping[str, str] | None) -> bool:
+    if getattr(_reading_none, "depth", 0):
+        return False
+    pointed = (os.environ if env is None else env).get("TORCHINDUCTOR_CACHE_DIR")
+    try:
+        return not pointed or os.path.realpath(os.fsdecode(pointed)) == folder
+    except (TypeError, ValueError):
+        return True
 
 
 def _link_the_rest() -> None:
