@@ -19,7 +19,9 @@ ratio (its two runs seconds apart, so a slow spell of the machine weighs on both
     python benchmarks/small_tests_vs_kept.py [ROUNDS] [PLAIN] [WARM]
 
 With ``--phases``, the serial runs also sum where their time goes (``probe/phases.py``: pytest's
-phases, and the garbage collector's full collections and seconds), medians per side.
+phases, and the garbage collector's full collections and seconds), medians per side. With
+``--tmpfs=DIR`` (a RAM-backed folder, such as ``/dev/shm``), a third side runs the plugin with
+pytest's ``--basetemp`` (where the plugin keeps its folders) under DIR, in the same rounds.
 """
 
 from __future__ import annotations
@@ -101,7 +103,8 @@ def run(folder: Path, args: list[str], env: dict[str, str], cpu: list[float] | N
 
 def main() -> None:
     with_phases = "--phases" in sys.argv
-    argv = [a for a in sys.argv if a != "--phases"]
+    tmpfs = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--tmpfs=")), None)
+    argv = [a for a in sys.argv if a != "--phases" and not a.startswith("--tmpfs=")]
     rounds = int(argv[1]) if len(argv) > 1 else 5
     plain = int(argv[2]) if len(argv) > 2 else 40
     warm = int(argv[3]) if len(argv) > 3 else 20
@@ -111,7 +114,8 @@ def main() -> None:
     probe_env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent / "probe"),
                                                              os.environ.get("PYTHONPATH", "")])),
                  "PHASES_OUT": str(phase_log)}
-    phases: dict[str, dict[str, list[float]]] = {"plugin": {}, "kept": {}}
+    sides = ("plugin", "kept", "plugin, tmpfs") if tmpfs else ("plugin", "kept")
+    phases: dict[str, dict[str, list[float]]] = {side: {} for side in sides}
     plugin = suite(work / "plugin", plain, warm, plugin=True)
     kept = suite(work / "kept", plain, warm, plugin=False)
     bundle = work / "small.bundle"
@@ -121,6 +125,9 @@ def main() -> None:
     # The plugin's own per-user folder (precompiled headers) is private to this benchmark, as the
     # kept folder is: neither side starts from what an earlier run left.
     plugin_env = {"XDG_CACHE_HOME": str(work / "xdg")}
+    in_ram = Path(tempfile.mkdtemp(prefix="small-tests-", dir=tmpfs)) if tmpfs else None
+    setups = {"plugin": (plugin, plugin_args, plugin_env), "kept": (kept, kept_args, kept_env),
+              "plugin, tmpfs": (plugin, [*plugin_args, f"--basetemp={in_ram}/basetemp"], plugin_env)}
     print(f"{plain} plain tests and {warm} warm_cache tests, {rounds} alternating rounds", flush=True)
     print(f"build: plugin {run(plugin, plugin_args, plugin_env):.1f} s, "
           f"kept {run(kept, kept_args, kept_env):.1f} s", flush=True)
@@ -128,10 +135,10 @@ def main() -> None:
     cpu: dict[str, list[float]] = {}
     for mode, extra in (("serial", []), ("-n 2", ["-n", "2"])):
         for round_ in range(rounds):
-            for side in (("plugin", "kept") if round_ % 2 == 0 else ("kept", "plugin")):
+            for side in (sides if round_ % 2 == 0 else sides[::-1]):
                 probe = ["-p", "phases"] if with_phases and not extra else []
                 probing = probe_env if probe else {}
-                folder, args, env = (plugin, plugin_args, plugin_env) if side == "plugin" else (kept, kept_args, kept_env)
+                folder, args, env = setups[side]
                 took = run(folder, [*args, *extra, *probe], {**env, **probing}, cpu.setdefault(f"{side} {mode}", []))
                 times.setdefault(f"{side} {mode}", []).append(took)
                 summed = read_phases(phase_log)
@@ -140,16 +147,17 @@ def main() -> None:
                 if "total" in summed:
                     phases[side].setdefault("interpreter start and exit (outside the probe)", []).append(
                         took - summed["total"])
-            print(f"  {mode}: plugin {times[f'plugin {mode}'][-1]:.2f} s, kept {times[f'kept {mode}'][-1]:.2f} s",
+            print(f"  {mode}: " + ", ".join(f"{side} {times[f'{side} {mode}'][-1]:.2f} s" for side in sides),
                   flush=True)
     for title, seconds in (("wall seconds", times), ("processor seconds (user + system)", cpu)):
         print(f"\n{title}\n\n| run | plugin, median (range) | kept folder, median (range) | ratio of medians "
               "| each round's ratio, median (range) |")
         print("|---|---|---|---|---|")
-        for mode in ("serial", "-n 2"):
-            a, b = seconds[f"plugin {mode}"], seconds[f"kept {mode}"]
+        for mode, side in [(mode, side) for side in sides if side != "kept" for mode in ("serial", "-n 2")]:
+            a, b = seconds[f"{side} {mode}"], seconds[f"kept {mode}"]
             ratios = [x / y for x, y in zip(a, b)]
-            print(f"| {mode} | {statistics.median(a):.2f} s ({min(a):.2f}-{max(a):.2f}) | "
+            print(f"| {mode}{'' if side == 'plugin' else f' ({side})'} | "
+                  f"{statistics.median(a):.2f} s ({min(a):.2f}-{max(a):.2f}) | "
                   f"{statistics.median(b):.2f} s ({min(b):.2f}-{max(b):.2f}) | "
                   f"{statistics.median(a) / statistics.median(b):.3f}x | "
                   f"{statistics.median(ratios):.3f}x ({min(ratios):.3f}-{max(ratios):.3f}) |")
@@ -157,6 +165,8 @@ def main() -> None:
         print_table("serial runs, where the time went (medians, seconds; probe/phases.py):", phases)
     print(f"\nbundle {bundle.stat().st_size / 1e6:.2f} MB")
     shutil.rmtree(work, ignore_errors=True)
+    if in_ram is not None:
+        shutil.rmtree(in_ram, ignore_errors=True)
 
 
 if __name__ == "__main__":
