@@ -203,16 +203,15 @@ def _probe_where_told() -> None:
     @functools.wraps(original)
     def valid_vec_isa_list() -> Any:
         told = _probes_folder()
-        if told is None or not told[1] or learned().currsize:
-            with ondemand.processes_read_no_entries():
+        with ondemand.processes_read_no_entries():
+            if told is None or not told[1] or learned().currsize:
                 return original()
-        saved = SavedEnv(("TORCHINDUCTOR_CACHE_DIR",))
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = told[0]
-        try:
-            with ondemand.processes_read_no_entries():
+            saved = SavedEnv(("TORCHINDUCTOR_CACHE_DIR",))
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = told[0]
+            try:
                 return original()
-        finally:
-            saved.restore()
+            finally:
+                saved.restore()
 
     valid_vec_isa_list._compilecache = True  # type: ignore[attr-defined]
     setattr(cpu_vec_isa, "valid_vec_isa_list", valid_vec_isa_list)

@@ -137,7 +137,7 @@ def _place(path: str, without: tuple[str, ...] = ()) -> None:
         active = _active
         if active is None or active.whole:
             return
-        relative = _inside(path, active.folder)
+        relative = os.path.relpath(os.path.realpath(path), active.folder)
         if relative.startswith(os.pardir) or os.path.isabs(relative) or relative in active.placed:
             return  # placed already, or a folder torch was pointed at inside the test, not this cache's
         source = os.path.join(active.template, relative)
@@ -147,15 +147,6 @@ def _place(path: str, without: tuple[str, ...] = ()) -> None:
         except OSError:
             return  # not placed (a full disk, say): torch misses, and the next ask tries again
         active.placed.add(relative)
-
-
-def _inside(path: str, folder: str) -> str:
-    """``path`` relative to ``folder`` (a real path): by its text where it is written under it, as
-    torch writes the paths of the folder it was given; else resolved."""
-    plain = os.path.normpath(path)
-    if plain.startswith(folder + os.sep):
-        return plain[len(folder) + 1:]
-    return os.path.relpath(os.path.realpath(path), folder)
 
 
 #: Where ``env`` comes among ``subprocess.Popen.__init__``'s parameters, ``self`` first.
