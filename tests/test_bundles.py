@@ -395,6 +395,12 @@ def test_a_process_pointed_at_another_cache_folder_leaves_this_one_alone(tmp_pat
     assert len(entries("fxgraph")) == 1 and len(entries("aotautograd")) == 1, \
         "a process pointed at another cache folder needs nothing of this one"
 
+def test_a_process_pointed_at_a_relative_folder_counts_as_compiling_here():
+    relative = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": FOLDER.name}
+    subprocess.run([sys.executable, "-c", "pass"], env=relative, cwd=FOLDER.parent, check=True)
+    assert len(entries("fxgraph")) == 2 and len(entries("aotautograd")) == 2, \
+        "a relative path may name this folder from the child's working folder: the whole bundle is linked"
+
 def test_a_process_a_plain_test_starts_finds_the_whole_bundle():
     child = "import torch; from conftest import g; from torch._dynamo.utils import counters; " \\
             "torch.compile(g)(torch.randn(8)); print(counters['inductor']['fxgraph_cache_hit'])"
@@ -410,15 +416,15 @@ def test_the_session_folder_gets_the_entries_torch_asks_for(pytester: pytest.Pyt
     its FX graph and AOTAutograd entries and C++ binaries as torch asks for them (linking the whole
     bundle there cost every process about 0.15 s for a bundle of 60 small graphs), the whole bundle
     once the test starts a process that could compile there (not torch's CPU probes, which load the
-    binary they are given, nor a process pointed at another folder). A plain test still hits what the
+    binary they are given, nor a process pointed at another folder by an absolute path). A plain test still hits what the
     bundle holds: in the run that built the bundle, and in a new process that loads it, whose first
     compile learns the CPU's vector instructions (starting processes) inside the first test."""
     pytester.makeconftest(ON_DEMAND_CONFTEST)
     pytester.makepyfile(test_plain_on_demand=PLAIN_ON_DEMAND_TESTS)
     result = run_inner(f"--compile-cache-bundle={pytester.path / 'b.bundle'}")
-    result.assert_outcomes(passed=3)
+    result.assert_outcomes(passed=4)
     loaded = run_inner(f"--compile-cache-bundle={pytester.path / 'b.bundle'}", fresh=True)
-    loaded.assert_outcomes(passed=3)
+    loaded.assert_outcomes(passed=4)
 
 
 def test_a_warm_folder_starts_with_the_autotune_results_and_without_binaries(

@@ -17,8 +17,9 @@ linked whole, as before.
 A process the test starts (``subprocess``, ``multiprocessing``: a spawned worker compiling with the
 inherited ``TORCHINDUCTOR_CACHE_DIR``) has no such wrapper, so the first start links the rest of the
 template, and the folder is whole from then on; but not a process whose environment points that
-variable at another folder, nor those of torch's C++ tools that read no entries (the compiler's
-version, the precompiled header's preprocessing, the CPU feature probes).
+variable at another folder, nor one started while torch learns the CPU's vector instructions or
+precompiles its C++ header (compiler runs, a probe's child loading the binary it is named), which
+read no entries.
 """
 
 from __future__ import annotations
@@ -149,13 +150,24 @@ def _place(path: str, without: tuple[str, ...] = ()) -> None:
         active.placed.add(relative)
 
 
-#: Where ``env`` comes among ``subprocess.Popen.__init__``'s parameters, ``self`` first.
-_POPEN_ENV = list(inspect.signature(subprocess.Popen.__init__).parameters).index("env")
+def _env_position() -> int | None:
+    """Where ``env`` comes among ``subprocess.Popen.__init__``'s parameters, ``self`` first (``None``
+    where something replaced it with a function that does not tell)."""
+    try:
+        return list(inspect.signature(subprocess.Popen.__init__).parameters).index("env")
+    except (TypeError, ValueError):
+        return None
+
+
+_POPEN_ENV = _env_position()
 
 
 def _popen_env(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Mapping[str, str] | None:
+    """The new process's environment: ``None`` for this process's, an empty one where unknown."""
     if "env" in kwargs:
         return kwargs["env"]  # type: ignore[no-any-return]
+    if _POPEN_ENV is None:
+        return {}
     return args[_POPEN_ENV] if len(args) > _POPEN_ENV else None
 
 
@@ -184,9 +196,9 @@ _reading_none = threading.local()
 
 @contextlib.contextmanager
 def processes_read_no_entries() -> Iterator[None]:
-    """Inside, the processes this thread starts read no cache entries (torch's C++ tools: the compiler
-    telling its version or preprocessing the precompiled header, a CPU probe loading the binary it is
-    named): the active folder is not made whole for them."""
+    """Inside (torch learning the CPU's vector instructions, or precompiling its C++ header), the
+    processes this thread starts read no cache entries (compiler runs, a probe's child loading the
+    binary it is named): the active folder is not made whole for them."""
     _reading_none.depth = getattr(_reading_none, "depth", 0) + 1
     try:
         yield
@@ -195,12 +207,15 @@ def processes_read_no_entries() -> Iterator[None]:
 
 
 def _could_compile_in(folder: str, env: Mapping[str, str] | None) -> bool:
+    """Whether a process started with ``env`` could look for entries in ``folder``: unless it reads
+    none, or its ``TORCHINDUCTOR_CACHE_DIR`` is another folder by an absolute path (what cannot be
+    told, such as a path relative to the process's own working folder, counts as could)."""
     if getattr(_reading_none, "depth", 0):
         return False
-    pointed = (os.environ if env is None else env).get("TORCHINDUCTOR_CACHE_DIR")
     try:
-        return not pointed or os.path.realpath(os.fsdecode(pointed)) == folder
-    except (TypeError, ValueError):
+        pointed = os.fsdecode((os.environ if env is None else env).get("TORCHINDUCTOR_CACHE_DIR") or "")
+        return not os.path.isabs(pointed) or os.path.realpath(pointed) == folder
+    except Exception:
         return True
 
 
