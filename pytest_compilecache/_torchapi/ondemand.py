@@ -173,9 +173,8 @@ def _popen_env(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Mapping[str, st
 
 def _before_starting(owner: type, name: str,
                      env_of: Callable[[tuple[Any, ...], dict[str, Any]], Mapping[str, str] | None]) -> None:
-    """Make the active folder whole before ``owner.name`` starts a process that could compile in it:
-    one whose environment (``env_of`` the call, ``None`` for this process's) does not point
-    ``TORCHINDUCTOR_CACHE_DIR`` at another folder."""
+    """Make the active folder whole before ``owner.name`` starts a process that could compile in it
+    (:func:`_could_compile_in`, given its environment: ``env_of`` the call, ``None`` for this process's)."""
     original = owner.__dict__.get(name)
     if original is None or getattr(original, "_compilecache", False):
         return
