@@ -21,7 +21,10 @@ ratio (its two runs seconds apart, so a slow spell of the machine weighs on both
 With ``--phases``, the serial runs also sum where their time goes (``probe/phases.py``: pytest's
 phases, and the garbage collector's full collections and seconds), medians per side. With
 ``--tmpfs=DIR`` (a RAM-backed folder, such as ``/dev/shm``), a third side runs the plugin with
-pytest's ``--basetemp`` (where the plugin keeps its folders) under DIR, in the same rounds.
+pytest's ``--basetemp`` (where the plugin keeps its folders) under DIR, in the same rounds. With
+``--work=DIR``, everything both sides write (the suites, the kept folder, the bundle, the plugin's
+per-user folder and pytest's temporary folders, through ``TMPDIR``) lies under DIR instead of the
+system's temporary folder: a mount of another file system, to compare file systems.
 """
 
 from __future__ import annotations
@@ -104,12 +107,17 @@ def run(folder: Path, args: list[str], env: dict[str, str], cpu: list[float] | N
 def main() -> None:
     with_phases = "--phases" in sys.argv
     tmpfs = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--tmpfs=")), None)
-    argv = [a for a in sys.argv if a != "--phases" and not a.startswith("--tmpfs=")]
+    where = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--work=")), None)
+    argv = [a for a in sys.argv if a != "--phases" and not a.startswith(("--tmpfs=", "--work="))]
     rounds = int(argv[1]) if len(argv) > 1 else 5
     plain = int(argv[2]) if len(argv) > 2 else 40
     warm = int(argv[3]) if len(argv) > 3 else 20
     print(f"plugin byte-compiled as pip installs it: {as_installed()}", flush=True)
-    work = Path(tempfile.mkdtemp(prefix="small-tests-"))
+    work = Path(tempfile.mkdtemp(prefix="small-tests-", dir=where))
+    if where is not None:
+        (work / "tmp").mkdir()
+        os.environ["TMPDIR"] = str(work / "tmp")  # pytest's basetemp, for both sides
+    print(f"working in {work}", flush=True)
     phase_log = work / "phases.log"
     probe_env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent / "probe"),
                                                              os.environ.get("PYTHONPATH", "")])),
