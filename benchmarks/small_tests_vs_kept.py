@@ -22,9 +22,10 @@ With ``--phases``, the serial runs also sum where their time goes (``probe/phase
 phases, and the garbage collector's full collections and seconds), medians per side. With
 ``--tmpfs=DIR`` (a RAM-backed folder, such as ``/dev/shm``), a third side runs the plugin with
 pytest's ``--basetemp`` (where the plugin keeps its folders) under DIR, in the same rounds. With
-``--work=DIR``, everything both sides write (the suites, the kept folder, the bundle, the plugin's
-per-user folder and pytest's temporary folders, through ``TMPDIR``) lies under DIR instead of the
-system's temporary folder: a mount of another file system, to compare file systems.
+``--work=DIR``, the suites, the kept folder, the bundle, the plugin's per-user folder and pytest's
+temporary folders (through ``TMPDIR``) lie under DIR instead of the system's temporary folder (a mount
+of another file system, to compare file systems); the third side's basetemp stays under ``--tmpfs``'s
+DIR. Everything made is removed at the end, a failed run's too.
 """
 
 from __future__ import annotations
@@ -113,16 +114,29 @@ def main() -> None:
     plain = int(argv[2]) if len(argv) > 2 else 40
     warm = int(argv[3]) if len(argv) > 3 else 20
     print(f"plugin byte-compiled as pip installs it: {as_installed()}", flush=True)
-    work = Path(tempfile.mkdtemp(prefix="small-tests-", dir=where))
+    # Absolute: each run's working folder is its suite's, and a relative TMPDIR that does not exist
+    # from there would send pytest's basetemp back to the system's temporary folder without a word.
+    work = Path(tempfile.mkdtemp(prefix="small-tests-", dir=where)).resolve()
+    in_ram = Path(tempfile.mkdtemp(prefix="small-tests-", dir=tmpfs)).resolve() if tmpfs else None
     if where is not None:
         (work / "tmp").mkdir()
         os.environ["TMPDIR"] = str(work / "tmp")  # pytest's basetemp, for both sides
     print(f"working in {work}", flush=True)
+    try:
+        measure(work, in_ram, rounds, plain, warm, with_phases)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        if in_ram is not None:
+            shutil.rmtree(in_ram, ignore_errors=True)
+
+
+def measure(work: Path, in_ram: Path | None, rounds: int, plain: int, warm: int, with_phases: bool) -> None:
+    """Build both twins in ``work``, then time ``rounds`` alternating rounds of each side and print the tables."""
     phase_log = work / "phases.log"
     probe_env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent / "probe"),
                                                              os.environ.get("PYTHONPATH", "")])),
                  "PHASES_OUT": str(phase_log)}
-    sides = ("plugin", "kept", "plugin, tmpfs") if tmpfs else ("plugin", "kept")
+    sides = ("plugin", "kept", "plugin, tmpfs") if in_ram is not None else ("plugin", "kept")
     phases: dict[str, dict[str, list[float]]] = {side: {} for side in sides}
     plugin = suite(work / "plugin", plain, warm, plugin=True)
     kept = suite(work / "kept", plain, warm, plugin=False)
@@ -133,7 +147,6 @@ def main() -> None:
     # The plugin's own per-user folder (precompiled headers) is private to this benchmark, as the
     # kept folder is: neither side starts from what an earlier run left.
     plugin_env = {"XDG_CACHE_HOME": str(work / "xdg")}
-    in_ram = Path(tempfile.mkdtemp(prefix="small-tests-", dir=tmpfs)) if tmpfs else None
     setups = {"plugin": (plugin, plugin_args, plugin_env), "kept": (kept, kept_args, kept_env),
               "plugin, tmpfs": (plugin, [*plugin_args, f"--basetemp={in_ram}/basetemp"], plugin_env)}
     print(f"{plain} plain tests and {warm} warm_cache tests, {rounds} alternating rounds", flush=True)
@@ -172,9 +185,6 @@ def main() -> None:
     if with_phases:
         print_table("serial runs, where the time went (medians, seconds; probe/phases.py):", phases)
     print(f"\nbundle {bundle.stat().st_size / 1e6:.2f} MB")
-    shutil.rmtree(work, ignore_errors=True)
-    if in_ram is not None:
-        shutil.rmtree(in_ram, ignore_errors=True)
 
 
 if __name__ == "__main__":
