@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import queue
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 from pathlib import Path
 
 import pytest
@@ -18,26 +16,33 @@ import pytest
 from .. import files
 
 
+#: The remover process's program: removes each NUL-terminated path it reads, until its input ends.
+_REMOVER = """import os, shutil, sys
+pending = b""
+for chunk in iter(lambda: sys.stdin.buffer.read1(65536), b""):
+    *paths, pending = (pending + chunk).split(b"\\0")
+    for path in paths:
+        shutil.rmtree(os.fsdecode(path), ignore_errors=True)
+"""
+
+
 class _Remover:
     """Removes folders without making anyone wait: a folder is first moved into a trash folder (a
-    rename, at once: nothing sees it at its old path again), then removed on a thread of its own while
-    tests run; what is still there when the process ends is left to a detached process."""
+    rename, at once: nothing sees it at its old path again), then removed by a process of its own,
+    started with the first removal, which finishes what it was given after this one ends. (A thread
+    would take turns with the tests for the interpreter's lock: about 4 ms a ``warm_cache`` test.)"""
 
     def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[Path | None] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+        self._started = False
         self._moved = 0
         self._unmoved: list[Path] = []
 
     def remove(self, path: Path, trash: Path) -> None:
         """Move ``path`` into ``trash`` now, and remove it soon."""
         moved = self._move(path, trash)
-        if moved is None:
-            return
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="compilecache-remover", daemon=True)
-            self._thread.start()
-        self._queue.put(moved)
+        if moved is not None:
+            self._send([moved])
 
     def _move(self, path: Path, trash: Path) -> Path | None:
         """Where ``path`` is now (in ``trash``, or where it was if it cannot move); None if it is gone."""
@@ -56,8 +61,19 @@ class _Remover:
         self._unmoved.append(path)
         return path
 
-    def _run(self) -> None:
-        while (path := self._queue.get()) is not None:
+    def _send(self, paths: list[Path]) -> None:
+        """Have the remover process remove ``paths`` (here and now, if it cannot run)."""
+        if not self._started:
+            self._started = True
+            self._process = _start_remover()
+        if self._process is not None and self._process.stdin is not None:
+            try:
+                self._process.stdin.write(b"".join(os.fsencode(path) + b"\0" for path in paths))
+                self._process.stdin.flush()
+                return
+            except (OSError, ValueError):  # the process is gone
+                self._process = None
+        for path in paths:
             shutil.rmtree(path, ignore_errors=True)
 
     def finish(self, paths: list[Path], trash: Path) -> None:
@@ -66,30 +82,35 @@ class _Remover:
         for path in paths:
             if path.exists():
                 self._move(path, trash)
-        if self._thread is not None:
-            self._queue.put(None)
-            self._thread = None
         left = [p for p in (trash, *self._unmoved) if p.exists()]
         self._unmoved = []
         if left:
-            _remove_detached(left)
+            self._send(left)
+        if self._process is not None and self._process.stdin is not None:
+            try:
+                self._process.stdin.close()
+            except OSError:
+                pass
+        self._process = None
+        self._started = False
 
 
-#: Detached removals started by this process (kept, so that none is collected while it runs).
-_detached: list[subprocess.Popen[bytes]] = []
+#: Remover processes started by this process (kept, so that none is collected while it runs).
+_removers: list[subprocess.Popen[bytes]] = []
 
 
-def _remove_detached(paths: list[Path]) -> None:
-    """Remove ``paths`` in a process of its own that outlives this one (pytest's exit does not wait for it)."""
-    code = "import shutil, sys\nfor path in sys.argv[1:]:\n    shutil.rmtree(path, ignore_errors=True)"
+def _start_remover() -> subprocess.Popen[bytes] | None:
+    """A process that removes the paths written to its input and outlives this one (pytest's exit does
+    not wait for it); None where none can start."""
     flags = getattr(subprocess, "CREATE_NO_WINDOW", 0) | getattr(subprocess, "DETACHED_PROCESS", 0)
     try:
-        _detached.append(subprocess.Popen(
-            [sys.executable, "-c", code, *map(str, paths)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True, creationflags=flags))
+        process = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", _REMOVER], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True, creationflags=flags)
     except OSError:
-        for path in paths:
-            shutil.rmtree(path, ignore_errors=True)
+        return None
+    _removers.append(process)
+    return process
 
 
 class Folders:
