@@ -378,6 +378,9 @@ FOLDER = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
 def entries(layer):
     return [p for p in (FOLDER / layer).rglob("*") if p.is_file()] if (FOLDER / layer).exists() else []
 
+def test_a_warm_test_before_it(warm_cache):
+    assert warm_cache.path != FOLDER  # its folder is removed when it ends, by a process that reads no entry
+
 def test_a_plain_test_finds_the_entries_it_asks_for():
     assert entries("fxgraph") == [] and entries("aotautograd") == []
     assert not list(FOLDER.glob("*/*.so")), "the bundle's binaries come when torch asks for their folder"
@@ -416,15 +419,16 @@ def test_the_session_folder_gets_the_entries_torch_asks_for(pytester: pytest.Pyt
     its FX graph and AOTAutograd entries and C++ binaries as torch asks for them (linking the whole
     bundle there cost every process about 0.15 s for a bundle of 60 small graphs), the whole bundle
     once the test starts a process that could compile there (not torch's CPU probes, which load the
-    binary they are given, nor a process pointed at another folder by an absolute path). A plain test still hits what the
+    binary they are given, nor a process pointed at another folder by an absolute path, nor the plugin's
+    own process that removes a warm test's folder). A plain test still hits what the
     bundle holds: in the run that built the bundle, and in a new process that loads it, whose first
     compile learns the CPU's vector instructions (starting processes) inside the first test."""
     pytester.makeconftest(ON_DEMAND_CONFTEST)
     pytester.makepyfile(test_plain_on_demand=PLAIN_ON_DEMAND_TESTS)
     result = run_inner(f"--compile-cache-bundle={pytester.path / 'b.bundle'}")
-    result.assert_outcomes(passed=4)
+    result.assert_outcomes(passed=5)
     loaded = run_inner(f"--compile-cache-bundle={pytester.path / 'b.bundle'}", fresh=True)
-    loaded.assert_outcomes(passed=4)
+    loaded.assert_outcomes(passed=5)
 
 
 def test_a_warm_folder_starts_with_the_autotune_results_and_without_binaries(

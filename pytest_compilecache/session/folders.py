@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from .. import files
+from .. import _torchapi, files
 
 
 #: The remover process's program: removes each NUL-terminated path it reads, until its input ends.
@@ -104,9 +104,10 @@ def _start_remover() -> subprocess.Popen[bytes] | None:
     not wait for it); None where none can start."""
     flags = getattr(subprocess, "CREATE_NO_WINDOW", 0) | getattr(subprocess, "DETACHED_PROCESS", 0)
     try:
-        process = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", _REMOVER], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True, creationflags=flags)
+        with _torchapi.processes_read_no_entries():  # it reads no cache entry: nothing to make whole for it
+            process = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", _REMOVER], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True, creationflags=flags)
     except OSError:
         return None
     _removers.append(process)
