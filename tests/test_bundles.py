@@ -379,7 +379,9 @@ def entries(layer):
     return [p for p in (FOLDER / layer).rglob("*") if p.is_file()] if (FOLDER / layer).exists() else []
 
 def test_a_warm_test_before_it(warm_cache):
-    assert warm_cache.path != FOLDER  # its folder is removed when it ends, by a process that reads no entry
+    # Its folder is removed when it ends, by a process the plugin starts then: the next test checks
+    # that the start left the session's folder to on-demand placing.
+    assert warm_cache.path != FOLDER
 
 def test_a_plain_test_finds_the_entries_it_asks_for():
     assert entries("fxgraph") == [] and entries("aotautograd") == []

@@ -13,6 +13,7 @@ import pytest
 from pytest_compilecache.bundle import format as bundle_module
 from pytest_compilecache import files
 from pytest_compilecache.bundle.format import Bundle, BundleError, make_entry, read_manifest, write_bundle
+from pytest_compilecache.session.folders import Folders
 from pytest_compilecache.storage.local import LocalStore
 
 ENV = {"torch": "2.13.0+cpu", "device": "cpu"}
@@ -233,7 +234,7 @@ def test_discarded_test_folders_are_gone_once_the_process_cleans_up(tmp_path: Pa
     not wait either: that process removes what is left. A failed test's folder, never discarded, stays."""
     import threading
 
-    from pytest_compilecache.session.folders import Folders
+    from pytest_compilecache.session import folders as folder_module
 
     class Config:
         _tmp_path_factory = pytest.TempPathFactory(tmp_path, retention_count=3, retention_policy="all",
@@ -245,7 +246,7 @@ def test_discarded_test_folders_are_gone_once_the_process_cleans_up(tmp_path: Pa
         (folder / "ab").mkdir(parents=True)
         for n in range(50):
             (folder / "ab" / f"c{n}.so").write_bytes(b"x")
-    threads = threading.active_count()
+    threads = set(threading.enumerate())
     folders.discard(made[0])
     assert not made[0].exists(), "gone from its path when discard returns"
     root = folders.root
@@ -253,7 +254,8 @@ def test_discarded_test_folders_are_gone_once_the_process_cleans_up(tmp_path: Pa
     while any((root / "trash").iterdir()) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any((root / "trash").iterdir()), "removed while the session goes on"
-    assert threading.active_count() == threads, "by another process, not a thread of this one"
+    assert not set(threading.enumerate()) - threads, "by another process, not a thread of this one"
+    assert [p for p in folder_module._removers if p.poll() is None], "a remover process is running"
     folders.discard(made[1])
     (folders.template / "ab").mkdir(parents=True)
     folders.remove(keep_root=True)
@@ -264,3 +266,69 @@ def test_discarded_test_folders_are_gone_once_the_process_cleans_up(tmp_path: Pa
         time.sleep(0.05)
     assert not (root / "trash").exists(), "the removal went on after the clean-up returned, and finished"
     assert sorted(p.name for p in root.iterdir()) == ["tests"]
+
+
+def _folders_at(tmp_path: Path) -> Folders:
+
+    class Config:
+        _tmp_path_factory = pytest.TempPathFactory(tmp_path, retention_count=3, retention_policy="all",
+                                                   trace=lambda *a: None, _ispytest=True)
+
+    return Folders(Config())  # type: ignore[arg-type]
+
+
+def test_a_remover_process_that_died_leaves_removal_to_the_test_process(tmp_path: Path) -> None:
+    """If the remover process is gone, a folder is removed where it lies when discarded, with no error."""
+    folders = _folders_at(tmp_path)
+    made = [folders.for_test(f"test_{i}") for i in range(2)]
+    for folder in made:
+        (folder / "ab").mkdir(parents=True)
+        (folder / "ab" / "c.so").write_bytes(b"x")
+    folders.discard(made[0])
+    process = folders._remover._process
+    assert process is not None
+    process.kill()
+    process.wait()
+    folders.discard(made[1])
+    assert not any((folders.root / "trash").glob("*test_1")), "removed at once, by this process"
+    folders.remove(keep_root=True)
+
+
+@pytest.mark.skipif(not hasattr(__import__("signal"), "SIGSTOP"), reason="needs SIGSTOP")
+def test_a_remover_process_that_falls_behind_never_blocks_a_test(tmp_path: Path) -> None:
+    """With the remover process stopped, its pipe fills; discarding goes on at once (the folders wait in
+    the trash), and once it runs again the session's end removes them all. In a child, so that a
+    discard that blocked would show as a time-out, not a hung test."""
+    script = f"""
+import os, signal, sys, time
+from pathlib import Path
+import pytest
+from pytest_compilecache.session.folders import Folders
+
+class Config:
+    _tmp_path_factory = pytest.TempPathFactory(Path({str(tmp_path)!r}), retention_count=3, retention_policy="all",
+                                               trace=lambda *a: None, _ispytest=True)
+
+folders = Folders(Config())
+first = folders.for_test("test_first")
+first.mkdir(parents=True)
+folders.discard(first)
+process = folders._remover._process
+os.kill(process.pid, signal.SIGSTOP)
+for i in range(3000):
+    folder = folders.for_test("test_" + "x" * 40 + str(i))
+    folder.mkdir(parents=True)
+    folders.discard(folder)
+waiting = len(list((folders.root / "trash").iterdir()))
+os.kill(process.pid, signal.SIGCONT)
+folders.remove(keep_root=True)
+print(waiting)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) > 0, "the pipe filled: some folders waited in the trash"
+    root = tmp_path / "compilecache"
+    deadline = time.monotonic() + 60
+    while (root / "trash").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not (root / "trash").exists(), "all removed after the remover ran again"

@@ -18,8 +18,8 @@ A process the test starts (``subprocess``, ``multiprocessing``: a spawned worker
 inherited ``TORCHINDUCTOR_CACHE_DIR``) has no such wrapper, so the first start links the rest of the
 template, and the folder is whole from then on; but not a process whose environment points that
 variable at another folder, nor one started while torch learns the CPU's vector instructions or
-precompiles its C++ header (compiler runs, a probe's child loading the binary it is named), which
-read no entries.
+precompiles its C++ header (compiler runs, a probe's child loading the binary it is named), nor the
+plugin's own process that removes test folders, which read no entries.
 """
 
 from __future__ import annotations
@@ -195,9 +195,10 @@ _reading_none = threading.local()
 
 @contextlib.contextmanager
 def processes_read_no_entries() -> Iterator[None]:
-    """Inside (torch learning the CPU's vector instructions, or precompiling its C++ header), the
-    processes this thread starts read no cache entries (compiler runs, a probe's child loading the
-    binary it is named): the active folder is not made whole for them."""
+    """Inside (torch learning the CPU's vector instructions, or precompiling its C++ header; the
+    plugin starting its remover process), the processes this thread starts read no cache entries
+    (compiler runs, a probe's child loading the binary it is named): the active folder is not made
+    whole for them."""
     _reading_none.depth = getattr(_reading_none, "depth", 0) + 1
     try:
         yield

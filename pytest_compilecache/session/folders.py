@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -16,25 +17,31 @@ import pytest
 from .. import _torchapi, files
 
 
-#: The remover process's program: removes each NUL-terminated path it reads, until its input ends.
+#: The remover process's program: removes each NUL-terminated absolute path it reads, until its input ends.
 _REMOVER = """import os, shutil, sys
 pending = b""
 for chunk in iter(lambda: sys.stdin.buffer.read1(65536), b""):
     *paths, pending = (pending + chunk).split(b"\\0")
-    for path in paths:
-        shutil.rmtree(os.fsdecode(path), ignore_errors=True)
+    for path in map(os.fsdecode, paths):
+        if os.path.isabs(path):
+            shutil.rmtree(path, ignore_errors=True)
 """
+
+#: The class as this module found it: a test's mock of ``subprocess.Popen``, still active in its
+#: teardown, does not become what removes folders.
+_Popen = subprocess.Popen
 
 
 class _Remover:
     """Removes folders without making anyone wait: a folder is first moved into a trash folder (a
-    rename, at once: nothing sees it at its old path again), then removed by a process of its own,
+    rename, at once: nothing sees it at its old path again), then removed by one process of its own,
     started with the first removal, which finishes what it was given after this one ends. (A thread
-    would take turns with the tests for the interpreter's lock: about 4 ms a ``warm_cache`` test.)"""
+    would take turns with the tests for the interpreter's lock: about 2 ms a ``warm_cache`` test.)
+    While that process is behind (its pipe full), what is moved waits in the trash for :meth:`finish`."""
 
     def __init__(self) -> None:
         self._process: subprocess.Popen[bytes] | None = None
-        self._started = False
+        self._start_tried = False
         self._moved = 0
         self._unmoved: list[Path] = []
 
@@ -42,7 +49,7 @@ class _Remover:
         """Move ``path`` into ``trash`` now, and remove it soon."""
         moved = self._move(path, trash)
         if moved is not None:
-            self._send([moved])
+            self._send([moved], wait=False)
 
     def _move(self, path: Path, trash: Path) -> Path | None:
         """Where ``path`` is now (in ``trash``, or where it was if it cannot move); None if it is gone."""
@@ -61,18 +68,24 @@ class _Remover:
         self._unmoved.append(path)
         return path
 
-    def _send(self, paths: list[Path]) -> None:
-        """Have the remover process remove ``paths`` (here and now, if it cannot run)."""
-        if not self._started:
-            self._started = True
+    def _send(self, paths: list[Path], wait: bool) -> None:
+        """Have the remover process remove ``paths`` (here and now, if it cannot run); unless ``wait``,
+        paths its full pipe cannot take now are left for :meth:`finish` (each is in the trash, or
+        among the unmoved)."""
+        if not self._start_tried:
+            self._start_tried = True
             self._process = _start_remover()
-        if self._process is not None and self._process.stdin is not None:
+        process = self._process
+        if process is not None and process.stdin is not None:
             try:
-                self._process.stdin.write(b"".join(os.fsencode(path) + b"\0" for path in paths))
-                self._process.stdin.flush()
+                _write(process.stdin.fileno(), b"".join(os.fsencode(path) + b"\0" for path in paths), wait)
+                return
+            except BlockingIOError:  # the process is behind: these wait for finish()
                 return
             except (OSError, ValueError):  # the process is gone
                 self._process = None
+                with contextlib.suppress(OSError):
+                    process.stdin.close()
         for path in paths:
             shutil.rmtree(path, ignore_errors=True)
 
@@ -85,31 +98,56 @@ class _Remover:
         left = [p for p in (trash, *self._unmoved) if p.exists()]
         self._unmoved = []
         if left:
-            self._send(left)
+            self._send(left, wait=True)
         if self._process is not None and self._process.stdin is not None:
-            try:
+            with contextlib.suppress(OSError):
                 self._process.stdin.close()
-            except OSError:
-                pass
         self._process = None
-        self._started = False
+        self._start_tried = False
 
 
-#: Remover processes started by this process (kept, so that none is collected while it runs).
+def _write(fd: int, data: bytes, wait: bool) -> None:
+    """Write ``data`` to the non-blocking pipe ``fd``; unless ``wait``, raise ``BlockingIOError`` if
+    none of it fits now (once part of it is written, the rest is, waiting)."""
+    try:
+        data = data[os.write(fd, data):]
+    except BlockingIOError:
+        if not wait:
+            raise
+    if data:
+        _set_blocking(fd, True)
+        try:
+            while data:
+                data = data[os.write(fd, data):]
+        finally:
+            _set_blocking(fd, False)
+
+
+def _set_blocking(fd: int, blocking: bool) -> None:
+    """Where the platform can (not Windows before Python 3.12, whose pipes then always block)."""
+    with contextlib.suppress(AttributeError, OSError):
+        os.set_blocking(fd, blocking)
+
+
+#: Remover processes started by this process and still running (kept, so that none is collected while it runs).
 _removers: list[subprocess.Popen[bytes]] = []
 
 
 def _start_remover() -> subprocess.Popen[bytes] | None:
     """A process that removes the paths written to its input and outlives this one (pytest's exit does
     not wait for it); None where none can start."""
+    _removers[:] = [process for process in _removers if process.poll() is None]
     flags = getattr(subprocess, "CREATE_NO_WINDOW", 0) | getattr(subprocess, "DETACHED_PROCESS", 0)
     try:
         with _torchapi.processes_read_no_entries():  # it reads no cache entry: nothing to make whole for it
-            process = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-c", _REMOVER], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True, creationflags=flags)
-    except OSError:
+            process = _Popen(
+                [sys.executable, "-S", "-c", _REMOVER], bufsize=0, stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=os.path.dirname(sys.executable) or None,
+                start_new_session=True, close_fds=True, creationflags=flags)
+    except Exception:  # whatever keeps it from starting, folders are then removed where they are
         return None
+    if process.stdin is not None:
+        _set_blocking(process.stdin.fileno(), False)
     _removers.append(process)
     return process
 
@@ -183,7 +221,7 @@ class Folders:
 
     def remove(self, keep_root: bool) -> None:
         """Remove what this process made: gone from their paths at once, their files removed in the
-        background, by a detached process for what is left when the session ends.
+        background by the remover process, which outlives this one.
 
         With ``keep_root`` the root stays for pytest's retention, with the folders of failed tests.
         """
