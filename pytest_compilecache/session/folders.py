@@ -49,7 +49,7 @@ class _Remover:
         """Move ``path`` into ``trash`` now, and remove it soon."""
         moved = self._move(path, trash)
         if moved is not None:
-            self._send([moved], wait=False)
+            self._send([moved])
 
     def _move(self, path: Path, trash: Path) -> Path | None:
         """Where ``path`` is now (in ``trash``, or where it was if it cannot move); None if it is gone."""
@@ -68,26 +68,32 @@ class _Remover:
         self._unmoved.append(path)
         return path
 
-    def _send(self, paths: list[Path], wait: bool) -> None:
-        """Have the remover process remove ``paths`` (here and now, if it cannot run); unless ``wait``,
-        paths its full pipe cannot take now are left for :meth:`finish` (each is in the trash, or
-        among the unmoved)."""
+    def _send(self, paths: list[Path]) -> bool:
+        """Have the remover process remove ``paths`` (here and now, if it cannot run); False, and
+        nothing sent, if its pipe is full (each path is in the trash, or among the unmoved)."""
         if not self._start_tried:
             self._start_tried = True
             self._process = _start_remover()
         process = self._process
         if process is not None and process.stdin is not None:
             try:
-                _write(process.stdin.fileno(), b"".join(os.fsencode(path) + b"\0" for path in paths), wait)
-                return
-            except BlockingIOError:  # the process is behind: these wait for finish()
-                return
+                _write(process.stdin.fileno(), b"".join(os.fsencode(path) + b"\0" for path in paths))
+                return True
+            except BlockingIOError:
+                return False
             except (OSError, ValueError):  # the process is gone
-                self._process = None
-                with contextlib.suppress(OSError):
-                    process.stdin.close()
+                self._let_go()
         for path in paths:
             shutil.rmtree(path, ignore_errors=True)
+        return True
+
+    def _let_go(self) -> None:
+        """Close the remover process's input (it finishes what it has, then ends); the next removal starts another."""
+        if self._process is not None and self._process.stdin is not None:
+            with contextlib.suppress(OSError):
+                self._process.stdin.close()
+        self._process = None
+        self._start_tried = False
 
     def finish(self, paths: list[Path], trash: Path) -> None:
         """Move ``paths`` into ``trash`` too, and have everything there (and whatever could not be
@@ -97,23 +103,16 @@ class _Remover:
                 self._move(path, trash)
         left = [p for p in (trash, *self._unmoved) if p.exists()]
         self._unmoved = []
-        if left:
-            self._send(left, wait=True)
-        if self._process is not None and self._process.stdin is not None:
-            with contextlib.suppress(OSError):
-                self._process.stdin.close()
-        self._process = None
-        self._start_tried = False
+        if left and not self._send(left):  # the process is behind: a new one takes the rest, beside it
+            self._let_go()
+            self._send(left)
+        self._let_go()
 
 
-def _write(fd: int, data: bytes, wait: bool) -> None:
-    """Write ``data`` to the non-blocking pipe ``fd``; unless ``wait``, raise ``BlockingIOError`` if
-    none of it fits now (once part of it is written, the rest is, waiting)."""
-    try:
-        data = data[os.write(fd, data):]
-    except BlockingIOError:
-        if not wait:
-            raise
+def _write(fd: int, data: bytes) -> None:
+    """Write ``data`` to the non-blocking pipe ``fd``, or raise ``BlockingIOError`` if none of it fits
+    now (once part of it is written, the rest is, waiting)."""
+    data = data[os.write(fd, data):]
     if data:
         _set_blocking(fd, True)
         try:
