@@ -228,6 +228,16 @@ def test_link_tree_leaves_out_top_level_names_and_suffixes(tmp_path: Path) -> No
     assert not [p for p in test.rglob("*") if p.name.endswith(".link")], "no temporary copy left"
 
 
+def _folders_at(tmp_path: Path) -> Folders:
+    """A process's folders with ``tmp_path`` as pytest's basetemp."""
+
+    class Config:
+        _tmp_path_factory = pytest.TempPathFactory(tmp_path, retention_count=3, retention_policy="all",
+                                                   trace=lambda *a: None, _ispytest=True)
+
+    return Folders(Config())  # type: ignore[arg-type]
+
+
 def test_discarded_test_folders_are_gone_once_the_process_cleans_up(tmp_path: Path) -> None:
     """A test's folder is gone from its path at once and its files are removed by another process while
     the session goes on (no thread of this one takes turns with the tests); the process's clean-up does
@@ -236,11 +246,7 @@ def test_discarded_test_folders_are_gone_once_the_process_cleans_up(tmp_path: Pa
 
     from pytest_compilecache.session import folders as folder_module
 
-    class Config:
-        _tmp_path_factory = pytest.TempPathFactory(tmp_path, retention_count=3, retention_policy="all",
-                                                   trace=lambda *a: None, _ispytest=True)
-
-    folders = Folders(Config())  # type: ignore[arg-type]
+    folders = _folders_at(tmp_path)
     made = [folders.for_test(f"test_{i}") for i in range(3)]
     for folder in made:
         (folder / "ab").mkdir(parents=True)
@@ -266,15 +272,6 @@ def test_discarded_test_folders_are_gone_once_the_process_cleans_up(tmp_path: Pa
         time.sleep(0.05)
     assert not (root / "trash").exists(), "the removal went on after the clean-up returned, and finished"
     assert sorted(p.name for p in root.iterdir()) == ["tests"]
-
-
-def _folders_at(tmp_path: Path) -> Folders:
-
-    class Config:
-        _tmp_path_factory = pytest.TempPathFactory(tmp_path, retention_count=3, retention_policy="all",
-                                                   trace=lambda *a: None, _ispytest=True)
-
-    return Folders(Config())  # type: ignore[arg-type]
 
 
 def test_a_remover_process_that_died_leaves_removal_to_the_test_process(tmp_path: Path) -> None:
