@@ -112,7 +112,10 @@ class _Remover:
 def _write(fd: int, data: bytes) -> None:
     """Write ``data`` to the non-blocking pipe ``fd``, or raise ``BlockingIOError`` if none of it fits
     now (once part of it is written, the rest is, waiting)."""
-    data = data[os.write(fd, data):]
+    written = os.write(fd, data)
+    if written == 0 and data:  # a full pipe that does not say so (Windows' non-blocking pipes)
+        raise BlockingIOError
+    data = data[written:]
     if data:
         _set_blocking(fd, True)
         try:
