@@ -28,6 +28,21 @@ def pointwise(x):
 def matmul_relu(a, b):
     return torch.relu(a @ b)
 
+import triton.runtime.build
+
+_build = triton.runtime.build._build
+
+
+def _counted_build(name, *args, **kwargs):
+    """Triton compiling one of its C modules (the driver's helpers, a launcher) with the system compiler."""
+    with open(os.environ["WARMUP_LOG"] + ".builds", "a") as f:
+        f.write(f"{name} in {os.environ.get('PYTEST_CURRENT_TEST', 'no test')}\\n")
+    return _build(name, *args, **kwargs)
+
+
+triton.runtime.build._build = _counted_build
+
+
 def pytest_compilecache_warmup(cache):
     with open(os.environ["WARMUP_LOG"], "a") as f:
         f.write(f"{os.getpid()}\\n")
@@ -41,17 +56,6 @@ import os
 import torch
 from conftest import matmul_relu, pointwise
 
-def test_cold_triton_compiles_then_hits_its_own_dir(cold_cache):
-    assert os.environ["TRITON_CACHE_DIR"] == str(cold_cache.path / "triton")
-    torch.compile(pointwise)(torch.randn(1024, device="cuda"))
-    cold_cache.assert_misses(fx_graph=1)
-    assert cold_cache.stats.triton.observable and cold_cache.stats.autotune.observable
-    assert cold_cache.stats.triton.saved >= 1, cold_cache.stats.table()
-    assert any((cold_cache.path / "triton").rglob("*.cubin")), "Triton wrote outside the test's own dir"
-    cold_cache.reset_in_memory()
-    torch.compile(pointwise)(torch.randn(1024, device="cuda"))
-    cold_cache.assert_hits(fx_graph=1, aot_autograd=1)
-
 def test_warm_triton_kernels_come_from_the_bundle(warm_cache):
     torch.compile(pointwise)(torch.randn(1024, device="cuda"))
     warm_cache.assert_misses(fx_graph=0)
@@ -64,6 +68,17 @@ def test_warm_max_autotune_hits_from_the_bundle(warm_cache):
     warm_cache.assert_misses(fx_graph=0)
     warm_cache.assert_hits(fx_graph=1)
     print("\\nAUTOTUNE", warm_cache.stats.autotune.to_dict(), "TRITON", warm_cache.stats.triton.to_dict())
+
+def test_cold_triton_compiles_then_hits_its_own_dir(cold_cache):
+    assert os.environ["TRITON_CACHE_DIR"] == str(cold_cache.path / "triton")
+    torch.compile(pointwise)(torch.randn(1024, device="cuda"))
+    cold_cache.assert_misses(fx_graph=1)
+    assert cold_cache.stats.triton.observable and cold_cache.stats.autotune.observable
+    assert cold_cache.stats.triton.saved >= 1, cold_cache.stats.table()
+    assert any((cold_cache.path / "triton").rglob("*.cubin")), "Triton wrote outside the test's own dir"
+    cold_cache.reset_in_memory()
+    torch.compile(pointwise)(torch.randn(1024, device="cuda"))
+    cold_cache.assert_hits(fx_graph=1, aot_autograd=1)
 '''
 
 
@@ -89,9 +104,15 @@ def test_gpu_cold_and_warm(
     carried = {path for _, path in (saved.entries[0].binaries.files if saved.entries[0].binaries else {})}
     assert any(p.startswith("triton/") for p in carried), "Triton's own kernel cache is carried"
     assert any(p.startswith("cache/") for p in carried), "the max-autotune GEMM timings are carried"
+    builds = Path(f"{log}.builds")
+    assert builds.exists(), "the building run compiled Triton's C modules (this check can see them)"
+    builds.unlink()
     second = run_inner(*args)
     second.assert_outcomes(passed=3)
     assert len(log.read_text().split()) == 1
+    rebuilt = [line for line in (builds.read_text().splitlines() if builds.exists() else []) if "cold_cache" not in line
+               and "test_cold_" not in line]
+    assert not rebuilt, f"Triton compiled its C modules again outside a cold_cache test: {rebuilt}"
     env = json.loads(report.read_text())["bundle"]["processes"][0]["env"]
     assert env["device"].startswith("NVIDIA") and env["triton"] != "none"
     assert not default_dir_of.exists()
