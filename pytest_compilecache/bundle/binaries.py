@@ -32,6 +32,8 @@ _PATH = re.compile(r"^([A-Za-z0-9_]{1,8}|triton/[A-Za-z0-9_-]{8,128})/[A-Za-z0-9
 _TRITON = "triton"
 _TIMINGS = "cache"
 _BINARY = (".so", ".o")
+#: Triton's compiled C modules (its driver's helpers, kernel launchers): one per folder, with no group file.
+_MODULE = (".so", ".pyd")
 #: The pool's file whose content changes with every add or drop (see :meth:`BinaryPool.version`).
 _VERSION = "version"
 #: How far a file time may lag the clock (the kernel stamps files with a clock that ticks every few ms).
@@ -56,7 +58,9 @@ def find_binaries(folder: Path, since: float = 0.0) -> dict[str, Path]:
     C++ binaries lie in torch's two-character subfolders, with their sources (a source is taken
     only beside a binary of the same name); Triton's kernel cache lies in ``triton/``, one folder
     per compiled kernel, keyed by Triton from the source, the options and the target GPU. It
-    holds the variants autotuning and coordinate descent compiled, which Mega-Cache leaves out.
+    holds the variants autotuning and coordinate descent compiled, which Mega-Cache leaves out,
+    and the C modules Triton builds with the system compiler (its driver's helpers, kernel
+    launchers; keyed by their source and the platform), which a new folder would build again.
     The max-autotune GEMM timings lie in ``cache/<system hash>``, one JSON file per GPU/CPU kind.
     """
     found = _triton_files(Path(folder) / _TRITON, since)
@@ -103,7 +107,9 @@ def _triton_files(root: Path, since: float = 0.0) -> dict[str, Path]:
         except OSError:
             continue
         groups = [e for e in files if e.name.startswith("__grp__")]
-        if not groups or not all(_complete(Path(g.path), {e.name for e in files}) for g in groups):
+        if not groups:
+            files = [e for e in files if e.name.endswith(_MODULE)]  # a compiled module, or a kernel being written
+        elif not all(_complete(Path(g.path), {e.name for e in files}) for g in groups):
             continue
         for entry in files:
             rel = f"{_TRITON}/{kernel.name}/{entry.name}"
@@ -435,9 +441,10 @@ class CarriedBinaries:
         return {f.path for f in self.files.values() if is_cpp(f.path) and f.path.rsplit(".", 1)[0] in sources}
 
     def triton_counts(self) -> dict[str, int]:
-        """``{"count": Triton kernels, "bytes": size of their files}``."""
+        """``{"count": Triton kernels, "bytes": size of all Triton files}`` (its compiled modules are no kernels)."""
         files = [f for f in self.files.values() if f.path.startswith(_TRITON + "/")]
-        return {"count": len({f.path.rsplit("/", 1)[0] for f in files}), "bytes": sum(f.size for f in files)}
+        kernels = {f.path.rsplit("/", 1)[0] for f in files if f.path.rsplit("/", 1)[1].startswith("__grp__")}
+        return {"count": len(kernels), "bytes": sum(f.size for f in files)}
 
     @staticmethod
     def union(parts: Iterable["CarriedBinaries"]) -> "CarriedBinaries":
