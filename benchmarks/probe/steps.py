@@ -21,6 +21,8 @@ STEPS = [
     ("pytest_compilecache.session.warmup", "Preparer._use_index"),
     ("pytest_compilecache.bundle.format", "Bundle.payload"),
     ("pytest_compilecache.bundle.format", "Bundle.carried"),
+    ("pytest_compilecache.bundle.format", "Bundle.read_key_index"),
+    ("pytest_compilecache.bundle.keyindex", "KeyIndex.unpack"),
     ("pytest_compilecache.bundle.binaries", "BinaryPool.add_all"),
     ("pytest_compilecache.bundle.binaries", "BinaryPool.seed"),
     ("pytest_compilecache.bundle.binaries", "BinaryPool.add_from"),

@@ -40,6 +40,8 @@ _explaining = 0
 _filled_from_bundle = True
 _bundle: Known | None = None
 _cannot = ""
+#: The loaded bundle's name and the function that unpacks its key index, until first needed.
+_unpacked: tuple[str, Callable[[], tuple[KeyIndex | None, int, str]]] | None = None
 _installed = False
 #: AOTAutograd keys whose entries the loaded bundle put into cache folders.
 _bundle_aot_keys: frozenset[str] = frozenset()
@@ -183,9 +185,10 @@ def _seen(layer: str, key: str, gm: Any, lines: list[str], extra: dict[str, tupl
     code = code_of(gm)
     with _lock:
         if _explaining:
-            bundle = dataclasses.replace(_bundle, fills=_filled_from_bundle) if _bundle is not None else None
+            loaded = _loaded_bundle()
+            bundle = dataclasses.replace(loaded, fills=_filled_from_bundle) if loaded is not None else None
             known = [*([bundle] if bundle is not None else []), Known("this session's earlier compiles", _recorded)]
-            found = explain(layer, key, code, components, known, "" if _bundle is not None else _cannot,
+            found = explain(layer, key, code, components, known, "" if loaded is not None else _cannot,
                             starts_empty=not _filled_from_bundle)
             _count(layer, found)
         if components:
@@ -232,12 +235,27 @@ def explaining() -> Iterator[None]:
             _explaining -= 1
 
 
-def use_bundle_index(index: KeyIndex | None, name: str, undocumented: int = 0, cannot: str = "") -> None:
-    """Explain misses against ``index`` (the loaded bundle's), or say ``cannot`` when there is none."""
-    global _bundle, _cannot
+def use_bundle_index(name: str, unpacked: Callable[[], tuple[KeyIndex | None, int, str]] | None = None,
+                     cannot: str = "") -> None:
+    """Explain misses against the loaded bundle's key index, which ``unpacked`` gives the first time a
+    miss or a save needs it (the index, how many of the bundle's keys it does not document, and why
+    there is none); without ``unpacked``, say ``cannot``."""
+    global _bundle, _cannot, _unpacked
     with _lock:
+        _bundle, _cannot, _unpacked = None, cannot, (name, unpacked) if unpacked is not None else None
+
+
+def _loaded_bundle() -> Known | None:
+    """The loaded bundle's key index, unpacked now if not yet (under the lock)."""
+    global _bundle, _cannot, _unpacked
+    if _unpacked is not None:
+        (name, unpacked), _unpacked = _unpacked, None
+        try:
+            index, undocumented, _cannot = unpacked()
+        except Exception as exc:  # never fail the compile that asked for an explanation
+            index, undocumented, _cannot = None, 0, f"the bundle's key details could not be read: {exc}"
         _bundle = Known(name, index, undocumented, fills=True) if index is not None else None
-        _cannot = cannot
+    return _bundle
 
 
 def note_bundle_keys(aot_keys: Iterable[str]) -> None:
@@ -253,5 +271,6 @@ def index_of(wanted: Iterable[str]) -> KeyIndex:
     them, or those the loaded bundle's index holds."""
     wanted = set(wanted)
     with _lock:
-        known = [_recorded, *([_bundle.index] if _bundle is not None else [])]
+        loaded = _loaded_bundle()
+        known = [_recorded, *([loaded.index] if loaded is not None else [])]
         return KeyIndex.union(known).restricted(wanted)

@@ -271,20 +271,35 @@ class Bundle:
         A key index that fails its checksum or is malformed is a problem for explanations and pruning
         only; the entry's artifacts stay usable. Raises :class:`BundleError` if the file cannot be read.
         """
+        problem = self.read_key_index(entry)
+        return (None, problem) if problem else self.unpacked_key_index(entry)
+
+    def read_key_index(self, entry: Entry) -> str:
+        """Read the entry's key index from the file and check it, without unpacking it (large for a
+        GPU suite, and needed only to explain a miss or to save); the problem, if any. Raises
+        :class:`BundleError` if the file cannot be read."""
         section = entry.index_section
         if entry.index is not None or section is None:
-            return entry.index, ""
+            return ""
         if entry._index_blob is not None:
-            return None, entry._index_problem
+            return entry._index_problem
         blob = self._read(entry, "the key index", section["offset"], section["size"])
         where = f"{self.name}: the key index of {env_label(entry.env)}"
         if len(blob) != section["size"]:
             entry.index_section = None
-            return None, f"{where} is cut short; misses cannot be explained from it"
+            return f"{where} is cut short; misses cannot be explained from it"
         entry._index_blob = blob
         if hashlib.sha256(blob).hexdigest() != section["sha256"]:
             entry._index_problem = f"{where} fails its checksum; misses cannot be explained from it (kept as it is)"
-            return None, entry._index_problem
+        return entry._index_problem
+
+    def unpacked_key_index(self, entry: Entry) -> tuple[KeyIndex | None, str]:
+        """The key index :meth:`read_key_index` read, unpacked (once), and the problem, if any; the
+        file is not read again."""
+        section, blob = entry.index_section, entry._index_blob
+        if entry.index is not None or section is None or blob is None or entry._index_problem:
+            return entry.index, entry._index_problem
+        where = f"{self.name}: the key index of {env_label(entry.env)}"
         try:
             entry.index = KeyIndex.unpack(blob)
         except KeyIndexError as exc:

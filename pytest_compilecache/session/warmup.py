@@ -20,6 +20,7 @@ from ..bundle import signing
 from ..bundle.binaries import BinaryPool, identity_differences, in_order, is_cpp, pooled
 from ..bundle.format import (Bundle, BundleError, Entry, NotABundle, NotAFile, Unreadable, env_label, make_entry,
                              read_manifest, write_bundle)
+from ..bundle.keyindex import KeyIndex
 from ..report.model import Concern, Problem, ProcessReport, Status
 from ..storage.interface import BundleStore, Written
 from ..storage.merge import union
@@ -136,8 +137,8 @@ class Preparer:
             self._unreadable(str(exc), Unreadable.of(exc))
 
         if not loaded and self.source is not None:
-            _torchapi.use_bundle_index(None, "", cannot=f"no bundle entry was loaded ({self.report.status.value}: "
-                                                        f"{self.report.reason})")
+            _torchapi.use_bundle_index("", cannot=f"no bundle entry was loaded ({self.report.status.value}: "
+                                                  f"{self.report.reason})")
         if self.run_warmup is None:
             if self.source is None:
                 self._status(Status.NONE, "no --compile-cache-bundle and no pytest_compilecache_warmup hook")
@@ -211,21 +212,28 @@ class Preparer:
         return True
 
     def _use_index(self, bundle: Bundle, entry: Entry, loaded: dict[str, list[str]]) -> None:
-        """Explain later misses against the entry's key index (or say why they cannot be)."""
-        index, problem = bundle.key_index(entry)
-        if problem:
-            self._say(Concern.BUNDLE, problem, bundle.name)
+        """Explain later misses against the entry's key index (or say why they cannot be): read and
+        checked now, unpacked when a miss or the session's save first needs it."""
+        unreadable = bundle.read_key_index(entry)
+        if unreadable:
+            self._say(Concern.BUNDLE, unreadable, bundle.name)
         keys = {k for kind in ("inductor", "aot_autograd") for k in loaded.get(kind, [])}
         _torchapi.note_bundle_keys(loaded.get("aot_autograd", []))
         name = "this session's warmup" if self._own(bundle) else f"the bundle {bundle.name}"
-        if index is not None and index.torch and index.torch != entry.env.get("torch", index.torch):
-            _torchapi.use_bundle_index(None, name, cannot=f"the bundle's key details were recorded by torch "
-                                                          f"{index.torch}, not {entry.env.get('torch')}")
-        elif index is None or not index.keys:
-            _torchapi.use_bundle_index(None, name, cannot="the bundle holds no key details for this entry (it "
-                                                          "was written before pytest-compilecache recorded them)")
-        else:
-            _torchapi.use_bundle_index(index, name, undocumented=len(keys - set(index.keys)))
+
+        def unpacked() -> tuple[KeyIndex | None, int, str]:
+            index, problem = bundle.unpacked_key_index(entry)
+            if problem and not unreadable:  # malformed, found only now
+                self._say(Concern.BUNDLE, problem, bundle.name)
+            if index is not None and index.torch and index.torch != entry.env.get("torch", index.torch):
+                return None, 0, (f"the bundle's key details were recorded by torch {index.torch}, "
+                                 f"not {entry.env.get('torch')}")
+            if index is None or not index.keys:
+                return None, 0, ("the bundle holds no key details for this entry (it was written before "
+                                 "pytest-compilecache recorded them)")
+            return index, len(keys - set(index.keys)), ""
+
+        _torchapi.use_bundle_index(name, unpacked)
 
     def _own(self, bundle: Bundle) -> bool:
         """Whether ``bundle`` holds only what this session's warmup compiled (the session's own bundle,
