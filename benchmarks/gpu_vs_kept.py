@@ -17,7 +17,7 @@ On a GPU machine with timm and transformers (see benchmarks/gpu_models/):
 4. With ``--cold-mlp``: the plugin's suite built again with one more cold_cache test (the
    max-autotune MLP compiled cold before the warm tests), then warm runs: does a warm test benchmark?
 
-    python3 benchmarks/gpu_vs_kept.py [--repeats 5] [--cold-mlp 3]
+    python3 benchmarks/gpu_vs_kept.py [--repeats 5] [--cold-mlp 3] [--steps]
 """
 
 from __future__ import annotations
@@ -105,6 +105,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--cold-mlp", type=int, default=0, help="warm runs after a build with a cold MLP test")
+    parser.add_argument("--steps", action="store_true", help="time the plugin's own steps too (probe/steps.py)")
     args = parser.parse_args()
     print(f"plugin byte-compiled as pip installs it: {as_installed()}", flush=True)
     work = Path(tempfile.mkdtemp(prefix="gpu-vs-kept-"))
@@ -128,11 +129,18 @@ def main() -> None:
     durations: dict[str, dict[str, list[float]]] = {"plugin": {}, "kept": {}}
     tests: dict[str, dict[str, list[float]]] = {}
     warm_counts: list[dict] = []
+    steps_log = work / "steps.jsonl"
+    step_times: dict[str, list[float]] = {}
     for round_ in range(args.repeats):
         order = ["plugin", "kept"] if round_ % 2 == 0 else ["kept", "plugin"]
         for who in order:
             if who == "plugin":
-                took, out = run([*plugin, "-p", "phases", "--durations=0"], {"GPU_MODELS_LOG": str(log), **probe})
+                steps = ["-p", "steps"] if args.steps else []
+                took, out = run([*plugin, "-p", "phases", *steps, "--durations=0"],
+                                {"GPU_MODELS_LOG": str(log), **probe, "STEPS_OUT": str(steps_log)})
+                for line in lines(steps_log):
+                    for name, value in line["seconds"].items():
+                        step_times.setdefault(name, []).append(value)
             else:
                 took, out = run([*plain, "-p", "phases", "--durations=0"], {**kept_env, **probe})
             for seconds, phase, test in re.findall(r"^([0-9.]+)s (setup|call|teardown) +\S+::(\S+)$", out, re.M):
@@ -173,6 +181,10 @@ def main() -> None:
         print(f"  {who}: {' '.join(f'{v:.2f}' for v in values)}")
     print_table("where each warm run's wall time went (medians, seconds; probe/phases.py):", phase_sums)
     print_table("each test's phases as pytest timed them (medians, seconds; 0 where under 5 ms):", durations, "0")
+    if step_times:
+        print("\nthe plugin's own steps (probe/steps.py), median seconds a run (range):")
+        for name, values in sorted(step_times.items(), key=lambda kv: -statistics.median(kv[1])):
+            print(f"  {statistics.median(values):7.3f} ({min(values):.3f}-{max(values):.3f})  {name}")
     benchmarked = [c for c in warm_counts if measured(c["benchmarks"]) or (c["autotune"] or {}).get("saved", 0)]
     print(f"failed runs: {len(FAILED)}; the building run logged "
           f"{built_out.count('Runtime error during autotuning')} autotuning errors")
