@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import pytest
 
-from pytest_compilecache.bundle.binaries import BinaryPool, CarriedBinaries, CarriedFile, build_id, find_binaries
+from pytest_compilecache.bundle.binaries import BinaryPool, CarriedBinaries, CarriedFile, build_id, find_binaries, pooled
 from pytest_compilecache.bundle.format import Bundle, make_entry, read_manifest, write_bundle
 from pytest_compilecache.files import link_tree
 
@@ -288,10 +288,18 @@ def test_tritons_compiled_helper_modules_are_pooled_and_carried(tmp_path: Path) 
     seeded = tmp_path / "test"
     pool.seed(seeded)
     assert (seeded / "triton" / key / name).read_bytes() == (module / name).read_bytes()
-    carried = CarriedBinaries()
-    carried.add("b", f"triton/{key}/{name}", (module / name).read_bytes())
-    assert carried.triton_counts()["count"] == 0, "a helper module is no kernel"
+    carried = pooled(tmp_path / "pool")
+    assert {path for _, path in carried.files} == {f"triton/{key}/{name}"}
+    assert carried.triton_counts() == {"count": 0, "bytes": 36}, "a helper module is no kernel, its bytes count"
     assert carried.counts()["count"] == 0, "nor a C++ binary of torch's"
+
+    assert pool.add_from(seeded) == 0, "a folder seeded from the pool gives nothing back"
+    rebuilt = tmp_path / "rebuilt" / "triton" / key
+    rebuilt.mkdir(parents=True)
+    (rebuilt / name).write_bytes(b"\x7fELF rebuilt")  # Triton could not load the pooled one: built again
+    assert pool.add_from(tmp_path / "rebuilt") == 1
+    assert (pool.path / "triton" / key / name).read_bytes() == b"\x7fELF rebuilt", "the one that loads is kept"
+    assert (seeded / "triton" / key / name).read_bytes() != b"\x7fELF rebuilt", "a folder's own link is left alone"
 
 
 def test_an_updating_warmup_uses_the_carried_binaries(kernels: Kernels, built: tuple[Path, dict[str, Any]],

@@ -3,6 +3,7 @@ against a real bundle, and the reasoning on its own (no torch) for the cases a m
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Callable
 
 import pytest
 
-from pytest_compilecache.bundle.format import Bundle, read_manifest, write_bundle
+from pytest_compilecache.bundle.format import Bundle, parse, read_manifest, write_bundle
 from pytest_compilecache.explain import Known, explain
 from pytest_compilecache.bundle.keyindex import KeyIndex
 
@@ -170,12 +171,26 @@ def test_each_kind_of_difference_is_named(project: pytest.Pytester, run_inner: C
     write_bundle(Bundle(bundle, [entry]))
     malformed = run_inner(*args, "-k", "config or hit")
     malformed.assert_outcomes(passed=1, failed=1)
-    malformed.stdout.fnmatch_lines(["*cannot explain: the bundle holds no key details for this entry*"])
+    malformed.stdout.fnmatch_lines(["*cannot explain: the bundle's key details are unusable (see the bundle's problems)*"])
     said = [line for line in malformed.stdout.lines if "is unusable (the key index is not valid compressed JSON)" in line]
     assert len(said) == 1 and str(bundle) in said[0], malformed.stdout.str()
     hits = run_inner(*args, "-k", "hit")
     hits.assert_outcomes(passed=1)
     assert "the key index" not in hits.stdout.str(), "no miss asked for it: it was never unpacked"
+    strict = run_inner(*args, "-k", "hit", "--compile-cache-strict")
+    assert strict.ret != 0, "--compile-cache-strict checks the whole bundle before the first test"
+    strict.stderr.fnmatch_lines(["*--compile-cache-strict: bundle problem at session start:*",
+                                 "*the key index * is unusable (the key index is not valid compressed JSON)*"])
+
+    # A bundle read whole from an object store (read_entry) keeps its index as stored: checked when used.
+    data = bytearray(bundle.read_bytes())
+    data[-1] ^= 0xFF  # the key index is the entry's last section
+    downloaded = parse(io.BytesIO(bytes(data)), bundle)
+    (entry,) = downloaded.entries
+    downloaded.read_entry(entry)
+    downloaded.close()
+    index, problem = downloaded.key_index(entry)
+    assert index is None and "fails its checksum" in problem, problem
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ from .defaultdir import headers_at, redirect
 from .devices import gpu_count
 from .fingerprint import environment_fingerprint, made_with
 from .isolation import bootstrap, caches_disabled_by_config, remote_caches_on, reset_in_memory, without_remote_caches
-from .keys import empty_folder, explaining, note_bundle_keys, use_bundle_index
+from .keys import empty_folder, explaining, note_bundle_keys, unpack_bundle_index, use_bundle_index
 from .megacache import (
     MegaCacheError,
     artifact_identities,
@@ -47,5 +47,5 @@ __all__ = [
     "cpu_probe_sources", "cpu_probes_in", "header_build_seconds", "merge_artifacts", "MIN_TORCH", "note_bundle_keys", "placing_from", "processes_read_no_entries", "read_counts", "ready_to_read", "record_bypass_reasons",
     "redirect", "rejected_binaries", "rejected_binary_names", "remote_caches_on", "reset_in_memory",
     "save_artifacts", "select_artifacts", "torch_module", "TorchUnavailable", "unobservable_fields",
-    "unobservable_layers", "use_bundle_index", "without_remote_caches",
+    "unobservable_layers", "unpack_bundle_index", "use_bundle_index", "without_remote_caches",
 ]

@@ -245,8 +245,15 @@ def use_bundle_index(name: str, unpacked: Callable[[], tuple[KeyIndex | None, in
         _bundle, _cannot, _unpacked = None, cannot, (name, unpacked) if unpacked is not None else None
 
 
+def unpack_bundle_index() -> None:
+    """Unpack the loaded bundle's key index now, not when first needed (a strict session checks
+    everything about its bundle before its first test)."""
+    with _lock:
+        _loaded_bundle()
+
+
 def _loaded_bundle() -> Known | None:
-    """The loaded bundle's key index, unpacked now if not yet (under the lock)."""
+    """The loaded bundle's key index, unpacked now if not yet; call with ``_lock`` held."""
     global _bundle, _cannot, _unpacked
     if _unpacked is not None:
         (name, unpacked), _unpacked = _unpacked, None

@@ -57,7 +57,8 @@ def _count_present(bundle: Any, cache_dir: Any) -> None:
 
 
 def mark_carried(kernel_hashes: set[str]) -> None:
-    """Remember Triton kernel folders placed from a bundle."""
+    """Remember the Triton cache folders placed from a bundle (kernels' count; those of Triton's
+    compiled modules are named by no FX entry, so they change no count)."""
     with _lock:
         _carried_kernels.update(kernel_hashes)
 

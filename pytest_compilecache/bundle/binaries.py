@@ -220,6 +220,28 @@ def _place(source: Path, dest: Path) -> bool:
     return True
 
 
+def _is_triton_module(path: str) -> bool:
+    return path.startswith(_TRITON + "/") and path.endswith(_MODULE)
+
+
+def _replace_if_rebuilt(source: Path, dest: Path) -> bool:
+    """Replace the pooled ``dest`` with ``source`` when they differ: Triton built a module again in a
+    test's folder because the pooled one would not load (it logs that, and keeps the new one there),
+    so the next folders, and the bundle, get the one that loads. Whether it was replaced."""
+    try:
+        if os.path.samefile(source, dest) or source.read_bytes() == dest.read_bytes():
+            return False
+    except OSError:
+        return False
+    tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        shutil.copy2(source, tmp)
+        files.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return True
+
+
 def _link(source: Path, dest: Path) -> bool:
     """A hard link to ``source`` at ``dest``, its folder made where missing; False if ``dest`` exists."""
     try:
@@ -250,7 +272,8 @@ class BinaryPool:
     """The binaries built or loaded in a session, for one build identity, shared by its processes.
 
     ``<root>/<build id>/<xx>/<name>``: each file written once, atomically, so a process reading
-    the pool never sees half a file. A test's cache folder is filled from it with hard links.
+    the pool never sees half a file (a Triton module that Triton had to build again, as the pooled
+    one would not load, replaces it). A test's cache folder is filled from it with hard links.
     """
 
     def __init__(self, root: Path, identity: Mapping[str, str]) -> None:
@@ -287,7 +310,12 @@ class BinaryPool:
                 try:
                     if since and file.stat().st_mtime < since:
                         continue
-                    taken += self._merge(rel, file.read_bytes()) if is_timings(rel) else _place(file, self.path / rel)
+                    if is_timings(rel):
+                        taken += self._merge(rel, file.read_bytes())
+                    elif _place(file, self.path / rel):
+                        taken += 1
+                    elif _is_triton_module(rel):
+                        taken += _replace_if_rebuilt(file, self.path / rel)
                 except OSError:
                     continue
         finally:

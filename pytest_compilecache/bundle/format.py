@@ -99,6 +99,7 @@ class Entry:
     _index_blob: bytes | None = field(default=None, repr=False)
     _binaries_blob: bytes | None = field(default=None, repr=False)
     _index_problem: str = field(default="", repr=False)
+    _index_checked: bool = field(default=False, repr=False)
 
     def vouched(self, secret: bytes) -> str:
         """``""`` when this entry may be signed with ``secret``: made here, or read with a valid signature;
@@ -266,39 +267,16 @@ class Bundle:
         return carried, [f"{self.name}: {p}" for p in problems]
 
     def key_index(self, entry: Entry) -> tuple[KeyIndex | None, str]:
-        """The entry's key index (``None`` when it has none or it is unusable) and the problem, if any.
+        """The entry's key index (``None`` when it has none or it is unusable) and the problem, if any;
+        unpacked once, and read from the file only if :meth:`read_key_index` has not read it.
 
         A key index that fails its checksum or is malformed is a problem for explanations and pruning
         only; the entry's artifacts stay usable. Raises :class:`BundleError` if the file cannot be read.
         """
         problem = self.read_key_index(entry)
-        return (None, problem) if problem else self.unpacked_key_index(entry)
-
-    def read_key_index(self, entry: Entry) -> str:
-        """Read the entry's key index from the file and check it, without unpacking it (large for a
-        GPU suite, and needed only to explain a miss or to save); the problem, if any. Raises
-        :class:`BundleError` if the file cannot be read."""
-        section = entry.index_section
-        if entry.index is not None or section is None:
-            return ""
-        if entry._index_blob is not None:
-            return entry._index_problem
-        blob = self._read(entry, "the key index", section["offset"], section["size"])
-        where = f"{self.name}: the key index of {env_label(entry.env)}"
-        if len(blob) != section["size"]:
-            entry.index_section = None
-            return f"{where} is cut short; misses cannot be explained from it"
-        entry._index_blob = blob
-        if hashlib.sha256(blob).hexdigest() != section["sha256"]:
-            entry._index_problem = f"{where} fails its checksum; misses cannot be explained from it (kept as it is)"
-        return entry._index_problem
-
-    def unpacked_key_index(self, entry: Entry) -> tuple[KeyIndex | None, str]:
-        """The key index :meth:`read_key_index` read, unpacked (once), and the problem, if any; the
-        file is not read again."""
-        section, blob = entry.index_section, entry._index_blob
-        if entry.index is not None or section is None or blob is None or entry._index_problem:
-            return entry.index, entry._index_problem
+        blob = entry._index_blob
+        if problem or entry.index is not None or entry.index_section is None or blob is None:
+            return entry.index, problem
         where = f"{self.name}: the key index of {env_label(entry.env)}"
         try:
             entry.index = KeyIndex.unpack(blob)
@@ -306,6 +284,28 @@ class Bundle:
             entry._index_problem = f"{where} is unusable ({exc}); misses cannot be explained from it (kept as it is)"
             return None, entry._index_problem
         return entry.index, ""
+
+    def read_key_index(self, entry: Entry) -> str:
+        """Read the entry's key index (unless read already) and check it, without unpacking it (large
+        for a GPU suite, and needed only to explain a miss or to save); the problem, if any. Raises
+        :class:`BundleError` if the file cannot be read."""
+        section = entry.index_section
+        if entry.index is not None or section is None:
+            return ""
+        if entry._index_checked:
+            return entry._index_problem
+        where = f"{self.name}: the key index of {env_label(entry.env)}"
+        blob = entry._index_blob
+        if blob is None:
+            blob = self._read(entry, "the key index", section["offset"], section["size"])
+            if len(blob) != section["size"]:
+                entry.index_section = None
+                return f"{where} is cut short; misses cannot be explained from it"
+            entry._index_blob = blob
+        entry._index_checked = True
+        if hashlib.sha256(blob).hexdigest() != section["sha256"]:
+            entry._index_problem = f"{where} fails its checksum; misses cannot be explained from it (kept as it is)"
+        return entry._index_problem
 
     def read_all(self) -> None:
         """Read and check every payload (carried binaries, key index) now, then close the file."""
@@ -559,7 +559,7 @@ def _encode(bundle: Bundle) -> tuple[list[bytes], list[tuple[Entry, str, dict[st
             description["binaries"] = {**section, "offset": offset}
             blobs.append(blob)
             offset += len(blob)
-        bundle.key_index(entry)
+        bundle.read_key_index(entry)  # copied as stored, never unpacked for it
         index = entry.index_blob()
         if index is not None:
             description["index"] = {**description["index"], "offset": offset}

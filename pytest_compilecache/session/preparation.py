@@ -119,6 +119,8 @@ class BundlePreparation:
                 f"filters turn into an error: {type(exc).__name__}: {exc} ({where.filename}:{where.lineno}); "
                 f"no bundle is used (ignore it by its category and module in filterwarnings to prepare one)"
             )
+        if self.options.strict and self._prepared is not None:
+            _torchapi.unpack_bundle_index()  # a malformed key index is otherwise found at the first miss
         problems = [p for p in self.process_report.problems if p.concern is not Concern.BINARY]
         if self.options.strict and problems:
             return "--compile-cache-strict: bundle problem at session start:\n  " + "\n  ".join(map(str, problems))

@@ -222,9 +222,11 @@ class Preparer:
         name = "this session's warmup" if self._own(bundle) else f"the bundle {bundle.name}"
 
         def unpacked() -> tuple[KeyIndex | None, int, str]:
-            index, problem = bundle.unpacked_key_index(entry)
+            index, problem = bundle.key_index(entry)  # read and checked above: the file is not read again
             if problem and not unreadable:  # malformed, found only now
                 self._say(Concern.BUNDLE, problem, bundle.name)
+            if problem:
+                return None, 0, "the bundle's key details are unusable (see the bundle's problems)"
             if index is not None and index.torch and index.torch != entry.env.get("torch", index.torch):
                 return None, 0, (f"the bundle's key details were recorded by torch {index.torch}, "
                                  f"not {entry.env.get('torch')}")
