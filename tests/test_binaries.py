@@ -282,6 +282,7 @@ def test_tritons_compiled_helper_modules_are_pooled_and_carried(tmp_path: Path) 
     half = tmp_path / "cache" / "triton" / ("k" * 20)
     half.mkdir()
     (half / "k.cubin").write_bytes(b"\x00" * 16)  # a kernel whose group file is not written yet
+    (half / "k.so").write_bytes(b"\x00" * 16)  # (on backends whose kernels are shared libraries)
     assert set(find_binaries(tmp_path / "cache")) == {f"triton/{key}/{name}"}
     pool = BinaryPool(tmp_path / "pool", {"compiler": "g++"})
     assert pool.add_from(tmp_path / "cache") == 1

@@ -108,7 +108,8 @@ def _triton_files(root: Path, since: float = 0.0) -> dict[str, Path]:
             continue
         groups = [e for e in files if e.name.startswith("__grp__")]
         if not groups:
-            files = [e for e in files if e.name.endswith(_MODULE)]  # a compiled module, or a kernel being written
+            if not all(e.name.endswith(_MODULE) for e in files):
+                continue  # a kernel being written (its group file comes last)
         elif not all(_complete(Path(g.path), {e.name for e in files}) for g in groups):
             continue
         for entry in files:
@@ -211,13 +212,18 @@ def _place(source: Path, dest: Path) -> bool:
     if dest.exists():
         return False
     dest.parent.mkdir(parents=True, exist_ok=True)
+    _copy_over(source, dest)
+    return True
+
+
+def _copy_over(source: Path, dest: Path) -> None:
+    """Copy ``source`` beside ``dest`` and rename it over ``dest``: a reader sees the old file or the new one."""
     tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex}.tmp")
     try:
         shutil.copy2(source, tmp)
         files.replace(tmp, dest)
     finally:
         tmp.unlink(missing_ok=True)
-    return True
 
 
 def _is_triton_module(path: str) -> bool:
@@ -233,12 +239,7 @@ def _replace_if_rebuilt(source: Path, dest: Path) -> bool:
             return False
     except OSError:
         return False
-    tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        shutil.copy2(source, tmp)
-        files.replace(tmp, dest)
-    finally:
-        tmp.unlink(missing_ok=True)
+    _copy_over(source, dest)
     return True
 
 
