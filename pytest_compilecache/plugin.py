@@ -9,7 +9,7 @@ from typing import Iterator
 import pytest
 
 from . import hooks
-from ._torchapi import defaultdir
+from ._torchapi import patches
 from .cache import CacheKind, CompileCache
 from .environment import SavedEnv
 from .report.html import HtmlColumns
@@ -18,6 +18,8 @@ from .session.roles import Role, choose_role
 from .session.testside import REMOTE_MARKER
 
 _ROLE = pytest.StashKey[Role]()
+#: What was patched when this session began: its end takes back only what it added.
+_PATCHED_BEFORE = pytest.StashKey[int]()
 _early_env: SavedEnv | None = None
 _early_dir: str | None = None
 
@@ -44,13 +46,14 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     Conftests loaded next may import torch's compiler; nothing of torch is imported here.
     """
     global _early_env
+    early_config.stash[_PATCHED_BEFORE] = patches.checkpoint()
     try:
         options = Options.early(early_config)
     except (pytest.UsageError, ValueError):
         return  # pytest_configure raises it again, with pytest's error reporting in place
     if options.session_wide:
         _early_env = SavedEnv()
-        defaultdir.install(_early_process_dir, str(options.headers_dir))
+        patches.install_hook(patches.DEFAULT_FOLDER, _early_process_dir, str(options.headers_dir))
 
 
 @pytest.hookimpl(trylast=True)
@@ -58,6 +61,7 @@ def pytest_configure(config: pytest.Config) -> None:
     """Choose this process's role, once; after pytest's own set-up (basetemp) is in place."""
     config.addinivalue_line("markers", f"{REMOTE_MARKER}: let this test's warm_cache read and write torch's remote "
                                        "cache (--compile-cache-remote), which fixtures otherwise switch off")
+    config.stash.setdefault(_PATCHED_BEFORE, patches.checkpoint())
     role = choose_role(config, Options.from_config(config))
     config.stash[_ROLE] = role
     role.start(config.pluginmanager, _early_env)
@@ -73,6 +77,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     role = config.stash.get(_ROLE, None)
     if role is not None:
         role.close()
+    patches.undo(config.stash.get(_PATCHED_BEFORE, patches.checkpoint()))
     _early_env = None
     if _early_dir is not None:
         shutil.rmtree(_early_dir, ignore_errors=True)

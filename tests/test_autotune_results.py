@@ -13,8 +13,10 @@ loader, autotune cache and recheck (CPU is enough: nothing is compiled).
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 
@@ -78,13 +80,23 @@ class _Config:
         self.kwargs, self.num_warps, self.num_stages = dict(kwargs), num_warps, num_stages
 
 
-def _reloaded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, found_by_coordesc: bool) -> tuple[object, object]:
+def _reloaded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, found_by_coordesc: bool,
+              torch_recheck: Callable[..., Any] | None = None) -> tuple[object, object]:
     """A statically launchable kernel with three configs whose autotune result (the second config) is
-    on disk, loaded as from the FX graph cache: torch's own ``recheck_autotune_cache``, cache and
-    result format; only the compiled kernels are stand-ins. Its kept compile result, and the one expected."""
+    on disk, loaded as from the FX graph cache: torch's own ``recheck_autotune_cache`` (or
+    ``torch_recheck``), cache and result format, with the plugin's wrappers from its register of
+    patches; only the compiled kernels are stand-ins. Its kept compile result, and the one expected."""
     from torch._inductor.runtime import autotune_cache, triton_heuristics
 
     from pytest_compilecache._torchapi import autotune
+
+    autotuner = triton_heuristics.CachingAutotuner
+    create = inspect.unwrap(autotune_cache.AutotuneCache.create)
+    monkeypatch.setattr(autotune_cache.AutotuneCache, "create", staticmethod(autotune.wrap_create(create)))
+    check = inspect.unwrap(triton_heuristics.check_autotune_cache)
+    monkeypatch.setattr(triton_heuristics, "check_autotune_cache", autotune.wrap_check(check))
+    recheck = torch_recheck or inspect.unwrap(autotuner.recheck_autotune_cache)
+    monkeypatch.setattr(autotuner, "recheck_autotune_cache", autotune.wrap_recheck(recheck))
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     try:
@@ -93,7 +105,6 @@ def _reloaded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, found_by_coordesc
     except TypeError:  # no triton here: torch's placeholder takes no arguments
         monkeypatch.setattr(autotune_cache, "Config", _Config)
         config_class = _Config
-    autotune.install()
     configs = [config_class({"XBLOCK": block}, num_warps=4, num_stages=1) for block in (64, 128, 256)]
     filename = str(tmp_path / "ab" / "cabcdef.py")
     meta = {"coordinate_descent_tuning": True, "autotune_local_cache": True}
@@ -123,22 +134,14 @@ def test_the_mark_is_kept_where_torch_drops_it(tmp_path: Path, monkeypatch: pyte
     own recheck followed by taking the mark off, as 2.11 leaves it. The plugin's wrapper puts it back."""
     from torch._inductor.runtime import triton_heuristics
 
-    from pytest_compilecache._torchapi import autotune
-
-    current = triton_heuristics.CachingAutotuner.recheck_autotune_cache
-    torch_recheck = getattr(current, "__wrapped__", current)
+    torch_recheck = inspect.unwrap(triton_heuristics.CachingAutotuner.recheck_autotune_cache)
 
     def as_in_torch_2_11(self: object, *args: object, **kwargs: object) -> None:
         torch_recheck(self, *args, **kwargs)
         for compiled in getattr(self, "compile_results", []):
             compiled.config.found_by_coordesc = False
 
-    check = triton_heuristics.check_autotune_cache
-    monkeypatch.setattr(triton_heuristics, "check_autotune_cache", getattr(check, "__wrapped__", check))
-    monkeypatch.setattr(triton_heuristics.CachingAutotuner, "recheck_autotune_cache", as_in_torch_2_11)
-    autotune._keep_coordinate_descent_mark()
-    assert getattr(triton_heuristics.CachingAutotuner.recheck_autotune_cache, "_compilecache", False)
-    kept, expected = _reloaded(tmp_path, monkeypatch, found_by_coordesc=True)
+    kept, expected = _reloaded(tmp_path, monkeypatch, found_by_coordesc=True, torch_recheck=as_in_torch_2_11)
     assert kept is expected and getattr(kept, "found_by_coordesc", False) is True
 
 

@@ -68,6 +68,7 @@ def report_of(path: Path) -> dict:
 
 
 @pytest.mark.parametrize("mode", [[], ["-n", "2"]], ids=["plain", "n2"])
+@pytest.mark.compat
 def test_warmup_runs_once_and_every_worker_hits(
     pytester: pytest.Pytester, run_inner: RunInner, warm_project: Path, default_dir_of: Path, mode: list[str]
 ) -> None:
@@ -145,6 +146,7 @@ BAD = {
 
 
 @pytest.mark.parametrize("kind", list(BAD))
+@pytest.mark.compat
 def test_bad_bundle_runs_cold_and_is_left_alone(pytester: pytest.Pytester, run_inner: RunInner, kind: str) -> None:
     make, reason = BAD[kind]
     bundle = pytester.path / "suite.bundle"
@@ -170,6 +172,7 @@ def test_strict_mode_fails_before_tests_on_a_corrupt_bundle(pytester: pytest.Pyt
 
 
 @pytest.mark.parametrize("mode", [[], ["-n", "2"]], ids=["plain", "n2"])
+@pytest.mark.compat
 def test_strict_mode_fails_before_tests_on_a_foreign_bundle(
     pytester: pytest.Pytester, run_inner: RunInner, mode: list[str]
 ) -> None:
@@ -208,6 +211,7 @@ def test_lock_timeout_names_the_lock_file(
     assert warmups(warm_project) == 0
 
 
+@pytest.mark.compat
 def test_two_concurrent_updating_runs_end_with_the_union(pytester: pytest.Pytester, private_tmp: Path,
                                                          shared_headers_dir: Path) -> None:
     bundle = pytester.path / "shared.bundle"

@@ -132,6 +132,7 @@ def foreign_bundle(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.compat
 def test_inspect_shows_environments_and_layers(good_bundle: Path, foreign_bundle: Path, tmp_path: Path) -> None:
     result = cli("inspect", good_bundle)
     assert result.returncode == 0, result.stderr
@@ -155,6 +156,7 @@ def test_inspect_shows_environments_and_layers(good_bundle: Path, foreign_bundle
     assert any(d.startswith("device: bundle NVIDIA H200, here") for d in foreign["differences"])
 
 
+@pytest.mark.compat
 def test_verify_is_a_ci_gate(good_bundle: Path, foreign_bundle: Path, tmp_path: Path, sessions: Sessions) -> None:
     ok = cli_process(sessions, "verify", good_bundle)
     assert ok.returncode == 0 and "OK" in ok.stdout
@@ -229,6 +231,7 @@ def test_inspect_check_fails_what_verify_fails(good_bundle: Path, tmp_path: Path
     assert_user_error(cli("inspect", mixed, "--check"), 1, str(mixed), "NVIDIA H200", "fails its checksum")
 
 
+@pytest.mark.compat
 def test_merge_and_prune(good_bundle: Path, foreign_bundle: Path, tmp_path: Path) -> None:
     out = tmp_path / "out" / "merged.bundle"
     result = cli("merge", good_bundle, foreign_bundle, good_bundle, "-o", out)

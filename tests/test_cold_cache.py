@@ -113,6 +113,7 @@ def test_deliberate_failure_shows_the_table(cold_cache):
 
 @pytest.mark.parametrize("mode", [[], ["-n", "0"], ["-n", "2"]], ids=["plain", "n0", "n2"])
 @pytest.mark.slow
+@pytest.mark.compat
 def test_cold_cache_isolates_counts_and_restores(
     pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], default_dir_of: Path, mode: list[str]
 ) -> None:

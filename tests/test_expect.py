@@ -67,6 +67,7 @@ def _summary(result: pytest.RunResult) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.compat
 def test_records_then_fails_exactly_the_tests_that_regressed(pytester: pytest.Pytester, run_inner: Run) -> None:
     """Update twice (the same bytes), then a graph break and a recompile each fail their own test, named."""
     pytester.makepyfile(test_model=SUITE)
@@ -127,6 +128,7 @@ def test_records_then_fails_exactly_the_tests_that_regressed(pytester: pytest.Py
 
 
 @pytest.mark.slow
+@pytest.mark.compat
 def test_xdist_records_the_same_file_and_unused_records_go_only_in_a_full_update(
     pytester: pytest.Pytester, run_inner: Run
 ) -> None:

@@ -116,6 +116,7 @@ def project(pytester: pytest.Pytester) -> pytest.Pytester:
 
 
 @pytest.mark.slow
+@pytest.mark.compat
 def test_each_kind_of_difference_is_named(project: pytest.Pytester, run_inner: Callable[..., pytest.RunResult]) -> None:
     bundle = project.path / "kinds.bundle"
     report = project.path / "report.json"

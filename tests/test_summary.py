@@ -440,6 +440,7 @@ def test_a_save_says_apart_the_time_spent_importing_torch_first() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.compat
 def test_a_building_run_an_updating_run_and_a_later_run_each_say_what_happened_to_the_bundle(
     pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], tmp_path: Path
 ) -> None:

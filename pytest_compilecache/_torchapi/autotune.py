@@ -46,21 +46,10 @@ def _current(filename: str) -> str:
     return os.path.join(root, os.path.basename(folder), os.path.basename(filename))
 
 
-def install() -> bool:
-    """Patch ``AutotuneCache.create`` and keep the mark of coordinate descent (idempotent); False where
-    this torch has no ``AutotuneCache``."""
-    try:
-        from torch._inductor.runtime import autotune_cache
-    except ImportError:
-        return False
-    _keep_coordinate_descent_mark()
-    cache_class = getattr(autotune_cache, "AutotuneCache", None)
-    create = getattr(cache_class, "create", None)
-    if create is None:
-        return False
-    if getattr(create, "_compilecache", False):
-        return True
+def wrap_create(create: Callable[..., Any]) -> Callable[..., Any]:
+    """``AutotuneCache.create``, its file named in the current cache folder (see :func:`_current`)."""
 
+    @functools.wraps(create)
     def create_here(inductor_meta: Any, *args: Any, **kwargs: Any) -> Any:
         if args and isinstance(args[0], str) and args[0]:
             args = (_current(args[0]), *args[1:])
@@ -68,27 +57,14 @@ def install() -> bool:
             kwargs["filename"] = _current(kwargs["filename"])
         return create(inductor_meta, *args, **kwargs)
 
-    create_here._compilecache = True  # type: ignore[attr-defined]
-    setattr(cache_class, "create", staticmethod(create_here))
-    return "torch._inductor.runtime.autotune_cache" in sys.modules
+    return create_here
 
 
 _last_found = threading.local()
 
 
-def _keep_coordinate_descent_mark() -> None:
-    """Wrap ``check_autotune_cache`` (to see the config the cache named) and
-    ``CachingAutotuner.recheck_autotune_cache`` (to mark the kept config as coordinate descent's). Idempotent."""
-    try:
-        from torch._inductor.runtime import triton_heuristics
-        from torch._inductor.runtime.runtime_utils import triton_config_to_hashable
-    except Exception:  # no Triton, or a torch that cannot import it here (as clock.install)
-        return
-    check = getattr(triton_heuristics, "check_autotune_cache", None)
-    autotuner = getattr(triton_heuristics, "CachingAutotuner", None)
-    recheck = getattr(autotuner, "recheck_autotune_cache", None)
-    if check is None or recheck is None or getattr(recheck, "_compilecache", False):
-        return
+def wrap_check(check: Callable[..., Any]) -> Callable[..., Any]:
+    """``check_autotune_cache``, remembering the config the cache named during a recheck."""
 
     @functools.wraps(check)
     def remembering(*args: Any, **kwargs: Any) -> Any:
@@ -98,6 +74,14 @@ def _keep_coordinate_descent_mark() -> None:
             _last_found.config = named[0] if isinstance(named, list) and len(named) == 1 else None
             _last_found.waiting = False
         return found
+
+    return remembering
+
+
+def wrap_recheck(recheck: Callable[..., Any]) -> Callable[..., Any]:
+    """``CachingAutotuner.recheck_autotune_cache``, marking the kept config as coordinate descent's
+    where the cache named it so (torch 2.11 drops the mark; 2.13 keeps it)."""
+    from torch._inductor.runtime.runtime_utils import triton_config_to_hashable
 
     @functools.wraps(recheck)
     def rechecking(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -109,9 +93,7 @@ def _keep_coordinate_descent_mark() -> None:
             _last_found.config, _last_found.waiting = None, False
             _mark(self, named, triton_config_to_hashable)
 
-    rechecking._compilecache = True  # type: ignore[attr-defined]
-    setattr(triton_heuristics, "check_autotune_cache", remembering)
-    setattr(autotuner, "recheck_autotune_cache", rechecking)
+    return rechecking
 
 
 def _mark(autotuner: Any, named: Any, hashable: Callable[[Any], Any]) -> None:

@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from .. import files
 from ..environment import SavedEnv
-from . import clock, ondemand, tritoncache
+from . import clock, ondemand, patches, tritoncache
 
 _counts: Counter[str] = Counter()
 _carried_names: set[str] = set()
@@ -101,24 +101,15 @@ def _cpu_flags() -> str:
     return hashlib.sha256(line.encode()).hexdigest()[:12] if line else f"unknown {os.getpid()}"
 
 
-def install() -> None:
-    """Wrap ``CppCodeCache.load_async`` (idempotent); without it the ``cpp`` layer cannot be observed."""
-    codecache = sys.modules.get("torch._inductor.codecache")
-    cache_class = getattr(codecache, "CppCodeCache", None)
-    original = getattr(cache_class, "load_async", None)
-    if original is None or getattr(original, "_compilecache", False):
-        return
-    function = original.__func__
+def wrap_load_async(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``CppCodeCache.load_async`` (a classmethod's function), its result a :class:`_Load` that counts and checks."""
 
+    @functools.wraps(function)
     def load_async(cls: Any, *args: Any, **kwargs: Any) -> Any:
         asked = time.time()
         return _Load(function(cls, *args, **kwargs), asked)
 
-    load_async._compilecache = True  # type: ignore[attr-defined]
-    setattr(cache_class, "load_async", classmethod(load_async))
-    _guard_probes()
-    _probe_where_told()
-    _time_header_builds()
+    return load_async
 
 
 _header_seconds = 0.0
@@ -130,11 +121,9 @@ def header_build_seconds() -> float:
     return _header_seconds
 
 
-def _time_header_builds() -> None:
+def wrap_precompile_header(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``codecache._precompile_header``, timing the builds that write a header (not those that find one)."""
     codecache = sys.modules.get("torch._inductor.codecache")
-    original = getattr(codecache, "_precompile_header", None)
-    if original is None or getattr(original, "_compilecache", False):
-        return
 
     @functools.wraps(original)
     def precompile_header(*args: Any, **kwargs: Any) -> Any:
@@ -150,8 +139,7 @@ def _time_header_builds() -> None:
                 with _lock:
                     _header_seconds += time.perf_counter() - started
 
-    precompile_header._compilecache = True  # type: ignore[attr-defined]
-    setattr(codecache, "_precompile_header", precompile_header)
+    return precompile_header
 
 
 def _files_in(folder: Any) -> set[str]:
@@ -190,15 +178,11 @@ def _probes_folder() -> tuple[str, bool] | None:
         return _probes_at[-1] if _probes_at else None
 
 
-def _probe_where_told() -> None:
-    try:
-        from torch._inductor import cpu_vec_isa
-    except ImportError:
-        return
-    original = getattr(cpu_vec_isa, "valid_vec_isa_list", None)
+def wrap_valid_vec_isa_list(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``cpu_vec_isa.valid_vec_isa_list``, building the probes where :func:`cpu_probes_in` says."""
     learned = getattr(original, "cache_info", None)
-    if original is None or learned is None or getattr(original, "_compilecache", False):
-        return
+    if learned is None:
+        raise patches.NotApplicable("this torch's valid_vec_isa_list keeps no cache to tell a learned CPU by")
 
     @functools.wraps(original)
     def valid_vec_isa_list() -> Any:
@@ -213,20 +197,13 @@ def _probe_where_told() -> None:
             finally:
                 saved.restore()
 
-    valid_vec_isa_list._compilecache = True  # type: ignore[attr-defined]
-    setattr(cpu_vec_isa, "valid_vec_isa_list", valid_vec_isa_list)
+    return valid_vec_isa_list
 
 
-def _guard_probes() -> None:
-    try:
-        from torch._inductor import cpu_vec_isa
-    except ImportError:
-        return
-    isa_class = getattr(cpu_vec_isa, "VecISA", None)
-    original = getattr(isa_class, "check_build", None)
-    if original is None or getattr(original, "_compilecache", False):
-        return
+def wrap_check_build(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``VecISA.check_build``, placing kept probes first and building again a carried one that will not load."""
 
+    @functools.wraps(original)
     def check_build(self: Any, code: str, *args: Any, **kwargs: Any) -> Any:
         with ondemand.processes_read_no_entries():
             return _checked_build(self, code, *args, **kwargs)
@@ -248,8 +225,7 @@ def _guard_probes() -> None:
                 _reject(path.name, "(a CPU feature probe) could not be loaded; rebuilt")
         return ok
 
-    check_build._compilecache = True  # type: ignore[attr-defined]
-    setattr(isa_class, "check_build", check_build)
+    return check_build
 
 
 def cpu_probe_sources() -> frozenset[str]:
@@ -331,11 +307,10 @@ def _probe_sources(folder: Path, code: str) -> list[Path]:
 
 def observable() -> str:
     """Empty when loads are counted; else why the ``cpp`` layer cannot be observed."""
-    codecache = sys.modules.get("torch._inductor.codecache")
-    method = getattr(getattr(codecache, "CppCodeCache", None), "load_async", None)
-    if getattr(method, "_compilecache", False):
+    if patches.took("CppCodeCache.load_async"):
         return ""
-    return "this torch has no CppCodeCache.load_async to count C++ builds at"
+    torch = str(getattr(sys.modules.get("torch"), "__version__", ""))
+    return f"torch {torch} has no CppCodeCache.load_async to count C++ builds at"
 
 
 def _binary_path(lib: Any) -> str | None:

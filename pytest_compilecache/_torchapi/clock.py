@@ -11,7 +11,7 @@ call).
 from __future__ import annotations
 
 import contextlib
-import sys
+import functools
 import threading
 import time
 from typing import Any, Callable, Iterator
@@ -20,7 +20,6 @@ _depth = 0
 _started = 0.0
 _total = 0.0
 _main = threading.main_thread()
-_sources: list[str] = []
 
 
 def _enter() -> None:
@@ -58,58 +57,25 @@ def seconds() -> float:
     return _total
 
 
-def _wrap_method(owner: Any, name: str) -> bool:
-    method = owner.__dict__.get(name) if owner is not None else None
-    if method is None or not callable(method) or getattr(method, "_compilecache", False):
-        return method is not None
+def wrap_timed(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``original``, its calls counted as compile time."""
 
+    @functools.wraps(original)
     def timed(*args: Any, **kwargs: Any) -> Any:
         with compiling():
-            return method(*args, **kwargs)
+            return original(*args, **kwargs)
 
-    timed._compilecache = True  # type: ignore[attr-defined]
-    timed.__wrapped__ = method  # type: ignore[attr-defined]
-    setattr(owner, name, timed)
-    return True
+    return timed
 
 
-def install() -> list[str]:
-    """Start counting (idempotent); returns the spans this torch lets us see."""
-    if _sources:
-        return list(_sources)
-    import torch._dynamo
+def wrap_callbacks(install_callbacks: Callable[..., Any]) -> Callable[..., Any]:
+    """Dynamo's ``callback_handler.install_callbacks`` (patched on the handler itself, since
+    ``torch._dynamo.reset()`` clears registered callbacks): its span counted as compile time."""
 
-    handler = getattr(torch._dynamo, "callback_handler", None)
-    install_callbacks = getattr(handler, "install_callbacks", None)
-    if install_callbacks is not None:
+    @contextlib.contextmanager
+    def timed_callbacks(*args: Any, **kwargs: Any) -> Iterator[None]:
+        with compiling(), install_callbacks(*args, **kwargs):
+            yield
 
-        @contextlib.contextmanager
-        def timed_callbacks(*args: Any, **kwargs: Any) -> Iterator[None]:
-            with compiling(), install_callbacks(*args, **kwargs):
-                yield
-
-        # An attribute of the handler itself: torch._dynamo.reset() clears registered callbacks.
-        setattr(handler, "install_callbacks", timed_callbacks)
-        _sources.append("dynamo")
-    else:
-        convert_frame = sys.modules.get("torch._dynamo.convert_frame")
-        compile_fn: Callable[..., Any] | None = getattr(convert_frame, "_compile", None)
-        if compile_fn is not None:
-
-            def timed_compile(*args: Any, **kwargs: Any) -> Any:
-                with compiling():
-                    return compile_fn(*args, **kwargs)
-
-            setattr(convert_frame, "_compile", timed_compile)
-            _sources.append("dynamo (frames only)")
-    _sources.append("c++")
-    try:
-        from torch._inductor.runtime import triton_heuristics
-    except Exception:  # no Triton, or a torch that cannot import it here
-        return list(_sources)
-    autotuner = getattr(triton_heuristics, "CachingAutotuner", None)
-    for name in ("precompile", "benchmark_all_configs"):
-        if _wrap_method(autotuner, name):
-            _sources.append(f"triton {name}")
-    return list(_sources)
+    return timed_callbacks
 

@@ -3,78 +3,57 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import logging
 import sys
 from collections import Counter
-from typing import Any
+from typing import Any, Callable
 
-from . import autotune, binaries, clock, dynamo, keys, loglevels, tritoncache
+from . import autotune, binaries, clock, dynamo, keys, loglevels, patches, tritoncache
 from .core import torch_module
 from .devices import gpu_count
 
 _own_counts: Counter[str] = Counter()
 _unobservable: dict[str, str] | None = None
-_unobservable_fields: dict[str, str] = {}
 
 
-def install() -> None:
-    """Count what torch does not: PGO lookups and saves, FX graph saves, C++ builds, compile wall time,
-    Dynamo recompiles.
+def wrap_pgo_lookup(get_local: Callable[..., Any]) -> Callable[..., Any]:
+    """``pgo.get_local_code_state``, counting each lookup of a local code state as a hit or a miss."""
+    code_state_path = getattr(importlib.import_module("torch._dynamo.pgo"), "code_state_path", None)
+    if code_state_path is None:
+        raise patches.NotApplicable("this torch's PGO module has no code_state_path to tell a local lookup by")
 
-    Idempotent.
-    """
-    _install_pgo_counter()
-    _install_fx_save_counter()
-    binaries.install()
-    clock.install()
-    autotune.install()
-    tritoncache.install()
-    dynamo.install()
-    keys.install()
-
-
-def _install_pgo_counter() -> None:
-    pgo = importlib.import_module("torch._dynamo.pgo")
-    get_local = getattr(pgo, "get_local_code_state", None)
-    put_local = getattr(pgo, "put_local_code_state", None)
-    code_state_path = getattr(pgo, "code_state_path", None)
-    if get_local is None or code_state_path is None or getattr(get_local, "_compilecache", False):
-        return
-
+    @functools.wraps(get_local)
     def counted_get(cache_key: str) -> Any:
         result = get_local(cache_key)
         if code_state_path(cache_key) is not None:
             _own_counts["pgo.hits" if result is not None else "pgo.misses"] += 1
         return result
 
-    counted_get._compilecache = True  # type: ignore[attr-defined]
-    setattr(pgo, "get_local_code_state", counted_get)
-    if put_local is not None:
-
-        def counted_put(*args: Any, **kwargs: Any) -> Any:
-            _own_counts["pgo.saved"] += 1
-            return put_local(*args, **kwargs)
-
-        setattr(pgo, "put_local_code_state", counted_put)
+    return counted_get
 
 
-def _install_fx_save_counter() -> None:
-    codecache = importlib.import_module("torch._inductor.codecache")
-    fx_cache = getattr(codecache, "FxGraphCache", None)
-    save = getattr(fx_cache, "_save_graph", None)
-    if save is None:
-        _unobservable_fields["fx_graph.saved"] = "this torch has no FxGraphCache._save_graph to count saves at"
-        return
-    if getattr(save, "_compilecache", False):
-        return
+def wrap_pgo_save(put_local: Callable[..., Any]) -> Callable[..., Any]:
+    """``pgo.put_local_code_state``, counting each save."""
 
+    @functools.wraps(put_local)
+    def counted_put(*args: Any, **kwargs: Any) -> Any:
+        _own_counts["pgo.saved"] += 1
+        return put_local(*args, **kwargs)
+
+    return counted_put
+
+
+def wrap_fx_save(save: Callable[..., Any]) -> Callable[..., Any]:
+    """``FxGraphCache._save_graph``, counting each save."""
+
+    @functools.wraps(save)
     def counted_save(*args: Any, **kwargs: Any) -> Any:
         _own_counts["fx_graph.saved"] += 1
         return save(*args, **kwargs)
 
-    counted_save._compilecache = True  # type: ignore[attr-defined]
-    setattr(fx_cache, "_save_graph", staticmethod(counted_save))
+    return counted_save
 
 
 def _group(counters: Any, name: str) -> Any:
@@ -168,12 +147,11 @@ def unobservable_layers() -> dict[str, str]:
             found["autotune"] = "Triton autotuning runs only on a GPU, and none is available"
         if not gpu:
             found["triton"] = "Triton kernels are compiled only for a GPU, and none is available"
-        pgo = importlib.import_module("torch._dynamo.pgo")
-        if not getattr(getattr(pgo, "get_local_code_state", None), "_compilecache", False):
-            found["pgo"] = "this torch's PGO module has no local code-state lookup to count"
+        if not patches.took("get_local_code_state"):
+            found["pgo"] = f"torch {_version()}'s PGO module has no local code-state lookup to count"
         dynamo_config = importlib.import_module("torch._dynamo.config")
         if not hasattr(dynamo_config, "caching_precompile"):
-            found["precompile"] = "this torch has no precompile cache"
+            found["precompile"] = f"torch {_version()} has no precompile cache"
         if binaries.observable():
             found["cpp"] = binaries.observable()
         _unobservable = found
@@ -193,7 +171,13 @@ def _remote_unobservable() -> dict[str, str]:
 
 def unobservable_fields() -> dict[str, str]:
     """``{"layer.field": reason}`` for single counts this torch cannot keep (e.g. FX saves, recompiles)."""
-    return {**_unobservable_fields, **dynamo.unobservable_fields()}
+    fields = {} if patches.took("FxGraphCache._save_graph") else {
+        "fx_graph.saved": f"torch {_version()} has no FxGraphCache._save_graph to count saves at"}
+    return {**fields, **dynamo.unobservable_fields()}
+
+
+def _version() -> str:
+    return str(getattr(sys.modules.get("torch"), "__version__", "")) or "(unknown version)"
 
 
 # --- bypass reasons: torch gives them only to its loggers, at INFO level ---------------------

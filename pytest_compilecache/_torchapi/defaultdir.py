@@ -35,6 +35,8 @@ _seen: dict[str, int] = {}
 #: under an older name, without an import, goes unseen until ``sys.modules`` changes.)
 _searched: tuple[int, str | None, int] = (0, None, 0)
 _initializing: set[str] = set()
+#: ``codecache._HEADER_DIR`` and ``_HEADER_LOCK_DIR`` as torch set them, once replaced.
+_headers_before: tuple[Any, Any] | None = None
 
 
 def _redirected_default_cache_dir() -> str:
@@ -58,7 +60,10 @@ def _patch_default_dir(module: ModuleType) -> None:
 
 
 def _patch_headers(module: ModuleType) -> None:
+    global _headers_before
     if _headers_dir is not None and hasattr(module, "_HEADER_DIR"):
+        if _headers_before is None:
+            _headers_before = (getattr(module, "_HEADER_DIR"), getattr(module, "_HEADER_LOCK_DIR", None))
         setattr(module, "_HEADER_DIR", _headers_dir)
         setattr(module, "_HEADER_LOCK_DIR", os.path.join(_headers_dir, "locks"))
 
@@ -156,13 +161,27 @@ def install(process_dir: Callable[[], str] | None, headers_dir: str | None) -> N
 
 
 def uninstall() -> None:
-    """Remove the import hook; patched torch modules answer torch's own default directory again."""
-    global _finder, _process_dir, _headers_dir
+    """Remove the import hook and put back what it replaced: torch's ``default_cache_dir`` in every
+    module bound to the redirection, and the precompiled headers' folder."""
+    global _finder, _process_dir, _headers_dir, _headers_before, _searched
     if _finder is not None and _finder in sys.meta_path:
         sys.meta_path.remove(_finder)
     _finder = None
     _process_dir = None
     _headers_dir = None
+    if _original is not None:
+        for name, module in list(sys.modules.items()):
+            if name.startswith("torch") and getattr(module, "default_cache_dir", None) is _redirected_default_cache_dir:
+                setattr(module, "default_cache_dir", _original)
+    codecache = sys.modules.get(_CODECACHE)
+    if codecache is not None and _headers_before is not None:
+        setattr(codecache, "_HEADER_DIR", _headers_before[0])
+        setattr(codecache, "_HEADER_LOCK_DIR", _headers_before[1])
+    _headers_before = None
+    _checked.clear()
+    _seen.clear()
+    _initializing.clear()
+    _searched = (0, None, 0)
 
 
 def installed() -> bool:

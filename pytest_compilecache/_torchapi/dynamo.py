@@ -13,39 +13,25 @@ torch, as ``TORCH_LOGS=graph_breaks`` would name it.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
 from collections import Counter
-from typing import Any
+from typing import Any, Callable
 
 from ..stats import GRAPH_BREAK_PLACE, GRAPH_BREAK_REASON, RECOMPILE_REASON
-
-_REASON_FUNCTIONS = ("get_and_maybe_log_recompilation_reasons", "get_and_maybe_log_recompilation_reason")
+from . import patches
 
 _recompiles: Counter[str] = Counter()
 _break_places: Counter[str] = Counter()
 _lock = threading.Lock()
-_unobservable: dict[str, str] = {}
 
 
-def install() -> None:
-    """Wrap Dynamo's recompilation-reason function (idempotent); without it ``recompiles`` is unobservable."""
-    convert_frame = sys.modules.get("torch._dynamo.convert_frame")
-    if convert_frame is None:
-        import importlib
+def wrap_recompilation_reasons(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Dynamo's recompilation-reason function, counting each call as one recompile with its reasons."""
 
-        convert_frame = importlib.import_module("torch._dynamo.convert_frame")
-    name = next((n for n in _REASON_FUNCTIONS if callable(getattr(convert_frame, n, None))), None)
-    if name is None:
-        _unobservable["dynamo.recompiles"] = (
-            "this torch's Dynamo has no recompilation-reason function to count recompiles at"
-        )
-        return
-    original = getattr(convert_frame, name)
-    if getattr(original, "_compilecache", False):
-        return
-
+    @functools.wraps(original)
     def counted(*args: Any, **kwargs: Any) -> Any:
         reasons = original(*args, **kwargs)
         frame = kwargs.get("frame", args[1] if len(args) > 1 else None)
@@ -53,22 +39,13 @@ def install() -> None:
             _recompiles[_describe(frame, reasons)] += 1
         return reasons
 
-    counted._compilecache = True  # type: ignore[attr-defined]
-    setattr(convert_frame, name, counted)
-    _unobservable.pop("dynamo.recompiles", None)
-    _install_break_places()
+    return counted
 
 
-def _install_break_places() -> None:
-    """Wrap the method Dynamo logs each graph break with, to learn its place in the user's code (idempotent;
-    without it, breaks are counted with their reasons but no place)."""
-    import importlib
+def wrap_log_graph_break(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``InstructionTranslatorBase.log_graph_break``, noting each break's place in the user's code."""
 
-    translator = getattr(importlib.import_module("torch._dynamo.symbolic_convert"), "InstructionTranslatorBase", None)
-    original = getattr(translator, "log_graph_break", None)
-    if original is None or getattr(original, "_compilecache", False):
-        return
-
+    @functools.wraps(original)
     def located(self: Any, *args: Any, **kwargs: Any) -> Any:
         exc = kwargs.get("exc", args[-1] if args else None)
         if exc is not None and not getattr(exc, "logged", False):
@@ -81,8 +58,7 @@ def _install_break_places() -> None:
                     _break_places[place] += 1
         return original(self, *args, **kwargs)
 
-    located._compilecache = True  # type: ignore[attr-defined]
-    setattr(translator, "log_graph_break", located)
+    return located
 
 
 def _break_place(exc: Any) -> str:
@@ -156,7 +132,6 @@ def counts() -> dict[str, int]:
     in a loop; the rest of the frame runs eagerly). An ``unimplemented`` entry that becomes a
     ``graph_break`` moves between them, so the sum counts it once.
     """
-    install()
     from torch._dynamo.utils import counters
 
     stats = counters["stats"] if "stats" in counters else {}
@@ -181,4 +156,7 @@ def counts() -> dict[str, int]:
 
 def unobservable_fields() -> dict[str, str]:
     """``{"dynamo.<count>": reason}`` for the Dynamo counts this torch cannot keep."""
-    return dict(_unobservable)
+    if patches.took("get_and_maybe_log_recompilation_reasons"):
+        return {}
+    torch = str(getattr(sys.modules.get("torch"), "__version__", ""))
+    return {"dynamo.recompiles": f"torch {torch}'s Dynamo has no recompilation-reason function to count recompiles at"}

@@ -8,7 +8,7 @@ import os
 from typing import Iterator
 
 from ..environment import SavedEnv
-from . import counters, defaultdir, ondemand
+from . import defaultdir, patches
 from .core import torch_module
 
 _bootstrapped = False
@@ -22,7 +22,7 @@ def bootstrap(process_dir: str | None = None) -> None:
     exactly as they were afterwards.
     """
     global _bootstrapped
-    if _bootstrapped:
+    if _bootstrapped and patches.installed():
         return
     torch_module()
     if process_dir is None:
@@ -32,16 +32,15 @@ def bootstrap(process_dir: str | None = None) -> None:
 
         process_dir = tempfile.mkdtemp(prefix="pytest-compilecache-")
         atexit.register(shutil.rmtree, process_dir, True)
-    if not defaultdir.installed():
-        defaultdir.install(None, None)
+    if not patches.hook_installed(patches.DEFAULT_FOLDER):
+        patches.install_hook(patches.DEFAULT_FOLDER, None, None)
     saved = SavedEnv()
     try:
         with defaultdir.redirect(process_dir), _fork_safe_cuda_check():
             for name in ("torch._dynamo", "torch._inductor.codecache", "torch._inductor.utils",
                          "torch._inductor.compile_fx"):
                 importlib.import_module(name)
-            ondemand.install()
-            counters.install()
+            patches.install()
     finally:
         saved.restore()
     _bootstrapped = True

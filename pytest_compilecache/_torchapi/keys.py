@@ -42,44 +42,36 @@ _bundle: Known | None = None
 _cannot = ""
 #: The loaded bundle's name and the function that unpacks its key index, until first needed.
 _unpacked: tuple[str, Callable[[], tuple[KeyIndex | None, int, str]]] | None = None
-_installed = False
 #: AOTAutograd keys whose entries the loaded bundle put into cache folders.
 _bundle_aot_keys: frozenset[str] = frozenset()
 
 
-def install() -> None:
-    """Wrap torch's two key functions (idempotent); a torch without them records nothing."""
-    global _installed
-    if _installed:
-        return
-    _installed = True
+def wrap_fx_hash(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``codecache.compiled_fx_graph_hash``, recording the components of each key that will miss."""
     import importlib
 
-    try:
-        codecache = importlib.import_module("torch._inductor.codecache")
-    except ImportError:
-        return
     _recorded.torch = str(getattr(sys.modules.get("torch"), "__version__", ""))
-    fx_hash = getattr(codecache, "compiled_fx_graph_hash", None)
-    fx_cache = getattr(codecache, "FxGraphCache", None)
-    if callable(fx_hash) and not getattr(fx_hash, "_compilecache", False):
-        setattr(codecache, "compiled_fx_graph_hash", _wrap_fx(fx_hash, _folder_of(fx_cache)))
-    try:
-        autograd_cache = importlib.import_module("torch._functorch._aot_autograd.autograd_cache")
-    except ImportError:
-        return
-    aot_key = getattr(autograd_cache, "autograd_cache_key", None)
-    aot_cache = getattr(autograd_cache, "AOTAutogradCache", None)
-    if callable(aot_key) and not getattr(aot_key, "_compilecache", False):
-        logger = logging.getLogger(autograd_cache.__name__)
-        setattr(autograd_cache, "autograd_cache_key", _wrap_aot(aot_key, _folder_of(aot_cache), logger))
+    codecache = importlib.import_module("torch._inductor.codecache")
+    return _wrap_fx(original, _folder_of(getattr(codecache, "FxGraphCache", None)))
+
+
+def wrap_aot_key(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``autograd_cache_key``, recording the components of each key that will miss."""
+    import importlib
+
+    autograd_cache = importlib.import_module("torch._functorch._aot_autograd.autograd_cache")
+    logger = logging.getLogger(autograd_cache.__name__)
+    return _wrap_aot(original, _folder_of(getattr(autograd_cache, "AOTAutogradCache", None)), logger)
 
 
 def _folder_of(cache_class: Any) -> Callable[[str], str | None]:
     def folder(key: str) -> str | None:
         finder = getattr(cache_class, "_get_tmp_dir_for_key", None)  # at call time: it may be wrapped later
+        base = getattr(cache_class, "_get_tmp_dir", None)  # torch 2.7's AOTAutograd cache has only this
         try:
-            return str(finder(key)) if finder is not None else None
+            if finder is not None:
+                return str(finder(key))
+            return os.path.join(str(base()), key) if base is not None else None
         except Exception:
             return None
 
@@ -100,7 +92,6 @@ def _wrap_fx(original: Callable[..., Any], folder: Callable[[str], str | None]) 
                 _seen("fx_graph", key, gm, lines)
         return key, lines
 
-    hashed._compilecache = True  # type: ignore[attr-defined]
     return hashed
 
 
@@ -119,7 +110,6 @@ def _wrap_aot(original: Callable[..., Any], folder: Callable[[str], str | None],
                 _seen("aot_autograd", key, getattr(gm, "gm", gm), lines, _functorch_config())
         return key, lines
 
-    keyed._compilecache = True  # type: ignore[attr-defined]
     return keyed
 
 
@@ -203,7 +193,6 @@ def _count(layer: str, found: Explanation) -> None:
 
 def counts() -> dict[str, int]:
     """Explanations so far, as flat counts: ``<layer>.explanation/<text>`` and ``<layer>.miss_kind/<kind>``."""
-    install()
     with _lock:
         return dict(_counts)
 

@@ -66,14 +66,37 @@ def _deserialize(data: bytes) -> dict[str, list[Any]]:
     level = logger.level
     logger.setLevel(logging.ERROR)
     try:
-        artifacts = manager.deserialize(data)
+        groups = _read_groups(manager, data)
     except Exception as exc:
         raise MegaCacheError(f"torch could not deserialize the artifacts ({type(exc).__name__}: {exc})") from None
     finally:
         logger.setLevel(level)
-    if artifacts is None:
+    if groups is None:
         raise MegaCacheError("torch could not deserialize the artifacts")
-    return dict(artifacts)
+    return groups
+
+
+def _read_groups(manager: Any, data: bytes) -> dict[str, list[Any]] | None:
+    """``{artifact type: artifacts}`` in Mega-Cache bytes, writing nothing.
+
+    torch >= 2.8 stores groups by type and its manager's ``deserialize`` only reads them. torch 2.7
+    stores a flat list of artifacts whose ``type`` is an enum, and its ``deserialize`` also writes
+    every artifact into the current cache folder: there the list is read with torch's own reader and
+    grouped by the enum's name, which is the type name later releases use.
+    """
+    from torch.compiler import _cache
+
+    if hasattr(_cache, "_deserialize_single_cache"):
+        artifacts = manager.deserialize(data)
+        return None if artifacts is None else dict(artifacts)
+    from torch.utils._appending_byte_serializer import AppendingByteSerializer
+
+    read: Any = _cache.CacheArtifact.deserialize  # 2.7's takes the reader alone
+    groups: dict[str, list[Any]] = {}
+    for artifact in AppendingByteSerializer.to_list(data, deserialize_fn=read):
+        kind: Any = artifact.type  # 2.7's is an enum member
+        groups.setdefault(str(kind.name).lower(), []).append(artifact)
+    return groups
 
 
 _KEY_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}$")
@@ -132,14 +155,18 @@ def artifact_identities(data: bytes) -> set[tuple[str, str, str]]:
 
 
 def _serialize(groups: dict[str, list[Any]]) -> bytes:
-    try:
-        from torch.compiler._cache import _serialize_single_cache
-        from torch.utils._appending_byte_serializer import AppendingByteSerializer
-    except ImportError:
-        raise MegaCacheError("this torch has no Mega-Cache serializer to rewrite artifacts with (torch >= 2.8 has)") from None
-    serializer = AppendingByteSerializer(serialize_fn=_serialize_single_cache)
-    serializer.extend((kind, items) for kind, items in groups.items() if items)
-    return bytes(serializer.to_bytes())
+    """Mega-Cache bytes of ``groups`` in this torch's layout (groups by type on >= 2.8, a flat list on 2.7)."""
+    from torch.compiler import _cache
+    from torch.utils._appending_byte_serializer import AppendingByteSerializer
+
+    single = getattr(_cache, "_serialize_single_cache", None)
+    if single is not None:
+        grouped: Any = AppendingByteSerializer(serialize_fn=single)
+        grouped.extend((kind, items) for kind, items in groups.items() if items)
+        return bytes(grouped.to_bytes())
+    flat: Any = AppendingByteSerializer(serialize_fn=_cache.CacheArtifact.serialize)
+    flat.extend(artifact for items in groups.values() for artifact in items)
+    return bytes(flat.to_bytes())
 
 
 def select_artifacts(data: bytes, keep: Callable[[str, str], bool]) -> tuple[bytes, dict[str, int]]:
@@ -216,8 +243,7 @@ def load_artifacts(data: bytes, into: str) -> dict[str, list[str]]:
     groups = _deserialize(data)
     _refuse(_unsafe_keys(groups))
     if _one_result_per_kernel(groups):
-        with contextlib.suppress(MegaCacheError):  # a torch with no serializer (2.7) loads them all, in order
-            data = _serialize(groups)
+        data = _serialize(groups)
     saved = SavedEnv()
     point_cache_dirs_at(into)
     try:
@@ -228,5 +254,14 @@ def load_artifacts(data: bytes, into: str) -> dict[str, list[str]]:
         saved.restore()
     if info is None:
         raise MegaCacheError("torch could not deserialize the artifacts (load_cache_artifacts returned None)")
-    artifacts = getattr(info, "artifacts", {}) or {}
-    return {kind: [str(k) for k in keys] for kind, keys in artifacts.items() if keys}
+    return {kind: [str(k) for k in keys] for kind, keys in _loaded_keys(info).items() if keys}
+
+
+def _loaded_keys(info: Any) -> dict[str, list[Any]]:
+    """``{artifact type: keys}`` of torch's ``CacheInfo``: a mapping on torch >= 2.8, one
+    ``<type>_artifacts`` list per type on 2.7."""
+    artifacts = getattr(info, "artifacts", None)
+    if isinstance(artifacts, dict):
+        return artifacts
+    return {name[: -len("_artifacts")]: list(value) for name, value in vars(info).items()
+            if name.endswith("_artifacts") and isinstance(value, list)}

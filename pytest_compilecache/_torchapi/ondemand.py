@@ -27,19 +27,17 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import importlib
 import inspect
-import multiprocessing.process
 import os
 import subprocess
 import threading
 from typing import Any, Callable, Iterator, Mapping
 
 from .. import files
+from . import patches
 
-#: The folder under a cache folder each wrapped cache keeps its entries in.
-_FOLDERS = {"torch._inductor.codecache": ("FxGraphCache", "fxgraph"),
-            "torch._functorch._aot_autograd.autograd_cache": ("AOTAutogradCache", "aotautograd")}
+#: The folder under a cache folder each wrapped cache keeps its entries in, by the patched attribute.
+_FOLDERS = {"FxGraphCache._get_tmp_dir_for_key": "fxgraph", "AOTAutogradCache._get_tmp_dir_for_key": "aotautograd"}
 #: Sources torch writes itself, when absent, before it builds or loads what they make (``codecache.write``);
 #: they lie in the two-character folders of a cache folder, beside their binaries.
 _WRITTEN_BY_TORCH = (".cpp",)
@@ -49,10 +47,6 @@ _WRITTEN_BY_TORCH = (".cpp",)
 _BUILT = (".so", ".o")
 
 _lock = threading.RLock()
-#: The top-level cache folders whose key-to-folder function is wrapped.
-_wrapped: set[str] = set()
-#: Whether ``codecache.get_path`` is wrapped: the two-character folders' binaries are placed on demand.
-_binaries_wrapped = False
 
 
 @dataclasses.dataclass
@@ -66,37 +60,18 @@ class _Placing:
 _active: _Placing | None = None
 
 
-def install() -> None:
-    """Wrap each cache's key-to-folder function, and the starts of processes (idempotent); a torch
-    without one of the two functions is left alone."""
-    for module_name, (class_name, folder) in _FOLDERS.items():
-        if folder in _wrapped:
-            continue
-        try:
-            cache_class = getattr(importlib.import_module(module_name), class_name)
-        except (ImportError, AttributeError):
-            continue
-        original = cache_class.__dict__.get("_get_tmp_dir_for_key")
-        if not isinstance(original, classmethod) or getattr(original.__func__, "_compilecache", False):
-            continue
-        setattr(cache_class, "_get_tmp_dir_for_key", classmethod(_placing(original.__func__)))
-        _wrapped.add(folder)
-    _wrap_get_path()
-    _before_starting(subprocess.Popen, "__init__", _popen_env)
-    _before_starting(multiprocessing.process.BaseProcess, "start", lambda args, kwargs: None)
+def wrap_fx_folder(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``FxGraphCache._get_tmp_dir_for_key``, placing the key's entries first (see :mod:`.patches`)."""
+    return _placing(original)
 
 
-def _wrap_get_path() -> None:
-    global _binaries_wrapped
-    if _binaries_wrapped:
-        return
-    try:
-        codecache = importlib.import_module("torch._inductor.codecache")
-    except ImportError:
-        return
-    original = getattr(codecache, "get_path", None)
-    if not callable(original) or getattr(original, "_compilecache", False):
-        return
+def wrap_aot_folder(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``AOTAutogradCache._get_tmp_dir_for_key``, placing the key's entries first (see :mod:`.patches`)."""
+    return _placing(original)
+
+
+def wrap_get_path(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``codecache.get_path``, placing the binaries of the folder it names first (see :mod:`.patches`)."""
 
     @functools.wraps(original)
     def get_path(*args: Any, **kwargs: Any) -> Any:
@@ -106,20 +81,26 @@ def _wrap_get_path() -> None:
             _place(subdir, without=_WRITTEN_BY_TORCH)
         return found
 
-    get_path._compilecache = True  # type: ignore[attr-defined]
-    setattr(codecache, "get_path", get_path)
-    _binaries_wrapped = True
+    return get_path
+
+
+def wrap_popen_init(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``subprocess.Popen.__init__``, making the active folder whole first (see :func:`_before_starting`)."""
+    return _before_starting(original, _popen_env)
+
+
+def wrap_process_start(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``multiprocessing``'s ``BaseProcess.start``, making the active folder whole first."""
+    return _before_starting(original, lambda args, kwargs: None)
 
 
 def on_demand() -> frozenset[str]:
     """The top-level folders of a cache folder whose entries are placed when torch asks for them."""
-    with _lock:
-        return frozenset(_wrapped)
+    return frozenset(folder for attribute, folder in _FOLDERS.items() if patches.took(attribute))
 
 
 def _binaries_on_demand() -> bool:
-    with _lock:
-        return _binaries_wrapped
+    return patches.took("get_path")
 
 
 def _placing(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -129,7 +110,6 @@ def _placing(original: Callable[..., Any]) -> Callable[..., Any]:
         _place(str(path))
         return path
 
-    get_tmp_dir_for_key._compilecache = True  # type: ignore[attr-defined]
     return get_tmp_dir_for_key
 
 
@@ -171,13 +151,11 @@ def _popen_env(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Mapping[str, st
     return args[_POPEN_ENV] if len(args) > _POPEN_ENV else None
 
 
-def _before_starting(owner: type, name: str,
-                     env_of: Callable[[tuple[Any, ...], dict[str, Any]], Mapping[str, str] | None]) -> None:
-    """Make the active folder whole before ``owner.name`` starts a process that could compile in it
-    (:func:`_could_compile_in`, given its environment: ``env_of`` the call, ``None`` for this process's)."""
-    original = owner.__dict__.get(name)
-    if original is None or getattr(original, "_compilecache", False):
-        return
+def _before_starting(original: Callable[..., Any],
+                     env_of: Callable[[tuple[Any, ...], dict[str, Any]], Mapping[str, str] | None]) -> Callable[..., Any]:
+    """``original`` (a method that starts a process), making the active folder whole before it starts
+    a process that could compile in it (:func:`_could_compile_in`, given its environment: ``env_of``
+    the call, ``None`` for this process's)."""
 
     @functools.wraps(original)
     def starting(*args: Any, **kwargs: Any) -> Any:
@@ -186,8 +164,7 @@ def _before_starting(owner: type, name: str,
             _link_the_rest()
         return original(*args, **kwargs)
 
-    starting._compilecache = True  # type: ignore[attr-defined]
-    setattr(owner, name, starting)
+    return starting
 
 
 _reading_none = threading.local()

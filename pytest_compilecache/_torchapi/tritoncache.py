@@ -9,36 +9,35 @@ bundle`` when a bundle carried them), file by file as torch counts its own.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import threading
 from collections import Counter
-from typing import Any
+from typing import Any, Callable
+
+from . import patches
 
 _counts: Counter[str] = Counter()
 _carried_kernels: set[str] = set()
 _lock = threading.Lock()
 
 
-def install() -> None:
-    """Wrap ``TritonBundler.read_and_emit`` (idempotent; nothing to do where torch lacks it)."""
-    try:
-        module = importlib.import_module("torch._inductor.triton_bundler")
-    except ImportError:
-        return
-    bundler = getattr(module, "TritonBundler", None)
-    original = getattr(bundler, "read_and_emit", None)
+def wrap_read_and_emit(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``TritonBundler.read_and_emit``, counting the kernels already present as hits first."""
+    module = importlib.import_module("torch._inductor.triton_bundler")
+    bundler = getattr(module, "TritonBundler")
     cache_dir = getattr(module, "triton_cache_dir", None)
-    if bundler is None or original is None or cache_dir is None or getattr(original, "_compilecache", False):
-        return
+    if cache_dir is None:
+        raise patches.NotApplicable("this torch's Triton bundler has no triton_cache_dir")
 
+    @functools.wraps(original)
     def read_and_emit(bundle: Any, *args: Any, **kwargs: Any) -> Any:
         if bundler.is_enabled():
             _count_present(bundle, cache_dir)
         return original(bundle, *args, **kwargs)
 
-    read_and_emit._compilecache = True  # type: ignore[attr-defined]
-    setattr(bundler, "read_and_emit", staticmethod(read_and_emit))
+    return read_and_emit
 
 
 def _count_present(bundle: Any, cache_dir: Any) -> None:

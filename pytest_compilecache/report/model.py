@@ -123,6 +123,9 @@ class ProcessReport:
     #: Whether what this process loaded is only what the session's warmup compiled (no bundle named,
     #: PATH unusable, or a store that could not take it), not PATH's entry.
     own_warmup: bool = False
+    #: The register of patches in this process (``patches.status()``); ``None`` where torch's compiler
+    #: was never set up here.
+    patches: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A plain dict (for ``workeroutput`` and the JSON report)."""

@@ -9,7 +9,7 @@ import pytest
 
 from ..report.markdown import SUMMARY_ENV, append_job_summary
 from ..report.model import REPORT_ATTR, Concern, Problem, SessionReport, Status
-from ..report.terminal import summary_lines
+from ..report.terminal import patch_lines, summary_lines
 from .options import Options
 
 
@@ -53,3 +53,6 @@ class Collector:
             terminalreporter.section("compilecache")
             for line in summary_lines(report):
                 terminalreporter.write_line(line)
+            if self.options.explain or terminalreporter.config.option.verbose > 0:
+                for line in patch_lines(report):
+                    terminalreporter.write_line(line)

@@ -14,6 +14,7 @@ from typing import Any, Callable
 import pytest
 
 from .. import _torchapi, files
+from .._torchapi import patches
 from ..bundle.binaries import BinaryPool, drop_from
 from ..bundle.format import Unreadable
 from ..bundle.keyindex import KeyIndex
@@ -220,6 +221,8 @@ class BundlePreparation:
         session_cache = self._session_cache()
         if session_cache is not None and self.writes_bundle:
             self.harvest(session_cache, since=self._started)
+        if patches.installed():
+            process.patches = patches.status()
         if _torchapi.compiler_loaded():
             process.headers_seconds = round(_torchapi.header_build_seconds(), 3)
             source = self.options.bundle_name or "the session's warmup bundle"

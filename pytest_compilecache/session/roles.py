@@ -19,7 +19,7 @@ from typing import Any, Generator, Iterator, Union
 import pytest
 
 from .. import files
-from .._torchapi import defaultdir
+from .._torchapi import patches
 from ..cache import CacheKind, CompileCache
 from ..environment import SavedEnv
 from ..expect.hooks import Keeper, Recorder
@@ -55,7 +55,7 @@ class _RunsTests:
         self.side.configure(saved)
         if self.options.session_wide:
             folders = self.side.folders
-            defaultdir.install(lambda: str(folders.process), str(self.options.headers_dir))
+            patches.install_hook(patches.DEFAULT_FOLDER, lambda: str(folders.process), str(self.options.headers_dir))
 
     def open_cache(self, request: pytest.FixtureRequest, kind: CacheKind) -> Iterator[CompileCache]:
         """The body of the ``cold_cache`` and ``warm_cache`` fixtures."""
@@ -69,8 +69,6 @@ class _RunsTests:
         """Restore the environment and remove this process's folders."""
         self.side.close()
         self.side.folders.remove(keep_root=True)
-        if self.options.session_wide:
-            defaultdir.uninstall()
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:

@@ -1,0 +1,333 @@
+"""The register of patches: every attribute the plugin replaces at run time, and every import hook it
+adds, declared in one table, installed by one function that records what took, and undone at the end.
+
+Each entry names where it applies, why, the feature a user loses where it does not take, and the
+torch releases it was seen to work on. A wrapper is named as ``"module:function"`` (a module of this
+package); the function is given torch's original and returns the replacement, or raises
+:class:`NotApplicable` saying why this torch cannot take it. Nothing here imports torch until
+:func:`install` runs, so the plugin's own package can declare its import hook here too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.machinery
+import sys
+from types import ModuleType
+from typing import Any, Callable, Sequence
+
+#: What a ``seen_on`` says for a patch checked on every torch of the compat matrix (scripts/compat.sh).
+EVERY_MINOR = "2.7.1 to 2.15.0"
+
+
+class NotApplicable(Exception):
+    """Raised by a wrapper factory: this torch's attribute is there but cannot take the patch (the reason)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Patch:
+    """One attribute replaced at run time: ``module``'s ``attribute`` (dotted within the module: a
+    class or object first, as ``"FxGraphCache._save_graph"``), by what ``wrapper`` makes of it.
+
+    ``alternatives``: other names the attribute had in other torch releases, tried in turn.
+    ``fallback_for``: install only where that patch (by attribute) did not take.
+    """
+
+    module: str
+    attribute: str
+    wrapper: str
+    feature: str
+    purpose: str
+    seen_on: str = EVERY_MINOR
+    alternatives: tuple[str, ...] = ()
+    fallback_for: str = ""
+
+    @property
+    def name(self) -> str:
+        """``module.attribute``, as the patch is reported."""
+        return f"{self.module}.{self.attribute}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Hook:
+    """A change that is not one attribute (an import hook, a redirection across modules): installed
+    and undone by the two functions named, each ``"module:function"``."""
+
+    name: str
+    install: str
+    uninstall: str
+    feature: str
+    purpose: str
+    seen_on: str = EVERY_MINOR
+
+
+_FX = "torch._inductor.codecache"
+_AOT = "torch._functorch._aot_autograd.autograd_cache"
+_HEURISTICS = "torch._inductor.runtime.triton_heuristics"
+_ISA = "torch._inductor.cpu_vec_isa"
+
+#: Every attribute the plugin replaces, in the order they are installed.
+PATCHES: tuple[Patch, ...] = (
+    Patch(_FX, "FxGraphCache._get_tmp_dir_for_key", "ondemand:wrap_fx_folder",
+          "warm folders filled on demand (FX graphs)", "link a warm test's FX entries for a key when torch first asks for it"),
+    Patch(_AOT, "AOTAutogradCache._get_tmp_dir_for_key", "ondemand:wrap_aot_folder",
+          "warm folders filled on demand (AOTAutograd)", "link a warm test's AOTAutograd entries for a key when torch first asks",
+          seen_on="2.8.0 to 2.15.0 (2.7 has no such function: its warm folders are filled whole)"),
+    Patch(_FX, "get_path", "ondemand:wrap_get_path",
+          "warm folders filled on demand (C++ binaries)", "link a warm test's C++ binaries of a folder when torch asks for its path"),
+    Patch("subprocess", "Popen.__init__", "ondemand:wrap_popen_init",
+          "warm folders whole for child processes", "link the rest of a warm folder before a process that could compile in it starts"),
+    Patch("multiprocessing.process", "BaseProcess.start", "ondemand:wrap_process_start",
+          "warm folders whole for child processes", "as Popen.__init__, for multiprocessing"),
+    Patch("torch._dynamo.pgo", "get_local_code_state", "counters:wrap_pgo_lookup",
+          "pgo layer counts", "count PGO lookups as hits and misses"),
+    Patch("torch._dynamo.pgo", "put_local_code_state", "counters:wrap_pgo_save",
+          "pgo saved counts", "count PGO saves"),
+    Patch(_FX, "FxGraphCache._save_graph", "counters:wrap_fx_save",
+          "fx_graph saved counts", "count FX graph saves"),
+    Patch(_FX, "CppCodeCache.load_async", "binaries:wrap_load_async",
+          "cpp layer counts; carried C++ binaries", "count C++ builds and loads, carry and check binaries"),
+    Patch(_FX, "_precompile_header", "binaries:wrap_precompile_header",
+          "header build time left out of the summary's saving", "time torch's builds of precompiled C++ headers"),
+    Patch(_ISA, "valid_vec_isa_list", "binaries:wrap_valid_vec_isa_list",
+          "CPU probes kept between runs", "build the CPU feature probes in the plugin's home, once a machine"),
+    Patch(_ISA, "VecISA.check_build", "binaries:wrap_check_build",
+          "CPU probes kept between runs", "place kept probes, and rebuild a carried probe that will not load"),
+    Patch("torch._dynamo", "callback_handler.install_callbacks", "clock:wrap_callbacks",
+          "compile wall time", "time Dynamo's compiles (nested ones once)"),
+    Patch("torch._dynamo.convert_frame", "_compile", "clock:wrap_timed",
+          "compile wall time (frames only)", "time Dynamo's frame compiles where torch has no compile callbacks",
+          seen_on="none (every torch from 2.7.1 has compile callbacks)", fallback_for="callback_handler.install_callbacks"),
+    Patch(_HEURISTICS, "CachingAutotuner.precompile", "clock:wrap_timed",
+          "compile wall time (Triton)", "time Triton's compiles and loads on a kernel's first launch",
+          seen_on="2.11.0 (GPU); imported on every CPU minor"),
+    Patch(_HEURISTICS, "CachingAutotuner.benchmark_all_configs", "clock:wrap_timed",
+          "compile wall time (autotuning)", "time Triton's benchmarking on a kernel's first launch",
+          seen_on="2.11.0 (GPU); imported on every CPU minor"),
+    Patch("torch._inductor.runtime.autotune_cache", "AutotuneCache.create", "autotune:wrap_create",
+          "autotune results in the test's own folder", "send autotune results to the current cache folder",
+          seen_on="2.11.0 (GPU); imported on every CPU minor"),
+    Patch(_HEURISTICS, "check_autotune_cache", "autotune:wrap_check",
+          "coordinate descent's results kept on reload", "see the config the autotune cache named",
+          seen_on="2.11.0 (GPU)"),
+    Patch(_HEURISTICS, "CachingAutotuner.recheck_autotune_cache", "autotune:wrap_recheck",
+          "coordinate descent's results kept on reload", "mark a rechecked config as coordinate descent's",
+          seen_on="2.11.0 (GPU)"),
+    Patch("torch._inductor.triton_bundler", "TritonBundler.read_and_emit", "tritoncache:wrap_read_and_emit",
+          "triton layer counts of carried kernels", "count kernels an FX hit finds already in Triton's folder",
+          seen_on="2.11.0 (GPU); imported on every CPU minor"),
+    Patch("torch._dynamo.convert_frame", "get_and_maybe_log_recompilation_reasons", "dynamo:wrap_recompilation_reasons",
+          "Dynamo recompile counts and reasons", "count recompiles with their guard failures",
+          alternatives=("get_and_maybe_log_recompilation_reason",)),
+    Patch("torch._dynamo.symbolic_convert", "InstructionTranslatorBase.log_graph_break", "dynamo:wrap_log_graph_break",
+          "where each graph break happened", "name the user's line of each graph break"),
+    Patch(_FX, "compiled_fx_graph_hash", "keys:wrap_fx_hash",
+          "explained FX graph misses; the bundle's key index", "record the components of every FX key that misses"),
+    Patch(_AOT, "autograd_cache_key", "keys:wrap_aot_key",
+          "explained AOTAutograd misses; the bundle's key index", "record the components of every AOTAutograd key that misses"),
+)
+
+#: The hook that keeps torch off its shared default folder (:mod:`.defaultdir`).
+DEFAULT_FOLDER = "torch's default cache folder"
+#: The hook that has this package's modules imported from their ``.pyc`` (:class:`_ImportedAsInstalled`).
+PLUGIN_MODULES = "the plugin's modules imported as installed"
+
+#: Changes that are not one attribute.
+HOOKS: tuple[Hook, ...] = (
+    Hook(DEFAULT_FOLDER, "defaultdir:install", "defaultdir:uninstall",
+         "no files in the shared /tmp/torchinductor_<user>; headers kept in the plugin's home",
+         "an import hook and a search of loaded torch modules point default_cache_dir at the plugin's "
+         "folder, and the precompiled C++ headers' folder (codecache._HEADER_DIR) at its home"),
+    Hook(PLUGIN_MODULES, "patches:_insert_finder", "patches:_remove_finder",
+         "the plugin's modules not compiled again in every process where pytest cannot keep its rewrite",
+         "a finder at the front of sys.meta_path imports this package's modules (but this one and the "
+         "package's __init__, imported before it) as Python's path finder does", seen_on="any pytest >= 7.4"),
+)
+
+
+class _ImportedAsInstalled:
+    """Finds this package's modules as Python's own path finder does, from their ``.pyc``.
+
+    pytest rewrites the assertions of every module of an installed plugin, and where it has never been
+    able to keep what it rewrote (``PYTHONDONTWRITEBYTECODE``, a read-only site-packages) it compiles
+    them all from source again in every process. None of this package's assertions is for its users
+    to read.
+    """
+
+    @staticmethod
+    def find_spec(name: str, path: Sequence[str] | None = None,
+                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+        if not name.startswith(__name__.split(".")[0] + "."):
+            return None
+        return importlib.machinery.PathFinder.find_spec(name, path, target)
+
+
+def _ours(finder: Any) -> bool:
+    return getattr(finder, "__qualname__", None) == _ImportedAsInstalled.__qualname__ \
+        and getattr(finder, "__module__", None) == __name__
+
+
+def _insert_finder() -> None:
+    if not any(_ours(finder) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _ImportedAsInstalled)
+
+
+def _remove_finder() -> None:
+    sys.meta_path[:] = [finder for finder in sys.meta_path if not _ours(finder)]
+
+
+@dataclasses.dataclass
+class _Applied:
+    owner: Any
+    attribute: str
+    had: bool
+    before: Any
+
+
+_applied: dict[str, _Applied] = {}
+_hooks: dict[str, Callable[[], None]] = {}
+#: ``{patch name: why it did not take}`` for the patches :func:`install` tried and could not apply.
+_missed: dict[str, str] = {}
+#: What was done, in order, as ``(kind, name)``: :func:`undo` takes back what came after a checkpoint.
+_done: list[tuple[str, str]] = []
+
+
+def _function(spec: str) -> Callable[..., Any]:
+    module, name = spec.split(":")
+    target = importlib.import_module(f"{__package__}.{module}") if "." not in module else importlib.import_module(module)
+    function: Callable[..., Any] = getattr(target, name)
+    return function
+
+
+_ABSENT = object()
+#: The attribute a replacement carries: what it replaced, so that a register imported again (a
+#: ``pytester`` run in this process) wraps torch's original, never a wrapper.
+_ORIGINAL = "_compilecache_original"
+
+
+def _owner_of(module: Any, attribute: str) -> tuple[Any, str]:
+    *path, name = attribute.split(".")
+    owner: Any = module
+    for part in path:
+        owner = getattr(owner, part)
+    getattr(owner, name)
+    return owner, name
+
+
+def _unwrapped(value: Any) -> tuple[Any, type | None]:
+    """The function inside a ``staticmethod``/``classmethod`` and that kind, or the value and ``None``."""
+    if isinstance(value, (staticmethod, classmethod)):
+        return value.__func__, type(value)
+    return value, None
+
+
+def _apply(patch: Patch) -> str:
+    """Replace the attribute; ``""`` where it took, else why not."""
+    try:
+        module = importlib.import_module(patch.module)
+    except Exception as exc:  # a torch without the module, or without Triton to import it with
+        return f"cannot import {patch.module} ({type(exc).__name__}: {exc})"
+    for attribute in (patch.attribute, *patch.alternatives):
+        try:
+            owner, name = _owner_of(module, attribute)
+        except AttributeError:
+            continue
+        raw: Any = vars(owner).get(name, _ABSENT) if hasattr(owner, "__dict__") else _ABSENT
+        function, kind = _unwrapped(raw if raw is not _ABSENT else getattr(owner, name))
+        earlier = getattr(function, _ORIGINAL, _ABSENT)
+        if earlier is None:  # an earlier copy's replacement shadowed an inherited attribute
+            delattr(owner, name)
+            raw = _ABSENT
+            function, kind = _unwrapped(getattr(owner, name))
+        elif earlier is not _ABSENT:
+            raw = earlier
+            function, kind = _unwrapped(earlier)
+        try:
+            replacement = _function(patch.wrapper)(function)
+        except NotApplicable as exc:
+            return str(exc)
+        setattr(replacement, _ORIGINAL, None if raw is _ABSENT else raw)
+        setattr(owner, name, kind(replacement) if kind is not None else replacement)
+        _applied[patch.name] = _Applied(owner, name, raw is not _ABSENT, raw)
+        _done.append(("patch", patch.name))
+        return ""
+    return f"this torch has no {patch.attribute}" + "".join(f" nor {a}" for a in patch.alternatives)
+
+
+def install() -> None:
+    """Apply every patch of :data:`PATCHES` not applied yet; record what took and why the rest did not.
+
+    Imports torch's modules; called once torch's compiler is imported (idempotent, cheap once done).
+    """
+    for patch in PATCHES:
+        if patch.name in _applied or patch.name in _missed:
+            continue
+        if patch.fallback_for and any(p.attribute == patch.fallback_for and p.name in _applied for p in PATCHES):
+            continue
+        why = _apply(patch)
+        if why:
+            _missed[patch.name] = why
+            _done.append(("missed", patch.name))
+
+
+def install_hook(name: str, *args: Any) -> None:
+    """Install the hook :data:`HOOKS` declares under ``name`` with ``args`` (again, with new ``args``,
+    where it is installed already)."""
+    hook = next(h for h in HOOKS if h.name == name)
+    _function(hook.install)(*args)
+    if name not in _hooks:
+        _hooks[name] = _function(hook.uninstall)
+        _done.append(("hook", name))
+
+
+def hook_installed(name: str) -> bool:
+    """Whether the hook named ``name`` is in force."""
+    return name in _hooks
+
+
+def installed() -> bool:
+    """Whether :func:`install` ran since the last :func:`undo`."""
+    return bool(_applied or _missed)
+
+
+def took(attribute: str) -> bool:
+    """Whether the patch of ``attribute`` (as :data:`PATCHES` names it, without its module) is in force."""
+    return any(p.attribute == attribute and p.name in _applied for p in PATCHES)
+
+
+def checkpoint() -> int:
+    """A mark of what is installed now, for :func:`undo`."""
+    return len(_done)
+
+
+def undo(since: int = 0) -> None:
+    """Put back what :func:`install` and :func:`install_hook` changed after the checkpoint ``since``
+    (everything, by default), newest first, and forget it: a session takes back what it installed,
+    and a session that ran inside another one (``pytester``) leaves the outer one's patches in force."""
+    while len(_done) > since:
+        kind, name = _done.pop()
+        if kind == "patch":
+            applied = _applied.pop(name)
+            if applied.had:
+                setattr(applied.owner, applied.attribute, applied.before)
+            else:
+                delattr(applied.owner, applied.attribute)
+        elif kind == "missed":
+            _missed.pop(name, None)
+        else:
+            _hooks.pop(name)()
+
+
+def status() -> dict[str, Any]:
+    """What took and what did not on this torch: ``{"torch", "took": [names], "missed": {name: why},
+    "features_off": {feature: why}}`` (features whose every patch missed; fallbacks not tried are left out)."""
+    torch = sys.modules.get("torch")
+    features: dict[str, list[str]] = {}
+    for patch in PATCHES:
+        if patch.name in _missed:
+            features.setdefault(patch.feature, []).append(f"{patch.name}: {_missed[patch.name]}")
+    off = {feature: "; ".join(whys) for feature, whys in features.items()
+           if not any(p.feature == feature and p.name in _applied for p in PATCHES)}
+    return {"torch": str(getattr(torch, "__version__", "")), "took": [p.name for p in PATCHES if p.name in _applied]
+            + list(_hooks), "missed": dict(_missed), "features_off": off}
