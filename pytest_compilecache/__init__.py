@@ -1,7 +1,7 @@
 """pytest-compilecache: isolated, observable and shareable torch.compile caches for pytest.
 
 Importing this package never imports torch; it puts a finder for the package's own modules at the
-front of ``sys.meta_path`` (declared with every other patch in ``_torchapi/patches.py``).
+front of the import system's finders (declared with every other patch in ``_torchapi/patches.py``).
 """
 
 from __future__ import annotations

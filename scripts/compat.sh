@@ -3,6 +3,7 @@
 #
 #   scripts/compat.sh                 # every minor from the floor to the newest
 #   scripts/compat.sh 2.7.1 2.15.0    # only these
+#   scripts/compat.sh --install-only 2.7.1 2.15.0   # make the venvs, run nothing (CI does this beside the suite)
 #
 # One virtual environment per torch version, outside the repository, reused when it has that torch:
 # $COMPAT_VENVS (default ~/.cache/pytest-compilecache-compat/venvs). The plugin is installed into it
@@ -18,10 +19,39 @@ venvs=${COMPAT_VENVS:-$HOME/.cache/pytest-compilecache-compat/venvs}
 logs=${COMPAT_LOGS:-$repo/benchmarks/results/compat}
 workers=${COMPAT_WORKERS:-2}
 python=${PYTHON:-python3}
+install_only=0
+if [ "${1:-}" = "--install-only" ]; then
+  install_only=1
+  shift
+fi
 if [ $# -eq 0 ]; then
   set -- 2.7.1 2.8.0 2.9.1 2.10.0 2.11.0 2.12.1 2.13.0 2.14.1 2.15.0
 fi
 mkdir -p "$venvs" "$logs"
+
+# Make (or refresh) the venv of torch $1 at $2, with the plugin installed from this checkout.
+prepare() {
+  local version=$1 venv=$2
+  if ! "$venv/bin/python" -c "import sys, torch; sys.exit(torch.__version__.split('+')[0] != '$version')" 2>/dev/null; then
+    rm -rf "$venv"
+    "$python" -m venv "$venv"
+    # A CUDA build of several GB for every version but the CPU wheel pip may find on disk; it runs on
+    # the CPU. PIP_CONSTRAINT=/dev/null: a machine-wide pip constraint must not refuse the version asked for.
+    PIP_CONSTRAINT=/dev/null "$venv/bin/pip" install -q --no-cache-dir "torch==$version" -e "$repo[test]" 2>&1 \
+      | grep -v "^WARNING: Location" || true
+  else
+    PIP_CONSTRAINT=/dev/null "$venv/bin/pip" install -q --no-deps -e "$repo" 2>&1 | grep -v "^WARNING: Location" || true
+  fi
+  "$venv/bin/python" -c "import torch; print('torch', torch.__version__)"
+}
+
+if [ "$install_only" = 1 ]; then
+  for version in "$@"; do
+    prepare "$version" "$venvs/torch-$version" || exit 1
+  done
+  exit 0
+fi
+
 summary="$logs/summary.txt"
 : > "$summary"
 failed=0
@@ -31,24 +61,14 @@ for version in "$@"; do
   start=$(date +%s)
   {
     echo "# scripts/compat.sh $version at $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo '?') on $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores"
-    if ! "$venv/bin/python" -c "import sys, torch; sys.exit(torch.__version__.split('+')[0] != '$version')" 2>/dev/null; then
-      rm -rf "$venv"
-      "$python" -m venv "$venv"
-      # A CUDA build of several GB for every version but the CPU wheel pip may find on disk; it runs on
-      # the CPU. PIP_CONSTRAINT=/dev/null: a machine-wide pip constraint must not refuse the version asked for.
-      PIP_CONSTRAINT=/dev/null "$venv/bin/pip" install -q --no-cache-dir "torch==$version" -e "$repo[test]" 2>&1 \
-        | grep -v "^WARNING: Location" || true
-    else
-      PIP_CONSTRAINT=/dev/null "$venv/bin/pip" install -q --no-deps -e "$repo" 2>&1 | grep -v "^WARNING: Location" || true
-    fi
-    "$venv/bin/python" -c "import torch; print('torch', torch.__version__)"
+    prepare "$version" "$venv"
     cd "$repo"
     "$venv/bin/python" -m pytest tests -q -p no:cacheprovider -m "not slow or compat" \
       -n "$workers" --dist worksteal -W "ignore::DeprecationWarning" -W "ignore::UserWarning" -rfEs
   } > "$log" 2>&1
   rc=$?
   seconds=$(( $(date +%s) - start ))
-  outcome=$(grep -E "^(=+ )?[0-9]+ (passed|failed)|^=+ .*(passed|failed|error).* in " "$log" | tail -1 | sed -E 's/=//g; s/^ +| +$//g')
+  outcome=$(grep -E "^=* ?[0-9]+ (passed|failed)|^=+ .*(passed|failed|error).* in " "$log" | tail -1 | sed -E 's/=//g; s/^ +| +$//g')
   [ -n "$outcome" ] || outcome="no result (rc $rc, see the log)"
   [ "$rc" -eq 0 ] || failed=1
   line=$(printf "torch %-7s %-6s %-60s %4d s  %s" "$version" "$([ "$rc" -eq 0 ] && echo ok || echo FAILED)" "$outcome" "$seconds" "${log#"$repo/"}")

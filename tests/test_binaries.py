@@ -392,3 +392,17 @@ def test_a_pool_on_another_file_system_seeds_copies(tmp_path: Path) -> None:
         assert sorted(p.name for p in (folder / "ab").iterdir()) == ["cone.so", "ctwo.so"], "no temporary left"
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_binary_whose_source_names_its_own_cache_folder_is_not_carried(tmp_path: Path) -> None:
+    """torch 2.7's C++ kernels include their prefix header by its absolute path in the cache folder, so
+    the kernel's key (its source and command line) differs in every folder: carried, it would never be
+    found, and each updating run would add another copy. Such a binary stays where it was built."""
+    cache = tmp_path / "cache"
+    (cache / "tx").mkdir(parents=True)
+    (cache / "tx" / "ctx.cpp").write_text(f'#include "{cache}/pi/cpi.h"\nextern "C" void kernel() {{}}\n')
+    (cache / "tx" / "ctx.so").write_bytes(b"\x7fELF")
+    (cache / "ab").mkdir()
+    (cache / "ab" / "cab.cpp").write_text('#include <ATen/cpu/vec/vec.h>\nextern "C" void kernel() {}\n')
+    (cache / "ab" / "cab.so").write_bytes(b"\x7fELF")
+    assert set(find_binaries(cache)) == {"ab/cab.cpp", "ab/cab.so"}

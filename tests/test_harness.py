@@ -61,14 +61,23 @@ def test_a_forked_run_writing_where_torch_pointed_at_import_fails_a_default_fold
     not the run's: a test that checks the default folder stays absent fails on a write there too."""
     pytester.makepyfile(test_leaks='''
         import os
+        import pytest
         import torch._inductor.codecache as codecache
 
         def test_writes_beside_the_precompiled_headers():
+            if not hasattr(codecache, "_HEADER_DIR"):
+                pytest.skip("NO HEADER DIR: this torch works out no precompiled headers' folder at import")
             folder = os.path.dirname(codecache._HEADER_DIR)  # under the default folder torch saw at import
             os.makedirs(folder, exist_ok=True)
             with open(os.path.join(folder, "leaked"), "w") as f:
                 f.write("x")
         ''')
-    with pytest.raises(AssertionError, match="the run made the default folder torch worked out at import"):
-        run_inner(*mode, "-p", "no:compilecache")
+    try:
+        result = run_inner(*mode, "-p", "no:compilecache", "-rs")
+    except AssertionError as exc:
+        assert "the run made the default folder torch worked out at import" in str(exc)
+    else:
+        if "NO HEADER DIR" in result.stdout.str():
+            pytest.skip("this torch (2.7) works out no precompiled headers' folder at import: no such path to write to")
+        pytest.fail("the run wrote into the default folder torch worked out at import, and passed")
     assert not default_dir_of.exists()

@@ -14,6 +14,7 @@ torch, as ``TORCH_LOGS=graph_breaks`` would name it.
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import sys
 import threading
@@ -43,7 +44,19 @@ def wrap_recompilation_reasons(original: Callable[..., Any]) -> Callable[..., An
 
 
 def wrap_log_graph_break(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``InstructionTranslatorBase.log_graph_break``, noting each break's place in the user's code."""
+    """``InstructionTranslatorBase.log_graph_break``, noting each break's place in the user's code.
+
+    torch 2.10's method is given no exception (``self, code_options, reason, user_stack``) and, as
+    earlier releases, logs a data-dependent branch without counting it: it is wrapped as those are."""
+    if "exc" not in inspect.signature(original).parameters:
+
+        @functools.wraps(original)
+        def logged(self: Any, code_options: Any, reason: str = "", user_stack: Any = None,
+                   *args: Any, **kwargs: Any) -> Any:
+            _logged(str(reason), user_stack)
+            return original(self, code_options, reason, user_stack, *args, **kwargs)
+
+        return logged
 
     @functools.wraps(original)
     def located(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -61,9 +74,47 @@ def wrap_log_graph_break(original: Callable[..., Any]) -> Callable[..., Any]:
     return located
 
 
+#: How torch <= 2.10 begins the reason it logs for a data-dependent branch, a break it counts nowhere.
+_DATA_DEPENDENT = "Data-dependent branching"
+#: Graph breaks torch logged without counting them (torch <= 2.10's data-dependent branches), by reason.
+_uncounted: Counter[str] = Counter()
+
+
+def wrap_module_log_graph_break(original: Callable[..., Any]) -> Callable[..., Any]:
+    """torch <= 2.9's module-level ``symbolic_convert.log_graph_break``: each break's place in the user's
+    code, and each data-dependent branch counted as the graph break it is (those releases log it
+    without counting it; later ones count it)."""
+
+    @functools.wraps(original)
+    def logged(code_options: Any, reason: str = "", exc_info: bool = False, user_stack: Any = None,
+               *args: Any, **kwargs: Any) -> Any:
+        _logged(str(reason), user_stack)
+        return original(code_options, reason, exc_info, user_stack, *args, **kwargs)
+
+    return logged
+
+
+def _logged(reason: str, user_stack: Any) -> None:
+    """One break logged by a torch that counts data-dependent branches nowhere (<= 2.10)."""
+    try:
+        place = _place(user_stack, reason)
+    except Exception:
+        place = ""
+    with _lock:
+        if place:
+            _break_places[place] += 1
+        if reason.startswith(_DATA_DEPENDENT):
+            _uncounted[reason] += 1
+
+
 def _break_place(exc: Any) -> str:
     """``file:line: first line of torch's reason`` for one graph break, the line the user's innermost frame."""
-    stack = getattr(exc, "real_stack", None)
+    return _place(getattr(exc, "real_stack", None), str(exc))
+
+
+def _place(stack: Any, text: str) -> str:
+    """``file:line: first line of the reason`` for a break whose user stack is ``stack`` (the tracing
+    context's where that is empty)."""
     if not stack:
         guards = sys.modules.get("torch._guards")
         context = getattr(guards, "TracingContext", None)
@@ -71,7 +122,7 @@ def _break_place(exc: Any) -> str:
     user = [f for f in stack if not _in_torch(f.filename) and not f.filename.startswith("<")]
     if not user:
         return ""
-    lines = [line.strip() for line in str(exc).strip().splitlines()] or ["(no reason given)"]
+    lines = [line.strip() for line in text.strip().splitlines()] or ["(no reason given)"]
     reason = lines[0] + (f" ({lines[1]})" if len(lines) > 1 and lines[1].startswith("Explanation:") else "")
     return f"{user[-1].filename}:{user[-1].lineno}: {reason}"
 
@@ -141,6 +192,8 @@ def counts() -> dict[str, int]:
         if group in counters:
             for reason, n in counters[group].items():
                 breaks[str(reason)] += int(n)
+    with _lock:
+        breaks.update(_uncounted)
     out = {
         "dynamo.frames": int(frames.get("ok", 0)),
         "dynamo.graphs": int(stats.get("unique_graphs", 0)),

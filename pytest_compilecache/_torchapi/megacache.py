@@ -7,7 +7,7 @@ import hashlib
 import json
 import logging
 import re
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ..environment import SavedEnv, point_cache_dirs_at
 from .core import torch_module
@@ -32,6 +32,30 @@ def fresh_recording() -> Any:
     """
     fresh = getattr(_manager(), "with_fresh_cache", None)
     return fresh() if fresh is not None else contextlib.nullcontext()
+
+
+def backport_fresh_cache(_: None) -> Any:
+    """``CacheArtifactManager.with_fresh_cache`` for torch 2.7, which lacks it: the same four collections
+    swapped for empty ones while active, as torch >= 2.8 does (see :mod:`.patches`)."""
+    from torch.compiler._cache import CacheArtifact, CacheInfo
+    from torch.utils._appending_byte_serializer import AppendingByteSerializer
+    from torch.utils._ordered_set import OrderedSet
+
+    names = ("_new_cache_artifacts", "_seen_artifacts", "_serializer", "_cache_info")
+
+    @contextlib.contextmanager
+    def with_fresh_cache(cls: Any) -> Iterator[None]:
+        saved = [getattr(cls, name) for name in names]
+        fresh: tuple[Any, ...] = ([], OrderedSet(), AppendingByteSerializer(serialize_fn=CacheArtifact.serialize), CacheInfo())
+        for name, value in zip(names, fresh):
+            setattr(cls, name, value)
+        try:
+            yield
+        finally:
+            for name, value in zip(names, saved):
+                setattr(cls, name, value)
+
+    return classmethod(with_fresh_cache)
 
 
 def can_leave_out() -> bool:

@@ -32,6 +32,8 @@ class Patch:
 
     ``alternatives``: other names the attribute had in other torch releases, tried in turn.
     ``fallback_for``: install only where that patch (by attribute) did not take.
+    ``backport``: an attribute later torch releases have: added only where it is missing (the wrapper
+    is given ``None``), left alone where torch has it.
     """
 
     module: str
@@ -42,6 +44,7 @@ class Patch:
     seen_on: str = EVERY_MINOR
     alternatives: tuple[str, ...] = ()
     fallback_for: str = ""
+    backport: bool = False
 
     @property
     def name(self) -> str:
@@ -69,6 +72,9 @@ _ISA = "torch._inductor.cpu_vec_isa"
 
 #: Every attribute the plugin replaces, in the order they are installed.
 PATCHES: tuple[Patch, ...] = (
+    Patch("torch.compiler._cache", "CacheArtifactManager.with_fresh_cache", "megacache:backport_fresh_cache",
+          "cold_cache compiles kept out of the bundle", "record apart while active, as torch >= 2.8 does",
+          seen_on="2.7.1 (the only release without it)", backport=True),
     Patch(_FX, "FxGraphCache._get_tmp_dir_for_key", "ondemand:wrap_fx_folder",
           "warm folders filled on demand (FX graphs)", "link a warm test's FX entries for a key when torch first asks for it"),
     Patch(_AOT, "AOTAutogradCache._get_tmp_dir_for_key", "ondemand:wrap_aot_folder",
@@ -121,7 +127,13 @@ PATCHES: tuple[Patch, ...] = (
           "Dynamo recompile counts and reasons", "count recompiles with their guard failures",
           alternatives=("get_and_maybe_log_recompilation_reason",)),
     Patch("torch._dynamo.symbolic_convert", "InstructionTranslatorBase.log_graph_break", "dynamo:wrap_log_graph_break",
-          "where each graph break happened", "name the user's line of each graph break"),
+          "where each graph break happened; data-dependent branches counted (2.10)",
+          "name the user's line of each graph break (on 2.10, also count the data-dependent branches it "
+          "logs but does not count)", seen_on="2.10.0 to 2.15.0"),
+    Patch("torch._dynamo.symbolic_convert", "log_graph_break", "dynamo:wrap_module_log_graph_break",
+          "where each graph break happened; data-dependent branches counted",
+          "name the user's line of each graph break, and count the data-dependent branches torch logs but "
+          "does not count", seen_on="2.7.1 to 2.9.1", fallback_for="InstructionTranslatorBase.log_graph_break"),
     Patch(_FX, "compiled_fx_graph_hash", "keys:wrap_fx_hash",
           "explained FX graph misses; the bundle's key index", "record the components of every FX key that misses"),
     Patch(_AOT, "autograd_cache_key", "keys:wrap_aot_key",
@@ -228,6 +240,8 @@ def _apply(patch: Patch) -> str:
         module = importlib.import_module(patch.module)
     except Exception as exc:  # a torch without the module, or without Triton to import it with
         return f"cannot import {patch.module} ({type(exc).__name__}: {exc})"
+    if patch.backport:
+        return _add(module, patch)
     for attribute in (patch.attribute, *patch.alternatives):
         try:
             owner, name = _owner_of(module, attribute)
@@ -253,6 +267,27 @@ def _apply(patch: Patch) -> str:
         _done.append(("patch", patch.name))
         return ""
     return f"this torch has no {patch.attribute}" + "".join(f" nor {a}" for a in patch.alternatives)
+
+
+def _add(module: Any, patch: Patch) -> str:
+    """Add a backported attribute where this torch lacks it; ``""`` (nothing to do) where it has it."""
+    *path, name = patch.attribute.split(".")
+    owner: Any = module
+    try:
+        for part in path:
+            owner = getattr(owner, part)
+    except AttributeError:
+        return f"this torch has no {'.'.join(path)} to add {name} to"
+    if hasattr(owner, name):
+        return ""
+    try:
+        added = _function(patch.wrapper)(None)
+    except NotApplicable as exc:
+        return str(exc)
+    setattr(owner, name, added)
+    _applied[patch.name] = _Applied(owner, name, False, _ABSENT)
+    _done.append(("patch", patch.name))
+    return ""
 
 
 def install() -> None:
@@ -321,13 +356,16 @@ def undo(since: int = 0) -> None:
 
 def status() -> dict[str, Any]:
     """What took and what did not on this torch: ``{"torch", "took": [names], "missed": {name: why},
-    "features_off": {feature: why}}`` (features whose every patch missed; fallbacks not tried are left out)."""
+    "features_off": {feature: why}}`` (features whose every patch missed; a patch whose fallback took,
+    and a fallback not needed, are neither)."""
     torch = sys.modules.get("torch")
+    covered = {p.fallback_for for p in PATCHES if p.fallback_for and p.name in _applied}
+    missed = {p.name: _missed[p.name] for p in PATCHES if p.name in _missed and p.attribute not in covered}
     features: dict[str, list[str]] = {}
     for patch in PATCHES:
-        if patch.name in _missed:
-            features.setdefault(patch.feature, []).append(f"{patch.name}: {_missed[patch.name]}")
+        if patch.name in missed:
+            features.setdefault(patch.feature, []).append(f"{patch.name}: {missed[patch.name]}")
     off = {feature: "; ".join(whys) for feature, whys in features.items()
            if not any(p.feature == feature and p.name in _applied for p in PATCHES)}
     return {"torch": str(getattr(torch, "__version__", "")), "took": [p.name for p in PATCHES if p.name in _applied]
-            + list(_hooks), "missed": dict(_missed), "features_off": off}
+            + list(_hooks), "missed": missed, "features_off": off}

@@ -62,6 +62,7 @@ def find_binaries(folder: Path, since: float = 0.0) -> dict[str, Path]:
     and the C modules Triton builds with the system compiler (its driver's helpers, kernel
     launchers; keyed by their source and the platform), which a new folder would build again.
     The max-autotune GEMM timings lie in ``cache/<system hash>``, one JSON file per GPU/CPU kind.
+    A binary whose source names this folder (torch 2.7's kernels do) is left out: elsewhere its key differs.
     """
     found = _triton_files(Path(folder) / _TRITON, since)
     found.update(_timing_files(Path(folder) / _TIMINGS))
@@ -70,19 +71,33 @@ def find_binaries(folder: Path, since: float = 0.0) -> dict[str, Path]:
                    and _changed_since(d, since)]
     except OSError:
         return found
+    here = {str(folder).encode(), os.path.realpath(folder).encode()}
     for sub in subdirs:
         try:
             names = {e.name: e for e in os.scandir(sub.path) if e.is_file(follow_symlinks=False)}
         except OSError:
             continue
         stems = {n.rsplit(".", 1)[0] for n in names if n.endswith(_BINARY)}
+        local = {stem for stem in stems if _names_folder(Path(sub.path) / (stem + _SOURCE), here)}
         for name in names:
             stem, _, ext = name.rpartition(".")
+            if stem in local:
+                continue
             if ("." + ext in _BINARY or ("." + ext == _SOURCE and stem in stems)) and not name.startswith("."):
                 rel = f"{sub.name}/{name}"
                 if valid_path(rel):
                     found[rel] = Path(sub.path) / name
     return found
+
+
+def _names_folder(source: Path, folders: set[bytes]) -> bool:
+    """Whether a C++ source names the cache folder it lies in (torch 2.7 includes each kernel's prefix
+    header by its absolute path there): its key differs in every folder, so its binary is found only there."""
+    try:
+        text = source.read_bytes()
+    except OSError:
+        return False
+    return any(folder in text for folder in folders)
 
 
 def _changed_since(entry: os.DirEntry[str], since: float) -> bool:

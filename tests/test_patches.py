@@ -1,0 +1,129 @@
+"""The register of patches: every replacement declared in one table, what took reported, all of it undone."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "pytest_compilecache"
+
+SESSIONS = '''
+import importlib, sys
+import pytest
+import torch._dynamo, torch._inductor.codecache, torch._functorch._aot_autograd.autograd_cache
+from pytest_compilecache._torchapi import patches
+
+def current():
+    """Every patched attribute's own value (or None where it is inherited), and the import hooks."""
+    out = {}
+    for patch in patches.PATCHES:
+        try:
+            owner = importlib.import_module(patch.module)
+            *path, name = patch.attribute.split(".")
+            for part in path:
+                owner = getattr(owner, part)
+        except Exception:
+            continue
+        out[patch.name] = vars(owner).get(name) if hasattr(owner, "__dict__") else None
+    out["meta_path"] = list(sys.meta_path)
+    return out
+
+PREPARE
+before = current()
+for run in (1, 2):
+    code = pytest.main(["-p", "no:cacheprovider", "-v", "test_inner.py"])
+    after = current()
+    changed = sorted(name for name in before if after[name] is not before[name] and after[name] != before[name])
+    print(f"SESSION {run} EXIT {int(code)} CHANGED {changed}")
+'''
+
+INNER = '''
+import torch
+
+def f(x):
+    return torch.cos(x) + 1
+
+def test_counts(cold_cache):
+    torch.compile(f)(torch.randn(4))
+    cold_cache.assert_misses(fx_graph=1, aot_autograd=1)
+'''
+
+
+def _sessions(pytester: pytest.Pytester, prepare: str = "") -> subprocess.CompletedProcess[str]:
+    pytester.makepyfile(test_inner=INNER)
+    script = pytester.path / "sessions.py"
+    script.write_text(SESSIONS.replace("PREPARE", textwrap.dedent(prepare)))
+    return subprocess.run([sys.executable, str(script)], cwd=pytester.path, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_two_sessions_in_one_process_each_start_from_torch_as_it_was(pytester: pytest.Pytester) -> None:
+    """Each session installs the register's patches when a fixture first needs them and takes them all back
+    at its end: torch's attributes and ``sys.meta_path`` are as before, and the next session counts again."""
+    done = _sessions(pytester)
+    out = done.stdout
+    assert "SESSION 1 EXIT 0 CHANGED []" in out, out + done.stderr
+    assert "SESSION 2 EXIT 0 CHANGED []" in out, out + done.stderr
+    assert out.count("torch patches (torch ") == 2, out
+
+
+def test_a_patch_this_torch_cannot_take_turns_its_feature_off_once_and_raises_nothing(
+    pytester: pytest.Pytester,
+) -> None:
+    """As on a torch whose PGO module lacks the local lookup (2.7): the session passes, the layer is
+    reported unobservable naming the torch version, and the summary names the feature and the patch."""
+    done = _sessions(pytester, prepare="""
+        import torch._dynamo.pgo as pgo
+        del pgo.get_local_code_state
+    """)
+    out = done.stdout
+    assert "SESSION 1 EXIT 0" in out and "SESSION 2 EXIT 0" in out, out + done.stderr
+    version = out.split("torch patches (torch ")[1].split(")")[0]
+    assert f"not observable: torch {version}'s PGO module has no local code-state lookup to count" in out, out
+    off = [line for line in out.splitlines() if "off on this torch: pgo layer counts" in line]
+    assert len(off) == 2, out  # once a session
+    assert "torch._dynamo.pgo.get_local_code_state: this torch has no get_local_code_state" in off[0]
+
+
+#: ``setattr`` calls that replace nothing: torch config values (isolation.py), and the backport of
+#: ``with_fresh_cache`` (a patch in the register) swapping torch's collections while active, as torch's own does.
+ALLOWED_SETATTR = {("_torchapi/isolation.py", "config"), ("_torchapi/megacache.py", "cls")}
+
+
+def _calls(tree: ast.AST, name: str) -> list[ast.Call]:
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name) and node.func.id == name]
+
+
+def test_every_replacement_is_declared_in_the_register() -> None:
+    """Only the register (and the default-folder hook it declares) replaces attributes or touches
+    ``sys.meta_path``; nothing marks wrappers ad hoc (see ``ALLOWED_SETATTR`` for the two exceptions)."""
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE).as_posix()
+        text = path.read_text()
+        tree = ast.parse(text)
+        if relative not in ("_torchapi/patches.py", "_torchapi/defaultdir.py"):
+            if "meta_path" in text:
+                offenders.append(f"{relative}: sys.meta_path")
+            for call in _calls(tree, "setattr"):
+                target = ast.unparse(call.args[0])
+                if relative.startswith("_torchapi/") and (relative, target) not in ALLOWED_SETATTR:
+                    offenders.append(f"{relative}:{call.lineno}: setattr({target}, ...)")
+        if "_compilecache = True" in text:
+            offenders.append(f"{relative}: an ad hoc wrapper marker")
+    assert offenders == []
+
+
+def test_every_wrapper_the_table_names_exists() -> None:
+    from pytest_compilecache._torchapi import patches
+
+    for patch in patches.PATCHES:
+        assert callable(patches._function(patch.wrapper)), patch
+    for hook in patches.HOOKS:
+        assert callable(patches._function(hook.install)) and callable(patches._function(hook.uninstall)), hook
