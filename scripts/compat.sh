@@ -40,7 +40,7 @@ prepare() {
     PIP_CONSTRAINT=/dev/null "$venv/bin/pip" install -q --no-cache-dir "torch==$version" -e "$repo[test]" 2>&1 \
       | grep -v "^WARNING: Location" || true
   else
-    PIP_CONSTRAINT=/dev/null "$venv/bin/pip" install -q --no-deps -e "$repo" 2>&1 | grep -v "^WARNING: Location" || true
+    PIP_CONSTRAINT=/dev/null "$venv/bin/pip" install -q -e "$repo[test]" 2>&1 | grep -v "^WARNING: Location" || true
   fi
   "$venv/bin/python" -c "import torch; print('torch', torch.__version__)"
 }

@@ -131,7 +131,10 @@ def _reloaded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, found_by_coordesc
     results = [object.__new__(triton_heuristics.StaticTritonCompileResult) for _ in configs]
     for compiled, config in zip(results, configs):
         compiled.config = config
-    kernel = object.__new__(triton_heuristics.CachingAutotuner)
+    class StandIn(triton_heuristics.CachingAutotuner):  # type: ignore[misc]
+        _could_rblock_scale = False  # torch 2.15 asks whether it may scale RBLOCK; a stand-in has no sizes
+
+    kernel = object.__new__(StandIn)
     kernel.compile_results, kernel.filename, kernel.inductor_meta = list(results), filename, meta
     kernel.recheck_autotune_cache(lambda: pytest.fail("the kept config was compiled: nothing to reload"))
     assert kernel.compile_results == [results[1]]

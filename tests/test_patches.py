@@ -30,13 +30,14 @@ def current():
         except Exception:
             continue
         out[patch.name] = vars(owner).get(name) if hasattr(owner, "__dict__") else None
-    out["meta_path"] = list(sys.meta_path)
+    out["meta_path"] = [f for f in sys.meta_path  # the plugin's (torch 2.7 imports setuptools, which adds its own)
+                        if "pytest_compilecache" in type(f).__module__ + str(getattr(f, "__module__", ""))]
     return out
 
 PREPARE
 before = current()
-for run in (1, 2):
-    code = pytest.main(["-p", "no:cacheprovider", "-v", "test_inner.py"])
+for run, verbose in ((1, ["-v"]), (2, [])):
+    code = pytest.main(["-p", "no:cacheprovider", *verbose, "test_inner.py"])
     after = current()
     changed = sorted(name for name in before if after[name] is not before[name] and after[name] != before[name])
     print(f"SESSION {run} EXIT {int(code)} CHANGED {changed}")
@@ -69,7 +70,7 @@ def test_two_sessions_in_one_process_each_start_from_torch_as_it_was(pytester: p
     out = done.stdout
     assert "SESSION 1 EXIT 0 CHANGED []" in out, out + done.stderr
     assert "SESSION 2 EXIT 0 CHANGED []" in out, out + done.stderr
-    assert out.count("torch patches (torch ") == 2, out
+    assert out.count("torch patches (torch ") == 1, out  # with -v only
 
 
 def test_a_patch_this_torch_cannot_take_turns_its_feature_off_once_and_raises_nothing(
@@ -79,14 +80,14 @@ def test_a_patch_this_torch_cannot_take_turns_its_feature_off_once_and_raises_no
     reported unobservable naming the torch version, and the summary names the feature and the patch."""
     done = _sessions(pytester, prepare="""
         import torch._dynamo.pgo as pgo
-        del pgo.get_local_code_state
+        vars(pgo).pop("get_local_code_state", None)  # torch 2.7 has none to take away
     """)
     out = done.stdout
     assert "SESSION 1 EXIT 0" in out and "SESSION 2 EXIT 0" in out, out + done.stderr
     version = out.split("torch patches (torch ")[1].split(")")[0]
     assert f"not observable: torch {version}'s PGO module has no local code-state lookup to count" in out, out
-    off = [line for line in out.splitlines() if "off on this torch: pgo layer counts" in line]
-    assert len(off) == 2, out  # once a session
+    off = [line for line in out.splitlines() if line.startswith(f"off on torch {version}: pgo layer counts (")]
+    assert len(off) == 2, out  # once a session, -v or not
     assert "torch._dynamo.pgo.get_local_code_state: this torch has no get_local_code_state" in off[0]
 
 

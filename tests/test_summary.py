@@ -8,7 +8,7 @@ from typing import Callable
 
 import pytest
 
-from helpers import WARMUP_CONFTEST, BuildBundle
+from helpers import WARMUP_CONFTEST, BuildBundle, kernels_name_their_folder
 
 
 WARM_TEST = """
@@ -480,7 +480,9 @@ def test_a_building_run_an_updating_run_and_a_later_run_each_say_what_happened_t
     assert report()["bundle"]["saved"]["added"] is False and report()["bundle"]["processes"][0]["wrote_bundle"]
     before = seconds()
     built_headers = report()["bundle"]["processes"][0]["headers_seconds"]
-    assert built_headers > 0.5, "the building run built the precompiled headers"
+    patched = report()["bundle"]["processes"][0]["patches"]
+    headers = "torch._inductor.codecache._precompile_header" in patched["took"]  # torch 2.7 has none to build
+    assert built_headers > 0.5 if headers else built_headers == 0.0, (patched, built_headers)
 
     pytester.makepyfile(test_more="""
 import torch
@@ -494,9 +496,10 @@ def test_added(warm_cache):
     assert "warmup ran here: " in summary and f"; {path} already held everything it compiled" in summary, summary
     assert "(1 test new since then: not compared)" in summary, summary
     assert "and wrote" not in summary, summary
-    assert f"bundle written: {path}: added 1 fx_graph, 1 aot_autograd, 1 cpp; it holds 2 fx_graph, 2 aot_autograd, " \
-           "2 cpp" in summary, summary
-    assert report()["bundle"]["saved"]["added_artifacts"] == {"aot_autograd": 1, "inductor": 1, "cpp": 1}
+    carried = not kernels_name_their_folder()  # torch 2.7's kernels are found only in their own folder
+    assert f"bundle written: {path}: added 1 fx_graph, 1 aot_autograd{', 1 cpp' if carried else ''}; it holds " \
+           f"2 fx_graph, 2 aot_autograd{', 2 cpp' if carried else ' ('}" in summary, summary
+    assert report()["bundle"]["saved"]["added_artifacts"] == {"aot_autograd": 1, "inductor": 1, **({"cpp": 1} if carried else {})}
     process = report()["bundle"]["processes"][0]
     assert process["wrote_bundle"] is False and process["warmup_found_all"] is True
     added = seconds()["test_added"]
@@ -519,8 +522,9 @@ def test_added(warm_cache):
     assert compared["built_headers_seconds"] == pytest.approx(built_headers, abs=2e-3)
     then = compared["built_tests_seconds"] + compared["built_warmup_seconds"] - compared["built_headers_seconds"]
     assert compared["compile_seconds_saved"] == pytest.approx(then - compared["tests_seconds"], abs=2e-3)
-    assert f" less; not counting {built_headers:.1f} s then building torch's precompiled C++ headers, which are " \
-           "kept per machine with or without a bundle)" in summary, summary
+    headers_left_out = f" less; not counting {built_headers:.1f} s then building torch's precompiled C++ headers, " \
+        "which are kept per machine with or without a bundle)"
+    assert (headers_left_out in summary) is headers, summary
 
 
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "n2"])

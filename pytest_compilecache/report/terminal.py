@@ -144,18 +144,19 @@ def _headers_left_out(c: Comparison) -> str:
             "machine with or without a bundle") if built else ""
 
 
-def patch_lines(report: SessionReport) -> list[str]:
-    """What the register of patches did on this torch (``-v`` or ``--compile-cache-explain``): one line,
-    then one per feature that is off because none of its patches took, and one per other patch that missed."""
+def patch_lines(report: SessionReport, verbose: bool) -> list[str]:
+    """What the register of patches did on this torch: the features it leaves off, always (once a
+    session); with ``verbose`` (``-v``, ``--compile-cache-explain``) first how many patches took, and
+    each one that did not."""
     status = next((p.patches for p in report.processes_in_order() if p.patches), None)
     if status is None:
         return []
     took, missed, off = status["took"], status["missed"], status["features_off"]
-    lines = [f"torch patches (torch {status['torch']}): {len(took)} took, {len(missed)} did not"
-             + (" (see _torchapi/patches.py)" if missed else "")]
-    lines += [f"  off on this torch: {feature}: {why}" for feature, why in off.items()]
-    lines += [f"  not taken: {name}: {why}" for name, why in missed.items()
-              if not any(f"{name}:" in reasons for reasons in off.values())]
+    lines = [f"torch patches (torch {status['torch']}): {len(took)} took, {len(missed)} did not"] if verbose else []
+    lines += [f"off on torch {status['torch']}: {feature} ({why})" for feature, why in off.items()]
+    if verbose:
+        lines += [f"  not taken: {name}: {why}" for name, why in missed.items()
+                  if not any(f"{name}:" in reasons for reasons in off.values())]
     return lines
 
 

@@ -53,6 +53,6 @@ class Collector:
             terminalreporter.section("compilecache")
             for line in summary_lines(report):
                 terminalreporter.write_line(line)
-            if self.options.explain or terminalreporter.config.option.verbose > 0:
-                for line in patch_lines(report):
-                    terminalreporter.write_line(line)
+            verbose = self.options.explain or terminalreporter.config.option.verbose > 0
+            for line in patch_lines(report, verbose):
+                terminalreporter.write_line(line)
