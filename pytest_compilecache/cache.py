@@ -117,9 +117,9 @@ class CompileCache:
     @contextlib.contextmanager
     def not_saved(self) -> Iterator[None]:
         """Compiles inside are left out of the session's bundle (a test that compiles a variant on
-        purpose, to show a miss, keeps it from becoming a hit in the next run). Needs torch >= 2.8."""
+        purpose, to show a miss, keeps it from becoming a hit in the next run)."""
         if not _torchapi.can_leave_out():
-            pytest.skip("not_saved() needs a torch whose Mega-Cache can record apart (torch >= 2.8)")
+            pytest.skip("not_saved() needs a torch whose Mega-Cache can record apart (with_fresh_cache)")
         global _not_saved_depth
         with _torchapi.fresh_recording():
             before = _torchapi.read_counts()

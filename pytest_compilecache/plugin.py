@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import sys
 import tempfile
 from typing import Iterator
 
@@ -75,9 +76,12 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     global _early_env, _early_dir
     role = config.stash.get(_ROLE, None)
-    if role is not None:
-        role.close()
-    patches.undo(config.stash.get(_PATCHED_BEFORE, patches.checkpoint()))
+    try:
+        if role is not None:
+            role.close()
+    finally:
+        for problem in patches.undo(config.stash.get(_PATCHED_BEFORE, patches.checkpoint())):
+            sys.stderr.write(f"compilecache: at the session's end, {problem}\n")
     _early_env = None
     if _early_dir is not None:
         shutil.rmtree(_early_dir, ignore_errors=True)

@@ -3,7 +3,7 @@
 #
 #   scripts/compat.sh                 # every minor from the floor to the newest
 #   scripts/compat.sh 2.7.1 2.15.0    # only these
-#   scripts/compat.sh --install-only 2.7.1 2.15.0   # make the venvs, run nothing (CI does this beside the suite)
+#   scripts/compat.sh --install-only 2.7.1 2.15.0   # only install those torch releases (CI does this beside the suite)
 #
 # One virtual environment per torch version, outside the repository, reused when it has that torch:
 # $COMPAT_VENVS (default ~/.cache/pytest-compilecache-compat/venvs). The plugin is installed into it
@@ -29,25 +29,37 @@ if [ $# -eq 0 ]; then
 fi
 mkdir -p "$venvs" "$logs"
 
-# Make (or refresh) the venv of torch $1 at $2, with the plugin installed from this checkout.
+# Make the venv of torch $1 at $2 where it lacks that torch (only torch: the plugin comes next).
+make_venv() {
+  local version=$1 venv=$2
+  if "$venv/bin/python" -c "import sys, torch; sys.exit(torch.__version__.split('+')[0] != '$version')" 2>/dev/null; then
+    return 0
+  fi
+  rm -rf "$venv"
+  "$python" -m venv "$venv" || return 1
+  # A CUDA build of several GB for every version but the CPU wheel pip may find on disk; it runs on
+  # the CPU. PIP_CONSTRAINT=/dev/null: a machine-wide pip constraint must not refuse the version asked for.
+  PIP_CONSTRAINT=/dev/null "$venv/bin/pip" install -q --no-cache-dir "torch==$version" 2>&1 | grep -v "^WARNING: Location"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "installing torch $version into $venv failed"; return 1; }
+}
+
+# Make (or refresh) the venv of torch $1 at $2, with the plugin and its test extra installed from
+# this checkout (editable: a venv serves one checkout's run at a time), and check that it took.
 prepare() {
   local version=$1 venv=$2
-  if ! "$venv/bin/python" -c "import sys, torch; sys.exit(torch.__version__.split('+')[0] != '$version')" 2>/dev/null; then
-    rm -rf "$venv"
-    "$python" -m venv "$venv"
-    # A CUDA build of several GB for every version but the CPU wheel pip may find on disk; it runs on
-    # the CPU. PIP_CONSTRAINT=/dev/null: a machine-wide pip constraint must not refuse the version asked for.
-    PIP_CONSTRAINT=/dev/null "$venv/bin/pip" install -q --no-cache-dir "torch==$version" -e "$repo[test]" 2>&1 \
-      | grep -v "^WARNING: Location" || true
-  else
-    PIP_CONSTRAINT=/dev/null "$venv/bin/pip" install -q -e "$repo[test]" 2>&1 | grep -v "^WARNING: Location" || true
-  fi
-  "$venv/bin/python" -c "import torch; print('torch', torch.__version__)"
+  make_venv "$version" "$venv" || return 1
+  PIP_CONSTRAINT=/dev/null "$venv/bin/pip" install -q -e "$repo[test]" 2>&1 | grep -v "^WARNING: Location"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "installing the plugin from $repo into $venv failed"; return 1; }
+  (cd / && "$venv/bin/python" -c "
+import os, sys, torch, pytest_compilecache
+where = os.path.realpath(pytest_compilecache.__file__)
+print('torch', torch.__version__, 'plugin from', os.path.dirname(where))
+sys.exit(not where.startswith(os.path.realpath('$repo') + os.sep))") || { echo "the plugin in $venv is not this checkout's"; return 1; }
 }
 
 if [ "$install_only" = 1 ]; then
   for version in "$@"; do
-    prepare "$version" "$venvs/torch-$version" || exit 1
+    make_venv "$version" "$venvs/torch-$version" || exit 1
   done
   exit 0
 fi
@@ -61,9 +73,7 @@ for version in "$@"; do
   start=$(date +%s)
   {
     echo "# scripts/compat.sh $version at $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo '?') on $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores"
-    prepare "$version" "$venv"
-    cd "$repo"
-    "$venv/bin/python" -m pytest tests -q -p no:cacheprovider -m "not slow or compat" \
+    prepare "$version" "$venv" && cd "$repo" && "$venv/bin/python" -m pytest tests -q -p no:cacheprovider -m "not slow or compat" \
       -n "$workers" --dist worksteal -W "ignore::DeprecationWarning" -W "ignore::UserWarning" -rfEs
   } > "$log" 2>&1
   rc=$?

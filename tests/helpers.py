@@ -34,6 +34,16 @@ print(any(folder in open(p).read() for p in glob.glob(os.path.join(folder, "*", 
     return out.stdout.strip().splitlines()[-1] == "True"
 
 
+def torch_builds_precompiled_headers() -> bool:
+    """Whether this torch's Inductor precompiles C++ headers (torch 2.7 does not), read from its source
+    without importing it."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    source = Path(spec.origin).parent / "_inductor" / "codecache.py" if spec and spec.origin else None
+    return source is not None and "def _precompile_header(" in source.read_text()
+
+
 #: A conftest whose warmup hook compiles ``f``, for small suites with one warm and one cold test.
 WARMUP_CONFTEST = """
 import torch

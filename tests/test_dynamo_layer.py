@@ -110,6 +110,21 @@ def test_a_data_dependent_branch_is_a_graph_break(cold_cache):
     assert "Data-dependent" in cold_cache.stats.dynamo.graph_break_reasons[0]
 
 
+def _helper_that_branches(x):
+    if x.sum() > 0:
+        return x + 1
+    return x - 1
+
+
+def test_a_data_dependent_branch_in_a_called_function_is_two_breaks_counted_once_each(cold_cache):
+    def outer(x):
+        return _helper_that_branches(x * 2) * 3
+    torch.compile(outer, backend="eager")(torch.ones(3))
+    # outer breaks where it calls the helper, and the helper's own frame at its branch (torch <= 2.10
+    # logs the branch in both translators, and counts neither or one of them)
+    cold_cache.assert_compiles(graph_breaks=2, recompiles=0)
+
+
 def test_dynamic_compiles_once_for_every_size(cold_cache):
     def norm(x):
         return (x - x.mean()) / (x.std() + 1e-5)
@@ -176,7 +191,7 @@ def test_real_compiles(
     pytester.makepyfile(test_inner=INNER)
     report = tmp_path / "report.json"
     result = run_inner("-p", "no:cacheprovider", f"--compile-cache-report={report}")
-    result.assert_outcomes(passed=7, failed=1)
+    result.assert_outcomes(passed=8, failed=1)
     text = result.stdout.str()
     assert "Dynamo compile counts differ: graphs expected 1, got 4; recompiles expected 0, got 2; " \
            "graph_breaks expected 0, got 2" in text, text

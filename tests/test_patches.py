@@ -128,3 +128,69 @@ def test_every_wrapper_the_table_names_exists() -> None:
         assert callable(patches._function(patch.wrapper)), patch
     for hook in patches.HOOKS:
         assert callable(patches._function(hook.install)) and callable(patches._function(hook.uninstall)), hook
+
+
+def test_the_documentation_lists_every_patch() -> None:
+    from pytest_compilecache._torchapi import patches
+
+    text = (PACKAGE.parent / "docs" / "compatibility.md").read_text()
+    missing = [p.name for p in patches.PATCHES if f"`{p.attribute}` (`{p.module}`)" not in text]
+    missing += [h.name for h in patches.HOOKS if f"| {h.name} |" not in text]
+    assert missing == [], "docs/compatibility.md's register of patches lacks these"
+
+
+NESTED = '''
+import importlib
+import torch
+import torch._inductor.codecache as codecache
+from pytest_compilecache._torchapi import patches
+
+
+def default_dir():
+    for name in ("torch._inductor.runtime.cache_dir_utils", "torch._inductor.runtime.runtime_utils"):
+        module = importlib.import_module(name)
+        if hasattr(module, "default_cache_dir"):
+            return module.default_cache_dir()
+
+
+def state():
+    from pytest_compilecache._torchapi import defaultdir
+
+    return (getattr(codecache, "_HEADER_DIR", None), default_dir(), defaultdir.current(),
+            tuple(patches.status()["took"]))
+
+
+OUTSIDE = []
+
+
+def test_a_plain_test_compiles_in_the_sessions_folder():
+    OUTSIDE.append(default_dir())
+
+
+def test_outer(cold_cache, pytester):
+    torch.compile(lambda x: x.sin() + 1)(torch.randn(4))
+    before = state()
+    pytester.makepyfile(test_in="import torch\\n"
+                                "def test_in(cold_cache):\\n"
+                                "    torch.compile(lambda x: x.cos() + 2)(torch.randn(4))\\n"
+                                "    cold_cache.assert_misses(fx_graph=1)\\n")
+    pytester.runpytest_inprocess("-p", "no:cacheprovider", "--compile-cache-isolate").assert_outcomes(passed=1)
+    assert state() == before
+    cold_cache.reset_in_memory()
+    torch.compile(lambda x: x.sin() + 1)(torch.randn(4))
+    cold_cache.assert_hits(fx_graph=1)
+
+
+def test_a_plain_test_after_it_compiles_in_the_same_folder():
+    import os
+    assert default_dir() == OUTSIDE[0] and os.path.isdir(OUTSIDE[0])
+'''
+
+
+def test_a_session_inside_another_leaves_the_outer_ones_patches_and_folders(pytester: pytest.Pytester) -> None:
+    """A ``pytester`` session run in-process inside a test of an outer session takes back only what it
+    installed: the outer session's patches, default folder and headers' folder are as they were, and
+    the outer test goes on counting."""
+    pytester.makepyfile(test_outer=NESTED)
+    result = pytester.runpytest_subprocess("-p", "pytester", "-p", "no:cacheprovider", "--compile-cache-isolate")
+    result.assert_outcomes(passed=3)

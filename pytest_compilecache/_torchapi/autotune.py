@@ -6,7 +6,7 @@ loaded from the FX graph cache keeps the absolute path of the folder it was firs
 the process that saved the bundle). Mega-Cache writes the results into the *current* cache folder,
 under the same ``<xx>/<name>.best_config`` tail, so a lookup through the old path misses whenever
 that folder is gone (another machine, a removed test folder) and reads or writes another test's
-folder when it is not. :func:`install` maps such a path onto the current cache folder, keeping
+folder when it is not. :func:`wrap_create` maps such a path onto the current cache folder, keeping
 the tail, which is exactly where Mega-Cache put the result.
 
 It also keeps a kernel loaded from the FX graph cache from being tuned again. Such a kernel
@@ -15,7 +15,7 @@ It also keeps a kernel loaded from the FX graph cache from being tuned again. Su
 of the kernel's own configs, torch 2.11 keeps that config but not the mark that coordinate descent
 found it, so the kernel's first run tunes it again: a warm max-autotune test benchmarks and writes a
 result (seen on an H200; it depends on whether coordinate descent moved from its starting config,
-which is why it came and went). torch 2.13 sets the mark itself; :func:`install` sets it where the
+which is why it came and went). torch 2.13 sets the mark itself; :func:`wrap_recheck` sets it where the
 loaded kernel's config is the one the cache named as found by coordinate descent, and does nothing
 where torch already did. Not covered: on torch 2.11 a kernel compiled with a single config whose
 coordinate-descent result is another config (torch 2.11 rechecks only kernels of several configs;

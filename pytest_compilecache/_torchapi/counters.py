@@ -147,15 +147,22 @@ def unobservable_layers() -> dict[str, str]:
             found["autotune"] = "Triton autotuning runs only on a GPU, and none is available"
         if not gpu:
             found["triton"] = "Triton kernels are compiled only for a GPU, and none is available"
-        if not patches.took("get_local_code_state"):
-            found["pgo"] = f"torch {_version()}'s PGO module has no local code-state lookup to count"
         dynamo_config = importlib.import_module("torch._dynamo.config")
         if not hasattr(dynamo_config, "caching_precompile"):
             found["precompile"] = f"torch {_version()} has no precompile cache"
-        if binaries.observable():
-            found["cpp"] = binaries.observable()
         _unobservable = found
-    return {**_unobservable, **_remote_unobservable()}
+    return {**_unobservable, **_patched_unobservable(), **_remote_unobservable()}
+
+
+def _patched_unobservable() -> dict[str, str]:
+    """The layers counted through a patch of the register that is not in force (asked each time: a
+    session's end takes its patches back)."""
+    found = {}
+    if not patches.took("get_local_code_state"):
+        found["pgo"] = f"torch {_version()}'s PGO module has no local code-state lookup to count"
+    if binaries.observable():
+        found["cpp"] = binaries.observable()
+    return found
 
 
 def _remote_unobservable() -> dict[str, str]:

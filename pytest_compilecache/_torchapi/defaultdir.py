@@ -160,6 +160,11 @@ def install(process_dir: Callable[[], str] | None, headers_dir: str | None) -> N
     _patch_loaded()
 
 
+def current() -> tuple[Callable[[], str] | None, str | None]:
+    """The arguments :func:`install` was last given (for the register, to put them back)."""
+    return _process_dir, _headers_dir
+
+
 def uninstall() -> None:
     """Remove the import hook and put back what it replaced: torch's ``default_cache_dir`` in every
     module bound to the redirection, and the precompiled headers' folder."""

@@ -100,11 +100,27 @@ def _logged(reason: str, user_stack: Any) -> None:
         place = _place(user_stack, reason)
     except Exception:
         place = ""
+    uncounted = reason.startswith(_DATA_DEPENDENT) and _compiles_a_partial_graph()
     with _lock:
         if place:
             _break_places[place] += 1
-        if reason.startswith(_DATA_DEPENDENT):
+        if uncounted:
             _uncounted[reason] += 1
+
+
+def _compiles_a_partial_graph() -> bool:
+    """Whether the data-dependent branch being logged is one torch does not count: logged by the
+    branch itself (``jump_graph_break``) in a translator that goes on to compile the
+    graph so far. A translator that cannot (one inlining a call) raises instead, and the frame that
+    made the call logs and counts that break as torch's own."""
+    frame = sys._getframe(3)  # this function, _logged, the wrapper, then who logged
+    if frame.f_code.co_name != "jump_graph_break":
+        return False
+    check = getattr(frame.f_locals.get("self"), "should_compile_partial_graph", None)
+    try:
+        return bool(check()) if check is not None else True
+    except Exception:
+        return True
 
 
 def _break_place(exc: Any) -> str:
@@ -181,7 +197,8 @@ def counts() -> dict[str, int]:
     Graph breaks add torch's ``graph_break`` counter (breaks Dynamo resumed after) and its
     ``unimplemented`` counter (breaks it could not resume from: a data-dependent branch, a break
     in a loop; the rest of the frame runs eagerly). An ``unimplemented`` entry that becomes a
-    ``graph_break`` moves between them, so the sum counts it once.
+    ``graph_break`` moves between them, so the sum counts it once. On torch <= 2.10, the
+    data-dependent branches torch logs without counting are added (see :func:`_logged`).
     """
     from torch._dynamo.utils import counters
 

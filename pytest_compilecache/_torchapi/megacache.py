@@ -26,10 +26,9 @@ def _manager() -> Any:
 
 
 def fresh_recording() -> Any:
-    """Context manager: artifacts recorded inside go to a collection of their own (torch >= 2.8).
-
-    On an older torch this is a no-op and the process's one collection is used.
-    """
+    """Context manager: artifacts recorded inside go to a collection of their own (torch 2.7 through
+    the register's backport of ``with_fresh_cache``). Where neither is there, a no-op: the process's
+    one collection is used."""
     fresh = getattr(_manager(), "with_fresh_cache", None)
     return fresh() if fresh is not None else contextlib.nullcontext()
 

@@ -63,6 +63,9 @@ class Hook:
     feature: str
     purpose: str
     seen_on: str = EVERY_MINOR
+    #: ``"module:function"`` giving the arguments it is installed with now, so that a session that
+    #: installs it again with its own can put the earlier ones back; ``""`` where it takes none.
+    current: str = ""
 
 
 _FX = "torch._inductor.codecache"
@@ -87,7 +90,8 @@ PATCHES: tuple[Patch, ...] = (
     Patch("multiprocessing.process", "BaseProcess.start", "ondemand:wrap_process_start",
           "warm folders whole for child processes", "as Popen.__init__, for multiprocessing"),
     Patch("torch._dynamo.pgo", "get_local_code_state", "counters:wrap_pgo_lookup",
-          "pgo layer counts", "count PGO lookups as hits and misses"),
+          "pgo layer counts", "count PGO lookups as hits and misses",
+          seen_on="2.9.1 to 2.15.0 (2.7 and 2.8 have none: the pgo layer shows -)"),
     Patch("torch._dynamo.pgo", "put_local_code_state", "counters:wrap_pgo_save",
           "pgo saved counts", "count PGO saves"),
     Patch(_FX, "FxGraphCache._save_graph", "counters:wrap_fx_save",
@@ -150,11 +154,13 @@ HOOKS: tuple[Hook, ...] = (
     Hook(DEFAULT_FOLDER, "defaultdir:install", "defaultdir:uninstall",
          "no files in the shared /tmp/torchinductor_<user>; headers kept in the plugin's home",
          "an import hook and a search of loaded torch modules point default_cache_dir at the plugin's "
-         "folder, and the precompiled C++ headers' folder (codecache._HEADER_DIR) at its home"),
+         "folder, and the precompiled C++ headers' folder (codecache._HEADER_DIR) at its home",
+         current="defaultdir:current"),
     Hook(PLUGIN_MODULES, "patches:_insert_finder", "patches:_remove_finder",
          "the plugin's modules not compiled again in every process where pytest cannot keep its rewrite",
-         "a finder at the front of sys.meta_path imports this package's modules (but this one and the "
-         "package's __init__, imported before it) as Python's path finder does", seen_on="any pytest >= 7.4"),
+         "a finder at the front of sys.meta_path imports this package's modules (but this one, its "
+         "package and the plugin's __init__, imported before it) as Python's path finder does",
+         seen_on="any pytest >= 7.4"),
 )
 
 
@@ -195,14 +201,16 @@ class _Applied:
     attribute: str
     had: bool
     before: Any
+    replacement: Any = None
 
 
 _applied: dict[str, _Applied] = {}
 _hooks: dict[str, Callable[[], None]] = {}
 #: ``{patch name: why it did not take}`` for the patches :func:`install` tried and could not apply.
 _missed: dict[str, str] = {}
-#: What was done, in order, as ``(kind, name)``: :func:`undo` takes back what came after a checkpoint.
-_done: list[tuple[str, str]] = []
+#: What was done, in order, as ``(kind, name, arguments before)``: :func:`undo` takes back what came
+#: after a checkpoint (a hook installed again is put back as it was installed before).
+_done: list[tuple[str, str, tuple[Any, ...]]] = []
 
 
 def _function(spec: str) -> Callable[..., Any]:
@@ -262,9 +270,10 @@ def _apply(patch: Patch) -> str:
         except NotApplicable as exc:
             return str(exc)
         setattr(replacement, _ORIGINAL, None if raw is _ABSENT else raw)
-        setattr(owner, name, kind(replacement) if kind is not None else replacement)
-        _applied[patch.name] = _Applied(owner, name, raw is not _ABSENT, raw)
-        _done.append(("patch", patch.name))
+        installed = kind(replacement) if kind is not None else replacement
+        setattr(owner, name, installed)
+        _applied[patch.name] = _Applied(owner, name, raw is not _ABSENT, raw, installed)
+        _done.append(("patch", patch.name, ()))
         return ""
     return f"this torch has no {patch.attribute}" + "".join(f" nor {a}" for a in patch.alternatives)
 
@@ -285,8 +294,8 @@ def _add(module: Any, patch: Patch) -> str:
     except NotApplicable as exc:
         return str(exc)
     setattr(owner, name, added)
-    _applied[patch.name] = _Applied(owner, name, False, _ABSENT)
-    _done.append(("patch", patch.name))
+    _applied[patch.name] = _Applied(owner, name, False, _ABSENT, added)
+    _done.append(("patch", patch.name, ()))
     return ""
 
 
@@ -303,17 +312,20 @@ def install() -> None:
         why = _apply(patch)
         if why:
             _missed[patch.name] = why
-            _done.append(("missed", patch.name))
+            _done.append(("missed", patch.name, ()))
 
 
 def install_hook(name: str, *args: Any) -> None:
     """Install the hook :data:`HOOKS` declares under ``name`` with ``args`` (again, with new ``args``,
-    where it is installed already)."""
+    where it is installed already: :func:`undo` then puts the earlier ones back)."""
     hook = next(h for h in HOOKS if h.name == name)
+    before = tuple(_function(hook.current)()) if hook.current and name in _hooks else ()
     _function(hook.install)(*args)
     if name not in _hooks:
         _hooks[name] = _function(hook.uninstall)
-        _done.append(("hook", name))
+        _done.append(("hook", name, ()))
+    elif hook.current:
+        _done.append(("rehook", name, before))
 
 
 def hook_installed(name: str) -> bool:
@@ -336,26 +348,40 @@ def checkpoint() -> int:
     return len(_done)
 
 
-def undo(since: int = 0) -> None:
+def undo(since: int = 0) -> list[str]:
     """Put back what :func:`install` and :func:`install_hook` changed after the checkpoint ``since``
     (everything, by default), newest first, and forget it: a session takes back what it installed,
-    and a session that ran inside another one (``pytester``) leaves the outer one's patches in force."""
+    and a session that ran inside another one (``pytester``) leaves the outer one's patches in force.
+
+    Never raises: what could not be put back is returned, one line each. An attribute something else
+    replaced after the plugin did is left as that left it."""
+    problems = []
     while len(_done) > since:
-        kind, name = _done.pop()
-        if kind == "patch":
-            applied = _applied.pop(name)
-            if applied.had:
-                setattr(applied.owner, applied.attribute, applied.before)
+        kind, name, before = _done.pop()
+        try:
+            if kind == "patch":
+                applied = _applied.pop(name)
+                if vars(applied.owner).get(applied.attribute, _ABSENT) is not applied.replacement:
+                    problems.append(f"{name} was replaced again by something else since; left as it is")
+                elif applied.had:
+                    setattr(applied.owner, applied.attribute, applied.before)
+                else:
+                    delattr(applied.owner, applied.attribute)
+            elif kind == "missed":
+                _missed.pop(name, None)
+            elif kind == "rehook":
+                hook = next(h for h in HOOKS if h.name == name)
+                _function(hook.install)(*before)
             else:
-                delattr(applied.owner, applied.attribute)
-        elif kind == "missed":
-            _missed.pop(name, None)
-        else:
-            _hooks.pop(name)()
+                _hooks.pop(name)()
+        except Exception as exc:  # one that cannot be put back must not keep the rest in force
+            problems.append(f"{name} could not be put back ({type(exc).__name__}: {exc})")
+    return problems
 
 
 def status() -> dict[str, Any]:
-    """What took and what did not on this torch: ``{"torch", "took": [names], "missed": {name: why},
+    """What took and what did not on this torch: ``{"torch", "took": [patch names], "hooks": [hook names],
+    "missed": {name: why},
     "features_off": {feature: why}}`` (features whose every patch missed; a patch whose fallback took,
     and a fallback not needed, are neither)."""
     torch = sys.modules.get("torch")
@@ -367,5 +393,5 @@ def status() -> dict[str, Any]:
             features.setdefault(patch.feature, []).append(f"{patch.name}: {missed[patch.name]}")
     off = {feature: "; ".join(whys) for feature, whys in features.items()
            if not any(p.feature == feature and p.name in _applied for p in PATCHES)}
-    return {"torch": str(getattr(torch, "__version__", "")), "took": [p.name for p in PATCHES if p.name in _applied]
-            + list(_hooks), "missed": missed, "features_off": off}
+    return {"torch": str(getattr(torch, "__version__", "")), "took": [p.name for p in PATCHES if p.name in _applied],
+            "hooks": list(_hooks), "missed": missed, "features_off": off}

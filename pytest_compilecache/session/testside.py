@@ -126,7 +126,7 @@ class TestSide:
             pytest.fail(unavailable, pytrace=False)
         try:
             if kind is CacheKind.COLD:
-                with _torchapi.fresh_recording():  # never reused: kept out of the bundle (torch >= 2.8)
+                with _torchapi.fresh_recording():  # never reused: kept out of the bundle
                     yield cache
             else:
                 yield cache
