@@ -95,9 +95,15 @@ def wrap_module_log_graph_break(original: Callable[..., Any]) -> Callable[..., A
 
 
 def _logged(reason: str, user_stack: Any) -> None:
-    """One break logged by a torch that counts data-dependent branches nowhere (<= 2.10)."""
+    """One break logged by a torch that counts data-dependent branches nowhere (<= 2.10).
+
+    torch 2.10 puts a paragraph of its own before the exception's message (``Encountered graph break
+    when attempting to trace CALL: ...:``, a blank line, then the message): the place is named by the
+    message, as on other releases."""
+    head, _, rest = reason.partition("\n\n")
+    message = rest if rest.strip() and head.rstrip().endswith(":") and "\n" not in head.strip() else reason
     try:
-        place = _place(user_stack, reason)
+        place = _place(user_stack, message)
     except Exception:
         place = ""
     uncounted = reason.startswith(_DATA_DEPENDENT) and _compiles_a_partial_graph()
