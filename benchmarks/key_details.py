@@ -26,8 +26,9 @@ ROOT = Path(__file__).parent.parent
 EXAMPLES = ROOT / "examples"
 
 OFF = '''
-from pytest_compilecache._torchapi import keys
-keys._installed = True  # benchmark only: never wrap torch's key functions
+from pytest_compilecache._torchapi import patches
+# benchmark only: never wrap torch's key functions (the register installs the rest)
+patches.PATCHES = tuple(p for p in patches.PATCHES if not p.wrapper.startswith("keys:"))
 '''
 
 

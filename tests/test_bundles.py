@@ -448,11 +448,11 @@ def test_a_warm_folder_starts_with_the_autotune_results_and_without_binaries(
     pytester.makepyfile(test_fill="""
 import torch._inductor.codecache
 
-from pytest_compilecache._torchapi import fill_warm_folder, ondemand
+from pytest_compilecache._torchapi import fill_warm_folder, patches
 
 
 def test_fill(tmp_path):
-    ondemand.install()
+    patches.install()
     template, folder = tmp_path / "template", tmp_path / "test"
     for rel, text in {"ab/kernel.best_config": "{}", "ab/cx.so": "so", "ab/cx.cpp": "cpp", "cd/cy.so": "so",
                       "cd/cy.cpp": "cpp", "fxgraph/cpu/ef/key/entry": "fx", "triton/k/kernel.cubin": "cubin"}.items():
