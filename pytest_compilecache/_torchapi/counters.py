@@ -150,13 +150,14 @@ def unobservable_layers() -> dict[str, str]:
         dynamo_config = importlib.import_module("torch._dynamo.config")
         if not hasattr(dynamo_config, "caching_precompile"):
             found["precompile"] = f"torch {_version()} has no precompile cache"
+        found.update(_patched_unobservable())
         _unobservable = found
-    return {**_unobservable, **_patched_unobservable(), **_remote_unobservable()}
+    return {**_unobservable, **_remote_unobservable()}
 
 
 def _patched_unobservable() -> dict[str, str]:
-    """The layers counted through a patch of the register that is not in force (asked each time: a
-    session's end takes its patches back)."""
+    """The layers counted through a patch of the register that is not in force (asked once a process,
+    as the other layers are: every test of a session must agree on what can be counted)."""
     found = {}
     if not patches.took("get_local_code_state"):
         found["pgo"] = f"torch {_version()}'s PGO module has no local code-state lookup to count"
