@@ -6,7 +6,9 @@ inner run's time. This wrapper, installed as ``CXX`` for the session's subproces
 compile by its command line and the bytes of every file it names, and hands back the output of an
 identical earlier compile instead of running g++ again. ccache cannot do this: torch compiles and
 links in one command. Compiles that are not plain ``... -o OUTPUT`` commands (``--version``,
-precompiled headers) always run g++. What torch sees is a real compiler's real output: its caches
+precompiled headers) always run g++. A source that includes a file by absolute path (torch 2.7 includes
+its kernels' prefix header from the cache folder) is keyed by that file's bytes, not its path, so the
+same kernel compiled in another cache folder is the same compile. What torch sees is a real compiler's real output: its caches
 miss and hit exactly as with g++ itself.
 
 Usage: ``cached_cxx.py CACHE_FOLDER COMPILER ARGS...``.
@@ -16,10 +18,26 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+
+
+_ABSOLUTE_INCLUDE = re.compile(rb'#include "(/[^"]+)"')
+
+
+def _source_digest(data: bytes) -> bytes:
+    """The digest of a source file's bytes, each file it includes by absolute path replaced by that file's digest."""
+    def included(match: re.Match[bytes]) -> bytes:
+        try:
+            with open(match.group(1), "rb") as handle:
+                return b'#include "sha256:' + hashlib.sha256(handle.read()).hexdigest().encode() + b'"'
+        except OSError:
+            return match.group(0)
+
+    return hashlib.sha256(_ABSOLUTE_INCLUDE.sub(included, data)).digest()
 
 
 def key_of(args: list[str], output_index: int) -> str | None:
@@ -32,7 +50,7 @@ def key_of(args: list[str], output_index: int) -> str | None:
             digest.update(b"\0OUT" + os.path.splitext(arg)[1].encode())
         elif os.path.isfile(arg):
             with open(arg, "rb") as handle:
-                digest.update(b"\0FILE" + hashlib.sha256(handle.read()).digest())
+                digest.update(b"\0FILE" + _source_digest(handle.read()))
         else:
             digest.update(b"\0ARG" + arg.encode())
     return digest.hexdigest()
