@@ -134,3 +134,19 @@ def test_a_mode_given_to_the_bare_isolate_flag_points_at_the_mode_option(suite: 
     result.stderr.fnmatch_lines(["*argument --compile-cache-isolate: ignored explicit argument 'worker'*"])
     if shows_extra_info:
         result.stderr.fnmatch_lines(["*--compile-cache-isolate*--compile-cache-isolate-mode=worker*"])
+
+
+@pytest.mark.parametrize("given", [["--compile-cache-bundle="], ["--compile-cache-bundle", ""],
+                                   ["--compile-cache-bundle=  "]], ids=["equals", "separate", "blank"])
+def test_an_empty_bundle_path_is_said_once_and_refused_under_strict(suite: pytest.Pytester, given: list[str]) -> None:
+    """``--compile-cache-bundle=$UNSET_VAR`` in CI gives an empty value: not silently a run without a bundle."""
+    plain = suite.runpytest_subprocess(*given, "suite/")
+    plain.assert_outcomes(passed=1)
+    out = plain.stdout.str()
+    warning = ("WARNING: --compile-cache-bundle was given an empty value (an unset variable?): this run has no "
+               "bundle")
+    assert out.count(warning) == 1, out
+    strict = suite.runpytest_subprocess(*given, "--compile-cache-strict", "suite/")
+    assert strict.ret == pytest.ExitCode.USAGE_ERROR, strict.stdout.str()
+    strict.stderr.fnmatch_lines(["*--compile-cache-bundle was given an empty value (an unset variable?)*"
+                                 "--compile-cache-strict*"])

@@ -93,11 +93,17 @@ def test_an_unreadable_bundle_still_warms_up_and_is_left_alone_said_once(
            "corrupt": built_bundle[:mid] + bytes(200) + built_bundle[mid + 200:]}[case]
     path = pytester.path / "b.bundle"
     path.write_bytes(bad)
-    result = run_inner("--compile-cache-bundle=b.bundle", "--compile-cache-report=r.json", *update,
+    result = run_inner("-v", "--compile-cache-bundle=b.bundle", "--compile-cache-report=r.json", *update,
                        ini=f"compile_cache_home = {pytester.path / 'home'}")
     result.assert_outcomes(passed=2)
     summary = _summary(result)
     assert path.read_bytes() == bad
+    # Told when found, before the warmup runs in its place and before the first test, not only at the end.
+    lines = result.stdout.lines
+    told = [i for i, line in enumerate(lines) if line.startswith(f"compilecache: {path}") and "cannot be used" in line]
+    first_test = next(i for i, line in enumerate(lines) if "PASSED" in line)
+    assert len(told) == 1 and told[0] < first_test, "\n".join(lines)
+    assert "the warmup runs in its place" in lines[told[0]], lines[told[0]]
     assert f"warmup: ran here: " in summary and f"; {path} could not be used (see PROBLEM below)" in summary, summary
     assert "session.bundle" not in summary, summary
     # Its hits came from the session's warmup, not from the bundle left alone (a newcomer).

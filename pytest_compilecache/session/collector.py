@@ -33,7 +33,7 @@ class Collector:
             return False
         report = self.report
         used = any(p.status is not Status.UNUSED for p in report.processes)
-        return (self.options.active or report.totals is not None or used or bool(report.all_problems())
+        return (self.options.active or bool(self.options.warnings) or report.totals is not None or used or bool(report.all_problems())
                 or report.expectations is not None)
 
     @pytest.hookimpl(trylast=True)
@@ -51,6 +51,8 @@ class Collector:
         report = self.report
         if self._worth_saying(terminalreporter.config):
             terminalreporter.section("compilecache")
+            for line in self.options.warnings:
+                terminalreporter.write_line(f"WARNING: {line}")
             for line in summary_lines(report):
                 terminalreporter.write_line(line)
             verbose = self.options.explain or terminalreporter.config.option.verbose > 0

@@ -83,6 +83,8 @@ class Options:
     expect_update: bool = False
     home: Path = Path()
     headers_dir: Path = Path()
+    #: What the user gave that the session goes on without, in words (said once in the summary).
+    warnings: tuple[str, ...] = ()
 
     @property
     def has_bundle(self) -> bool:
@@ -167,6 +169,14 @@ class Options:
         if remote is not None and check_url(remote):
             raise pytest.UsageError(f"compile_cache_remote: {check_url(remote)}")
         named = str(pick("compile_cache_bundle", BUNDLE_ENV)[0] or "").strip()
+        warnings: list[str] = []
+        given = getoption("compile_cache_bundle")
+        if given is not None and not str(given).strip():
+            empty = "--compile-cache-bundle was given an empty value (an unset variable?)"
+            if _bool(pick("compile_cache_strict")[0], "compile_cache_strict"):
+                raise pytest.UsageError(f"{empty}, and --compile-cache-strict asks for a bundle: name one, or "
+                                        "leave the option out")
+            warnings.append(f"{empty}: this run has no bundle")
         url = named if is_url(named) else None
         from_env = os.environ.get(STORAGE_OPTIONS_ENV, "")
         storage_options = (_storage_options(from_env, STORAGE_OPTIONS_ENV) if from_env.strip() else
@@ -208,6 +218,7 @@ class Options:
             expect_update=expect_update,
             home=home,
             headers_dir=path("compile_cache_headers_dir") or home / "precompiled-headers",
+            warnings=tuple(warnings),
         )
 
 

@@ -65,6 +65,8 @@ class BundlePreparation:
         self._started = time.time()
         #: The display of long work (the bundle's download, the warmup); the role that owns the terminal sets it.
         self.progress = Progress(None)
+        #: Where a bundle problem found while preparing is said at once; the role that owns the terminal sets it.
+        self.tell: Callable[[str], None] | None = None
 
     def template(self) -> Path | None:
         """The folder ``warm_cache`` tests start from (its links), the binaries pooled so far in it;
@@ -162,6 +164,7 @@ class BundlePreparation:
             binaries=self._pool,
             run=self.run,
             rebuild=self.options.rebuild,
+            tell=self.tell,
         )
 
     def prepare(self) -> bool:

@@ -14,7 +14,7 @@ import os
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Generator, Iterator, Union
+from typing import Any, Callable, Generator, Iterator, Union
 
 import pytest
 
@@ -111,6 +111,7 @@ class SingleProcess(_RunsTests):
             describe(self.store if options.bundle is not None else None)
         self.side.bundle.progress = Progress.for_config(config, self.store.name if self.store is not None else "")
         self.side.bundle.progress.attach(self.store)
+        self.side.bundle.tell = _teller(config)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -299,6 +300,17 @@ class Controller:
         return header_lines(self.options, self.report, None)
 
 
+
+
+def _teller(config: pytest.Config) -> Callable[[str], None]:
+    """Write a line of the plugin's on the terminal now, on a line of its own (after a test's dots)."""
+    def tell(line: str) -> None:
+        terminal = config.pluginmanager.get_plugin("terminalreporter")
+        if terminal is not None:
+            terminal.ensure_newline()
+            terminal.write_line(f"compilecache: {line}")
+
+    return tell
 
 
 #: The plugin object of this process's role.

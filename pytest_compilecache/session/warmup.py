@@ -87,8 +87,11 @@ class Preparer:
         run: float | None = None,
         rebuild: bool = False,
         fallback: BundleStore | None = None,
+        tell: Callable[[str], None] | None = None,
     ) -> None:
         self.source = source
+        #: Told each bundle problem found before the warmup runs, as it is found (the summary says it again).
+        self.tell = tell
         self.publish = publish
         self.fallback = fallback
         self.update = update
@@ -139,6 +142,10 @@ class Preparer:
         if not loaded and self.source is not None:
             _torchapi.use_bundle_index("", cannot=f"no bundle entry was loaded ({self.report.status.value}: "
                                                   f"{self.report.reason})")
+        if self.tell is not None and self.source is not None and self.report.problems:
+            instead = "the warmup runs in its place" if self.run_warmup is not None else "this run goes on without it"
+            for found in self.report.problems:
+                self.tell(f"{found.text}: it cannot be used; {instead} (see the compilecache summary)")
         if self.run_warmup is None:
             if self.source is None:
                 self._status(Status.NONE, "no --compile-cache-bundle and no pytest_compilecache_warmup hook")
