@@ -99,7 +99,7 @@ PATCHES: tuple[Patch, ...] = (
     Patch(_FX, "CppCodeCache.load_async", "binaries:wrap_load_async",
           "cpp layer counts; carried C++ binaries", "count C++ builds and loads, carry and check binaries"),
     Patch(_FX, "_precompile_header", "binaries:wrap_precompile_header",
-          "header build time left out of the summary's saving", "time torch's builds of precompiled C++ headers"),
+          "header build time in the summary", "time torch's builds of precompiled C++ headers"),
     Patch(_ISA, "valid_vec_isa_list", "binaries:wrap_valid_vec_isa_list",
           "CPU probes kept between runs", "build the CPU feature probes in the plugin's home, once a machine"),
     Patch(_ISA, "VecISA.check_build", "binaries:wrap_check_build",

@@ -90,16 +90,8 @@ def _time_lines(report: SessionReport) -> list[str]:
     lines = [line + "."]
     c = report.compared_with_build()
     if c is not None:
-        verdict = f"**{c.saved:.1f} s less**" if c.saved >= 0 else f"**{-c.saved:.1f} s more**"
-        lines.append(f"The same {_tests(c.tests)} when the bundle first recorded {'it' if c.tests == 1 else 'them'}: "
-                     f"{c.then:.1f} s, plus {c.warmup_then:.1f} s in the warmup that built it. Compiling "
-                     f"{'that test' if c.tests == 1 else 'those tests'} and the warmup: "
-                     f"{c.total_then:.1f} s then, {c.total_now:.1f} s now ({verdict})"
-                     + (f" (building precompiled headers, kept per machine, left out: {c.headers_then:.1f} s then, "
-                        f"{c.headers_now:.1f} s now)." if c.headers_then + c.headers_now >= 0.05 else "."))
-        if c.now > c.then and c.warmup_then and not c.warmup_now:
-            lines.append("(The first compile in each process pays torch's one-off start-up: the building run paid it "
-                         "in its warmup, this run in its first test.)")
+        text = c.sentence(report.headers_seconds)
+        lines.append(text[0].upper() + text[1:] + ".")
     return [" ".join(lines), ""]
 
 
@@ -156,7 +148,8 @@ def _top_tests(report: SessionReport) -> list[str]:
     for nodeid, stats in ranked:
         fx = stats.get("fx_graph", {})
         dyn = stats.get("dynamo", {})
-        cells = [_cell(nodeid), f"{float(stats.get('compile_seconds', 0.0)):.2f}"]
+        first = " (first in its process: torch's one-off start-up included)" if stats.get("first_in_process") else ""
+        cells = [_cell(nodeid), f"{float(stats.get('compile_seconds', 0.0)):.2f}{first}"]
         if then:
             cells.append(f"{built[nodeid]:.2f}" if nodeid in built else "")
         cells += [str(fx.get("hits", "-")), str(fx.get("misses", "-"))]

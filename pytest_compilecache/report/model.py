@@ -7,6 +7,7 @@ The model is filled by the plugin's roles and rendered by :mod:`.terminal` (the 
 from __future__ import annotations
 
 import enum
+import hashlib
 from dataclasses import dataclass, field, fields
 from typing import Any, Iterable
 
@@ -203,37 +204,59 @@ class SaveResult:
 
 @dataclass(frozen=True)
 class Comparison:
-    """Compile seconds of the tests a run shares with the run that built its bundle, and both warmups."""
+    """This session against the run that built its bundle: the wall clock from the plugin's start to the
+    end of the last test, and the compiling inside it (tests and warmup, precompiled headers included).
+
+    Said only where the two runs are alike: the same tests in the same number of processes (each
+    process pays torch's one-off start-up and the machine's header builds once, whichever test or
+    warmup compiles first). ``not_compared`` says why they are not, and then no saving is claimed."""
 
     tests: int
-    now: float
-    then: float
-    warmup_now: float
-    warmup_then: float
-    #: Tests both runs had whose cache starts empty by design (``cold_cache``, per-test isolation): no
-    #: bundle changes what they compile, so they are left out of both sides.
-    left_out_cold: int = 0
-    #: Tests of this run the bundle has no figure for (added since, not by an updating run): not compared.
-    not_recorded: int = 0
-    #: Seconds building precompiled C++ headers, within the figures above (kept per machine, not by a bundle).
-    headers_now: float = 0.0
-    headers_then: float = 0.0
-
-    @property
-    def total_then(self) -> float:
-        """The building run's compiling, warmup included, without its header builds."""
-        return self.then + self.warmup_then - self.headers_then
-
-    @property
-    def total_now(self) -> float:
-        """This run's compiling, warmup included, without its header builds."""
-        return self.now + self.warmup_now - self.headers_now
+    processes: int
+    seconds_now: float
+    seconds_then: float
+    compile_now: float
+    compile_then: float
+    not_compared: str = ""
 
     @property
     def saved(self) -> float:
-        """What this run's compiling took less than the building run's, warmups included and header
-        builds left out on both sides (negative: more)."""
-        return self.total_then - self.total_now
+        """Wall seconds this session took less than the building run (negative: more); 0 when not compared."""
+        return 0.0 if self.not_compared else self.seconds_then - self.seconds_now
+
+    def sentence(self, headers_now: float) -> str:
+        """This session against the run that built its bundle, in one sentence (the terminal's and the job summary's)."""
+        if self.not_compared:
+            return f"not compared with the run that built the bundle: {self.not_compared}"
+        verdict = f"{self.saved:.1f} s less" if self.saved >= 0 else f"{-self.saved:.1f} s MORE"
+        tests = "the same test" if self.tests == 1 else f"the same {self.tests} tests"
+        where = "" if self.processes == 1 else f" on {self.processes} workers"
+        headers = (f", of which {headers_now:.1f} s building torch's precompiled C++ headers (built once a machine, "
+                   "kept in compile_cache_home)" if headers_now >= 0.05 else "")
+        return (f"this session against the run that built the bundle ({tests}{where}): {self.seconds_now:.1f} s now, "
+                f"{self.seconds_then:.1f} s then ({verdict}), each from the plugin's start to the session's end; compiling "
+                f"in tests and the warmup: {self.compile_now:.1f} s now{headers}, {self.compile_then:.1f} s then")
+
+    def to_json(self) -> dict[str, Any]:
+        """The report's ``totals.compared_with_build``."""
+        data: dict[str, Any] = {"tests": self.tests, "processes": self.processes,
+                                "session_seconds": round(self.seconds_now, 3),
+                                "built_session_seconds": round(self.seconds_then, 3),
+                                "compile_seconds": round(self.compile_now, 3),
+                                "built_compile_seconds": round(self.compile_then, 3)}
+        if self.not_compared:
+            data["not_compared"] = self.not_compared
+        else:
+            data["session_seconds_saved"] = round(self.saved, 3)
+        return data
+
+
+def session_record(seconds: float, tests: Iterable[str], processes: int, compile_seconds: float) -> dict[str, Any]:
+    """What a bundle keeps of the session that wrote it, for :meth:`SessionReport.compared_with_build`."""
+    ran = sorted(set(tests))
+    return {"seconds": round(seconds, 3), "tests": len(ran), "processes": processes,
+            "compile_seconds": round(compile_seconds, 3),
+            "digest": hashlib.sha256("\n".join(ran).encode()).hexdigest()[:16]}
 
 
 @dataclass
@@ -299,6 +322,10 @@ class SessionReport:
     expectations: ExpectationsReport | None = None
     #: Where the JSON report went (written after the report's own content is final).
     written: ReportWritten | None = None
+    #: Wall seconds from the plugin's start in this process to the end of saving the bundle (or the last test's end).
+    session_seconds: float = 0.0
+    #: Every test that ran (reported its teardown), counted or not, by node id.
+    ran: set[str] = field(default_factory=set)
 
     def add_test(self, nodeid: str, stats: dict[str, Any]) -> None:
         """Record one test's counts (from this process or from a worker's report)."""
@@ -394,22 +421,27 @@ class SessionReport:
                 return {str(k): float(v) for k, v in tests.items() if isinstance(v, (int, float))}
         return {}
 
-    def compared_with_build(self) -> "Comparison | None":
-        """This run's compile time against the same tests when the loaded bundle first recorded them."""
-        built = self.built_tests()
-        shared = [n for n in self.tests if n in built]
-        common = [n for n in shared if not _starts_empty(self.tests[n])]
-        if not common:
-            return None
-        now = sum(float(self.tests[n].get("compile_seconds", 0.0)) for n in common)
-        def then(key: str) -> float:
-            return next((float(p.history[key]) for p in self.processes if p.status is Status.LOADED
-                         and isinstance(p.history.get(key), (int, float))), 0.0)
+    def session_record(self, seconds: float) -> dict[str, Any]:
+        """This session after ``seconds``, as a bundle it writes keeps it (see :func:`session_record`)."""
+        return session_record(seconds, self.ran, max(1, len(self.processes)),
+                              self.compile_seconds + self.warmup_seconds)
 
-        new = sum(1 for n, stats in self.tests.items() if n not in built and not _starts_empty(stats))
-        return Comparison(len(common), now, sum(built[n] for n in common), self.warmup_seconds,
-                          then("warmup_seconds"), len(shared) - len(common), new, self.headers_seconds,
-                          then("headers_seconds"))
+    def compared_with_build(self) -> "Comparison | None":
+        """This session against the run that built the loaded bundle, where the bundle recorded it."""
+        then = next((p.history["session"] for p in self.processes if p.status is Status.LOADED
+                     and isinstance(p.history.get("session"), dict)), None)
+        if not then or not self.ran:
+            return None
+        now = self.session_record(self.session_seconds)
+        why = ""
+        if now["digest"] != then.get("digest"):
+            why = (f"this run ran {_tests(now['tests'])}, the building run {_tests(int(then.get('tests', 0)))}"
+                   + (" (other ones)" if now["tests"] == then.get("tests") else ""))
+        elif now["processes"] != then.get("processes"):
+            why = (f"this run had {_processes(now['processes'])}, the building run {_processes(int(then.get('processes', 0)))}: "
+                   "each process pays torch's start-up once")
+        return Comparison(now["tests"], now["processes"], self.session_seconds, float(then.get("seconds", 0.0)),
+                          now["compile_seconds"], float(then.get("compile_seconds", 0.0)), why)
 
     def _tests_json(self) -> dict[str, dict[str, Any]]:
         built = self.built_tests()
@@ -417,8 +449,7 @@ class SessionReport:
         for nodeid, stats in self.tests.items():
             if nodeid in built and not _starts_empty(stats):
                 now = float(stats.get("compile_seconds", 0.0))
-                stats = {**stats, "built_compile_seconds": built[nodeid],
-                         "compile_seconds_saved": round(built[nodeid] - now, 4)}
+                stats = {**stats, "built_compile_seconds": built[nodeid]}
             out[nodeid] = stats
         return out
 
@@ -427,14 +458,7 @@ class SessionReport:
                                   "compile_seconds": round(self.compile_seconds, 3)}
         compared = self.compared_with_build()
         if compared is not None:
-            totals["compared_with_build"] = {
-                "tests": compared.tests, "left_out_cold": compared.left_out_cold,
-                "tests_seconds": round(compared.now, 3),
-                "built_tests_seconds": round(compared.then, 3), "warmup_seconds": round(compared.warmup_now, 3),
-                "built_warmup_seconds": round(compared.warmup_then, 3),
-                "headers_seconds": round(compared.headers_now, 3),
-                "built_headers_seconds": round(compared.headers_then, 3),
-                "compile_seconds_saved": round(compared.saved, 3)}
+            totals["compared_with_build"] = compared.to_json()
         return totals
 
     def to_json(self) -> dict[str, Any]:
@@ -478,6 +502,14 @@ NOTHING_ADDED = "the tests compiled nothing it lacked; recorded their compile ti
 def _starts_empty(stats: dict[str, Any]) -> bool:
     """Whether a test's cache started empty by design (``cold_cache``, per-test isolation)."""
     return stats.get("cache") in ("cold", "isolated")
+
+
+def _tests(n: int) -> str:
+    return "1 test" if n == 1 else f"{n} tests"
+
+
+def _processes(n: int) -> str:
+    return "1 process" if n == 1 else f"{n} processes (xdist workers)"
 
 
 def counted_tests(n: int) -> str:

@@ -24,24 +24,14 @@ def _compile_time_line(report: SessionReport) -> list[str]:
     warmup = report.warmup_seconds
     if warmup:
         line += f", plus {warmup:.1f} s in the warmup"
+    first = [float(s.get("compile_seconds", 0.0)) for s in report.tests.values() if s.get("first_in_process")]
+    if first:
+        line += (f"; of the tests' time, {sum(first):.1f} s in the first compiling test of each process, which pays "
+                 "torch's one-off start-up (a warmup pays it where one runs)")
     lines = [line]
     compared = report.compared_with_build()
     if compared is not None:
-        c = compared
-        plus = f", plus {c.warmup_then:.1f} s in the warmup that built it" if c.warmup_then else ""
-        cold = (f" ({c.left_out_cold} cold_cache test{'s' if c.left_out_cold != 1 else ''} left out: "
-                f"{'its' if c.left_out_cold == 1 else 'their'} cache starts empty by design)" if c.left_out_cold else "")
-        new = (f" ({c.not_recorded} test{'s' if c.not_recorded != 1 else ''} new since then: not compared)"
-               if c.not_recorded else "")
-        lines.append(f"  the same {_tests(c.tests)} when the bundle first recorded {'it' if c.tests == 1 else 'them'}: "
-                     f"{c.then:.1f} s (this run: {c.now:.1f} s){plus}{cold}{new}")
-        if c.now > c.then and c.warmup_then and not c.warmup_now:
-            lines.append("  (the first compile in each process pays torch's one-off start-up: the building run paid it "
-                         "in its warmup, this run in its first test; compare the totals below)")
-        verdict = f"{c.saved:.1f} s less" if c.saved >= 0 else f"{-c.saved:.1f} s MORE"
-        those = "that test" if c.tests == 1 else "those tests"
-        lines.append(f"  compiling {those} and the warmup: {c.total_then:.1f} s then, {c.total_now:.1f} s now "
-                     f"({verdict}{_headers_left_out(c)})")
+        lines.append("  " + compared.sentence(report.headers_seconds))
     return lines
 
 
@@ -134,14 +124,6 @@ def expectation_lines(e: ExpectationsReport | None) -> list[str]:
     lines += _named("unused", e.unused, " (gone, or no longer in a cold_cache, warm_cache or isolated test; "
                                         "--compile-cache-expect-update over the whole suite removes them)")
     return lines
-
-
-def _headers_left_out(c: Comparison) -> str:
-    """What the comparison leaves out: building precompiled headers, a cost per machine, not per bundle."""
-    built = [f"{seconds:.1f} s {when}" for seconds, when in ((c.headers_then, "then"), (c.headers_now, "now"))
-             if seconds >= 0.05]
-    return (f"; not counting {' and '.join(built)} building torch's precompiled C++ headers, which are kept per "
-            "machine with or without a bundle") if built else ""
 
 
 def patch_lines(report: SessionReport, verbose: bool) -> list[str]:

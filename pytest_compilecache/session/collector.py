@@ -22,6 +22,8 @@ class Collector:
         self.report = report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "teardown":
+            self.report.ran.add(report.nodeid)
         stats = getattr(report, REPORT_ATTR, None)
         if stats is not None and report.when == "teardown":
             self.report.add_test(report.nodeid, stats)

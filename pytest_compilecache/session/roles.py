@@ -145,6 +145,7 @@ class SingleProcess(_RunsTests):
         with self.side.bundle.progress.showing():
             Saver(self.store, self.options, self.side.bundle.existed, self.run, pools, self.side.bundle.problem).save(
                 self.report, [(env, *own)] if own and env else [])
+        self.report.session_seconds = time.time() - self.run
         if self.keeper is not None:
             self.report.expectations = self.keeper.finish(session)
         self.report.written = write_json(self.options.report, self.report)
@@ -291,6 +292,7 @@ class Controller:
         with self.progress.showing():
             Saver(self.store, self.options, self.bundle_existed, self.run, self.folders.shared / "binaries",
                   self.start_problem).save(self.report, blobs)
+        self.report.session_seconds = time.time() - self.run
         if self.keeper is not None:
             self.report.expectations = self.keeper.finish(session)
         self.report.written = write_json(self.options.report, self.report)
