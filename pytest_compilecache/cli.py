@@ -559,8 +559,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--network-timeout", metavar="SECONDS", type=float, default=DEFAULT_NETWORK_TIMEOUT,
                    help=f"seconds a store may take to answer a request, plus the time a transfer takes at "
                         f"{MIN_RATE // 1000} kB/s; then the command gives up (default {DEFAULT_NETWORK_TIMEOUT:g})")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_CommandParser,
-                           help="what to do; pytest-compilecache COMMAND --help tells more")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{inspect,verify,merge,prune}", parser_class=_CommandParser,
+                           help="what to do: pytest-compilecache COMMAND --help tells more of each")
     inspect = sub.add_parser(
         "inspect", help="show a bundle's entries (one per environment), their artifacts and carried binaries",
         description="Show a bundle's entries (one per environment): their fields, artifacts, carried C++ binaries, "

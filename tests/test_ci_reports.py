@@ -107,6 +107,9 @@ def test_job_summary_is_appended_with_a_table_of_compiling(
     again = summary.read_text()
     assert again.startswith(text) and again.count("## compilecache") == 2
     assert "loaded:" in again[len(text):] and "in the building run" in again[len(text):], again[len(text):]
+    # A newcomer read an unexplained "**main**:" and the bundle's path twice in one line.
+    bundle_line = next(line for line in again[len(text):].splitlines() if line.startswith("- **Bundle**"))
+    assert "**main**" not in again and bundle_line.count("b.bundle") == 0, bundle_line
 
 
 def test_no_job_summary_outside_github_actions(

@@ -674,3 +674,10 @@ def test_output_into_a_closed_pipe_ends_quietly(good_bundle: Path, sessions: Ses
         os.close(write)
     assert done.stderr == "", done.stderr
     assert done.returncode == 1, done.returncode
+
+
+def test_no_command_lists_the_commands() -> None:
+    """A newcomer's bare ``pytest-compilecache`` said only that COMMAND is required."""
+    done = cli()
+    assert done.returncode == 2
+    assert "the following arguments are required: {inspect,verify,merge,prune}" in done.stderr, done.stderr

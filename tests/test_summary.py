@@ -653,3 +653,14 @@ def test_the_claimed_saving_is_what_the_wall_clock_shows_on_a_fresh_runner(
         assert "session_seconds_saved" not in compared, compared
         assert ("not compared with the run that built the bundle: this run had 2 processes (xdist workers), the "
                 "building run 1 process") in summary, summary
+
+
+def test_a_bundle_with_nothing_to_save_says_it_was_not_written() -> None:
+    """``bundle nothing to save:`` read oddly to a newcomer."""
+    from pytest_compilecache.report.model import SaveResult, SaveStatus, SessionReport
+    from pytest_compilecache.report.terminal import summary_lines
+
+    report = SessionReport(bundle_path="b.bundle")
+    report.saved = SaveResult(SaveStatus.NOTHING, "no test compiled anything to save")
+    lines = summary_lines(report)
+    assert "bundle not written, nothing to save: no test compiled anything to save" in lines, lines

@@ -44,8 +44,10 @@ def _bundle_lines(report: SessionReport) -> list[str]:
         elif process.status is Status.WARMUP_FAILED:
             what = "warmup failed"
         else:
-            what = f"{process.status.value}: {process.reason}"
-        line = f"- **{process.process}**: {what}"
+            reason = process.reason.removeprefix(f"{report.bundle_path}: ") if report.bundle_path else process.reason
+            what = f"{process.status.value}: {reason}"
+        who = "" if len(report.processes) == 1 else f" (xdist worker {process.process})"
+        line = f"- **Bundle{who}** {what}"
         if process.loaded:
             loaded = artifact_counts(process.loaded)
             line += f"; loaded {loaded} ({_mb(process.loaded_bytes)} of compiled artifacts in {process.load_seconds:.2f} s)"

@@ -237,6 +237,8 @@ def summary_lines(report: SessionReport) -> list[str]:
     elif saved.status is SaveStatus.DELTA:
         lines.append(f"bundle written as a delta only: {saved.path} ({saved.bytes / 1e6:.2f} MB in "
                      f"{saved.seconds:.2f} s{moved}): {saved.reason}")
+    elif saved.status is SaveStatus.NOTHING:
+        lines.append(f"bundle not written, nothing to save: {saved.reason}" + moved)
     elif saved.status is not SaveStatus.NOT_ASKED:
         lines.append(f"bundle {saved.status.value}: {saved.reason}" + moved)
     failure = report.warmup_failed

@@ -256,6 +256,7 @@ def add_options(parser: pytest.Parser) -> None:
         dest = name.replace("-", "_")
         group.addoption(f"--{name}", dest=dest, default=None, help=f"{help} (ini: {dest})", **kwargs)
         on_off = " (true or false)" if kwargs.get("action") == "store_true" else ""
+        # "string", not "bool": pytest's own check of a bool ini value names no option ("invalid truth value")
         parser.addini(dest, help=help + on_off, type="string")
 
     group.addoption("--compile-cache-isolate", dest="compile_cache_isolate", action="store_const", const="test",
@@ -266,12 +267,13 @@ def add_options(parser: pytest.Parser) -> None:
                     choices=ISOLATION_MODES,
                     help="isolate compile caches: off, test or worker (off: tests share one cache; test: every "
                          "test gets its own empty cache; worker: each process or xdist worker gets its own cache, "
-                         "kept between runs) (ini: compile_cache_isolate)")
+                         "kept between runs) (ini: compile_cache_isolate_mode, or compile_cache_isolate)")
     parser.addini("compile_cache_isolate", type="string",
                   help="isolation mode: off, test or worker (see --compile-cache-isolate-mode)")
     parser.addini("compile_cache_isolate_mode", type="string",
                   help="the same setting as compile_cache_isolate, under the mode option's name")
-    option("compile-cache-bundle", f"Mega-Cache bundle to load at session start and save at the end: a path, "
+    option("compile-cache-bundle", f"bundle of compiled artifacts (torch's Mega-Cache: FX graphs, AOTAutograd, "
+           f"autotuning, PGO, with C++ and Triton kernels) to load at session start and save at the end: a path, "
            f"or a URL (s3://, gs://, az://, http(s):// read-only, memory://; needs pytest-compilecache[s3] "
            f"or the store's extra) (env: {BUNDLE_ENV}; an ini path is relative to the ini file)", metavar="PATH|URL")
     option("compile-cache-update", "merge this session's artifacts into an existing bundle", action="store_true")
