@@ -195,6 +195,8 @@ class DynamoStats:
     recompile_reasons: tuple[str, ...] = ()
     graph_break_reasons: tuple[str, ...] = ()
     _unobservable: tuple[tuple[str, str], ...] = ()
+    #: Where in the user's code each graph break was met, as ``file:line: reason``.
+    graph_breaks_at: tuple[str, ...] = ()
 
     @property
     def unobservable(self) -> dict[str, str]:
@@ -241,6 +243,8 @@ class DynamoStats:
             out["recompile_reasons"] = list(self.recompile_reasons)
         if self.graph_break_reasons:
             out["graph_break_reasons"] = list(self.graph_break_reasons)
+        if self.graph_breaks_at:
+            out["graph_breaks_at"] = list(self.graph_breaks_at)
         if self._unobservable:
             out["unobservable"] = self.unobservable
         return out
@@ -253,6 +257,7 @@ class DynamoStats:
             tuple(data.get("recompile_reasons", ())),
             tuple(data.get("graph_break_reasons", ())),
             dict(data.get("unobservable", {})),
+            tuple(data.get("graph_breaks_at", ())),
         )
 
     def __add__(self, other: "DynamoStats") -> "DynamoStats":
@@ -261,6 +266,7 @@ class DynamoStats:
             _unique(self.recompile_reasons + other.recompile_reasons),
             _unique(self.graph_break_reasons + other.graph_break_reasons),
             {**other.unobservable, **self.unobservable},
+            _unique(self.graph_breaks_at + other.graph_breaks_at),
         )
 
     def table(self, expected: Mapping[str, int] | None = None, brief: bool = False) -> str:
@@ -281,6 +287,7 @@ class DynamoStats:
         lines = ["  " + "  ".join(header).rstrip(), "  " + "  ".join(cells).rstrip()]
         lines += [f"  {kind} not observable: {why}" for kind, why in self._unobservable]
         lines += [f"  recompile: {r}" for r in self.recompile_reasons]
+        lines += [f"  graph break at {place}" for place in self.graph_breaks_at]
         for reason in self.graph_break_reasons:
             text = reason.strip().splitlines() or [""]
             lines.append(f"  graph break: {text[0]}")
@@ -290,10 +297,10 @@ class DynamoStats:
 
 
 def _dynamo(counts: Mapping[str, int], recompile_reasons: tuple[str, ...], graph_break_reasons: tuple[str, ...],
-            unobservable: Mapping[str, str]) -> DynamoStats:
+            unobservable: Mapping[str, str], graph_breaks_at: tuple[str, ...] = ()) -> DynamoStats:
     return DynamoStats(counts.get("frames", 0), counts.get("graphs", 0), counts.get("recompiles", 0),
                        counts.get("graph_breaks", 0), recompile_reasons, graph_break_reasons,
-                       tuple(unobservable.items()))
+                       tuple(unobservable.items()), graph_breaks_at)
 
 
 @dataclass(frozen=True)
@@ -415,6 +422,7 @@ def dynamo_from_counts(counts: Mapping[str, int], unobservable_fields: Mapping[s
         _reasons(counts, RECOMPILE_REASON),
         _reasons(counts, GRAPH_BREAK_REASON),
         {k[len("dynamo."):]: why for k, why in unobservable_fields.items() if k.startswith("dynamo.") and why},
+        _reasons(counts, GRAPH_BREAK_PLACE),
     )
 
 

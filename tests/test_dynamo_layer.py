@@ -90,6 +90,10 @@ def test_graph_breaks_are_counted_with_their_reasons(cold_cache):
     cold_cache.assert_compiles(frames=2, graphs=2, recompiles=0, graph_breaks=1)
     (reason,) = cold_cache.stats.dynamo.graph_break_reasons
     assert "torch._dynamo.graph_break()" in reason, reason
+    with pytest.raises(AssertionError) as failed:  # names the line, as compile expectations do
+        cold_cache.assert_compiles(graph_breaks=0)
+    line = explicit.__code__.co_firstlineno + 2
+    assert f"graph break at {__file__}:{line}" in str(failed.value), str(failed.value)
 
     def printing(x):
         y = x.cos()

@@ -43,10 +43,11 @@ def _dynamo_lines(totals: CacheStats, workers: bool) -> list[str]:
     """Dynamo's counts over all tests, with the first few reasons (first lines only)."""
     dynamo = totals.dynamo
     shown = dataclasses.replace(dynamo, recompile_reasons=dynamo.recompile_reasons[:SUMMARY_REASONS],
-                                graph_break_reasons=dynamo.graph_break_reasons[:SUMMARY_REASONS])
+                                graph_break_reasons=dynamo.graph_break_reasons[:SUMMARY_REASONS],
+                                graph_breaks_at=dynamo.graph_breaks_at[:SUMMARY_REASONS])
     lines = [f"Dynamo over all tests{' (summed over workers)' if workers else ''}:", shown.table(brief=True)]
-    hidden = (len(dynamo.recompile_reasons) + len(dynamo.graph_break_reasons)
-              - len(shown.recompile_reasons) - len(shown.graph_break_reasons))
+    hidden = (len(dynamo.recompile_reasons) + len(dynamo.graph_break_reasons) + len(dynamo.graph_breaks_at)
+              - len(shown.recompile_reasons) - len(shown.graph_break_reasons) - len(shown.graph_breaks_at))
     if hidden:
         lines.append(f"  ... and {hidden} more reasons, per test in --compile-cache-report")
     return lines
