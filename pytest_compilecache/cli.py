@@ -103,13 +103,14 @@ def _binaries(bundle: Bundle, entry: Entry, check: bool) -> dict[str, Any]:
         return {}
     problems: list[str] = []
     carried = None
-    if check or section is None:
-        try:
-            carried, problems = bundle.carried(entry)
-        except BundleError as exc:
-            if section is None:
-                raise UserError(str(exc)) from None
-            problems = [str(exc)]
+    try:  # read whole: the sources tell a test's kernels from torch's CPU probes
+        carried, problems = bundle.carried(entry)
+    except BundleError as exc:
+        if section is None:
+            raise UserError(str(exc)) from None
+        problems = [str(exc)]
+    if not check:
+        problems = []
     if carried is not None:
         builds = carried.builds
         files = [(f.build, f.path, f.size) for f in carried.files.values()]
@@ -120,13 +121,15 @@ def _binaries(bundle: Bundle, entry: Entry, check: bool) -> dict[str, Any]:
     try:
         identity_here = _torchapi.build_identity()
         here = build_id(identity_here)
+        probes = carried.probes(_torchapi.cpu_probe_sources()) if carried is not None else set()
     except Exception:  # no compiler or no torch: binaries can still be listed
-        here, identity_here = "", {}
+        here, identity_here, probes = "", {}, set()
     out: dict[str, Any] = {"problems": problems, "builds": []}
     for build, identity in builds.items():
         mine = [f for f in files if f[0] == build and is_cpp(f[1])]
         out["builds"].append({
             "build": build, "identity": identity, "binaries": len(mine), "bytes": sum(f[2] for f in mine),
+            "probes": sum(1 for f in mine if f[1] in probes),
             "fits_here": build == here,
             "differences": "" if build == here or not identity_here else identity_differences(identity, identity_here),
         })
@@ -192,7 +195,7 @@ def _show(bundle: Bundle, data: dict[str, Any], check: bool) -> None:
         for build in item["binaries"].get("builds", []):
             fits = "fit this machine" if build["fits_here"] else f"do NOT fit this machine ({build['differences']})"
             what = "binary  " if build["binaries"] == 1 else "binaries"
-            _say(f"    {'cpp':20} {build['binaries']:5d} {what} {build['bytes']:>13,d} bytes, "
+            _say(f"    {'cpp':20} {build['binaries']:5d} {what} {build['bytes']:>13,d} bytes ({_kernels(build)}), "
                  f"built by {build['identity'].get('compiler_version', '?')} for {build['identity'].get('native', '?')}: "
                  f"{fits}")
         if check:
@@ -249,6 +252,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
         return _verify(bundle)
 
 
+def _kernels(build: dict[str, Any]) -> str:
+    """A build's binaries in both parts, as the session's summary names them: the tests' kernels and torch's CPU probes."""
+    kernels, probes = build["binaries"] - build.get("probes", 0), build.get("probes", 0)
+    return f"{kernels} kernel{'s' if kernels != 1 else ''}, {probes} CPU probe{'s' if probes != 1 else ''}"
+
+
 def _verify(bundle: Bundle) -> int:
     here = _here()
     entry = bundle.find(here)
@@ -258,9 +267,11 @@ def _verify(bundle: Bundle) -> int:
     problems = [*_entry_problems(bundle, entry), *binaries.get("problems", [])]
     if problems:
         raise UserError(problems[0])
-    fit = sum(b["binaries"] for b in binaries.get("builds", []) if b["fits_here"])
+    fits = [b for b in binaries.get("builds", []) if b["fits_here"]]
+    fit = sum(b["binaries"] for b in fits)
     total = sum(b["binaries"] for b in binaries.get("builds", []))
-    carried = f"; {fit} of {total} carried C++ binaries fit this machine" if total else ""
+    parts = _kernels({"binaries": fit, "probes": sum(b.get("probes", 0) for b in fits)})
+    carried = f"; {fit} of {total} carried C++ binaries fit this machine ({parts})" if total else ""
     _say(f"{bundle.name}: OK: intact entry for {env_label(entry.env)}{carried}")
     return 0
 

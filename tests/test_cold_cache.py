@@ -231,7 +231,17 @@ def test_warm(warm_cache):
     built.stdout.fnmatch_lines(["*it holds 1 fx_graph, 1 aot_autograd, 1 cpp (*"])
     loaded = run_inner(*args, fresh=True)
     loaded.assert_outcomes(passed=2)
-    loaded.stdout.fnmatch_lines(["*C++ binaries: 1 carried, 1 fit this machine*"])
+    loaded.stdout.fnmatch_lines(["*C++ binaries: 1 kernel carried, 1 fit this machine; and * CPU probes (*"])
+    probes = int(loaded.stdout.str().split("fit this machine; and ")[1].split(" CPU probes")[0])
+    # The command line counts the same two parts by the same names (a newcomer read 1, 2, 11 and 12).
+    import subprocess
+    import sys
+    command = [sys.executable, "-m", "pytest_compilecache", "inspect", str(pytester.path / "b.bundle")]
+    listed = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    assert f"(1 kernel, {probes} CPU probes)" in listed, listed
+    command[3] = "verify"
+    verified = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    assert f"carried C++ binaries fit this machine (1 kernel, {probes} CPU probes)" in verified, verified
     assert {p: p.stat().st_mtime_ns for p in (headers / "cpu-probes").rglob("*.so")} == kept
 
     # A session with no bundle runs its warmup in a new folder every time: it places the kept probes

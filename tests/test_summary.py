@@ -325,7 +325,7 @@ def test_lines_that_would_only_hold_zeros_are_left_out() -> None:
     assert "C++ binaries" not in "\n".join(summary_lines(report))
     assert not _missed(report), "a miss in a cold_cache test is no reason to update"
     report.processes[0].binaries = {"carried": 3, "fit": 0, "triton_kernels": 0}
-    assert "C++ binaries: 3 carried, 0 fit this machine" in "\n".join(summary_lines(report))
+    assert "C++ binaries: 3 kernels carried, 0 fit this machine" in "\n".join(summary_lines(report))
     report.add_test("t::plain", {"cache": "", "fx_graph": {"hits": 0, "misses": 1}})
     assert _missed(report)
 

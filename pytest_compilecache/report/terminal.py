@@ -201,8 +201,12 @@ def summary_lines(report: SessionReport) -> list[str]:
             lines.append("  this machine's copy of this version was used: nothing downloaded")
         if process.binaries and (process.binaries.get("carried") or process.binaries.get("triton_kernels")):
             kernels = process.binaries.get("triton_kernels", 0)
-            lines.append(f"  C++ binaries: {process.binaries.get('carried', 0)} carried, "
+            probes = process.binaries.get("probes", 0)
+            carried = process.binaries.get("carried", 0)
+            lines.append(f"  C++ binaries: {carried} kernel{'s' if carried != 1 else ''} carried, "
                          f"{process.binaries.get('fit', 0)} fit this machine"
+                         + (f"; and {probes} CPU probes (torch's checks of the CPU's vector instructions)" if probes
+                            else "")
                          + (f"; {kernels} Triton kernels from Triton's own cache" if kernels else ""))
         if process.warmup_seconds is not None and not process.warmup_error and not own and not instead:
             wrote = f" and wrote {report.bundle_path}" if process.wrote_bundle else ""

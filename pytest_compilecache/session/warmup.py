@@ -273,7 +273,8 @@ class Preparer:
         count = sum(1 for item in listed if is_cpp(item[1]) and item[1] not in probes)
         fit = sum(1 for path in fitting if is_cpp(path) and path not in probes)
         kernels = carried.triton_counts()["count"]
-        self.report.binaries = {"carried": count, "fit": fit, "triton_kernels": kernels}
+        carried_probes = sum(1 for item in listed if is_cpp(item[1]) and item[1] in probes)
+        self.report.binaries = {"carried": count, "fit": fit, "triton_kernels": kernels, "probes": carried_probes}
         if count and not fit and carried.builds:
             why = "; ".join(identity_differences(identity, self.binaries.identity) for identity in carried.builds.values())
             self._say(Concern.BINARY, f"{bundle.name}: none of its {count} carried binaries fits this machine "
