@@ -611,7 +611,7 @@ def test_the_claimed_saving_is_what_the_wall_clock_shows_on_a_fresh_runner(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, workers: list[str],
 ) -> None:
     """As on a CI runner that restores only the bundle: built with one HOME and TMPDIR, run warm with a
-    fresh one (and once more with that one kept). No figure of the summary is negative, and the saving
+    fresh one (and, serially, once more with that one kept). No figure of the summary is negative, and the saving
     it claims is the two runs' wall clocks' difference within 30% (and a second of noise); a run with
     another number of processes claims none."""
     import re
@@ -639,7 +639,7 @@ def test_the_claimed_saving_is_what_the_wall_clock_shows_on_a_fresh_runner(
         return wall, summary, json.loads((pytester.path / "r.json").read_text())
 
     cold, _, _ = run("runner-1", *workers)
-    for label in ("fresh", "kept"):
+    for label in ("fresh", "kept") if not workers else ("fresh",):
         wall, summary, report = run("runner-2", *workers)
         compared = report["totals"]["compared_with_build"]
         claimed, measured = compared["session_seconds_saved"], cold - wall
