@@ -68,6 +68,8 @@ def test_warm_max_autotune_hits_from_the_bundle(warm_cache):
     warm_cache.assert_misses(fx_graph=0)
     warm_cache.assert_hits(fx_graph=1)
     print("\\nAUTOTUNE", warm_cache.stats.autotune.to_dict(), "TRITON", warm_cache.stats.triton.to_dict())
+    autotune = warm_cache.stats.autotune  # every result found came from the bundle (a newcomer read from_bundle 0)
+    assert autotune.from_bundle == autotune.hits, warm_cache.stats.table()
 
 def test_cold_triton_compiles_then_hits_its_own_dir(cold_cache):
     assert os.environ["TRITON_CACHE_DIR"] == str(cold_cache.path / "triton")
@@ -203,3 +205,4 @@ def test_real_models_reload_with_no_autotune_miss(tmp_path: Path) -> None:
     assert len(warm) == 3
     assert all(v["autotune"]["misses"] == 0 and v["autotune"]["saved"] == 0 for v in warm.values()), warm
     assert sum(v["autotune"]["hits"] for v in warm.values()) > 0, warm
+    assert all(v["autotune"]["from_bundle"] == v["autotune"]["hits"] for v in warm.values()), warm

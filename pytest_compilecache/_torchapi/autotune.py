@@ -60,6 +60,22 @@ def wrap_create(create: Callable[..., Any]) -> Callable[..., Any]:
     return create_here
 
 
+def wrap_read(read: Callable[..., Any]) -> Callable[..., Any]:
+    """``AutotuneCache._read``, counting a result found in the local folder where the bundle put it."""
+    from . import keys
+
+    @functools.wraps(read)
+    def reading(self: Any, *args: Any, **kwargs: Any) -> Any:
+        found = read(self, *args, **kwargs)
+        local = getattr(self, "local_cache", None)
+        path = local[1] if isinstance(local, tuple) and len(local) == 2 else None
+        if found is not None and isinstance(path, str) and os.path.isfile(path):
+            keys.autotune_from_bundle(path)
+        return found
+
+    return reading
+
+
 _last_found = threading.local()
 
 

@@ -28,6 +28,7 @@ from ..explain import Explanation, Known, explain
 from ..stats import EXPLANATION, MISS_KIND
 
 FROM_BUNDLE_AOT = "aot_autograd.from_bundle"
+FROM_BUNDLE_AUTOTUNE = "autotune.from_bundle"
 
 _LINE = re.compile(r"^\[([A-Za-z0-9]+)\] ([^\s:\[]+(?:\[[^\]]*\])?): (.*)$", re.DOTALL)
 _TRACE = re.compile(r'File "([^"]+)", line \d+, in (\S+)')
@@ -44,6 +45,8 @@ _cannot = ""
 _unpacked: tuple[str, Callable[[], tuple[KeyIndex | None, int, str]]] | None = None
 #: AOTAutograd keys whose entries the loaded bundle put into cache folders.
 _bundle_aot_keys: frozenset[str] = frozenset()
+#: The loaded bundle's autotune results, by their place in a cache folder (``<xx>/<name>.best_config``).
+_bundle_autotune_keys: frozenset[str] = frozenset()
 
 
 def wrap_fx_hash(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -254,12 +257,23 @@ def _loaded_bundle() -> Known | None:
     return _bundle
 
 
-def note_bundle_keys(aot_keys: Iterable[str]) -> None:
-    """The AOTAutograd keys the loaded bundle holds: a lookup that finds one of them in the cache folder
-    counts as ``aot_autograd.from_bundle`` (torch counts FX graphs from a bundle, not AOTAutograd entries)."""
-    global _bundle_aot_keys
+def note_bundle_keys(aot_keys: Iterable[str], autotune_keys: Iterable[str] = ()) -> None:
+    """The AOTAutograd keys and autotune results the loaded bundle holds: a lookup that finds one of them
+    in a cache folder filled from the bundle counts as ``from_bundle`` (torch counts FX graphs from a
+    bundle, not AOTAutograd entries or autotune results)."""
+    global _bundle_aot_keys, _bundle_autotune_keys
     with _lock:
         _bundle_aot_keys = frozenset(aot_keys)
+        _bundle_autotune_keys = frozenset(os.path.normpath(k) for k in autotune_keys)
+
+
+def autotune_from_bundle(path: str) -> None:
+    """An autotune lookup found its result at ``path``: count it as ``autotune.from_bundle`` where the
+    loaded bundle put that result there (a folder filled from the bundle, the result's place one of its)."""
+    tail = os.path.join(os.path.basename(os.path.dirname(path)), os.path.basename(path))
+    with _lock:
+        if _filled_from_bundle and tail in _bundle_autotune_keys:
+            _counts[FROM_BUNDLE_AUTOTUNE] += 1
 
 
 def index_of(wanted: Iterable[str]) -> KeyIndex:

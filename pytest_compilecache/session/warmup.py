@@ -225,7 +225,7 @@ class Preparer:
         if unreadable:
             self._say(Concern.BUNDLE, unreadable, bundle.name)
         keys = {k for kind in ("inductor", "aot_autograd") for k in loaded.get(kind, [])}
-        _torchapi.note_bundle_keys(loaded.get("aot_autograd", []))
+        _torchapi.note_bundle_keys(loaded.get("aot_autograd", []), loaded.get("autotune", []))
         name = "this session's warmup" if self._own(bundle) else f"the bundle {bundle.name}"
 
         def unpacked() -> tuple[KeyIndex | None, int, str]:
