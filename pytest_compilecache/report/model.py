@@ -226,13 +226,15 @@ class Comparison:
 
     def sentence(self, headers_now: float) -> str:
         """This session against the run that built its bundle, in one sentence (the terminal's and the job summary's)."""
+        headers = (f", of which {headers_now:.1f} s building torch's precompiled C++ headers (built once a machine, "
+                   "kept in the plugin's per-user folder, compile_cache_home: ~/.cache/pytest-compilecache by default)"
+                   if headers_now >= 0.05 else "")
         if self.not_compared:
-            return f"not compared with the run that built the bundle: {self.not_compared}"
+            return (f"not compared with the run that built the bundle: {self.not_compared}; compiling in tests and "
+                    f"the warmup: {self.compile_now:.1f} s now{headers}, {self.compile_then:.1f} s then")
         verdict = f"{self.saved:.1f} s less" if self.saved >= 0 else f"{-self.saved:.1f} s MORE"
         tests = "the same test" if self.tests == 1 else f"the same {self.tests} tests"
         where = "" if self.processes == 1 else f" on {self.processes} workers"
-        headers = (f", of which {headers_now:.1f} s building torch's precompiled C++ headers (built once a machine, "
-                   "kept in compile_cache_home)" if headers_now >= 0.05 else "")
         return (f"this session against the run that built the bundle ({tests}{where}): {self.seconds_now:.1f} s now, "
                 f"{self.seconds_then:.1f} s then ({verdict}), each from the plugin's start to the session's end; compiling "
                 f"in tests and the warmup: {self.compile_now:.1f} s now{headers}, {self.compile_then:.1f} s then")
@@ -322,7 +324,9 @@ class SessionReport:
     expectations: ExpectationsReport | None = None
     #: Where the JSON report went (written after the report's own content is final).
     written: ReportWritten | None = None
-    #: Wall seconds from the plugin's start in this process to the end of saving the bundle (or the last test's end).
+    #: When the session began (the plugin's load, for a process's first session), as ``time.time()``.
+    started: float = 0.0
+    #: Wall seconds from ``started`` to the end of saving the bundle (or of the last test).
     session_seconds: float = 0.0
     #: Every test that ran (reported its teardown), counted or not, by node id.
     ran: set[str] = field(default_factory=set)

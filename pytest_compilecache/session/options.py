@@ -274,8 +274,8 @@ def add_options(parser: pytest.Parser) -> None:
                   help="the same setting as compile_cache_isolate, under the mode option's name")
     option("compile-cache-bundle", f"bundle of compiled artifacts (torch's Mega-Cache: FX graphs, AOTAutograd, "
            f"autotuning, PGO, with C++ and Triton kernels) to load at session start and save at the end: a path, "
-           f"or a URL (s3://, gs://, az://, http(s):// read-only, memory://; needs pytest-compilecache[s3] "
-           f"or the store's extra) (env: {BUNDLE_ENV}; an ini path is relative to the ini file)", metavar="PATH|URL")
+           f"or a URL (s3://, gs://, az://, http(s):// read-only, memory://; needs the plugin's extra for "
+           f"the store, as [s3]) (env: {BUNDLE_ENV}; an ini path is relative to the ini file)", metavar="PATH|URL")
     option("compile-cache-update", "merge this session's artifacts into an existing bundle", action="store_true")
     option("compile-cache-rebuild", "ignore what the bundle at PATH holds for this machine and write a fresh "
            "entry for it (other machines' entries are kept)", action="store_true")
@@ -283,7 +283,7 @@ def add_options(parser: pytest.Parser) -> None:
            "warm_cache test (warm_cache always explains its misses)", action="store_true")
     option("compile-cache-remote", f"turn on torch's remote (Redis) FX graph, AOTAutograd and autotune "
            f"caches at URL for this session, check that the server answers, and count remote lookups "
-           f"(env: {REMOTE_ENV}; needs pytest-compilecache[redis])", metavar="redis://HOST:PORT[/DB]")
+           f"(env: {REMOTE_ENV}; needs the plugin's [redis] extra)", metavar="redis://HOST:PORT[/DB]")
     option("compile-cache-strict", "fail the session when the bundle cannot be loaded, warmed up or saved",
            action="store_true")
     option("compile-cache-lock-timeout", "seconds to wait for the bundle lock (default 900)", metavar="SECONDS")

@@ -36,6 +36,17 @@ from .warmup import died_in_warmup
 
 WORKER_OUTPUT_KEY = "compilecache"
 
+#: When the plugin was loaded (before conftests import torch): the first session of a process counts
+#: its wall clock from here; a later one in the same process (an in-process ``pytester`` run) from its own start.
+_LOADED: float | None = time.time()
+
+
+def _session_started() -> float:
+    """When this session began, as the user's clock sees it (see ``_LOADED``)."""
+    global _LOADED
+    started, _LOADED = _LOADED or time.time(), None
+    return started
+
 
 class _RunsTests:
     """The hooks of the roles that run tests; each role adds its own beginning and end."""
@@ -104,7 +115,7 @@ class SingleProcess(_RunsTests):
         self.run = time.time()
         self.store = open_bundle_store(options)
         super().__init__(config, options, TestSide(config, options, Folders(config), "main", self.run, self.store))
-        self.report = SessionReport(bundle_path=options.bundle_name)
+        self.report = SessionReport(bundle_path=options.bundle_name, started=_session_started())
         self.collector = Collector(options, self.report)
         self.keeper = Keeper.create(config, options, self.recorder)
         self.report.bundle_at_start, self.side.bundle.existed, self.side.bundle.problem = \
@@ -145,7 +156,7 @@ class SingleProcess(_RunsTests):
         with self.side.bundle.progress.showing():
             Saver(self.store, self.options, self.side.bundle.existed, self.run, pools, self.side.bundle.problem).save(
                 self.report, [(env, *own)] if own and env else [])
-        self.report.session_seconds = time.time() - self.run
+        self.report.session_seconds = time.time() - self.report.started
         if self.keeper is not None:
             self.report.expectations = self.keeper.finish(session)
         self.report.written = write_json(self.options.report, self.report)
@@ -207,7 +218,7 @@ class Controller:
         self.folders = Folders(config)
         self.run = time.time()
         self.store = open_bundle_store(options)
-        self.report = SessionReport(bundle_path=options.bundle_name)
+        self.report = SessionReport(bundle_path=options.bundle_name, started=_session_started())
         self.collector = Collector(options, self.report)
         self.keeper = Keeper.create(config, options, None)
         self.report.bundle_at_start, self.bundle_existed, self.start_problem = \
@@ -292,7 +303,7 @@ class Controller:
         with self.progress.showing():
             Saver(self.store, self.options, self.bundle_existed, self.run, self.folders.shared / "binaries",
                   self.start_problem).save(self.report, blobs)
-        self.report.session_seconds = time.time() - self.run
+        self.report.session_seconds = time.time() - self.report.started
         if self.keeper is not None:
             self.report.expectations = self.keeper.finish(session)
         self.report.written = write_json(self.options.report, self.report)

@@ -73,7 +73,7 @@ class Saver:
             "built_compile_seconds": round(report.compile_seconds + report.warmup_seconds, 3),
             "headers_seconds": round(report.headers_seconds, 3),
             "tests": {nodeid: stats.get("compile_seconds", 0.0) for nodeid, stats in report.tests.items()},
-            "session": report.session_record(time.time() - self.run) if self.run else {},
+            "session": report.session_record(time.time() - report.started) if report.started else {},
         }
         before = store.transfer
         try:

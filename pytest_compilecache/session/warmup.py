@@ -144,8 +144,7 @@ class Preparer:
                                                   f"{self.report.reason})")
         if self.tell is not None and self.source is not None and self.report.problems:
             instead = "the warmup runs in its place" if self.run_warmup is not None else "this run goes on without it"
-            for found in self.report.problems:
-                self.tell(f"{found.text}: it cannot be used; {instead} (see the compilecache summary)")
+            self.tell(f"{self.source.name} cannot be used: {instead} (the compilecache summary says why)")
         if self.run_warmup is None:
             if self.source is None:
                 self._status(Status.NONE, "no --compile-cache-bundle and no pytest_compilecache_warmup hook")
