@@ -90,7 +90,7 @@ class Preparer:
         tell: Callable[[str], None] | None = None,
     ) -> None:
         self.source = source
-        #: Told each bundle problem found before the warmup runs, as it is found (the summary says it again).
+        #: Told, as soon as it is found and before the warmup runs, that the bundle cannot be used (the summary says why).
         self.tell = tell
         self.publish = publish
         self.fallback = fallback
