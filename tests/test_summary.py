@@ -649,6 +649,8 @@ def test_the_claimed_saving_is_what_the_wall_clock_shows_on_a_fresh_runner(
         assert measured > 0 and abs(claimed - measured) <= max(0.3 * measured, 1.0), \
             f"{label}: claimed {claimed:.1f} s less, the wall clocks {measured:.1f} s\n{summary}"
         assert f"({claimed:.1f} s less)" in summary, summary
+        first = [name for name, stats in report["tests"].items() if stats.get("first_in_process")]
+        assert 1 <= len(first) <= (2 if workers else 1), first  # torch's start-up, once a process
     if not workers:
         _, summary, report = run("runner-3", "-n", "2")
         compared = report["totals"]["compared_with_build"]

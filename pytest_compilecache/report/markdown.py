@@ -11,7 +11,6 @@ from pathlib import Path
 
 from ..words import artifact_counts
 from .model import BUILT_BY_WARMUP, NOTHING_ADDED, SaveStatus, SessionReport, Status, Write
-from .model import counted_tests as _tests
 
 #: The environment variable GitHub Actions names the job summary's file in.
 SUMMARY_ENV = "GITHUB_STEP_SUMMARY"

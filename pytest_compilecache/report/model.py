@@ -514,8 +514,3 @@ def _tests(n: int) -> str:
 
 def _processes(n: int) -> str:
     return "1 process" if n == 1 else f"{n} processes (xdist workers)"
-
-
-def counted_tests(n: int) -> str:
-    """``test`` for one, ``N tests`` for more: as the summaries say "the same N tests"."""
-    return "test" if n == 1 else f"{n} tests"

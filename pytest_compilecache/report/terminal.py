@@ -6,9 +6,7 @@ import dataclasses
 
 from ..stats import CacheStats
 from ..words import artifact_counts
-from .model import (BUILT_BY_WARMUP, NOTHING_ADDED, Comparison, ExpectationsReport, SaveStatus, SessionReport, Status,
-                    Write)
-from .model import counted_tests as _tests
+from .model import BUILT_BY_WARMUP, NOTHING_ADDED, ExpectationsReport, SaveStatus, SessionReport, Status, Write
 
 
 def _workers(report: SessionReport) -> bool:
