@@ -194,3 +194,74 @@ def test_a_session_inside_another_leaves_the_outer_ones_patches_and_folders(pyte
     pytester.makepyfile(test_outer=NESTED)
     result = pytester.runpytest_subprocess("-p", "pytester", "-p", "no:cacheprovider", "--compile-cache-isolate")
     result.assert_outcomes(passed=3)
+
+
+DRIFT = '''
+import contextlib, importlib, io, sys
+import pytest
+import torch._dynamo, torch._inductor.codecache, torch._functorch._aot_autograd.autograd_cache
+from pytest_compilecache._torchapi import patches
+
+def run(*args):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = pytest.main(["-p", "no:cacheprovider", "-q", *args, "test_inner.py"])
+    return int(code), out.getvalue()
+
+def off(text):
+    return [line for line in text.splitlines() if line.startswith("off on torch ")]
+
+_, text = run("--compile-cache-isolate")
+print("BASELINE OFF", len(off(text)))
+for patch in patches.PATCHES:
+    if not patch.module.startswith("torch"):
+        continue  # torch drifts; the standard library's two entries do not
+    try:
+        owner = importlib.import_module(patch.module)
+        *path, name = patch.attribute.split(".")
+        for part in path:
+            owner = getattr(owner, part)
+    except Exception:
+        continue
+    if patch.backport or name not in vars(owner):
+        continue  # nothing of torch's own to take away here
+    kept = vars(owner)[name]
+    for mode in ("missing", "replaced"):
+        if mode == "missing":
+            delattr(owner, name)
+        else:
+            setattr(owner, name, lambda *args, **kwargs: None)  # an unexpected signature and result
+        code, text = run("--compile-cache-isolate")
+        base = code if code == 0 else run("-p", "no:compilecache")[0]  # fails without the plugin too?
+        setattr(owner, name, kept)
+        print(f"DRIFT {patch.name} {mode} EXIT {code} WITHOUT {base} INTERNAL {'INTERNALERROR' in text} "
+              f"OFF {len(off(text))}")
+'''
+
+DRIFT_INNER = '''
+import torch
+
+def test_compiles():
+    torch._dynamo.reset()
+    assert torch.compile(lambda x: x * 2 + 1)(torch.ones(3)).tolist() == [3.0, 3.0, 3.0]
+'''
+
+
+@pytest.mark.slow
+def test_every_patch_whose_attribute_drifts_costs_at_most_its_feature(pytester: pytest.Pytester) -> None:
+    """The drift test: for each entry of the register, a session where torch's attribute is missing, or
+    replaced by one of another signature, before the plugin looks ends with the results the tests have
+    without the plugin, no INTERNALERROR, and at most one more line naming a feature lost."""
+    pytester.makepyfile(test_inner=DRIFT_INNER)
+    script = pytester.path / "drift.py"
+    script.write_text(DRIFT)
+    done = subprocess.run([sys.executable, str(script)], cwd=pytester.path, capture_output=True, text=True,
+                          timeout=900)
+    lines = done.stdout.splitlines()
+    baseline = int(next(line.split()[-1] for line in lines if line.startswith("BASELINE OFF")))
+    drifted = [line.split() for line in lines if line.startswith("DRIFT ")]
+    assert len(drifted) >= 40, done.stdout[-3000:] + done.stderr[-3000:]  # two modes of (nearly) every entry
+    for _, name, mode, _, code, _, without, _, internal, _, lost in drifted:
+        assert internal == "False", f"{name} {mode}: INTERNALERROR\n{done.stdout[-3000:]}"
+        assert code == without, f"{name} {mode}: exit {code} with the plugin, {without} without"
+        assert int(lost) <= baseline + 1, f"{name} {mode}: {lost} features said lost (baseline {baseline})"

@@ -134,7 +134,7 @@ PATCHES: tuple[Patch, ...] = (
           "Dynamo recompile counts and reasons", "count recompiles with their guard failures",
           alternatives=("get_and_maybe_log_recompilation_reason",)),
     Patch("torch._dynamo.symbolic_convert", "InstructionTranslatorBase.log_graph_break", "dynamo:wrap_log_graph_break",
-          "where each graph break happened; data-dependent branches counted (2.10)",
+          "where each graph break happened; data-dependent branches counted",
           "name the user's line of each graph break (on 2.10, also count the data-dependent branches it "
           "logs but does not count)", seen_on="2.10.0 to 2.15.0"),
     Patch("torch._dynamo.symbolic_convert", "log_graph_break", "dynamo:wrap_module_log_graph_break",
