@@ -12,23 +12,34 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pytest_compilecache"
 
-SESSIONS = '''
+#: The inner scripts' start: torch's patched modules imported, and where each entry's attribute lives.
+OWNERS = '''
 import importlib, sys
 import pytest
 import torch._dynamo, torch._inductor.codecache, torch._functorch._aot_autograd.autograd_cache
 from pytest_compilecache._torchapi import patches
 
+def owner_of(patch):
+    """``(object holding the attribute, its name)``, or None where this torch has no such object."""
+    try:
+        owner = importlib.import_module(patch.module)
+        *path, name = patch.attribute.split(".")
+        for part in path:
+            owner = getattr(owner, part)
+    except Exception:
+        return None
+    return owner, name
+'''
+
+SESSIONS = OWNERS + '''
 def current():
     """Every patched attribute's own value (or None where it is inherited), and the import hooks."""
     out = {}
     for patch in patches.PATCHES:
-        try:
-            owner = importlib.import_module(patch.module)
-            *path, name = patch.attribute.split(".")
-            for part in path:
-                owner = getattr(owner, part)
-        except Exception:
+        found = owner_of(patch)
+        if found is None:
             continue
+        owner, name = found
         out[patch.name] = vars(owner).get(name) if hasattr(owner, "__dict__") else None
     out["meta_path"] = [f for f in sys.meta_path  # the plugin's (torch 2.7 imports setuptools, which adds its own)
                         if "pytest_compilecache" in type(f).__module__ + str(getattr(f, "__module__", ""))]
@@ -196,11 +207,8 @@ def test_a_session_inside_another_leaves_the_outer_ones_patches_and_folders(pyte
     result.assert_outcomes(passed=3)
 
 
-DRIFT = '''
-import contextlib, importlib, io, sys
-import pytest
-import torch._dynamo, torch._inductor.codecache, torch._functorch._aot_autograd.autograd_cache
-from pytest_compilecache._torchapi import patches
+DRIFT = OWNERS + '''
+import contextlib, io
 
 def run(*args):
     out = io.StringIO()
@@ -216,13 +224,10 @@ print("BASELINE OFF", len(off(text)))
 for patch in patches.PATCHES:
     if not patch.module.startswith("torch"):
         continue  # torch drifts; the standard library's two entries do not
-    try:
-        owner = importlib.import_module(patch.module)
-        *path, name = patch.attribute.split(".")
-        for part in path:
-            owner = getattr(owner, part)
-    except Exception:
+    found = owner_of(patch)
+    if found is None:
         continue
+    owner, name = found
     if patch.backport or name not in vars(owner):
         continue  # nothing of torch's own to take away here
     print("ENTRY", patch.name)
