@@ -25,11 +25,15 @@ pytest's ``--basetemp`` (where the plugin keeps its folders) under DIR, in the s
 ``--work=DIR``, the suites, the kept folder, the bundle, the plugin's per-user folder and pytest's
 temporary folders (through ``TMPDIR``) lie under DIR instead of the system's temporary folder (a mount
 of another file system, to compare file systems); the third side's basetemp stays under ``--tmpfs``'s
-DIR. Everything made is removed at the end, a failed run's too.
+DIR. With ``--against=NAME=DIR`` (repeatable), a side runs the plugin's suite with the package found
+first in DIR (another checkout: ``git worktree add DIR COMMIT``), in the same rounds, to compare
+versions of the plugin with one another and with the kept folder. Everything made is removed at the
+end, a failed run's too.
 """
 
 from __future__ import annotations
 
+import compileall
 import os
 import resource
 import shutil
@@ -109,7 +113,8 @@ def main() -> None:
     with_phases = "--phases" in sys.argv
     tmpfs = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--tmpfs=")), None)
     where = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--work=")), None)
-    argv = [a for a in sys.argv if a != "--phases" and not a.startswith(("--tmpfs=", "--work="))]
+    against = dict(a.split("=", 2)[1:] for a in sys.argv if a.startswith("--against="))
+    argv = [a for a in sys.argv if a != "--phases" and not a.startswith(("--tmpfs=", "--work=", "--against="))]
     rounds = int(argv[1]) if len(argv) > 1 else 5
     plain = int(argv[2]) if len(argv) > 2 else 40
     warm = int(argv[3]) if len(argv) > 3 else 20
@@ -123,20 +128,22 @@ def main() -> None:
         os.environ["TMPDIR"] = str(work / "tmp")  # pytest's basetemp, for both sides
     print(f"working in {work}", flush=True)
     try:
-        measure(work, in_ram, rounds, plain, warm, with_phases)
+        measure(work, in_ram, rounds, plain, warm, with_phases, against)
     finally:
         shutil.rmtree(work, ignore_errors=True)
         if in_ram is not None:
             shutil.rmtree(in_ram, ignore_errors=True)
 
 
-def measure(work: Path, in_ram: Path | None, rounds: int, plain: int, warm: int, with_phases: bool) -> None:
+def measure(work: Path, in_ram: Path | None, rounds: int, plain: int, warm: int, with_phases: bool,
+            against: dict[str, str]) -> None:
     """Build both twins in ``work``, then time ``rounds`` alternating rounds of each side and print the tables."""
     phase_log = work / "phases.log"
     probe_env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent / "probe"),
                                                              os.environ.get("PYTHONPATH", "")])),
                  "PHASES_OUT": str(phase_log)}
     sides = ("plugin", "kept", "plugin, tmpfs") if in_ram is not None else ("plugin", "kept")
+    sides += tuple(f"plugin @ {name}" for name in against)
     phases: dict[str, dict[str, list[float]]] = {side: {} for side in sides}
     plugin = suite(work / "plugin", plain, warm, plugin=True)
     kept = suite(work / "kept", plain, warm, plugin=False)
@@ -149,6 +156,10 @@ def measure(work: Path, in_ram: Path | None, rounds: int, plain: int, warm: int,
     plugin_env = {"XDG_CACHE_HOME": str(work / "xdg")}
     setups = {"plugin": (plugin, plugin_args, plugin_env), "kept": (kept, kept_args, kept_env),
               "plugin, tmpfs": (plugin, [*plugin_args, f"--basetemp={in_ram}/basetemp"], plugin_env)}
+    for name, folder in against.items():
+        compileall.compile_dir(os.path.join(folder, "pytest_compilecache"), quiet=1)
+        found_first = os.pathsep.join(filter(None, [str(Path(folder).resolve()), os.environ.get("PYTHONPATH", "")]))
+        setups[f"plugin @ {name}"] = (plugin, plugin_args, {**plugin_env, "PYTHONPATH": found_first})
     print(f"{plain} plain tests and {warm} warm_cache tests, {rounds} alternating rounds", flush=True)
     print(f"build: plugin {run(plugin, plugin_args, plugin_env):.1f} s, "
           f"kept {run(kept, kept_args, kept_env):.1f} s", flush=True)

@@ -1,14 +1,9 @@
 """pytest-compilecache: isolated, observable and shareable torch.compile caches for pytest.
 
-Importing this package never imports torch; it puts a finder for the package's own modules at the
-front of the import system's finders (declared with every other patch in ``_torchapi/patches.py``).
+Importing this package never imports torch.
 """
 
 from __future__ import annotations
-
-from ._torchapi import patches
-
-patches.install_hook(patches.PLUGIN_MODULES)
 
 from .cache import CompileCache
 from .stats import CacheStats, DynamoStats, LayerStats, UnobservableLayerError

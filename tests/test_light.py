@@ -41,39 +41,6 @@ def test_a_test_without_fixtures_never_imports_torch(pytester: pytest.Pytester) 
     pytester.runpytest_subprocess().assert_outcomes(passed=1)
 
 
-def test_pytest_does_not_recompile_the_plugin_in_every_process(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """pytest rewrites every module of an installed plugin, and where it has never been able to keep
-    the result (``PYTHONDONTWRITEBYTECODE``, a read-only site-packages) it compiles them from source in
-    every process; the plugin's modules are imported as Python imports them, from their ``.pyc`` (only
-    the package's ``__init__``, which pytest imports first, goes through pytest's rewriter)."""
-    pytester.makeconftest(
-        """
-        import sys
-        from _pytest.assertion.rewrite import AssertionRewritingHook
-
-        def pytest_unconfigure(config):
-            def rewritten(name):
-                return isinstance(getattr(sys.modules[name], "__loader__", None), AssertionRewritingHook)
-            ours = [name for name in list(sys.modules) if name.startswith("pytest_compilecache.")]
-            print("PACKAGE REWRITTEN", rewritten("pytest_compilecache"), "SUBMODULES", len(ours))
-            print("SUBMODULES REWRITTEN", sorted(name for name in ours if rewritten(name)))
-        """
-    )
-    pytester.makepyfile("def test_x(): pass")
-    # Found by the path finder, as a regular install is (an older pytest marks no editable install).
-    root = str(Path(__file__).resolve().parents[1])
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
-    result = pytester.runpytest_subprocess("-s", "--assert=rewrite")
-    result.assert_outcomes(passed=1)
-    if "PACKAGE REWRITTEN True" not in result.stdout.str():
-        pytest.skip("this pytest does not rewrite the plugin's package at all")
-    # The register of patches, which installs the finder, is imported before it (with its package's __init__).
-    result.stdout.fnmatch_lines(["PACKAGE REWRITTEN True SUBMODULES [1-9]*",
-                                 "SUBMODULES REWRITTEN ['pytest_compilecache._torchapi', 'pytest_compilecache._torchapi.patches']"])
-
-
 def test_plugin_can_be_disabled(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_x(cold_cache): pass")
     result = pytester.runpytest_subprocess("-p", "no:compilecache")

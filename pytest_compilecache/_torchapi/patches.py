@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import importlib.machinery
 import sys
-from types import ModuleType
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 #: What a ``seen_on`` says for a patch checked on every torch of the compat matrix (scripts/compat.sh).
 EVERY_MINOR = "2.7.1 to 2.15.0"
@@ -149,9 +147,6 @@ PATCHES: tuple[Patch, ...] = (
 
 #: The hook that keeps torch off its shared default folder (:mod:`.defaultdir`).
 DEFAULT_FOLDER = "torch's default cache folder"
-#: The hook that has this package's modules imported from their ``.pyc`` (:class:`_ImportedAsInstalled`).
-PLUGIN_MODULES = "the plugin's modules imported as installed"
-
 #: Changes that are not one attribute.
 HOOKS: tuple[Hook, ...] = (
     Hook(DEFAULT_FOLDER, "defaultdir:install", "defaultdir:uninstall",
@@ -159,43 +154,7 @@ HOOKS: tuple[Hook, ...] = (
          "an import hook and a search of loaded torch modules point default_cache_dir at the plugin's "
          "folder, and the precompiled C++ headers' folder (codecache._HEADER_DIR) at its home",
          current="defaultdir:current"),
-    Hook(PLUGIN_MODULES, "patches:_insert_finder", "patches:_remove_finder",
-         "the plugin's modules not compiled again in every process where pytest cannot keep its rewrite",
-         "a finder at the front of sys.meta_path imports this package's modules (but this one, its "
-         "package and the plugin's __init__, imported before it) as Python's path finder does",
-         seen_on="any pytest >= 7.4"),
 )
-
-
-class _ImportedAsInstalled:
-    """Finds this package's modules as Python's own path finder does, from their ``.pyc``.
-
-    pytest rewrites the assertions of every module of an installed plugin, and where it has never been
-    able to keep what it rewrote (``PYTHONDONTWRITEBYTECODE``, a read-only site-packages) it compiles
-    them all from source again in every process. None of this package's assertions is for its users
-    to read.
-    """
-
-    @staticmethod
-    def find_spec(name: str, path: Sequence[str] | None = None,
-                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
-        if not name.startswith(__name__.split(".")[0] + "."):
-            return None
-        return importlib.machinery.PathFinder.find_spec(name, path, target)
-
-
-def _ours(finder: Any) -> bool:
-    return getattr(finder, "__qualname__", None) == _ImportedAsInstalled.__qualname__ \
-        and getattr(finder, "__module__", None) == __name__
-
-
-def _insert_finder() -> None:
-    if not any(_ours(finder) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _ImportedAsInstalled)
-
-
-def _remove_finder() -> None:
-    sys.meta_path[:] = [finder for finder in sys.meta_path if not _ours(finder)]
 
 
 @dataclasses.dataclass
