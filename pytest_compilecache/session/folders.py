@@ -2,163 +2,23 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
-from .. import _torchapi, files
-
-
-#: The remover process's program: removes each NUL-terminated absolute path it reads, until its input ends.
-_REMOVER = """import os, shutil, sys
-pending = b""
-for chunk in iter(lambda: sys.stdin.buffer.read1(65536), b""):
-    *paths, pending = (pending + chunk).split(b"\\0")
-    for path in map(os.fsdecode, paths):
-        if os.path.isabs(path):
-            shutil.rmtree(path, ignore_errors=True)
-"""
-
-#: The class as this module found it: a test's mock of ``subprocess.Popen``, still active in its
-#: teardown, does not become what removes folders.
-_Popen = subprocess.Popen
-
-
-class _Remover:
-    """Removes folders without making anyone wait: a folder is first moved into a trash folder (a
-    rename, at once: nothing sees it at its old path again), then removed by one process of its own,
-    started with the first removal, which finishes what it was given after this one ends. (A thread
-    would take turns with the tests for the interpreter's lock: about 2 ms a ``warm_cache`` test.)
-    While that process is behind (its pipe full), what is moved waits in the trash for :meth:`finish`."""
-
-    def __init__(self) -> None:
-        self._process: subprocess.Popen[bytes] | None = None
-        self._start_tried = False
-        self._moved = 0
-        self._unmoved: list[Path] = []
-
-    def remove(self, path: Path, trash: Path) -> None:
-        """Move ``path`` into ``trash`` now, and remove it soon."""
-        moved = self._move(path, trash)
-        if moved is not None:
-            self._send([moved])
-
-    def _move(self, path: Path, trash: Path) -> Path | None:
-        """Where ``path`` is now (in ``trash``, or where it was if it cannot move); None if it is gone."""
-        self._moved += 1
-        target = trash / f"{self._moved:05d}-{path.name}"
-        for _ in range(2):
-            try:
-                trash.mkdir(exist_ok=True)
-                os.rename(path, target)
-                return target
-            except FileNotFoundError:  # the folder is gone, or the trash was removed under us: look again
-                if not path.exists():
-                    return None
-            except OSError:  # another file system, a file held open: removed where it is
-                break
-        self._unmoved.append(path)
-        return path
-
-    def _send(self, paths: list[Path]) -> bool:
-        """Have the remover process remove ``paths`` (here and now, if it cannot run); False, and
-        nothing sent, if its pipe is full (each path is in the trash, or among the unmoved)."""
-        if not self._start_tried:
-            self._start_tried = True
-            self._process = _start_remover()
-        process = self._process
-        if process is not None and process.stdin is not None:
-            try:
-                _write(process.stdin.fileno(), b"".join(os.fsencode(path) + b"\0" for path in paths))
-                return True
-            except BlockingIOError:
-                return False
-            except (OSError, ValueError):  # the process is gone
-                self._let_go()
-        for path in paths:
-            shutil.rmtree(path, ignore_errors=True)
-        return True
-
-    def _let_go(self) -> None:
-        """Close the remover process's input (it finishes what it has, then ends); the next removal starts another."""
-        if self._process is not None and self._process.stdin is not None:
-            with contextlib.suppress(OSError):
-                self._process.stdin.close()
-        self._process = None
-        self._start_tried = False
-
-    def finish(self, paths: list[Path], trash: Path) -> None:
-        """Move ``paths`` into ``trash`` too, and have everything there (and whatever could not be
-        moved) removed, without waiting for it."""
-        for path in paths:
-            if path.exists():
-                self._move(path, trash)
-        left = [p for p in (trash, *self._unmoved) if p.exists()]
-        self._unmoved = []
-        if left and not self._send(left):  # the process is behind: a new one takes the rest, beside it
-            self._let_go()
-            self._send(left)
-        self._let_go()
-
-
-def _write(fd: int, data: bytes) -> None:
-    """Write ``data`` to the non-blocking pipe ``fd``, or raise ``BlockingIOError`` if none of it fits
-    now (once part of it is written, the rest is, waiting)."""
-    written = os.write(fd, data)
-    if written == 0 and data:  # a full pipe that does not say so (Windows' non-blocking pipes)
-        raise BlockingIOError
-    data = data[written:]
-    if data:
-        _set_blocking(fd, True)
-        try:
-            while data:
-                data = data[os.write(fd, data):]
-        finally:
-            _set_blocking(fd, False)
-
-
-def _set_blocking(fd: int, blocking: bool) -> None:
-    """Where the platform can (not Windows before Python 3.12, whose pipes then always block)."""
-    with contextlib.suppress(AttributeError, OSError):
-        os.set_blocking(fd, blocking)
-
-
-#: Remover processes started by this process and still running (kept, so that none is collected while it runs).
-_removers: list[subprocess.Popen[bytes]] = []
-
-
-def _start_remover() -> subprocess.Popen[bytes] | None:
-    """A process that removes the paths written to its input and outlives this one (pytest's exit does
-    not wait for it); None where none can start."""
-    _removers[:] = [process for process in _removers if process.poll() is None]
-    flags = getattr(subprocess, "CREATE_NO_WINDOW", 0) | getattr(subprocess, "DETACHED_PROCESS", 0)
-    try:
-        with _torchapi.processes_read_no_entries():  # it reads no cache entry: nothing to make whole for it
-            process = _Popen(
-                [sys.executable, "-S", "-c", _REMOVER], bufsize=0, stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=os.path.dirname(sys.executable) or None,
-                start_new_session=True, close_fds=True, creationflags=flags)
-    except Exception:  # whatever keeps it from starting, folders are then removed where they are
-        return None
-    if process.stdin is not None:
-        _set_blocking(process.stdin.fileno(), False)
-    _removers.append(process)
-    return process
+from .. import files
 
 
 class Folders:
     """This process's folders, created on first use.
 
     ``root`` lies under pytest's basetemp (so ``--basetemp`` and its retention apply); per-test
-    folders are made inside it and removed when their test ends (in the background: see :meth:`discard`).
+    folders are made inside it and removed when their test ends.
     """
 
     def __init__(self, config: pytest.Config, shared: Path | None = None) -> None:
@@ -168,7 +28,6 @@ class Folders:
         self._shared = shared
         self._owns_shared = shared is None
         self._count = 0
-        self._remover = _Remover()
 
     @property
     def root(self) -> Path:
@@ -217,32 +76,19 @@ class Folders:
         return self.root / "tests" / f"{self._count:05d}-{name}"
 
     def discard(self, path: Path) -> None:
-        """Remove a test's folder: gone from its path at once, its files removed in the background
-        (nothing reads it again: each test's name is new)."""
-        self._remover.remove(path, self.root / "trash")
+        """Remove a test's folder (nothing reads it again: each test's name is new)."""
+        shutil.rmtree(path, ignore_errors=True)
 
     def remove(self, keep_root: bool) -> None:
-        """Remove what this process made: gone from their paths at once, their files removed in the
-        background by the remover process, which outlives this one.
-
-        With ``keep_root`` the root stays for pytest's retention, with the folders of failed tests.
-        """
-        if self._root is None:
-            if self._shared is not None and self._owns_shared:
-                shutil.rmtree(self._shared, ignore_errors=True)
-            return
-        leaving = [self._root / name for name in ("template", "session-cache", "process")]
+        """Remove what this process made. With ``keep_root`` the root stays for pytest's retention,
+        with the folders of failed tests."""
+        leaving = [] if self._root is None else [self._root / name for name in ("template", "session-cache", "process")]
         if self._shared is not None and self._owns_shared:
             leaving.append(self._shared)
-        if keep_root and not self._owned_root:
-            self._remover.finish(leaving, self._root / "trash")
-        else:
-            gone = self._root.with_name(f"{self._root.name}-removed-{os.getpid()}")
-            try:
-                os.rename(self._root, gone)
-            except OSError:
-                gone = self._root
-            self._remover.finish([], gone)
+        if self._root is not None and not (keep_root and not self._owned_root):
+            leaving = [self._root]
+        for path in leaving:
+            shutil.rmtree(path, ignore_errors=True)
         self._root = None
 
 
