@@ -53,7 +53,8 @@ class CompileCache:
     active, unless ``remote`` (a ``warm_cache`` whose test is marked ``compile_cache_remote``).
     :attr:`stats` counts from entry. A cache made from a ``template`` (``warm_cache``: the bundle's
     files) was filled with ``_torchapi.fill_warm_folder``; while it is active, the FX graph and
-    AOTAutograd entries that leaves out are linked in from the template as torch asks for their keys.
+    AOTAutograd entries that leaves out are linked in from the template as torch asks for their keys
+    (:meth:`link_whole_bundle` links them all, for a process the test starts).
     """
 
     def __init__(self, path: Path, process_dir: Path, headers_dir: Path, kind: CacheKind = CacheKind.COLD,
@@ -107,6 +108,14 @@ class CompileCache:
         finally:
             stack, self._stack = self._stack, None
             stack.close()
+
+    def link_whole_bundle(self) -> None:
+        """Link every entry of the bundle into :attr:`path` now. This process finds an entry when torch
+        asks for its key anyway; a process the test starts (``subprocess``, ``multiprocessing``) that
+        compiles in this folder cannot ask, and finds only what is linked when it looks. A cache with
+        no bundle behind it (``cold_cache``) is left as it is."""
+        if self._template is not None and self._stack is not None:
+            _torchapi.link_whole()
 
     def restart_counting(self) -> None:
         """Count from now on; what happened before (a bundle being loaded, say) no longer counts."""

@@ -132,6 +132,13 @@ def test_every_replacement_is_declared_in_the_register() -> None:
     assert offenders == []
 
 
+def test_nothing_of_the_standard_library_is_replaced() -> None:
+    """The register patches torch alone: no standard-library attribute is replaced at run time."""
+    from pytest_compilecache._torchapi import patches
+
+    assert [p.name for p in patches.PATCHES if p.module.split(".")[0] != "torch"] == []
+
+
 def test_every_wrapper_the_table_names_exists() -> None:
     from pytest_compilecache._torchapi import patches
 
@@ -223,7 +230,7 @@ _, text = run("--compile-cache-isolate")
 print("BASELINE OFF", len(off(text)))
 for patch in patches.PATCHES:
     if not patch.module.startswith("torch"):
-        continue  # torch drifts; the standard library's two entries do not
+        continue
     found = owner_of(patch)
     if found is None:
         continue

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
         save_artifacts,
         select_artifacts,
     )
-    from .ondemand import complete_warm_folder, fill_warm_folder, placing_from, processes_read_no_entries
+    from .ondemand import complete_warm_folder, fill_warm_folder, link_whole, placing_from
 
 
 #: Where each name of this package lives: ``{name: (module, name there)}``.
@@ -91,7 +91,7 @@ _WHERE: dict[str, tuple[str, str]] = {
     "complete_warm_folder": ("ondemand", "complete_warm_folder"),
     "fill_warm_folder": ("ondemand", "fill_warm_folder"),
     "placing_from": ("ondemand", "placing_from"),
-    "processes_read_no_entries": ("ondemand", "processes_read_no_entries"),
+    "link_whole": ("ondemand", "link_whole"),
 }
 
 
@@ -121,7 +121,7 @@ __all__ = [
     "can_leave_out", "check_keys", "compile_seconds", "compiler_loaded", "complete_warm_folder", "describe_artifacts", "empty_folder",
     "environment_fingerprint", "explaining", "fill_warm_folder", "fresh_recording", "gpu_count", "headers_at",
     "index_for", "inductor_config_loaded", "load_artifacts", "made_with", "mark_carried", "MegaCacheError",
-    "cpu_probe_sources", "cpu_probes_in", "header_build_seconds", "merge_artifacts", "MIN_TORCH", "note_bundle_keys", "placing_from", "processes_read_no_entries", "read_counts", "ready_to_read", "record_bypass_reasons",
+    "cpu_probe_sources", "cpu_probes_in", "header_build_seconds", "merge_artifacts", "MIN_TORCH", "note_bundle_keys", "placing_from", "link_whole", "read_counts", "ready_to_read", "record_bypass_reasons",
     "redirect", "rejected_binaries", "rejected_binary_names", "remote_caches_on", "reset_in_memory",
     "save_artifacts", "select_artifacts", "torch_module", "TorchUnavailable", "unobservable_fields",
     "unobservable_layers", "unpack_bundle_index", "use_bundle_index", "without_remote_caches",

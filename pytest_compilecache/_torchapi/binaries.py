@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from .. import files
 from ..environment import SavedEnv
-from . import clock, ondemand, patches, tritoncache
+from . import clock, patches, tritoncache
 
 _counts: Counter[str] = Counter()
 _carried_names: set[str] = set()
@@ -132,8 +132,7 @@ def wrap_precompile_header(original: Callable[..., Any]) -> Callable[..., Any]:
         before = _files_in(folder)
         started = time.perf_counter()
         try:
-            with ondemand.processes_read_no_entries():
-                return original(*args, **kwargs)
+            return original(*args, **kwargs)
         finally:
             if _files_in(folder) - before:
                 with _lock:
@@ -187,15 +186,14 @@ def wrap_valid_vec_isa_list(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def valid_vec_isa_list() -> Any:
         told = _probes_folder()
-        with ondemand.processes_read_no_entries():
-            if told is None or not told[1] or learned().currsize:
-                return original()
-            saved = SavedEnv(("TORCHINDUCTOR_CACHE_DIR",))
-            os.environ["TORCHINDUCTOR_CACHE_DIR"] = told[0]
-            try:
-                return original()
-            finally:
-                saved.restore()
+        if told is None or not told[1] or learned().currsize:
+            return original()
+        saved = SavedEnv(("TORCHINDUCTOR_CACHE_DIR",))
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = told[0]
+        try:
+            return original()
+        finally:
+            saved.restore()
 
     return valid_vec_isa_list
 
@@ -205,10 +203,6 @@ def wrap_check_build(original: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(original)
     def check_build(self: Any, code: str, *args: Any, **kwargs: Any) -> Any:
-        with ondemand.processes_read_no_entries():
-            return _checked_build(self, code, *args, **kwargs)
-
-    def _checked_build(self: Any, code: str, *args: Any, **kwargs: Any) -> Any:
         placed = _place_kept_probe(code)
         ok = original(self, code, *args, **kwargs)
         if ok:

@@ -14,12 +14,9 @@ files of those folders (autotune results, found beside a kernel's source by anot
 linked when the test starts. Where a torch lacks one of these functions, what it would find is
 linked whole, as before.
 
-A process the test starts (``subprocess``, ``multiprocessing``: a spawned worker compiling with the
-inherited ``TORCHINDUCTOR_CACHE_DIR``) has no such wrapper, so the first start links the rest of the
-template, and the folder is whole from then on; but not a process whose environment points that
-variable at another folder, nor one started while torch learns the CPU's vector instructions or
-precompiles its C++ header (compiler runs, a probe's child loading the binary it is named), nor the
-plugin's own process that removes test folders, which read no entries.
+A process the test starts (``subprocess``, ``multiprocessing``) has no such wrapper: it finds what
+the test has asked for so far, and compiles the rest, unless the test makes its folder whole first
+(:func:`link_whole`, ``warm_cache.link_whole_bundle()``).
 """
 
 from __future__ import annotations
@@ -27,11 +24,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import inspect
 import os
-import subprocess
 import threading
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator
 
 from .. import files
 from . import patches
@@ -84,16 +79,6 @@ def wrap_get_path(original: Callable[..., Any]) -> Callable[..., Any]:
     return get_path
 
 
-def wrap_popen_init(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``subprocess.Popen.__init__``, making the active folder whole first (see :func:`_before_starting`)."""
-    return _before_starting(original, _popen_env)
-
-
-def wrap_process_start(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``multiprocessing``'s ``BaseProcess.start``, making the active folder whole first."""
-    return _before_starting(original, lambda args, kwargs: None)
-
-
 def on_demand() -> frozenset[str]:
     """The top-level folders of a cache folder whose entries are placed when torch asks for them."""
     return frozenset(folder for attribute, folder in _FOLDERS.items() if patches.took(attribute))
@@ -130,74 +115,8 @@ def _place(path: str, without: tuple[str, ...] = ()) -> None:
         active.placed.add(relative)
 
 
-def _env_position() -> int | None:
-    """Where ``env`` comes among ``subprocess.Popen.__init__``'s parameters, ``self`` first (``None``
-    where something replaced it with a function that does not tell)."""
-    try:
-        return list(inspect.signature(subprocess.Popen.__init__).parameters).index("env")
-    except (TypeError, ValueError):
-        return None
-
-
-_POPEN_ENV = _env_position()
-
-
-def _popen_env(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Mapping[str, str] | None:
-    """The new process's environment: ``None`` for this process's, an empty one where unknown."""
-    if "env" in kwargs:
-        return kwargs["env"]  # type: ignore[no-any-return]
-    if _POPEN_ENV is None:
-        return {}
-    return args[_POPEN_ENV] if len(args) > _POPEN_ENV else None
-
-
-def _before_starting(original: Callable[..., Any],
-                     env_of: Callable[[tuple[Any, ...], dict[str, Any]], Mapping[str, str] | None]) -> Callable[..., Any]:
-    """``original`` (a method that starts a process), making the active folder whole before it starts
-    a process that could compile in it (:func:`_could_compile_in`, given its environment: ``env_of``
-    the call, ``None`` for this process's)."""
-
-    @functools.wraps(original)
-    def starting(*args: Any, **kwargs: Any) -> Any:
-        active = _active
-        if active is not None and not active.whole and _could_compile_in(active.folder, env_of(args, kwargs)):
-            _link_the_rest()
-        return original(*args, **kwargs)
-
-    return starting
-
-
-_reading_none = threading.local()
-
-
-@contextlib.contextmanager
-def processes_read_no_entries() -> Iterator[None]:
-    """Inside (torch learning the CPU's vector instructions, or precompiling its C++ header; the
-    plugin starting its remover process), the processes this thread starts read no cache entries
-    (compiler runs, a probe's child loading the binary it is named): the active folder is not made
-    whole for them."""
-    _reading_none.depth = getattr(_reading_none, "depth", 0) + 1
-    try:
-        yield
-    finally:
-        _reading_none.depth -= 1
-
-
-def _could_compile_in(folder: str, env: Mapping[str, str] | None) -> bool:
-    """Whether a process started with ``env`` could look for entries in ``folder``: unless it reads
-    none, or its ``TORCHINDUCTOR_CACHE_DIR`` is another folder by an absolute path (what cannot be
-    told, such as a path relative to the process's own working folder, counts as could)."""
-    if getattr(_reading_none, "depth", 0):
-        return False
-    try:
-        pointed = os.fsdecode((os.environ if env is None else env).get("TORCHINDUCTOR_CACHE_DIR") or "")
-        return not os.path.isabs(pointed) or os.path.realpath(pointed) == folder
-    except Exception:
-        return True
-
-
-def _link_the_rest() -> None:
-    """Make the active folder whole: a process of its own cannot ask this one for entries."""
+def link_whole() -> None:
+    """Make the active folder whole, for a process the test starts: it cannot ask this one for entries."""
     with _lock:
         active = _active
         if active is None or active.whole:
