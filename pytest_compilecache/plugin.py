@@ -5,14 +5,14 @@ from __future__ import annotations
 import shutil
 import sys
 import tempfile
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
 from . import hooks
-from ._torchapi import patches
+from ._torchapi import defaultdir, patches
 from .cache import CacheKind, CompileCache
-from .environment import SavedEnv
+from .environment import SavedEnv, point_cache_dirs_at
 from .report.html import HtmlColumns
 from .session.options import Isolation, Options, add_options
 from .session.roles import Role, choose_role
@@ -21,6 +21,8 @@ from .session.testside import REMOTE_MARKER
 _ROLE = pytest.StashKey[Role]()
 #: What was patched when this session began: its end takes back only what it added.
 _PATCHED_BEFORE = pytest.StashKey[int]()
+#: torch's default folder as it was sent before this session (see ``_torchapi.defaultdir``).
+_DEFAULT_BEFORE = pytest.StashKey[tuple[Any, Any]]()
 _early_env: SavedEnv | None = None
 _early_dir: str | None = None
 
@@ -54,7 +56,8 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
         return  # pytest_configure raises it again, with pytest's error reporting in place
     if options.session_wide:
         _early_env = SavedEnv()
-        patches.install_hook(patches.DEFAULT_FOLDER, _early_process_dir, str(options.headers_dir))
+        point_cache_dirs_at(_early_process_dir())
+        early_config.stash[_DEFAULT_BEFORE] = defaultdir.send_to(_early_process_dir, str(options.headers_dir))
 
 
 @pytest.hookimpl(trylast=True)
@@ -80,6 +83,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         if role is not None:
             role.close()
     finally:
+        if _DEFAULT_BEFORE in config.stash:
+            defaultdir.send_to(*config.stash[_DEFAULT_BEFORE])
         for problem in patches.undo(config.stash.get(_PATCHED_BEFORE, patches.checkpoint())):
             sys.stderr.write(f"compilecache: at the session's end, {problem}\n")
     _early_env = None

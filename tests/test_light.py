@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -114,7 +113,9 @@ def test_isolation_is_exact_for_a_test_that_imports_torch_itself(
     pytester: pytest.Pytester, default_dir_of: Path
 ) -> None:
     """A test that imports torch in its body still compiles in a cache of its own, and the next test
-    starts from an empty cache and a reset Dynamo."""
+    starts from an empty cache and a reset Dynamo. torch's default folder gets nothing but the
+    precompiled headers of that first compile (their folder is computed when torch's compiler is
+    imported, here before the plugin could set torch up: it has no import hook)."""
     pytester.makepyfile(
         """
         import os
@@ -142,49 +143,7 @@ def test_isolation_is_exact_for_a_test_that_imports_torch_itself(
     )
     result = pytester.runpytest_subprocess("-p", "no:randomly", "--compile-cache-isolate")
     result.assert_outcomes(passed=3)
-    assert not default_dir_of.exists(), f"the run created the shared default dir {default_dir_of}"
+    made = {p.relative_to(default_dir_of).parts[0] for p in default_dir_of.rglob("*")} if default_dir_of.exists() else set()
+    assert made <= {"precompiled_headers"}, f"the run wrote {sorted(made)} into the shared default dir {default_dir_of}"
 
 
-def test_torch_modules_imported_between_caches_are_redirected() -> None:
-    """Entering a cache points every torch module that bound torch's default-directory function since
-    the last look at the plugin's (no torch needed to show it): one imported late, one re-imported
-    under an old name, one still being imported at the last look, one imported while another module
-    was out of ``sys.modules`` and put back, and none outside torch."""
-    code = textwrap.dedent(
-        """
-        import sys, types
-        from pytest_compilecache._torchapi import defaultdir
-
-        def original():
-            return "/shared"
-
-        def module(name, initializing=False):
-            m = types.ModuleType(name)
-            m.default_cache_dir = original
-            m.__spec__ = types.SimpleNamespace(_initializing=initializing)
-            sys.modules[name] = m
-            return m
-
-        early = module("torch._fake_early")
-        defaultdir._search_modules(original)
-        late = module("torch._fake_late")
-        other = module("not_torch_fake")
-        busy = module("torch._fake_busy", initializing=True)
-        defaultdir._search_modules(original)
-        busy.__spec__._initializing = False
-        busy.default_cache_dir = original  # bound again by the rest of its import
-        defaultdir._search_modules(original)
-        del sys.modules["torch._fake_early"]
-        again = module("torch._fake_early")
-        defaultdir._search_modules(original)
-        # monkeypatch.delitem(sys.modules, ...) undone: the same module object back, now newest
-        put_back = sys.modules.pop("not_torch_fake")
-        behind = module("torch._fake_behind")
-        sys.modules["not_torch_fake"] = put_back
-        defaultdir._search_modules(original)
-        print([m.default_cache_dir is defaultdir._redirected_default_cache_dir
-               for m in (early, late, busy, again, behind, other)])
-        """
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[True, True, True, True, True, False]"

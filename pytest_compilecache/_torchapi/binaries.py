@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from .. import files
 from ..environment import SavedEnv
-from . import clock, patches, tritoncache
+from . import clock, defaultdir, patches, tritoncache
 
 _counts: Counter[str] = Counter()
 _carried_names: set[str] = set()
@@ -122,21 +122,23 @@ def header_build_seconds() -> float:
 
 
 def wrap_precompile_header(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``codecache._precompile_header``, timing the builds that write a header (not those that find one)."""
+    """``codecache._precompile_header``, in the headers' folder in force (:func:`.defaultdir.headers_in_force`),
+    timing the builds that write a header (not those that find one)."""
     codecache = sys.modules.get("torch._inductor.codecache")
 
     @functools.wraps(original)
     def precompile_header(*args: Any, **kwargs: Any) -> Any:
         global _header_seconds
-        folder = getattr(codecache, "_HEADER_DIR", None)
-        before = _files_in(folder)
-        started = time.perf_counter()
-        try:
-            return original(*args, **kwargs)
-        finally:
-            if _files_in(folder) - before:
-                with _lock:
-                    _header_seconds += time.perf_counter() - started
+        with defaultdir.headers_in_force():
+            folder = getattr(codecache, "_HEADER_DIR", None)
+            before = _files_in(folder)
+            started = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                if _files_in(folder) - before:
+                    with _lock:
+                        _header_seconds += time.perf_counter() - started
 
     return precompile_header
 

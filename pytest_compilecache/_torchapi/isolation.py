@@ -32,8 +32,6 @@ def bootstrap(process_dir: str | None = None) -> None:
 
         process_dir = tempfile.mkdtemp(prefix="pytest-compilecache-")
         atexit.register(shutil.rmtree, process_dir, True)
-    if not patches.hook_installed(patches.DEFAULT_FOLDER):
-        patches.install_hook(patches.DEFAULT_FOLDER, None, None)
     saved = SavedEnv()
     try:
         with defaultdir.redirect(process_dir), _fork_safe_cuda_check():

@@ -1,11 +1,11 @@
-"""The register of patches: every attribute the plugin replaces at run time, and every import hook it
-adds, declared in one table, installed by one function that records what took, and undone at the end.
+"""The register of patches: every attribute of torch the plugin replaces at run time, declared in one
+table, installed by one function that records what took, and undone at the end.
 
 Each entry names where it applies, why, the feature a user loses where it does not take, and the
 torch releases it was seen to work on. A wrapper is named as ``"module:function"`` (a module of this
 package); the function is given torch's original and returns the replacement, or raises
 :class:`NotApplicable` saying why this torch cannot take it. Nothing here imports torch until
-:func:`install` runs, so the plugin's own package can declare its import hook here too.
+:func:`install` runs.
 """
 
 from __future__ import annotations
@@ -50,22 +50,6 @@ class Patch:
         return f"{self.module}.{self.attribute}"
 
 
-@dataclasses.dataclass(frozen=True)
-class Hook:
-    """A change that is not one attribute (an import hook, a redirection across modules): installed
-    and undone by the two functions named, each ``"module:function"``."""
-
-    name: str
-    install: str
-    uninstall: str
-    feature: str
-    purpose: str
-    seen_on: str = EVERY_MINOR
-    #: ``"module:function"`` giving the arguments it is installed with now, so that a session that
-    #: installs it again with its own can put the earlier ones back; ``""`` where it takes none.
-    current: str = ""
-
-
 _FX = "torch._inductor.codecache"
 _AOT = "torch._functorch._aot_autograd.autograd_cache"
 _HEURISTICS = "torch._inductor.runtime.triton_heuristics"
@@ -73,6 +57,12 @@ _ISA = "torch._inductor.cpu_vec_isa"
 
 #: Every attribute the plugin replaces, in the order they are installed.
 PATCHES: tuple[Patch, ...] = (
+    Patch("torch._inductor.runtime.cache_dir_utils", "default_cache_dir", "defaultdir:wrap_default_cache_dir",
+          "no files in the shared /tmp/torchinductor_<user>", "send torch's default folder to the session's own"),
+    Patch("torch._inductor.runtime.runtime_utils", "default_cache_dir", "defaultdir:wrap_default_cache_dir",
+          "no files in the shared /tmp/torchinductor_<user>", "as cache_dir_utils's, where torch's helper caches look it up"),
+    Patch(_FX, "default_cache_dir", "defaultdir:wrap_default_cache_dir",
+          "no files in the shared /tmp/torchinductor_<user>", "as cache_dir_utils's, bound in codecache at its import"),
     Patch("torch.compiler._cache", "CacheArtifactManager.with_fresh_cache", "megacache:backport_fresh_cache",
           "cold_cache compiles kept out of the bundle", "record apart while active, as torch >= 2.8 does",
           seen_on="2.7.1 (the only release without it)", backport=True),
@@ -93,7 +83,9 @@ PATCHES: tuple[Patch, ...] = (
     Patch(_FX, "CppCodeCache.load_async", "binaries:wrap_load_async",
           "cpp layer counts; carried C++ binaries", "count C++ builds and loads, carry and check binaries"),
     Patch(_FX, "_precompile_header", "binaries:wrap_precompile_header",
-          "header build time in the summary", "time torch's builds of precompiled C++ headers"),
+          "headers kept in the plugin's home; header build time in the summary",
+          "build torch's precompiled C++ headers in the plugin's home, and time the builds",
+          seen_on="2.8.0 to 2.15.0 (2.7 precompiles no header)"),
     Patch(_ISA, "valid_vec_isa_list", "binaries:wrap_valid_vec_isa_list",
           "CPU probes kept between runs", "build the CPU feature probes in the plugin's home, once a machine"),
     Patch(_ISA, "VecISA.check_build", "binaries:wrap_check_build",
@@ -141,18 +133,6 @@ PATCHES: tuple[Patch, ...] = (
           "explained AOTAutograd misses; the bundle's key index", "record the components of every AOTAutograd key that misses"),
 )
 
-#: The hook that keeps torch off its shared default folder (:mod:`.defaultdir`).
-DEFAULT_FOLDER = "torch's default cache folder"
-#: Changes that are not one attribute.
-HOOKS: tuple[Hook, ...] = (
-    Hook(DEFAULT_FOLDER, "defaultdir:install", "defaultdir:uninstall",
-         "no files in the shared /tmp/torchinductor_<user>; headers kept in the plugin's home",
-         "an import hook and a search of loaded torch modules point default_cache_dir at the plugin's "
-         "folder, and the precompiled C++ headers' folder (codecache._HEADER_DIR) at its home",
-         current="defaultdir:current"),
-)
-
-
 @dataclasses.dataclass
 class _Applied:
     owner: Any
@@ -163,12 +143,11 @@ class _Applied:
 
 
 _applied: dict[str, _Applied] = {}
-_hooks: dict[str, Callable[[], None]] = {}
 #: ``{patch name: why it did not take}`` for the patches :func:`install` tried and could not apply.
 _missed: dict[str, str] = {}
 #: What was done, in order, as ``(kind, name, arguments before)``: :func:`undo` takes back what came
-#: after a checkpoint (a hook installed again is put back as it was installed before).
-_done: list[tuple[str, str, tuple[Any, ...]]] = []
+#: after a checkpoint.
+_done: list[tuple[str, str]] = []
 
 
 def _function(spec: str) -> Callable[..., Any]:
@@ -231,7 +210,7 @@ def _apply(patch: Patch) -> str:
         installed = kind(replacement) if kind is not None else replacement
         setattr(owner, name, installed)
         _applied[patch.name] = _Applied(owner, name, raw is not _ABSENT, raw, installed)
-        _done.append(("patch", patch.name, ()))
+        _done.append(("patch", patch.name))
         return ""
     return f"this torch has no {patch.attribute}" + "".join(f" nor {a}" for a in patch.alternatives)
 
@@ -253,7 +232,7 @@ def _add(module: Any, patch: Patch) -> str:
         return str(exc)
     setattr(owner, name, added)
     _applied[patch.name] = _Applied(owner, name, False, _ABSENT, added)
-    _done.append(("patch", patch.name, ()))
+    _done.append(("patch", patch.name))
     return ""
 
 
@@ -270,25 +249,7 @@ def install() -> None:
         why = _apply(patch)
         if why:
             _missed[patch.name] = why
-            _done.append(("missed", patch.name, ()))
-
-
-def install_hook(name: str, *args: Any) -> None:
-    """Install the hook :data:`HOOKS` declares under ``name`` with ``args`` (again, with new ``args``,
-    where it is installed already: :func:`undo` then puts the earlier ones back)."""
-    hook = next(h for h in HOOKS if h.name == name)
-    before = tuple(_function(hook.current)()) if hook.current and name in _hooks else ()
-    _function(hook.install)(*args)
-    if name not in _hooks:
-        _hooks[name] = _function(hook.uninstall)
-        _done.append(("hook", name, ()))
-    elif hook.current:
-        _done.append(("rehook", name, before))
-
-
-def hook_installed(name: str) -> bool:
-    """Whether the hook named ``name`` is in force."""
-    return name in _hooks
+            _done.append(("missed", patch.name))
 
 
 def installed() -> bool:
@@ -307,7 +268,7 @@ def checkpoint() -> int:
 
 
 def undo(since: int = 0) -> list[str]:
-    """Put back what :func:`install` and :func:`install_hook` changed after the checkpoint ``since``
+    """Put back what :func:`install` changed after the checkpoint ``since``
     (everything, by default), newest first, and forget it: a session takes back what it installed,
     and a session that ran inside another one (``pytester``) leaves the outer one's patches in force.
 
@@ -315,7 +276,7 @@ def undo(since: int = 0) -> list[str]:
     replaced after the plugin did is left as that left it."""
     problems = []
     while len(_done) > since:
-        kind, name, before = _done.pop()
+        kind, name = _done.pop()
         try:
             if kind == "patch":
                 applied = _applied.pop(name)
@@ -325,20 +286,15 @@ def undo(since: int = 0) -> list[str]:
                     setattr(applied.owner, applied.attribute, applied.before)
                 else:
                     delattr(applied.owner, applied.attribute)
-            elif kind == "missed":
-                _missed.pop(name, None)
-            elif kind == "rehook":
-                hook = next(h for h in HOOKS if h.name == name)
-                _function(hook.install)(*before)
             else:
-                _hooks.pop(name)()
+                _missed.pop(name, None)
         except Exception as exc:  # one that cannot be put back must not keep the rest in force
             problems.append(f"{name} could not be put back ({type(exc).__name__}: {exc})")
     return problems
 
 
 def status() -> dict[str, Any]:
-    """What took and what did not on this torch: ``{"torch", "took": [patch names], "hooks": [hook names],
+    """What took and what did not on this torch: ``{"torch", "took": [patch names],
     "missed": {name: why},
     "features_off": {feature: why}}`` (features whose every patch missed; a patch whose fallback took,
     and a fallback not needed, are neither)."""
@@ -352,4 +308,4 @@ def status() -> dict[str, Any]:
     off = {feature: "; ".join(whys) for feature, whys in features.items()
            if not any(p.feature == feature and p.name in _applied for p in PATCHES)}
     return {"torch": str(getattr(torch, "__version__", "")), "took": [p.name for p in PATCHES if p.name in _applied],
-            "hooks": list(_hooks), "missed": missed, "features_off": off}
+            "missed": missed, "features_off": off}

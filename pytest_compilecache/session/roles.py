@@ -19,7 +19,7 @@ from typing import Any, Callable, Generator, Iterator, Union
 import pytest
 
 from .. import files
-from .._torchapi import patches
+from .._torchapi import defaultdir
 from ..cache import CacheKind, CompileCache
 from ..environment import SavedEnv
 from ..expect.hooks import Keeper, Recorder
@@ -56,6 +56,7 @@ class _RunsTests:
         self.options = options
         self.side = side
         self.recorder = Recorder.create(config, options, side.counts)
+        self._default_before: tuple[Any, Any] | None = None
 
     def start(self, plugins: pytest.PytestPluginManager, saved: SavedEnv | None) -> None:
         """Register this role's hooks; before collection, point compiles outside fixtures at this
@@ -66,7 +67,7 @@ class _RunsTests:
         self.side.configure(saved)
         if self.options.session_wide:
             folders = self.side.folders
-            patches.install_hook(patches.DEFAULT_FOLDER, lambda: str(folders.process), str(self.options.headers_dir))
+            self._default_before = defaultdir.send_to(lambda: str(folders.process), str(self.options.headers_dir))
 
     def open_cache(self, request: pytest.FixtureRequest, kind: CacheKind) -> Iterator[CompileCache]:
         """The body of the ``cold_cache`` and ``warm_cache`` fixtures."""
@@ -78,6 +79,8 @@ class _RunsTests:
 
     def close(self) -> None:
         """Restore the environment and remove this process's folders."""
+        if self._default_before is not None:
+            defaultdir.send_to(*self._default_before)
         self.side.close()
         self.side.folders.remove(keep_root=True)
 
