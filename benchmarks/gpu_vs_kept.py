@@ -17,7 +17,11 @@ On a GPU machine with timm and transformers (see benchmarks/gpu_models/):
 4. With ``--cold-mlp``: the plugin's suite built again with one more cold_cache test (the
    max-autotune MLP compiled cold before the warm tests), then warm runs: does a warm test benchmark?
 
-    python3 benchmarks/gpu_vs_kept.py [--repeats 5] [--cold-mlp 3] [--steps]
+5. With ``--against NAME=DIR``: a third side in the same rounds, the plugin's suite with the package
+   found first in DIR (another checkout of the plugin), warm from the same bundle. ``--no-eager``
+   leaves out step 3.
+
+    python3 benchmarks/gpu_vs_kept.py [--repeats 5] [--cold-mlp 3] [--steps] [--against NAME=DIR] [--no-eager]
 """
 
 from __future__ import annotations
@@ -106,7 +110,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--cold-mlp", type=int, default=0, help="warm runs after a build with a cold MLP test")
     parser.add_argument("--steps", action="store_true", help="time the plugin's own steps too (probe/steps.py)")
+    parser.add_argument("--against", default="", help="NAME=DIR: the plugin from another checkout, as a third side")
+    parser.add_argument("--no-eager", action="store_true", help="leave out the eager floor")
     args = parser.parse_args()
+    other, _, other_dir = args.against.partition("=")
     print(f"plugin byte-compiled as pip installs it: {as_installed()}", flush=True)
     work = Path(tempfile.mkdtemp(prefix="gpu-vs-kept-"))
     log = work / "tests.jsonl"
@@ -122,19 +129,30 @@ def main() -> None:
     built_plain = run(plain, kept_env, must_pass=True)[0] if args.repeats else 0.0
     lines(log)
     walls: dict[str, list[float]] = {"plugin": [], "kept": [], "eager": []}
+    sides = ["plugin", "kept"]
+    if other:
+        import compileall
+
+        compileall.compile_dir(os.path.join(other_dir, "pytest_compilecache"), quiet=1)
+        sides.append(other)
+        walls[other] = []
     phase_log = work / "phases.log"
     probe = {"PYTHONPATH": os.pathsep.join(filter(None, [str(PHASES), os.environ.get("PYTHONPATH", "")])),
              "PHASES_OUT": str(phase_log)}
-    phase_sums: dict[str, dict[str, list[float]]] = {"plugin": {}, "kept": {}}
-    durations: dict[str, dict[str, list[float]]] = {"plugin": {}, "kept": {}}
+    phase_sums: dict[str, dict[str, list[float]]] = {side: {} for side in sides}
+    durations: dict[str, dict[str, list[float]]] = {side: {} for side in sides}
     tests: dict[str, dict[str, list[float]]] = {}
     warm_counts: list[dict] = []
     steps_log = work / "steps.jsonl"
     step_times: dict[str, list[float]] = {}
     for round_ in range(args.repeats):
-        order = ["plugin", "kept"] if round_ % 2 == 0 else ["kept", "plugin"]
+        order = sides if round_ % 2 == 0 else sides[::-1]
         for who in order:
-            if who == "plugin":
+            if who == other:
+                found_first = os.pathsep.join([str(Path(other_dir).resolve()), probe["PYTHONPATH"]])
+                took, out = run([*plugin, "-p", "phases", "--durations=0"],
+                                {"GPU_MODELS_LOG": str(log), **probe, "PYTHONPATH": found_first})
+            elif who == "plugin":
                 steps = ["-p", "steps"] if args.steps else []
                 took, out = run([*plugin, "-p", "phases", *steps, "--durations=0"],
                                 {"GPU_MODELS_LOG": str(log), **probe, "STEPS_OUT": str(steps_log)})
@@ -152,9 +170,9 @@ def main() -> None:
             for item in lines(log):
                 print(f"  {item['model']}: {item['seconds']:.3f} s", flush=True)
                 tests.setdefault(item["model"], {}).setdefault(who, []).append(item["seconds"])
-                if who == "plugin" and "benchmarks" in item:
+                if who != "kept" and "benchmarks" in item:
                     warm_counts.append({k: item.get(k) for k in ("model", "benchmarks", "autotune")})
-    for _ in range(2 if args.repeats else 0):
+    for _ in range(2 if args.repeats and not args.no_eager else 0):
         took, _ = run(plain, {"TORCHDYNAMO_DISABLE": "1", "GPU_MODELS_LOG": str(log)})
         walls["eager"].append(took)
         for item in lines(log):
@@ -169,13 +187,17 @@ def main() -> None:
         tests = {}
     print("\n| | plugin, warm from the bundle | kept folder, plain pytest | median ratio (pairwise) | eager |")
     print("|---|---|---|---|---|")
-    for name, row in tests.items():
-        ratios = [a / b for a, b in zip(row["plugin"], row["kept"])]
-        print(f"| {name} test body, s | {spread(row['plugin'])} | {spread(row['kept'])} | "
-              f"{statistics.median(ratios):.2f}x | {spread(row['eager'])} |")
-    ratios = [a / b for a, b in zip(walls["plugin"], walls["kept"])] or [float("nan")]
-    print(f"| whole run (wall), s | {spread(walls['plugin'])} | {spread(walls['kept'])} | "
-          f"{statistics.median(ratios):.2f}x | {spread(walls['eager'])} |")
+    for side in [s for s in sides if s != "kept"]:
+        if side != "plugin":
+            print(f"\n| | plugin @ {side}, warm from the bundle | kept folder, plain pytest | median ratio (pairwise) | eager |")
+            print("|---|---|---|---|---|")
+        for name, row in tests.items():
+            ratios = [a / b for a, b in zip(row.get(side, []), row["kept"])] or [float("nan")]
+            print(f"| {name} test body, s | {spread(row.get(side, []))} | {spread(row['kept'])} | "
+                  f"{statistics.median(ratios):.2f}x | {spread(row.get('eager', []))} |")
+        ratios = [a / b for a, b in zip(walls[side], walls["kept"])] or [float("nan")]
+        print(f"| whole run (wall), s | {spread(walls[side])} | {spread(walls['kept'])} | "
+              f"{statistics.median(ratios):.2f}x (each pair {min(ratios):.2f}-{max(ratios):.2f}) | {spread(walls['eager'])} |")
     print("\neach run, in order:")
     for who, values in walls.items():
         print(f"  {who}: {' '.join(f'{v:.2f}' for v in values)}")

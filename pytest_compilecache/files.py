@@ -7,13 +7,12 @@ or the new one. Where the rename fails because another process holds the target 
 it is retried for a short while before the error is reported. Nothing is left behind on failure;
 what a killed writer left is removed by the next writer that holds the target's lock.
 
-A bundle's writers take :class:`PathLock` on ``PATH.lock`` and remove that file when they let go.
+Locks are ``filelock``'s; :func:`lock_holders` names who holds one.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import glob
 import os
 import re
@@ -24,12 +23,6 @@ import time
 from pathlib import Path
 from typing import Callable, Collection, Iterable
 
-import filelock
-
-try:
-    import fcntl
-except ImportError:  # Windows
-    fcntl = None  # type: ignore[assignment]
 
 #: How long a rename onto a file another process holds open is retried (Windows), in seconds.
 REPLACE_RETRY_SECONDS = 2.0
@@ -248,154 +241,3 @@ def lock_holders(lock_file: str | Path) -> list[str]:
             command = command[:117] + "..."
         holders.append(f"pid {pid} ({command})" if command else f"pid {pid}")
     return list(dict.fromkeys(holders))
-
-
-class LockTimeout(Exception):
-    """:meth:`PathLock.acquire` did not get the lock within its timeout."""
-
-
-class PathLock:
-    """An exclusive lock between processes (and between this process's threads) held through a lock
-    file, which the holder removes when it lets go, so no empty ``PATH.lock`` stays beside a bundle.
-
-    Why the lock file is beside the bundle and not in the plugin home: every process that may write
-    a bundle sees the bundle's folder, and nothing else is shared by all of them. A lock in the home
-    keyed by the bundle's absolute path would be shared only by processes with the same home on the
-    same machine: the command line (the user's cache folder) and a session with ``compile_cache_home``
-    set would not exclude each other, nor two containers mounting the same workspace, nor machines
-    sharing the folder over NFS, and a write could lose another's.
-
-    Why removing it is safe here (POSIX, ``flock``): the naive removal (release, then unlink) lets a
-    process that had opened the old file lock it while another locks a new file at the same path;
-    both then hold "the" lock. That is why filelock's ``UnixFileLock`` leaves the file in place
-    (filelock 4.x; 3.20.4 to 3.29 removed it, and took it back, tox-dev/filelock#574). Here the
-    holder removes the path while it still holds the lock, and every acquirer, once its ``flock``
-    succeeds, checks that the path still names the file it locked (same inode, linked); if not, it
-    starts over on the new file. So whoever locked a removed file knows it and never proceeds.
-    Nothing in this release takes ``PATH.lock`` another way. A process that does it with
-    ``filelock.FileLock`` (an older release of this plugin, a test holding the lock) is excluded as
-    before while it holds the lock, and, with filelock 3.20.4 or later (which checks the link count
-    after locking), waits correctly too. The one gap: such a process with filelock before 3.20.4,
-    waiting at the moment this lock is let go, could lock the removed file while another takes the
-    new one; so an older release of the plugin with an old filelock should not write the same
-    bundle at the same time as this one.
-
-    A killed holder leaves the file (the OS drops its lock); the next holder takes it and removes it.
-    A file that cannot be removed (a folder the user may not write, holding a lock file anyone may
-    write) is left, which is harmless. A symlink at the path is refused (``O_NOFOLLOW``) and a file
-    there is never written. Where ``flock`` is missing (Windows, a file system without it) this is
-    ``filelock.FileLock`` (on Windows it removes the file itself; elsewhere its soft-lock fallback).
-    Reentrant: the thread that holds it may take it again; :meth:`release` as often.
-    """
-
-    def __init__(self, path: str | Path, poll: float = 0.05) -> None:
-        self.path = str(path)
-        self.poll = poll
-        self._threads = threading.RLock()
-        self._depth = 0
-        self._fd: int | None = None
-        self._fallback: filelock.BaseFileLock | None = None if fcntl is not None else filelock.FileLock(self.path)
-
-    def acquire(self, timeout: float) -> None:
-        """Take the lock within ``timeout`` seconds, or raise :class:`LockTimeout` (:class:`OSError`
-        where the lock file cannot be made or opened)."""
-        timeout = min(max(timeout, 0.0), threading.TIMEOUT_MAX)
-        deadline = time.monotonic() + timeout
-        if not self._threads.acquire(timeout=timeout):
-            raise LockTimeout(self.path)
-        try:
-            if self._depth == 0:
-                self._take(deadline)
-            self._depth += 1
-        except BaseException:
-            self._threads.release()
-            raise
-
-    def release(self) -> None:
-        """Let go; the last release removes the lock file (while still holding it) and unlocks."""
-        if self._depth == 0:
-            raise RuntimeError(f"{self.path}: released but not held")
-        try:
-            self._depth -= 1
-            if self._depth == 0:
-                self._let_go()
-        finally:
-            self._threads.release()
-
-    def _take(self, deadline: float) -> None:
-        while True:
-            if self._fallback is not None:
-                try:
-                    self._fallback.acquire(timeout=max(deadline - time.monotonic(), 0.0))
-                except filelock.Timeout:
-                    raise LockTimeout(self.path) from None
-                return
-            fd = self._open()
-            if fd is not None:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except OSError as exc:
-                    os.close(fd)
-                    if exc.errno == errno.ENOSYS:
-                        self._fallback = filelock.FileLock(self.path)
-                        continue
-                    if exc.errno not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):
-                        raise
-                else:
-                    if self._names(fd):
-                        self._fd = fd
-                        return
-                    os.close(fd)  # a holder removed the file it had locked: start over on the new one
-                    continue
-            if time.monotonic() >= deadline:
-                raise LockTimeout(self.path)
-            time.sleep(max(min(self.poll, deadline - time.monotonic()), 0.0))
-
-    def _open(self) -> int | None:
-        """A descriptor of the lock file, made if missing; ``None`` when it vanished meanwhile."""
-        flags = os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-        try:
-            return os.open(self.path, flags | os.O_CREAT, 0o666)
-        except FileNotFoundError:
-            if not os.path.isdir(os.path.dirname(self.path) or "."):
-                raise
-            return None
-        except PermissionError:
-            # A sticky folder (/tmp) refuses O_CREAT on another user's file even when it exists.
-            if not os.path.lexists(self.path):
-                raise
-        try:
-            return os.open(self.path, flags)
-        except FileNotFoundError:
-            return None
-
-    def _names(self, fd: int) -> bool:
-        """Whether the lock file's path still names the file open at ``fd``."""
-        held = os.fstat(fd)
-        if held.st_nlink == 0:
-            return False
-        try:
-            now = os.stat(self.path, follow_symlinks=False)
-        except FileNotFoundError:
-            return False
-        return (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
-
-    def _let_go(self) -> None:
-        if self._fallback is not None:
-            self._fallback.release()
-            return
-        fd, self._fd = self._fd, None
-        assert fd is not None
-        try:
-            if self._names(fd):
-                os.unlink(self.path)
-        except OSError:
-            pass  # left in place: harmless, the next holder uses it (and tries again to remove it)
-        finally:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-            finally:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass

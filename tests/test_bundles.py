@@ -14,6 +14,7 @@ import pytest
 
 from helpers import WARMUP_CONFTEST, fingerprint_here
 from pytest_compilecache.bundle.format import MAGIC, Bundle, make_entry, read_manifest, write_bundle
+from pytest_compilecache.storage.local import lock_file
 
 #: Real sessions against real servers and suites: left out of the fast tier (-m "not slow").
 pytestmark = pytest.mark.slow
@@ -203,11 +204,11 @@ def test_lock_timeout_names_the_lock_file(
     pytester: pytest.Pytester, run_inner: RunInner, warm_project: Path
 ) -> None:
     bundle = pytester.path / "suite.bundle"
-    lock = filelock.FileLock(str(bundle) + ".lock")
+    lock = filelock.FileLock(str(lock_file(bundle)))
     with lock:
         result = run_inner(f"--compile-cache-bundle={bundle}", "--compile-cache-lock-timeout=1", "-rs")
     result.assert_outcomes(passed=4, skipped=4)
-    result.stdout.fnmatch_lines([f"*{bundle}.lock: could not take the lock within 1 s*"])
+    result.stdout.fnmatch_lines([f"*{lock_file(bundle)}: could not take the lock within 1 s*"])
     assert warmups(warm_project) == 0
 
 
@@ -252,7 +253,7 @@ def test_a_dead_lock_holder_does_not_block_the_others(
     bundle = pytester.path / "suite.bundle"
     holder = subprocess.Popen(
         [sys.executable, "-c", "import filelock, sys, time; filelock.FileLock(sys.argv[1]).acquire(); "
-         "print('held', flush=True); time.sleep(600)", str(bundle) + ".lock"],
+         "print('held', flush=True); time.sleep(600)", str(lock_file(bundle))],
         stdout=subprocess.PIPE, text=True,
     )
     assert holder.stdout is not None and holder.stdout.readline().strip() == "held"

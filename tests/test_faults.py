@@ -21,6 +21,7 @@ import pytest
 
 from pytest_compilecache import files
 from pytest_compilecache.bundle.format import Bundle, make_entry, read_manifest, write_bundle
+from pytest_compilecache.storage.local import lock_file as lock_of
 
 #: Real sessions against real servers and suites: left out of the fast tier (-m "not slow").
 pytestmark = pytest.mark.slow
@@ -235,7 +236,7 @@ def test_killing_the_warmup_lock_holder_lets_the_others_go_on(
     ]
     try:
         pid = wait_for_pid(hold, procs, limit=240)
-        holders = files.lock_holders(f"{bundle}.lock")
+        holders = files.lock_holders(lock_of(bundle))
         assert any(h.startswith(f"pid {pid} ") or h == f"pid {pid}" for h in holders), holders
         assert not bundle.exists(), "nothing was published before the warmup finished"
         session = parent_of(pid)
@@ -268,7 +269,7 @@ def test_killing_the_warmup_lock_holder_lets_the_others_go_on(
     else:
         assert "3 passed" in victim, victim
     for line in (*expected, f"PROBLEM: gw* (pid {pid}) died while running the warmup hook (or publishing its result), "
-                 f"holding {bundle}.lock; the OS released the lock"):
+                 f"holding {lock_of(bundle)}; the OS released the lock"):
         head, _, tail = line.partition("*")
         assert head in victim and tail in victim, f"{line!r} not in:\n{victim}"
 
@@ -463,7 +464,7 @@ def test_a_read_only_mount_leaves_the_old_bundle(
     project = make_project(tmp_path / "project", shared_headers_dir, test_chain=CHAIN_TEST)
     bundle = read_only_folder / "x.bundle"
     shutil.copy(old_bundle, bundle)
-    Path(f"{bundle}.lock").touch()
+    lock_of(bundle).touch()
     old_bytes = bundle.read_bytes()
     mount("-o", "remount,bind,ro", str(read_only_folder))
     session, merge = save_with_fault(project, bundle, old_bundle, clean_env(tmp_path / "tmp"))
@@ -500,8 +501,8 @@ def test_a_folder_the_user_cannot_write_leaves_the_old_bundle(
     bundle = folder / "x.bundle"
     shutil.copy(old_bundle, bundle)
     if lock_file == "writable":
-        Path(f"{bundle}.lock").touch()
-        os.chmod(f"{bundle}.lock", 0o666)
+        lock_of(bundle).touch()
+        os.chmod(lock_of(bundle), 0o666)
     old_bytes = bundle.read_bytes()
     folder.chmod(0o555)
     try:
@@ -537,7 +538,7 @@ def test_a_bundle_that_loaded_stays_loaded_when_the_warmup_cannot_take_the_lock(
     shutil.copy(old_bundle, bundle)
     holder = subprocess.Popen([sys.executable, "-c", (
         "import sys, time, filelock; lock = filelock.FileLock(sys.argv[1]); lock.acquire(); "
-        "print('held', flush=True); time.sleep(120)"), f"{bundle}.lock"], stdout=subprocess.PIPE, text=True)
+        "print('held', flush=True); time.sleep(120)"), str(lock_of(bundle))], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         out = run_session(session_options(f"--compile-cache-bundle={bundle}", "--compile-cache-update",
@@ -549,9 +550,9 @@ def test_a_bundle_that_loaded_stays_loaded_when_the_warmup_cannot_take_the_lock(
     assert "1 passed" in out, out
     assert f"bundle: loaded: {bundle}" in out, out
     assert "unusable" not in out, out
-    assert any(line.startswith("PROBLEM: ") and "the warmup did not run" in line and f"{bundle}.lock" in line
+    assert any(line.startswith("PROBLEM: ") and "the warmup did not run" in line and str(lock_of(bundle)) in line
                and f"pid {holder.pid}" in line for line in out.splitlines()), out
-    assert filelock.FileLock(f"{bundle}.lock").acquire(timeout=1)
+    assert filelock.FileLock(str(lock_of(bundle))).acquire(timeout=1)
 
 
 def test_the_warmup_marker_says_one_outcome_and_nothing_else_reads_as_one(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_compilecache.storage.local import lock_file
 from pytest_compilecache.bundle import format as bundle_module
 from pytest_compilecache import files
 from pytest_compilecache.bundle.format import Bundle, BundleError, make_entry, read_manifest, write_bundle
@@ -63,12 +64,12 @@ def test_a_symlink_planted_at_the_lock_file_is_refused_and_its_target_untouched(
     victim = tmp_path / "victim.txt"
     victim.write_text("precious")
     path = tmp_path / "cache.bundle"
-    Path(str(path) + ".lock").symlink_to(victim)
+    lock_file(path).symlink_to(victim)
     store = LocalStore(path, lock_timeout=1)
     with pytest.raises(BundleError) as info:
         with store.locked():
             pass
-    assert str(path) + ".lock" in str(info.value)
+    assert str(lock_file(path)) in str(info.value)
     assert victim.read_text() == "precious"
 
 
@@ -76,7 +77,7 @@ def test_the_lock_timeout_names_the_process_holding_the_lock(tmp_path: Path) -> 
     path = tmp_path / "cache.bundle"
     holder = subprocess.Popen(
         [sys.executable, "-c",
-         f"import filelock, time; lock = filelock.FileLock({str(path) + '.lock'!r}); lock.acquire(); print('held', flush=True); "
+         f"import filelock, time; lock = filelock.FileLock({str(lock_file(path))!r}); lock.acquire(); print('held', flush=True); "
          "time.sleep(60)"],
         stdout=subprocess.PIPE, text=True,
     )
@@ -91,7 +92,7 @@ def test_the_lock_timeout_names_the_process_holding_the_lock(tmp_path: Path) -> 
         holder.kill()
         holder.wait()
     message = str(info.value)
-    assert f"{path}.lock: could not take the lock within 0.5 s" in message
+    assert f"{lock_file(path)}: could not take the lock within 0.5 s" in message
     if Path("/proc/locks").exists():
         assert f"held by pid {holder.pid} (" in message and "filelock" in message, message
 
@@ -165,7 +166,7 @@ def test_a_writer_killed_mid_write_leaves_nothing_after_the_next_update(tmp_path
     assert leftovers, "the killed writer should have left its temporary file"
 
     LocalStore(path, lock_timeout=5).add([make_entry({**ENV, "device": "other"}, b"new", {})])
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache.bundle"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".cache.bundle.lock", "cache.bundle"]
     assert len(read_manifest(path).entries) == 2
 
 

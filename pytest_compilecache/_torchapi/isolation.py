@@ -34,6 +34,7 @@ def bootstrap(process_dir: str | None = None) -> None:
         atexit.register(shutil.rmtree, process_dir, True)
     saved = SavedEnv()
     try:
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", process_dir)  # torch's imports may ask for a cache folder
         with defaultdir.redirect(process_dir), _fork_safe_cuda_check():
             for name in ("torch._dynamo", "torch._inductor.codecache", "torch._inductor.utils",
                          "torch._inductor.compile_fx"):

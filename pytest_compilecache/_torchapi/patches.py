@@ -294,7 +294,7 @@ def undo(since: int = 0) -> list[str]:
 
 
 def status() -> dict[str, Any]:
-    """What took and what did not on this torch: ``{"torch", "took": [patch names],
+    """What took and what did not on this torch: ``{"torch", "took": [patch names], "hooks": [] (no import hook is added; kept for the JSON report's format 1),
     "missed": {name: why},
     "features_off": {feature: why}}`` (features whose every patch missed; a patch whose fallback took,
     and a fallback not needed, are neither)."""
@@ -308,4 +308,4 @@ def status() -> dict[str, Any]:
     off = {feature: "; ".join(whys) for feature, whys in features.items()
            if not any(p.feature == feature and p.name in _applied for p in PATCHES)}
     return {"torch": str(getattr(torch, "__version__", "")), "took": [p.name for p in PATCHES if p.name in _applied],
-            "missed": missed, "features_off": off}
+            "hooks": [], "missed": missed, "features_off": off}

@@ -9,9 +9,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+import filelock
 import pytest
 
-from .. import files
 
 
 class Folders:
@@ -116,14 +116,14 @@ class WorkerDir:
         base.mkdir(parents=True, exist_ok=True)
         for n in range(1000):
             name = worker_id if n == 0 else f"{worker_id}-{n}"
-            lock = files.PathLock(base / f"{name}.lock")
+            lock = filelock.FileLock(str(base / f".{name}.lock"))
             try:
                 lock.acquire(timeout=0)
-            except files.LockTimeout:
+            except filelock.Timeout:
                 continue
             self.path = base / name
             self.path.mkdir(exist_ok=True)
-            self._lock: files.PathLock | None = lock
+            self._lock: filelock.BaseFileLock | None = lock
             return
         raise pytest.UsageError(f"{base}: no free per-worker cache folder (1000 in use)")
 

@@ -6,6 +6,8 @@ import contextlib
 from pathlib import Path
 from typing import Callable, Iterator, Mapping
 
+import filelock
+
 from .. import files
 from ..bundle.format import (Bundle, BundleError, Entry, NotABundle, NotAFile, Unreadable, encoded_size,
                              read_manifest, write_bundle)
@@ -14,13 +16,19 @@ from .interface import Look, Saved, Transfer, Version
 from .merge import New, combine, stamp, what_is_new
 
 
+def lock_file(path: Path) -> Path:
+    """Where the writers of the bundle at ``path`` take their lock: ``.NAME.lock`` beside it, hidden,
+    empty, left in place (every process that may write the bundle sees its folder)."""
+    return path.with_name(f".{path.name}.lock")
+
+
 class Lock:
-    """``PATH.lock``, there only while held (see :class:`files.PathLock`); reentrant in one process."""
+    """The bundle's lock file (:func:`lock_file`), held with ``filelock``; reentrant in one thread."""
 
     def __init__(self, path: Path, timeout: float) -> None:
-        self.file = str(path) + ".lock"
+        self.file = str(lock_file(path))
         self.timeout = timeout
-        self._lock = files.PathLock(self.file)
+        self._lock = filelock.FileLock(self.file)
 
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
@@ -32,7 +40,7 @@ class Lock:
         try:
             folder.mkdir(parents=True, exist_ok=True)
             self._lock.acquire(timeout=self.timeout)
-        except files.LockTimeout:
+        except filelock.Timeout:
             holders = files.lock_holders(self.file)
             who = f"held by {', '.join(holders)}" if holders else "another process holds it"
             raise BundleError(
@@ -61,7 +69,7 @@ class LocalStore:
 
     @property
     def lock_file(self) -> str:
-        """``PATH.lock``."""
+        """``.NAME.lock`` beside the bundle (:func:`lock_file`)."""
         return self._lock.file
 
     @property
@@ -102,7 +110,7 @@ class LocalStore:
             raise BundleError(f"{self.path}: cannot read: {exc.strerror or exc}") from None
 
     def locked(self) -> contextlib.AbstractContextManager[None]:
-        """Hold ``PATH.lock`` (reentrant in one process), or raise :class:`BundleError` naming it."""
+        """Hold the bundle's lock file (reentrant in one thread), or raise :class:`BundleError` naming it."""
         return self._lock.held()
 
     def version(self) -> Version | None:
