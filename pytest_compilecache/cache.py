@@ -10,7 +10,7 @@ from typing import Iterator, Mapping
 
 import pytest
 
-from . import _torchapi
+from . import _torchapi, misses
 from .environment import SavedEnv, caches_disabled_by_env, point_cache_dirs_at
 from .stats import DYNAMO_COUNTS, CacheStats, DynamoStats, check_layer_names, stats_from_counts
 
@@ -89,7 +89,7 @@ class CompileCache:
             _torchapi.reset_in_memory()
             self._bypass = stack.enter_context(_torchapi.record_bypass_reasons())
             if self.explain:
-                stack.enter_context(_torchapi.explaining())
+                stack.enter_context(misses.explaining())
             if self.kind.starts_empty:
                 stack.enter_context(_torchapi.empty_folder())
             stack.enter_context(_torchapi.cpu_probes_in(str(self._headers_dir / "cpu-probes"),

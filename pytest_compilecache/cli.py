@@ -15,7 +15,8 @@ from typing import Any, Sequence, TextIO
 
 from . import _torchapi
 from .bundle import signing
-from .bundle.binaries import build_id, identity_differences, is_cpp
+from ._torchapi.layout import is_cpp
+from .bundle.binaries import build_id, identity_differences
 from .bundle.format import Bundle, BundleError, Entry, differences, encoded_size, env_label, printable, read_manifest
 from .bundle.keyindex import KeyIndex, artifact_id
 from .session.options import user_cache_dir

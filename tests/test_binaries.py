@@ -15,7 +15,8 @@ from typing import Any, Callable
 
 import pytest
 
-from pytest_compilecache.bundle.binaries import BinaryPool, CarriedBinaries, CarriedFile, build_id, find_binaries, pooled
+from pytest_compilecache._torchapi.layout import find_binaries
+from pytest_compilecache.bundle.binaries import BinaryPool, CarriedBinaries, CarriedFile, build_id, pooled
 from pytest_compilecache.bundle.format import Bundle, make_entry, read_manifest, write_bundle
 from pytest_compilecache.files import link_tree
 

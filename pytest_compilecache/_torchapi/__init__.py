@@ -13,8 +13,6 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..bundle.keyindex import KeyIndex
-    from . import keys
     from .binaries import build_identity, cpu_probe_sources, cpu_probes_in, header_build_seconds, mark_carried
     from .binaries import rejected as rejected_binaries
     from .binaries import rejected_names as rejected_binary_names
@@ -24,7 +22,7 @@ if TYPE_CHECKING:
     from .devices import gpu_count
     from .fingerprint import environment_fingerprint, made_with
     from .isolation import bootstrap, caches_disabled_by_config, remote_caches_on, reset_in_memory, without_remote_caches
-    from .keys import empty_folder, explaining, note_bundle_keys, unpack_bundle_index, use_bundle_index
+    from .keys import empty_folder, note_bundle_keys
     from .megacache import (
         MegaCacheError,
         artifact_identities,
@@ -72,10 +70,7 @@ _WHERE: dict[str, tuple[str, str]] = {
     "reset_in_memory": ("isolation", "reset_in_memory"),
     "without_remote_caches": ("isolation", "without_remote_caches"),
     "empty_folder": ("keys", "empty_folder"),
-    "explaining": ("keys", "explaining"),
     "note_bundle_keys": ("keys", "note_bundle_keys"),
-    "unpack_bundle_index": ("keys", "unpack_bundle_index"),
-    "use_bundle_index": ("keys", "use_bundle_index"),
     "MegaCacheError": ("megacache", "MegaCacheError"),
     "artifact_identities": ("megacache", "artifact_identities"),
     "artifact_sizes": ("megacache", "artifact_sizes"),
@@ -108,21 +103,13 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-def index_for(payload: bytes) -> KeyIndex:
-    """What this process knows about the artifact keys in Mega-Cache bytes (see :func:`keys.index_of`)."""
-    from . import keys
-    from .megacache import artifact_identities
-
-    return keys.index_of(key for _, key, _ in artifact_identities(payload))
-
-
 __all__ = [
     "artifact_identities", "artifact_sizes", "bootstrap", "build_identity", "caches_disabled_by_config",
     "can_leave_out", "check_keys", "compile_seconds", "compiler_loaded", "complete_warm_folder", "describe_artifacts", "empty_folder",
-    "environment_fingerprint", "explaining", "fill_warm_folder", "fresh_recording", "gpu_count", "headers_at",
-    "index_for", "inductor_config_loaded", "load_artifacts", "made_with", "mark_carried", "MegaCacheError",
+    "environment_fingerprint", "fill_warm_folder", "fresh_recording", "gpu_count", "headers_at",
+    "inductor_config_loaded", "load_artifacts", "made_with", "mark_carried", "MegaCacheError",
     "cpu_probe_sources", "cpu_probes_in", "header_build_seconds", "merge_artifacts", "MIN_TORCH", "note_bundle_keys", "placing_from", "link_whole", "read_counts", "ready_to_read", "record_bypass_reasons",
     "redirect", "rejected_binaries", "rejected_binary_names", "remote_caches_on", "reset_in_memory",
     "save_artifacts", "select_artifacts", "torch_module", "TorchUnavailable", "unobservable_fields",
-    "unobservable_layers", "unpack_bundle_index", "use_bundle_index", "without_remote_caches",
+    "unobservable_layers", "without_remote_caches",
 ]

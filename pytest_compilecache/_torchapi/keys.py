@@ -1,12 +1,11 @@
-"""The components of every FX graph and AOTAutograd cache key this process computes, and why its lookups missed.
+"""The components of every FX graph and AOTAutograd cache key that is about to miss, as torch computes it.
 
 torch builds each key from a list of components and can print them as debug lines
 (``compiled_fx_graph_hash`` always returns them; ``autograd_cache_key`` only while its logger is at
-DEBUG). Both functions are wrapped: when a key has no entry in the current cache folder (a miss
-is coming), its components are parsed and recorded in this process's :class:`KeyIndex` (so that a
-saved bundle can carry them), and, while explaining is on, the miss is explained against the
-bundle's index and this process's earlier keys (:mod:`..explain`). A key whose folder exists
-costs one ``os.path.exists``; nothing more is done for hits.
+DEBUG). Both functions are wrapped: when a key has no entry in the current cache folder (a miss is
+coming), its components are parsed and handed, as a :class:`Miss`, to the listener the plugin set
+(:func:`report_misses_to`: recording and explaining live above this package). A key whose folder
+exists costs one ``os.path.exists``; nothing more is done for hits.
 """
 
 from __future__ import annotations
@@ -17,15 +16,11 @@ import hashlib
 import logging
 import os
 import re
-import sys
 import threading
 from collections import Counter
 from typing import Any, Callable, Iterable, Iterator
 
 from . import loglevels
-from ..bundle.keyindex import KeyIndex
-from ..explain import Explanation, Known, explain
-from ..stats import EXPLANATION, MISS_KIND
 
 FROM_BUNDLE_AOT = "aot_autograd.from_bundle"
 FROM_BUNDLE_AUTOTUNE = "autotune.from_bundle"
@@ -33,16 +28,27 @@ FROM_BUNDLE_AUTOTUNE = "autotune.from_bundle"
 _LINE = re.compile(r"^\[([A-Za-z0-9]+)\] ([^\s:\[]+(?:\[[^\]]*\])?): (.*)$", re.DOTALL)
 _TRACE = re.compile(r'File "([^"]+)", line \d+, in (\S+)')
 
+
+
+@dataclasses.dataclass(frozen=True)
+class Miss:
+    """A lookup about to miss: its ``layer`` (``fx_graph``, ``aot_autograd``), ``key``, the ``code``
+    Dynamo compiled (:func:`code_of`), the key's ``components`` (``{name: (hash, text)}``) and whether
+    the cache folder started empty by design (:func:`empty_folder`)."""
+
+    layer: str
+    key: str
+    code: str
+    components: dict[str, tuple[str, str]]
+    starts_empty: bool
+
+
 _lock = threading.RLock()
-_recorded = KeyIndex()
 _counts: Counter[str] = Counter()
-_explaining = 0
+#: Given each :class:`Miss`, answers the names of the counts it adds (see :func:`report_misses_to`).
+_listener: Callable[[Miss], Iterable[str]] | None = None
 #: Whether the current cache folder was filled from the loaded bundle (False inside an empty cache).
 _filled_from_bundle = True
-_bundle: Known | None = None
-_cannot = ""
-#: The loaded bundle's name and the function that unpacks its key index, until first needed.
-_unpacked: tuple[str, Callable[[], tuple[KeyIndex | None, int, str]]] | None = None
 #: AOTAutograd keys whose entries the loaded bundle put into cache folders.
 _bundle_aot_keys: frozenset[str] = frozenset()
 #: The loaded bundle's autotune results, by their place in a cache folder (``<xx>/<name>.best_config``).
@@ -50,16 +56,15 @@ _bundle_autotune_keys: frozenset[str] = frozenset()
 
 
 def wrap_fx_hash(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``codecache.compiled_fx_graph_hash``, recording the components of each key that will miss."""
+    """``codecache.compiled_fx_graph_hash``, reporting the components of each key that will miss."""
     import importlib
 
-    _recorded.torch = str(getattr(sys.modules.get("torch"), "__version__", ""))
     codecache = importlib.import_module("torch._inductor.codecache")
     return _wrap_fx(original, _folder_of(getattr(codecache, "FxGraphCache", None)))
 
 
 def wrap_aot_key(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``autograd_cache_key``, recording the components of each key that will miss."""
+    """``autograd_cache_key``, reporting the components of each key that will miss."""
     import importlib
 
     autograd_cache = importlib.import_module("torch._functorch._aot_autograd.autograd_cache")
@@ -173,29 +178,24 @@ def code_of(gm: Any) -> str:
 
 
 def _seen(layer: str, key: str, gm: Any, lines: list[str], extra: dict[str, tuple[str, str]] | None = None) -> None:
-    """A key with no entry in the current cache folder: explain it (while explaining), then record it."""
-    components = {**parse(lines), **(extra or {})}
-    code = code_of(gm)
+    """A key with no entry in the current cache folder: hand it to the listener, and count what it answers."""
     with _lock:
-        if _explaining:
-            loaded = _loaded_bundle()
-            bundle = dataclasses.replace(loaded, fills=_filled_from_bundle) if loaded is not None else None
-            known = [*([bundle] if bundle is not None else []), Known("this session's earlier compiles", _recorded)]
-            found = explain(layer, key, code, components, known, "" if loaded is not None else _cannot,
-                            starts_empty=not _filled_from_bundle)
-            _count(layer, found)
-        if components:
-            _recorded.add(key, layer, code, components)
+        if _listener is None:
+            return
+        miss = Miss(layer, key, code_of(gm), {**parse(lines), **(extra or {})}, not _filled_from_bundle)
+        _counts.update(_listener(miss))
 
 
-def _count(layer: str, found: Explanation) -> None:
-    _counts[f"{layer}{EXPLANATION}{found.text}"] += 1
-    for kind in found.kinds:
-        _counts[f"{layer}{MISS_KIND}{kind}"] += 1
+def report_misses_to(listener: Callable[[Miss], Iterable[str]] | None) -> None:
+    """From now on, hand every lookup about to miss to ``listener``, which answers the names of the
+    counts it adds (as :func:`counts` gives them back; an explanation's, say); ``None``: to nobody."""
+    global _listener
+    with _lock:
+        _listener = listener
 
 
 def counts() -> dict[str, int]:
-    """Explanations so far, as flat counts: ``<layer>.explanation/<text>`` and ``<layer>.miss_kind/<kind>``."""
+    """What was counted so far: lookups found in a folder the bundle filled, and what the listener answered."""
     with _lock:
         return dict(_counts)
 
@@ -212,49 +212,6 @@ def empty_folder() -> Iterator[None]:
     finally:
         with _lock:
             _filled_from_bundle = before
-
-
-@contextlib.contextmanager
-def explaining() -> Iterator[None]:
-    """Explain every FX graph and AOTAutograd miss inside."""
-    global _explaining
-    with _lock:
-        _explaining += 1
-    try:
-        yield
-    finally:
-        with _lock:
-            _explaining -= 1
-
-
-def use_bundle_index(name: str, unpacked: Callable[[], tuple[KeyIndex | None, int, str]] | None = None,
-                     cannot: str = "") -> None:
-    """Explain misses against the loaded bundle's key index, which ``unpacked`` gives the first time a
-    miss or a save needs it (the index, how many of the bundle's keys it does not document, and why
-    there is none); without ``unpacked``, say ``cannot``."""
-    global _bundle, _cannot, _unpacked
-    with _lock:
-        _bundle, _cannot, _unpacked = None, cannot, (name, unpacked) if unpacked is not None else None
-
-
-def unpack_bundle_index() -> None:
-    """Unpack the loaded bundle's key index now, not when first needed (a strict session checks
-    everything about its bundle before its first test)."""
-    with _lock:
-        _loaded_bundle()
-
-
-def _loaded_bundle() -> Known | None:
-    """The loaded bundle's key index, unpacked now if not yet; call with ``_lock`` held."""
-    global _bundle, _cannot, _unpacked
-    if _unpacked is not None:
-        (name, unpacked), _unpacked = _unpacked, None
-        try:
-            index, undocumented, _cannot = unpacked()
-        except Exception as exc:  # never fail the compile that asked for an explanation
-            index, undocumented, _cannot = None, 0, f"the bundle's key details could not be read: {exc}"
-        _bundle = Known(name, index, undocumented, fills=True) if index is not None else None
-    return _bundle
 
 
 def note_bundle_keys(aot_keys: Iterable[str], autotune_keys: Iterable[str] = ()) -> None:
@@ -274,13 +231,3 @@ def autotune_from_bundle(path: str) -> None:
     with _lock:
         if _filled_from_bundle and tail in _bundle_autotune_keys:
             _counts[FROM_BUNDLE_AUTOTUNE] += 1
-
-
-def index_of(wanted: Iterable[str]) -> KeyIndex:
-    """What this process knows about the artifact keys ``wanted``: the components it recorded for
-    them, or those the loaded bundle's index holds."""
-    wanted = set(wanted)
-    with _lock:
-        loaded = _loaded_bundle()
-        known = [_recorded, *([loaded.index] if loaded is not None else [])]
-        return KeyIndex.union(known).restricted(wanted)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 import sys
 import uuid
@@ -25,181 +24,15 @@ from typing import Any, Collection, Iterable, Mapping
 from filelock import FileLock
 
 from .. import files
+from .._torchapi import layout
 
-#: What a carried file may be called, relative to a cache folder: ``<subdir>/<name>`` (a C++
-#: binary or source) or ``triton/<key>/<name>`` (a file of Triton's own kernel cache).
-_PATH = re.compile(r"^([A-Za-z0-9_]{1,8}|triton/[A-Za-z0-9_-]{8,128})/[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}$")
-_TRITON = "triton"
-_TIMINGS = "cache"
-_BINARY = (".so", ".o")
-#: Triton's compiled C modules (its driver's helpers, kernel launchers): one per folder, with no group file.
-_MODULE = (".so", ".pyd")
 #: The pool's file whose content changes with every add or drop (see :meth:`BinaryPool.version`).
 _VERSION = "version"
-#: How far a file time may lag the clock (the kernel stamps files with a clock that ticks every few ms).
-_CLOCK_TICK = 0.02
-_SOURCE = ".cpp"
 
 
 def build_id(identity: Mapping[str, str]) -> str:
     """A short name for a build identity (what a binary's fit depends on beyond torch's key)."""
     return hashlib.sha256(json.dumps(dict(identity), sort_keys=True).encode()).hexdigest()[:16]
-
-
-def valid_path(path: str) -> bool:
-    """Whether ``path`` is a name a carried file may have (inside a cache folder, nothing else)."""
-    return bool(_PATH.match(path)) and ".." not in path
-
-
-def find_binaries(folder: Path, since: float = 0.0) -> dict[str, Path]:
-    """``{relative path: file}`` for every built binary in a cache folder (with ``since``, only in
-    folders changed since then: a file written since changed its folder).
-
-    C++ binaries lie in torch's two-character subfolders, with their sources (a source is taken
-    only beside a binary of the same name); Triton's kernel cache lies in ``triton/``, one folder
-    per compiled kernel, keyed by Triton from the source, the options and the target GPU. It
-    holds the variants autotuning and coordinate descent compiled, which Mega-Cache leaves out,
-    and the C modules Triton builds with the system compiler (its driver's helpers, kernel
-    launchers; keyed by their source and the platform), which a new folder would build again.
-    The max-autotune GEMM timings lie in ``cache/<system hash>``, one JSON file per GPU/CPU kind.
-    A binary whose source names this folder (torch 2.7's kernels do) is left out: elsewhere its key differs.
-    """
-    found = _triton_files(Path(folder) / _TRITON, since)
-    found.update(_timing_files(Path(folder) / _TIMINGS))
-    try:
-        subdirs = [d for d in os.scandir(folder) if len(d.name) == 2 and d.is_dir(follow_symlinks=False)
-                   and _changed_since(d, since)]
-    except OSError:
-        return found
-    here = {str(folder).encode(), os.path.realpath(folder).encode()}
-    for sub in subdirs:
-        try:
-            names = {e.name: e for e in os.scandir(sub.path) if e.is_file(follow_symlinks=False)}
-        except OSError:
-            continue
-        stems = {n.rsplit(".", 1)[0] for n in names if n.endswith(_BINARY)}
-        local = {stem for stem in stems if _names_folder(Path(sub.path) / (stem + _SOURCE), here)}
-        for name in names:
-            stem, _, ext = name.rpartition(".")
-            if stem in local:
-                continue
-            if ("." + ext in _BINARY or ("." + ext == _SOURCE and stem in stems)) and not name.startswith("."):
-                rel = f"{sub.name}/{name}"
-                if valid_path(rel):
-                    found[rel] = Path(sub.path) / name
-    return found
-
-
-def _names_folder(source: Path, folders: set[bytes]) -> bool:
-    """Whether a C++ source names the cache folder it lies in (torch 2.7 includes each kernel's prefix
-    header by its absolute path there): its key differs in every folder, so its binary is found only there."""
-    try:
-        text = source.read_bytes()
-    except OSError:
-        return False
-    return any(folder in text for folder in folders)
-
-
-def _changed_since(entry: os.DirEntry[str], since: float) -> bool:
-    """Whether a folder's entries may have changed since ``since`` (file times lag the clock by up to a tick)."""
-    if not since:
-        return True
-    try:
-        return entry.stat(follow_symlinks=False).st_mtime >= since - _CLOCK_TICK
-    except OSError:
-        return True
-
-
-def _triton_files(root: Path, since: float = 0.0) -> dict[str, Path]:
-    found: dict[str, Path] = {}
-    try:
-        kernels = [d for d in os.scandir(root) if d.is_dir(follow_symlinks=False) and _changed_since(d, since)]
-    except OSError:
-        return found
-    for kernel in kernels:
-        try:
-            files = [e for e in os.scandir(kernel.path) if e.is_file(follow_symlinks=False)]
-        except OSError:
-            continue
-        groups = [e for e in files if e.name.startswith("__grp__")]
-        if not groups:
-            if not all(e.name.endswith(_MODULE) for e in files):
-                continue  # a kernel being written (its group file comes last)
-        elif not all(_complete(Path(g.path), {e.name for e in files}) for g in groups):
-            continue
-        for entry in files:
-            rel = f"{_TRITON}/{kernel.name}/{entry.name}"
-            if valid_path(rel) and not entry.name.startswith("."):
-                found[rel] = Path(entry.path)
-    return found
-
-
-def _complete(group: Path, present: set[str]) -> bool:
-    """Whether every file a Triton group file names is in its folder (a kernel being written is not)."""
-    try:
-        children = json.loads(group.read_bytes())["child_paths"].values()
-        return all(os.path.basename(str(child)) in present for child in children)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return False
-
-
-def in_order(files: Mapping[str, Any]) -> list[tuple[str, Any]]:
-    """``files`` with each Triton group file after the files it names, so a reader never sees a group
-    file whose kernel files are not there yet."""
-    return sorted(files.items(), key=lambda item: (item[0].rsplit("/", 1)[-1].startswith("__grp__"), item[0]))
-
-
-def _timing_files(root: Path) -> dict[str, Path]:
-    try:
-        entries = [e for e in os.scandir(root) if e.is_file(follow_symlinks=False) and not e.name.startswith(".")]
-    except OSError:
-        return {}
-    return {f"{_TIMINGS}/{e.name}": Path(e.path) for e in entries if valid_path(f"{_TIMINGS}/{e.name}")}
-
-
-def is_timings(path: str) -> bool:
-    """Whether a carried file is torch's max-autotune GEMM timing cache (merged, never replaced)."""
-    return path.startswith(_TIMINGS + "/")
-
-
-def merge_timings(first: bytes, second: bytes) -> bytes:
-    """Two GEMM timing files as one: every timing of both, ``first``'s where both have one.
-
-    Either side that is not a timing file (JSON with a ``cache`` object) is left out of the result.
-    """
-    def load(data: bytes) -> dict[str, Any] | None:
-        try:
-            value = json.loads(data)
-        except ValueError:
-            return None
-        return value if isinstance(value, dict) and isinstance(value.get("cache"), dict) else None
-
-    def union(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-        merged = dict(b)
-        for key, value in a.items():
-            merged[key] = union(value, b[key]) if isinstance(value, dict) and isinstance(b.get(key), dict) else value
-        return merged
-
-    one, two = load(first), load(second)
-    if one is None or two is None:
-        return first if two is None else second
-    return json.dumps(union(one, two), indent=4).encode()
-
-
-def is_cpp(path: str) -> bool:
-    """Whether a carried file is a C++ binary (not a source, not a Triton kernel file)."""
-    return path.endswith(_BINARY) and not path.startswith(_TRITON + "/")
-
-
-def _relocated_group(data: bytes, folder: Path) -> bytes:
-    """A Triton group file naming its kernel's files by absolute path, pointed at ``folder``."""
-    try:
-        group = json.loads(data)
-        paths = group["child_paths"]
-        group["child_paths"] = {name: str(folder / os.path.basename(str(path))) for name, path in paths.items()}
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return data
-    return json.dumps(group).encode()
 
 
 def _write_atomic(dest: Path, data: bytes) -> None:
@@ -214,11 +47,11 @@ def _place(source: Path, dest: Path) -> bool:
     be made) is written beside ``dest`` and renamed over it. A Triton group file is rewritten
     instead, so that it names the files beside it.
     """
-    if dest.name.startswith("__grp__"):
+    if layout.is_group_file(dest.name):
         if dest.exists():
             return False
         dest.parent.mkdir(parents=True, exist_ok=True)
-        files.write_atomic(dest, _relocated_group(source.read_bytes(), dest.parent), fsync=False)
+        files.write_atomic(dest, layout.relocated_group(source.read_bytes(), dest.parent), fsync=False)
         return True
     try:
         return _link(source, dest)
@@ -239,10 +72,6 @@ def _copy_over(source: Path, dest: Path) -> None:
         files.replace(tmp, dest)
     finally:
         tmp.unlink(missing_ok=True)
-
-
-def _is_triton_module(path: str) -> bool:
-    return path.startswith(_TRITON + "/") and path.endswith(_MODULE)
 
 
 def _replace_if_rebuilt(source: Path, dest: Path) -> bool:
@@ -278,7 +107,7 @@ def _link(source: Path, dest: Path) -> bool:
 def drop_from(folder: Path, names: Iterable[str]) -> int:
     """Remove the binaries of a cache folder (or pool) that have these names; returns how many."""
     wanted = set(names)
-    gone = [file for rel, file in find_binaries(folder).items() if rel.rsplit("/", 1)[-1] in wanted]
+    gone = [file for rel, file in layout.find_binaries(folder).items() if rel.rsplit("/", 1)[-1] in wanted]
     for file in gone:
         file.unlink(missing_ok=True)
     return len(gone)
@@ -315,22 +144,22 @@ class BinaryPool:
 
     def files(self) -> dict[str, Path]:
         """``{relative path: file}`` of everything in the pool."""
-        return find_binaries(self.path)
+        return layout.find_binaries(self.path)
 
     def add_from(self, folder: Path, since: float = 0.0) -> int:
         """Take every binary of a cache folder that the pool lacks (timings are merged), skipping
         files older than ``since``; returns how many were taken. A file that cannot be read is skipped."""
         taken = 0
         try:
-            for rel, file in in_order(find_binaries(folder, since)):
+            for rel, file in layout.in_order(layout.find_binaries(folder, since)):
                 try:
                     if since and file.stat().st_mtime < since:
                         continue
-                    if is_timings(rel):
+                    if layout.is_timings(rel):
                         taken += self._merge(rel, file.read_bytes())
                     elif _place(file, self.path / rel):
                         taken += 1
-                    elif _is_triton_module(rel):
+                    elif layout.is_triton_module(rel):
                         taken += _replace_if_rebuilt(file, self.path / rel)
                 except OSError:
                     continue
@@ -345,7 +174,7 @@ class BinaryPool:
         dest.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(dest.parent / ".timings.lock")):
             old = dest.read_bytes() if dest.exists() else None
-            new = data if old is None else merge_timings(old, data)
+            new = data if old is None else layout.merge_timings(old, data)
             if new == old:
                 return False
             _write_atomic(dest, new)
@@ -366,7 +195,7 @@ class BinaryPool:
         return added, failed
 
     def _add(self, rel: str, data: bytes) -> bool:
-        if is_timings(rel):
+        if layout.is_timings(rel):
             return self._merge(rel, data)
         dest = self.path / rel
         if dest.exists():
@@ -396,11 +225,11 @@ class BinaryPool:
 
     def _seed(self, folder: Path) -> int:
         placed = 0
-        for rel, file in in_order(self.files()):
+        for rel, file in layout.in_order(self.files()):
             dest = Path(folder) / rel
             try:
-                if is_timings(rel) and dest.exists():
-                    _write_atomic(dest, merge_timings(dest.read_bytes(), file.read_bytes()))
+                if layout.is_timings(rel) and dest.exists():
+                    _write_atomic(dest, layout.merge_timings(dest.read_bytes(), file.read_bytes()))
                     placed += 1
                 else:
                     placed += _place(file, dest)
@@ -424,7 +253,7 @@ def pooled(root: Path) -> "CarriedBinaries":
         if not isinstance(identity, dict) or build_id(identity) != folder.name:
             continue
         carried.builds[folder.name] = {str(k): str(v) for k, v in identity.items()}
-        for rel, file in sorted(find_binaries(folder).items()):
+        for rel, file in sorted(layout.find_binaries(folder).items()):
             try:
                 carried.add(folder.name, rel, file.read_bytes())
             except OSError:
@@ -457,8 +286,8 @@ class CarriedBinaries:
         """Add a file unless one with this build and path is there already (the first one wins;
         timing files are merged)."""
         old = self.files.get((build, path))
-        if old is not None and is_timings(path):
-            data = merge_timings(old.data, data)
+        if old is not None and layout.is_timings(path):
+            data = layout.merge_timings(old.data, data)
         elif old is not None:
             return
         self.files[(build, path)] = CarriedFile(build, path, hashlib.sha256(data).hexdigest(), len(data), data)
@@ -466,7 +295,7 @@ class CarriedBinaries:
     def counts(self, probe_sources: Collection[str] = ()) -> dict[str, int]:
         """``{"count": C++ binaries, "bytes": their size}`` (sources and Triton files not counted); with
         ``probe_sources`` (the sources torch builds its CPU probes from), the probes apart, as ``probes``."""
-        binaries = [f for f in self.files.values() if is_cpp(f.path)]
+        binaries = [f for f in self.files.values() if layout.is_cpp(f.path)]
         probes = self.probes(probe_sources)
         kernels = [f for f in binaries if f.path not in probes]
         counts = {"count": len(kernels), "bytes": sum(f.size for f in kernels)}
@@ -482,12 +311,12 @@ class CarriedBinaries:
             return set()
         sources = {f.path.rsplit(".", 1)[0] for f in self.files.values()
                    if f.path.endswith(".cpp") and f.data in texts}
-        return {f.path for f in self.files.values() if is_cpp(f.path) and f.path.rsplit(".", 1)[0] in sources}
+        return {f.path for f in self.files.values() if layout.is_cpp(f.path) and f.path.rsplit(".", 1)[0] in sources}
 
     def triton_counts(self) -> dict[str, int]:
         """``{"count": Triton kernels, "bytes": size of all Triton files}`` (its compiled modules are no kernels)."""
-        files = [f for f in self.files.values() if f.path.startswith(_TRITON + "/")]
-        kernels = {f.path.rsplit("/", 1)[0] for f in files if f.path.rsplit("/", 1)[1].startswith("__grp__")}
+        files = [f for f in self.files.values() if f.path.startswith(layout.TRITON + "/")]
+        kernels = {f.path.rsplit("/", 1)[0] for f in files if layout.is_group_file(f.path.rsplit("/", 1)[1])}
         return {"count": len(kernels), "bytes": sum(f.size for f in files)}
 
     @staticmethod
@@ -498,7 +327,7 @@ class CarriedBinaries:
             for build, identity in part.builds.items():
                 merged.builds.setdefault(build, identity)
             for key, file in part.files.items():
-                if key in merged.files and is_timings(key[1]):
+                if key in merged.files and layout.is_timings(key[1]):
                     merged.add(key[0], key[1], file.data)
                 else:
                     merged.files.setdefault(key, file)
@@ -564,7 +393,7 @@ def unpack(blob: bytes, section: Mapping[str, Any]) -> tuple["CarriedBinaries", 
         at += stored
         if build in forged:
             continue
-        if not valid_path(path):
+        if not layout.valid_path(path):
             problems.append(f"carried binary {path!r} has a name outside torch's cache layout; not used")
             continue
         try:

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import pytest
 
-from .. import _torchapi, files
+from .. import _torchapi, files, misses
 from .._torchapi import patches
 from ..bundle.binaries import BinaryPool, drop_from
 from ..bundle.format import Unreadable
@@ -123,7 +123,7 @@ class BundlePreparation:
                 f"no bundle is used (ignore it by its category and module in filterwarnings to prepare one)"
             )
         if self.options.strict and self._prepared is not None:
-            _torchapi.unpack_bundle_index()  # a malformed key index is otherwise found at the first miss
+            misses.unpack_bundle_index()  # a malformed key index is otherwise found at the first miss
         problems = [p for p in self.process_report.problems if p.concern is not Concern.BINARY]
         if self.options.strict and problems:
             return "--compile-cache-strict: bundle problem at session start:\n  " + "\n  ".join(map(str, problems))
@@ -279,7 +279,7 @@ class BundlePreparation:
                 return None
             if report.env is None:
                 report.env = _torchapi.environment_fingerprint()
-            return data, _torchapi.index_for(data)
+            return data, misses.index_for(data)
         except Exception as exc:  # torch failing to serialize must not lose the session's results
             report.problems.append(Problem(Concern.SAVING, f"could not save this process's compile artifacts: {exc}"))
             return None

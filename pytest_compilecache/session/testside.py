@@ -10,7 +10,7 @@ from typing import Iterator
 
 import pytest
 
-from .. import _torchapi
+from .. import _torchapi, misses
 from ..cache import CacheKind, CompileCache
 from ..environment import SavedEnv, point_cache_dirs_at
 from ..report.model import REPORT_ATTR
@@ -54,7 +54,7 @@ class TestSide:
         With ``--compile-cache-explain``, misses are explained in every test from now on.
         """
         if self.options.explain:
-            self._explaining.enter_context(_torchapi.explaining())
+            self._explaining.enter_context(misses.explaining())
         if self.options.remote is not None:
             self._remote_before = remote.switch_on(self.options.remote)
             if _torchapi.inductor_config_loaded():

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import _torchapi, files
+from .. import _torchapi, files, misses
 from ..bundle import signing
-from ..bundle.binaries import BinaryPool, identity_differences, in_order, is_cpp, pooled
+from .._torchapi.layout import in_order, is_cpp
+from ..bundle.binaries import BinaryPool, identity_differences, pooled
 from ..bundle.format import (Bundle, BundleError, Entry, NotABundle, NotAFile, Unreadable, env_label, make_entry,
                              read_manifest, write_bundle)
 from ..bundle.keyindex import KeyIndex
@@ -140,7 +141,7 @@ class Preparer:
             self._unreadable(str(exc), Unreadable.of(exc))
 
         if not loaded and self.source is not None:
-            _torchapi.use_bundle_index("", cannot=f"no bundle entry was loaded ({self.report.status.value}: "
+            misses.use_bundle_index("", cannot=f"no bundle entry was loaded ({self.report.status.value}: "
                                                   f"{self.report.reason})")
         if self.tell is not None and self.source is not None and self.report.problems:
             instead = "the warmup runs in its place" if self.run_warmup is not None else "this run goes on without it"
@@ -241,7 +242,7 @@ class Preparer:
                                  "pytest-compilecache recorded them)")
             return index, len(keys - set(index.keys)), ""
 
-        _torchapi.use_bundle_index(name, unpacked)
+        misses.use_bundle_index(name, unpacked)
 
     def _own(self, bundle: Bundle) -> bool:
         """Whether ``bundle`` holds only what this session's warmup compiled (the session's own bundle,
@@ -359,7 +360,7 @@ class Preparer:
         to_path = self.binaries is not None and self.publish is self.source
         carried = pooled(self.binaries.path.parent) if to_path and self.binaries is not None else None
         addition = make_entry(env, data, _torchapi.describe_artifacts(data), binaries=carried,
-                              index=_torchapi.index_for(data))
+                              index=misses.index_for(data))
         rebuilding = self.rebuild and self.publish is self.source
         try:
             saved = self.publish.add([addition], {"warmup_seconds": round(ran.seconds, 3)}, run=self.run,

@@ -9,7 +9,8 @@ from typing import Iterable, Mapping
 
 from .. import _torchapi
 from ..bundle import signing
-from ..bundle.binaries import CarriedBinaries, is_cpp
+from .._torchapi.layout import is_cpp
+from ..bundle.binaries import CarriedBinaries
 from ..bundle.format import Bundle, BundleError, Entry, env_label, make_entry
 from ..bundle.keyindex import KeyIndex, artifact_id
 from ..words import counted

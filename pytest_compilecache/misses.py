@@ -1,0 +1,113 @@
+"""What this process learns from the lookups that miss: each key's components, kept for the bundle's
+key index, and, while explaining, why each missed (:mod:`.explain`).
+
+The torch side (``_torchapi.keys``) hands every miss here; this module decides what to keep and what
+to say. It never imports torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import sys
+import threading
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
+
+from ._torchapi import keys as torch_keys
+from .bundle.keyindex import KeyIndex
+from .stats import EXPLANATION, MISS_KIND
+
+if TYPE_CHECKING:
+    from .explain import Known
+
+_lock = threading.RLock()
+_recorded = KeyIndex()
+_explaining = 0
+_bundle: Known | None = None
+_cannot = ""
+#: The loaded bundle's name and the function that unpacks its key index, until first needed.
+_unpacked: tuple[str, Callable[[], tuple[KeyIndex | None, int, str]]] | None = None
+
+
+def _seen(miss: torch_keys.Miss) -> list[str]:
+    """Explain ``miss`` (while explaining), then record its components; the counts its explanation adds."""
+    added = []
+    with _lock:
+        if _explaining:
+            from .explain import Known, explain
+
+            loaded = _loaded_bundle()
+            bundle = dataclasses.replace(loaded, fills=not miss.starts_empty) if loaded is not None else None
+            known = [*([bundle] if bundle is not None else []), Known("this session's earlier compiles", _recorded)]
+            found = explain(miss.layer, miss.key, miss.code, miss.components, known,
+                            "" if loaded is not None else _cannot, starts_empty=miss.starts_empty)
+            added = [f"{miss.layer}{EXPLANATION}{found.text}", *(f"{miss.layer}{MISS_KIND}{k}" for k in found.kinds)]
+        if miss.components:
+            _recorded.torch = _recorded.torch or str(getattr(sys.modules.get("torch"), "__version__", ""))
+            _recorded.add(miss.key, miss.layer, miss.code, miss.components)
+    return added
+
+
+torch_keys.report_misses_to(_seen)
+
+
+@contextlib.contextmanager
+def explaining() -> Iterator[None]:
+    """Explain every FX graph and AOTAutograd miss inside."""
+    global _explaining
+    with _lock:
+        _explaining += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _explaining -= 1
+
+
+def use_bundle_index(name: str, unpacked: Callable[[], tuple[KeyIndex | None, int, str]] | None = None,
+                     cannot: str = "") -> None:
+    """Explain misses against the loaded bundle's key index, which ``unpacked`` gives the first time a
+    miss or a save needs it (the index, how many of the bundle's keys it does not document, and why
+    there is none); without ``unpacked``, say ``cannot``."""
+    global _bundle, _cannot, _unpacked
+    with _lock:
+        _bundle, _cannot, _unpacked = None, cannot, (name, unpacked) if unpacked is not None else None
+
+
+def unpack_bundle_index() -> None:
+    """Unpack the loaded bundle's key index now, not when first needed (a strict session checks
+    everything about its bundle before its first test)."""
+    with _lock:
+        _loaded_bundle()
+
+
+def _loaded_bundle() -> Known | None:
+    """The loaded bundle's key index, unpacked now if not yet; call with ``_lock`` held."""
+    global _bundle, _cannot, _unpacked
+    if _unpacked is not None:
+        from .explain import Known
+
+        (name, unpacked), _unpacked = _unpacked, None
+        try:
+            index, undocumented, _cannot = unpacked()
+        except Exception as exc:  # never fail the compile that asked for an explanation
+            index, undocumented, _cannot = None, 0, f"the bundle's key details could not be read: {exc}"
+        _bundle = Known(name, index, undocumented, fills=True) if index is not None else None
+    return _bundle
+
+
+def index_of(wanted: Iterable[str]) -> KeyIndex:
+    """What this process knows about the artifact keys ``wanted``: the components it recorded for
+    them, or those the loaded bundle's index holds."""
+    wanted = set(wanted)
+    with _lock:
+        loaded = _loaded_bundle()
+        known = [_recorded, *([loaded.index] if loaded is not None else [])]
+        return KeyIndex.union(known).restricted(wanted)
+
+
+def index_for(payload: bytes) -> KeyIndex:
+    """What this process knows about the artifact keys in Mega-Cache bytes (see :func:`index_of`)."""
+    from ._torchapi import artifact_identities
+
+    return index_of(key for _, key, _ in artifact_identities(payload))
