@@ -15,14 +15,12 @@ recorded; records outside the paths given are left alone, and ``--lf``/``--sw`` 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Generator
+from typing import Any, Generator, Protocol
 
 import pytest
 
 from .. import _torchapi
 from ..report.model import ExpectationsReport
-from ..session.counting import TestCounts
-from ..session.options import Options
 from . import fileformat
 from .fileformat import Expectations, ExpectFileError
 from .records import DYNAMO_FIELDS, FIELDS, Measured, changes, describe
@@ -49,15 +47,22 @@ def shown(path: Path, root: Path) -> str:
         return str(path)
 
 
+class Counting(Protocol):
+    """What the recorder asks of the session's per-test counts."""
+
+    def so_far(self, item: pytest.Item) -> dict[str, int] | None: ...
+
+    def cache_kind(self, item: pytest.Item) -> str | None: ...
+
+
 class Recorder:
     """Beside the tests: measures each recorded test at the end of its call, and fails it on a change."""
 
-    def __init__(self, config: pytest.Config, options: Options, counts: TestCounts,
+    def __init__(self, config: pytest.Config, path: Path, update: bool, counts: Counting,
                  expectations: Expectations | None) -> None:
-        assert options.expect is not None
         self.config = config
-        self.update = options.expect_update
-        self.path = shown(options.expect, config.rootpath)
+        self.update = update
+        self.path = shown(path, config.rootpath)
         self.counts = counts
         self.expectations = expectations
         #: The records this session finds unused (known once collection is done).
@@ -68,11 +73,11 @@ class Recorder:
         self._root = str(config.rootpath) + "/"
 
     @classmethod
-    def create(cls, config: pytest.Config, options: Options, counts: TestCounts) -> "Recorder | None":
-        """The recorder, when ``--compile-cache-expect`` is given."""
-        if options.expect is None:
+    def create(cls, config: pytest.Config, path: Path | None, update: bool, counts: Counting) -> "Recorder | None":
+        """The recorder, when ``--compile-cache-expect=PATH`` is given."""
+        if path is None:
             return None
-        return cls(config, options, counts, load(options.expect))
+        return cls(config, path, update, counts, load(path))
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
         self._deselected.update(item.nodeid for item in items)
@@ -134,7 +139,7 @@ def _failure(item: pytest.Item, message: str) -> Any:
 
 
 def unused(records: dict[str, Any], session: pytest.Session, deselected: set[str], files: set[str],
-           counts: TestCounts) -> list[str]:
+           counts: Counting) -> list[str]:
     """The records whose tests, within what this session selected, are gone or no longer recorded."""
     config = session.config
     if not records or config.getoption("lf", False) or config.getoption("stepwise", False):
@@ -182,23 +187,23 @@ def _within(nodeid: str, scope: str) -> bool:
 class Keeper:
     """Beside the summary: gathers every test's measurement, writes the file once, fills the report."""
 
-    def __init__(self, config: pytest.Config, options: Options, expectations: Expectations | None,
+    def __init__(self, config: pytest.Config, path: Path, update: bool, expectations: Expectations | None,
                  recorder: Recorder | None) -> None:
-        assert options.expect is not None
-        self.path = options.expect
-        self.update = options.expect_update
-        self.shown = shown(options.expect, config.rootpath)
+        self.path = path
+        self.update = update
+        self.shown = shown(path, config.rootpath)
         self.expectations = expectations
         self.recorder = recorder
         self.measured: dict[str, dict[str, Any]] = {}
         self._unused: set[str] = set()
 
     @classmethod
-    def create(cls, config: pytest.Config, options: Options, recorder: Recorder | None) -> "Keeper | None":
-        """The keeper, when ``--compile-cache-expect`` is given (sharing the recorder's reading of the file)."""
-        if options.expect is None:
+    def create(cls, config: pytest.Config, path: Path | None, update: bool,
+               recorder: Recorder | None) -> "Keeper | None":
+        """The keeper, when ``--compile-cache-expect=PATH`` is given (sharing the recorder's reading of the file)."""
+        if path is None:
             return None
-        return cls(config, options, recorder.expectations if recorder is not None else load(options.expect), recorder)
+        return cls(config, path, update, recorder.expectations if recorder is not None else load(path), recorder)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         payload = getattr(report, EXPECT_ATTR, None)

@@ -55,7 +55,7 @@ class _RunsTests:
         self.config = config
         self.options = options
         self.side = side
-        self.recorder = Recorder.create(config, options, side.counts)
+        self.recorder = Recorder.create(config, options.expect, options.expect_update, side.counts)
         self._default_before: tuple[Any, Any] | None = None
 
     def start(self, plugins: pytest.PytestPluginManager, saved: SavedEnv | None) -> None:
@@ -120,7 +120,7 @@ class SingleProcess(_RunsTests):
         super().__init__(config, options, TestSide(config, options, Folders(config), "main", self.run, self.store))
         self.report = SessionReport(bundle_path=options.bundle_name, started=_session_started())
         self.collector = Collector(options, self.report)
-        self.keeper = Keeper.create(config, options, self.recorder)
+        self.keeper = Keeper.create(config, options.expect, options.expect_update, self.recorder)
         self.report.bundle_at_start, self.side.bundle.existed, self.side.bundle.problem = \
             describe(self.store if options.bundle is not None else None)
         self.side.bundle.progress = Progress.for_config(config, self.store.name if self.store is not None else "")
@@ -223,7 +223,7 @@ class Controller:
         self.store = open_bundle_store(options)
         self.report = SessionReport(bundle_path=options.bundle_name, started=_session_started())
         self.collector = Collector(options, self.report)
-        self.keeper = Keeper.create(config, options, None)
+        self.keeper = Keeper.create(config, options.expect, options.expect_update, None)
         self.report.bundle_at_start, self.bundle_existed, self.start_problem = \
             describe(self.store if options.bundle is not None else None)
         self._died_in_warmup: dict[str, str] = {}
