@@ -18,7 +18,7 @@ from .bundle import signing
 from ._torchapi.layout import is_cpp
 from .bundle.binaries import build_id, identity_differences
 from .bundle.format import Bundle, BundleError, Entry, differences, encoded_size, env_label, printable, read_manifest
-from .bundle.keyindex import KeyIndex, artifact_id
+from .bundle.pruning import CannotFit, fit
 from .session.options import user_cache_dir
 from .storage.deadlines import DEFAULT_TIMEOUT as DEFAULT_NETWORK_TIMEOUT
 from .storage.deadlines import MIN_RATE
@@ -27,7 +27,7 @@ from .storage.merge import union
 from .storage.objects import read_url
 from .storage.stores import open_store
 from .storage.urls import STORAGE_OPTIONS_ENV, file_url_path, is_url, parse_storage_options, redacted
-from .words import artifact_counts, counted, in_layer_order, layer_of
+from .words import counted, in_layer_order, layer_of
 
 LOCK_TIMEOUT = 60.0
 
@@ -413,99 +413,6 @@ def parse_size(text: str) -> int:
     return int(float(match.group(1)) * base ** " kmg".index(match.group(2).lower() or " "))
 
 
-def _fit(path: Path, entries: list[Entry], limit: int, said: list[str]) -> list[Entry]:
-    """``entries`` made to fit in ``limit`` bytes: the least recently used artifacts go first, and
-    carried binaries (largest first) only when artifacts alone cannot make it fit; then the binaries
-    go first and as few artifacts as possible follow."""
-    start = encoded_size(Bundle(path, entries))
-    plan = _plan(path, entries, limit, binaries_first=False)
-    if (plan[3] and plan[3][-1].startswith("dropped the carried binaries")) or any(
-            e.binaries and not e.artifacts for e in plan[0]):
-        plan = _plan(path, entries, limit, binaries_first=True)
-    kept, size, _, lines = plan
-    left = [e for e in kept if e.artifacts]  # carried binaries serve artifacts: alone they are nothing usable
-    if size > limit or not left:
-        raise UserError(f"{path}: cannot fit in {limit:,d} bytes with any artifact kept; {path} is unchanged")
-    if len(left) < len(kept):
-        lines.append(f"dropped {counted(len(kept) - len(left), 'environment')} left with no artifact")
-    said.extend([f"{start:,d} -> {encoded_size(Bundle(path, left)):,d} bytes", *lines])
-    return left
-
-
-def _plan(path: Path, entries: list[Entry], limit: int,
-          binaries_first: bool) -> tuple[list[Entry], int, int, list[str]]:
-    """One way to fit: (entries, size, artifacts kept, what was dropped in words)."""
-    entries, lines = list(entries), []
-    size = encoded_size(Bundle(path, entries))
-
-    def drop_binaries() -> None:
-        nonlocal size
-        def carried_bytes(number: int) -> int:
-            binaries = entries[number].binaries
-            return binaries.counts()["bytes"] if binaries else 0
-
-        order = sorted(range(len(entries)), key=lambda number: -carried_bytes(number))
-        for number in order:
-            entry = entries[number]
-            if size <= limit:
-                return
-            if entry.binaries:
-                entries[number] = entry.with_payload(entry.payload or b"", entry.artifacts, entry.index,
-                                                     binaries=False)
-                size = encoded_size(Bundle(path, entries))
-                lines.append(f"dropped the carried binaries of {env_label(entry.env)}")
-
-    if binaries_first:
-        drop_binaries()
-    candidates = []
-    for number, entry in enumerate(entries):
-        index = entry.index or KeyIndex()
-        first = index.runs[0] if index.runs else 0.0
-        last = index.runs[-1] if index.runs else None
-        for kind, key, n in _torchapi.artifact_sizes(entry.payload or b""):
-            used = index.used.get(artifact_id(kind, key), first)
-            # Among artifacts used as recently: AOTAutograd entries first (one cannot hit without the FX
-            # graph it names, while an FX graph still serves the compile that follows its miss), then
-            # the largest (the fewest lost).
-            candidates.append((used, kind != "aot_autograd", -n, number, kind, key, n,
-                               last is not None and used >= last))
-    total = len(candidates)
-    candidates.sort()
-    recent = 0
-    gone_kinds: dict[str, int] = {}
-    while size > limit and candidates:
-        dropped: dict[int, set[str]] = {}
-        excess = size - limit
-        while excess > 0 and candidates:
-            *_, number, kind, key, n, last_used = candidates.pop(0)
-            dropped.setdefault(number, set()).add(artifact_id(kind, key))
-            gone_kinds[kind] = gone_kinds.get(kind, 0) + 1
-            recent += last_used
-            excess -= n
-        entries = [_without(e, dropped.get(i, set())) for i, e in enumerate(entries)]
-        size = encoded_size(Bundle(path, entries))
-    gone = total - len(candidates)
-    if gone:
-        line = f"dropped {counted(gone, 'least recently used artifact')} ({artifact_counts(gone_kinds)}"
-        if recent:
-            line += (f"; {recent} of them the last recorded run used: tests that need them miss until an "
-                     "updating run saves them again")
-        line += ")"
-        lines.append(line)
-    drop_binaries()
-    return entries, size, len(candidates), lines
-
-
-def _without(entry: Entry, names: set[str]) -> Entry:
-    """``entry`` without the artifacts called ``names`` (see :func:`artifact_id`)."""
-    if not names:
-        return entry
-    payload, _ = _torchapi.select_artifacts(entry.payload or b"", lambda kind, key: artifact_id(kind, key) not in names)
-    kept = {key for _, key, _ in _torchapi.artifact_sizes(payload)}
-    return entry.with_payload(payload, _torchapi.describe_artifacts(payload),
-                              entry.index.restricted(kept, "`prune --max-size`", time.time()) if entry.index else None)
-
-
 def cmd_prune(args: argparse.Namespace) -> int:
     if not args.keep_matching and not args.drop and args.max_size is None:
         raise UserError("prune needs --keep-matching, --drop ENTRY or --max-size SIZE")
@@ -528,9 +435,12 @@ def cmd_prune(args: argparse.Namespace) -> int:
                             f"{_shown(args.path)} is unchanged")
         if limit is not None:
             try:
-                kept = _fit(current.path, kept, limit, said)
+                kept, lines = fit(current.path, kept, limit)
+            except CannotFit as exc:
+                raise UserError(str(exc)) from None
             except (_torchapi.MegaCacheError, _torchapi.TorchUnavailable) as exc:
                 raise UserError(f"{_shown(args.path)}: {exc}") from None
+            said[:] = lines
         counts[:] = [len(kept), len(current.entries)]
         return kept
 

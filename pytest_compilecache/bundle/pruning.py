@@ -1,0 +1,108 @@
+"""Making a bundle fit a size (``prune --max-size``): which artifacts and carried binaries to drop, least recently used first."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from .. import _torchapi
+from ..words import artifact_counts, counted
+from .format import Bundle, Entry, encoded_size, env_label
+from .keyindex import KeyIndex, artifact_id
+
+
+class CannotFit(Exception):
+    """No way to fit the size with any artifact kept (the message says which bundle and size)."""
+
+
+def fit(path: Path, entries: list[Entry], limit: int) -> tuple[list[Entry], list[str]]:
+    """``entries`` made to fit in ``limit`` bytes, and what was dropped, in words: the least recently
+    used artifacts go first, and carried binaries (largest first) only when artifacts alone cannot
+    make it fit; then the binaries go first and as few artifacts as possible follow. Raises
+    :class:`CannotFit` where no artifact would be left."""
+    start = encoded_size(Bundle(path, entries))
+    plan = _plan(path, entries, limit, binaries_first=False)
+    if (plan[3] and plan[3][-1].startswith("dropped the carried binaries")) or any(
+            e.binaries and not e.artifacts for e in plan[0]):
+        plan = _plan(path, entries, limit, binaries_first=True)
+    kept, size, _, lines = plan
+    left = [e for e in kept if e.artifacts]  # carried binaries serve artifacts: alone they are nothing usable
+    if size > limit or not left:
+        raise CannotFit(f"{path}: cannot fit in {limit:,d} bytes with any artifact kept; {path} is unchanged")
+    if len(left) < len(kept):
+        lines.append(f"dropped {counted(len(kept) - len(left), 'environment')} left with no artifact")
+    return left, [f"{start:,d} -> {encoded_size(Bundle(path, left)):,d} bytes", *lines]
+
+
+def _plan(path: Path, entries: list[Entry], limit: int,
+          binaries_first: bool) -> tuple[list[Entry], int, int, list[str]]:
+    """One way to fit: (entries, size, artifacts kept, what was dropped in words)."""
+    entries, lines = list(entries), []
+    size = encoded_size(Bundle(path, entries))
+
+    def drop_binaries() -> None:
+        nonlocal size
+        def carried_bytes(number: int) -> int:
+            binaries = entries[number].binaries
+            return binaries.counts()["bytes"] if binaries else 0
+
+        order = sorted(range(len(entries)), key=lambda number: -carried_bytes(number))
+        for number in order:
+            entry = entries[number]
+            if size <= limit:
+                return
+            if entry.binaries:
+                entries[number] = entry.with_payload(entry.payload or b"", entry.artifacts, entry.index,
+                                                     binaries=False)
+                size = encoded_size(Bundle(path, entries))
+                lines.append(f"dropped the carried binaries of {env_label(entry.env)}")
+
+    if binaries_first:
+        drop_binaries()
+    candidates = []
+    for number, entry in enumerate(entries):
+        index = entry.index or KeyIndex()
+        first = index.runs[0] if index.runs else 0.0
+        last = index.runs[-1] if index.runs else None
+        for kind, key, n in _torchapi.artifact_sizes(entry.payload or b""):
+            used = index.used.get(artifact_id(kind, key), first)
+            # Among artifacts used as recently: AOTAutograd entries first (one cannot hit without the FX
+            # graph it names, while an FX graph still serves the compile that follows its miss), then
+            # the largest (the fewest lost).
+            candidates.append((used, kind != "aot_autograd", -n, number, kind, key, n,
+                               last is not None and used >= last))
+    total = len(candidates)
+    candidates.sort()
+    recent = 0
+    gone_kinds: dict[str, int] = {}
+    while size > limit and candidates:
+        dropped: dict[int, set[str]] = {}
+        excess = size - limit
+        while excess > 0 and candidates:
+            *_, number, kind, key, n, last_used = candidates.pop(0)
+            dropped.setdefault(number, set()).add(artifact_id(kind, key))
+            gone_kinds[kind] = gone_kinds.get(kind, 0) + 1
+            recent += last_used
+            excess -= n
+        entries = [_without(e, dropped.get(i, set())) for i, e in enumerate(entries)]
+        size = encoded_size(Bundle(path, entries))
+    gone = total - len(candidates)
+    if gone:
+        line = f"dropped {counted(gone, 'least recently used artifact')} ({artifact_counts(gone_kinds)}"
+        if recent:
+            line += (f"; {recent} of them the last recorded run used: tests that need them miss until an "
+                     "updating run saves them again")
+        line += ")"
+        lines.append(line)
+    drop_binaries()
+    return entries, size, len(candidates), lines
+
+
+def _without(entry: Entry, names: set[str]) -> Entry:
+    """``entry`` without the artifacts called ``names`` (see :func:`artifact_id`)."""
+    if not names:
+        return entry
+    payload, _ = _torchapi.select_artifacts(entry.payload or b"", lambda kind, key: artifact_id(kind, key) not in names)
+    kept = {key for _, key, _ in _torchapi.artifact_sizes(payload)}
+    return entry.with_payload(payload, _torchapi.describe_artifacts(payload),
+                              entry.index.restricted(kept, "`prune --max-size`", time.time()) if entry.index else None)
