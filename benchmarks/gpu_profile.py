@@ -9,13 +9,12 @@ durations, where each model's body differs between the sides (function by functi
 
 from __future__ import annotations
 
-import os
 import pstats
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from probe.runner import pytest_run
 
 HERE = Path(__file__).parent
 QUIET = ["-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-W", "ignore::DeprecationWarning",
@@ -23,16 +22,8 @@ QUIET = ["-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-W", "ignore::Dep
 
 
 def run(args: list[str], env: dict[str, str], profile: Path | None = None) -> tuple[float, str]:
-    prefix = [sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "pytest"] if profile else \
-        [sys.executable, "-m", "pytest"]
-    start = time.perf_counter()
-    done = subprocess.run([*prefix, *args], env={**os.environ, **env}, capture_output=True, text=True,
-                          timeout=900, cwd=HERE)
-    took = time.perf_counter() - start
-    if done.returncode != 0:
-        print(done.stdout[-6000:], done.stderr[-3000:], sep="\n")
-        raise SystemExit(f"failed: {args}")
-    return took, done.stdout
+    ran = pytest_run(args, HERE, env, timeout=900, prefix=["-m", "cProfile", "-o", str(profile)] if profile else [])
+    return ran.seconds, ran.output
 
 
 def top(path: Path, title: str, sort: str, count: int, pattern: str = "") -> None:

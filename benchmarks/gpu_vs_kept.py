@@ -31,14 +31,12 @@ import json
 import os
 import re
 import statistics
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
 from probe.installed import as_installed
 from probe.phase_log import print_table, read_phases
+from probe.runner import pytest_run, spread
 
 HERE = Path(__file__).parent
 QUIET = ["-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-W", "ignore::DeprecationWarning",
@@ -72,17 +70,10 @@ def phases(log: Path, wall: float) -> dict[str, float]:
 def run(args: list[str], env: dict[str, str], must_pass: bool = False) -> tuple[float, str]:
     """Run a pytest; its wall time and output. A failed warm run (a warm test that missed, measured or
     wrote) is printed and counted, and the benchmark goes on; a failed building run ends it."""
-    start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "pytest", *args], env={**os.environ, **env}, capture_output=True,
-                          text=True, timeout=900, cwd=HERE)
-    took = time.perf_counter() - start
-    if done.returncode != 0:
-        print(f"FAILED run ({took:.1f} s): {args[0]} {env.get('GPU_MODELS_COLD_MLP', '')}", flush=True)
-        print(done.stdout[-6000:], done.stderr[-3000:], sep="\n", flush=True)
-        if must_pass:
-            raise SystemExit(f"failed: {args}")
+    ran = pytest_run(args, HERE, env, timeout=900, must_pass=must_pass)
+    if ran.returncode != 0:
         FAILED.append(args[0])
-    return took, done.stdout + done.stderr
+    return ran.seconds, ran.output
 
 
 def lines(log: Path) -> list[dict]:
@@ -97,12 +88,6 @@ def measured(counts: dict | None) -> bool:
     counts = counts or {}
     return any(counts.get(k, 0) for k in ("kernel_timings", "triton_configs", "gemm_choices")) \
         or bool(counts.get("saves"))
-
-
-def spread(values: list[float]) -> str:
-    if not values:
-        return "-"
-    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
 
 
 def main() -> None:

@@ -13,13 +13,12 @@ run with ``-n 2``. Each repeat measures, side by side, the wall time of:
 
 from __future__ import annotations
 
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from probe.runner import pytest_run
 
 TEST_FILE = '''
 import torch
@@ -45,16 +44,8 @@ def make_suite(root: Path, n: int) -> None:
 
 
 def run(root: Path, tmp: Path, *args: str) -> float:
-    env = {**os.environ, "TMPDIR": str(tmp)}
-    for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "PYTEST_ADDOPTS"):
-        env.pop(name, None)
-    start = time.perf_counter()
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:randomly",
-                             "-p", "no:cacheprovider", *args], cwd=root, env=env, capture_output=True, text=True)
-    seconds = time.perf_counter() - start
-    if result.returncode != 0:
-        raise SystemExit(result.stdout[-3000:] + result.stderr[-3000:])
-    return seconds
+    return pytest_run(["-q", "-n", "2", "-p", "no:randomly", "-p", "no:cacheprovider", *args], root,
+                      {"TMPDIR": str(tmp)}, unset=("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "PYTEST_ADDOPTS")).seconds
 
 
 def main() -> None:

@@ -16,11 +16,11 @@ import os
 import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from probe.runner import pytest_run
 
 ROOT = Path(__file__).parent.parent
 EXAMPLES = ROOT / "examples"
@@ -33,14 +33,10 @@ patches.PATCHES = tuple(p for p in patches.PATCHES if not p.wrapper.startswith("
 
 
 def run(project: Path, bundle: Path, env: dict[str, str]) -> tuple[float, str]:
-    start = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:randomly", "-k", "not explains",
-                          f"--compile-cache-bundle={bundle}"], cwd=project, capture_output=True, text=True,
-                         env=env, timeout=900)
-    wall = time.perf_counter() - start
-    if out.returncode != 0:
-        raise SystemExit(f"run failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
-    return wall, out.stdout
+    """A run of the examples with ``env`` as its whole environment."""
+    ran = pytest_run(["-q", "-n", "2", "-p", "no:randomly", "-k", "not explains", f"--compile-cache-bundle={bundle}"],
+                     project, env, timeout=900, unset=[name for name in os.environ if name not in env])
+    return ran.seconds, ran.output
 
 
 def index_bytes(bundle: Path) -> int:

@@ -35,17 +35,15 @@ from __future__ import annotations
 
 import compileall
 import os
-import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from probe.installed import as_installed
 from probe.phase_log import print_table, read_phases
+from probe.runner import pytest_run
 
 QUIET = ["-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-W", "ignore::DeprecationWarning"]
 
@@ -89,24 +87,12 @@ def suite(folder: Path, plain: int, warm: int, plugin: bool) -> Path:
     return folder
 
 
-def _children_cpu() -> float:
-    used = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return used.ru_utime + used.ru_stime
-
-
 def run(folder: Path, args: list[str], env: dict[str, str], cpu: list[float] | None = None) -> float:
     """pytest's wall seconds; its processor seconds (workers included) appended to ``cpu``."""
-    cpu_before = _children_cpu()
-    start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "pytest", *QUIET, *args], cwd=folder, capture_output=True,
-                          text=True, env={**os.environ, **env}, timeout=1800)
-    took = time.perf_counter() - start
-    if done.returncode != 0:
-        print(done.stdout[-5000:], done.stderr[-3000:], sep="\n")
-        raise SystemExit(f"failed in {folder}: {args}")
+    ran = pytest_run([*QUIET, *args], folder, env)
     if cpu is not None:
-        cpu.append(_children_cpu() - cpu_before)
-    return took
+        cpu.append(ran.cpu)
+    return ran.seconds
 
 
 def main() -> None:
