@@ -24,6 +24,7 @@ from ..storage.interface import BundleStore
 from ..storage.local import LocalStore
 from .folders import Folders, WorkerDir
 from .options import Isolation, Options
+from .channel import BundleAtStart
 from .progress import Progress
 from .warmup import Preparer, WarmupFailed, WarmupRun
 
@@ -45,7 +46,9 @@ class BundlePreparation:
     """
 
     def __init__(self, config: pytest.Config, options: Options, folders: Folders, process: str, run: float,
-                 store: BundleStore | None, session_cache: Callable[[], Path | None]) -> None:
+                 store: BundleStore | None, session_cache: Callable[[], Path | None],
+                 at_start: Callable[[], BundleAtStart], progress: Progress,
+                 tell: Callable[[str], None] | None) -> None:
         self.config = config
         self.options = options
         self.folders = folders
@@ -53,20 +56,18 @@ class BundlePreparation:
         self.process = process
         self.run = run
         self._session_cache = session_cache
-        #: Whether PATH existed at session start.
-        self.existed = False
-        #: Why the bundle could not be read at session start ("" when it could, or is missing).
-        self.problem = ""
+        #: The bundle as the session saw it before any test (the role that looked says).
+        self._at_start = at_start
         self._preparer: Preparer | None = None
         self._prepared: bool | None = None
         self._pool: BinaryPool | None = None
         self._dropped: set[str] = set()
         self._placing = contextlib.ExitStack()
         self._started = time.time()
-        #: The display of long work (the bundle's download, the warmup); the role that owns the terminal sets it.
-        self.progress = Progress(None)
-        #: Where a bundle problem found while preparing is said at once; the role that owns the terminal sets it.
-        self.tell: Callable[[str], None] | None = None
+        #: The display of long work (the bundle's download, the warmup), where this process owns the terminal.
+        self.progress = progress
+        #: Where a bundle problem found while preparing is said at once (``None``: not in this process).
+        self.tell = tell
 
     def template(self) -> Path | None:
         """The folder ``warm_cache`` tests start from (its links), the binaries pooled so far in it;
@@ -142,12 +143,12 @@ class BundlePreparation:
         if self.unreadable and not (self.options.rebuild and self.process_report.bundle_unreadable_kind
                                     in (None, Unreadable.DAMAGED)):
             return False
-        return self.options.update or not self.existed
+        return self.options.update or not self._at_start().existed
 
     @property
     def unreadable(self) -> str:
         """Why the bundle could not be read, at session start or while preparing; "" when it could."""
-        return self.problem or self.process_report.bundle_unreadable
+        return self._at_start().problem or self.process_report.bundle_unreadable
 
     def _make_preparer(self, hook: Any) -> Preparer:
         source = self.store

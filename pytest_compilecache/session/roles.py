@@ -4,17 +4,19 @@
 - :class:`Worker`: an xdist worker; runs tests, hands its artifacts and bundle story to the controller.
 - :class:`Controller`: the xdist controller; checks PATH before workers start, merges once, reports.
 
-Each delegates to services in modules of their own: :mod:`.start` (checks before any test),
-:mod:`.testside` (what a process that runs tests does), :mod:`.preparation` (its bundle), :mod:`.saving` (the end of the session) and
-:mod:`.collector` (per-test counts and the summary, beside the single process and the controller).
+Each delegates to services in modules of their own: :mod:`.life` (the session's start and end, for
+the roles that report), :mod:`.testside` (what a process that runs tests does, its bundle in
+:mod:`.preparation`) and :mod:`.channel` (what the controller and a worker tell each other).
 """
+
+from __future__ import annotations
 
 
 import os
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Generator, Iterator, Union
+from typing import Any, Generator, Iterator, Union
 
 import pytest
 
@@ -22,30 +24,18 @@ from .. import files
 from .._torchapi import defaultdir
 from ..cache import CacheKind, CompileCache
 from ..environment import SavedEnv
-from ..expect.hooks import Keeper, Recorder
-from ..report.model import Concern, Problem, ProcessReport, SessionReport
+from ..expect.hooks import Recorder
+from ..report.model import Concern, Problem, ProcessReport
 from .capture import warnings_to_pytest
-from .collector import Collector
+from .channel import FromWorker, ToWorker
 from .folders import Folders
+from .life import SessionLife, teller
 from .options import Options
 from .progress import Progress
-from .saving import Saver, exit_status, read_index, write_json
-from .start import check_at_start, check_remote, describe, header_lines, open_bundle_store
+from .saving import read_index
+from .start import open_bundle_store
 from .testside import TestSide
 from .warmup import died_in_warmup
-
-WORKER_OUTPUT_KEY = "compilecache"
-
-#: When the plugin was loaded (before conftests import torch): the first session of a process counts
-#: its wall clock from here; a later one in the same process (an in-process ``pytester`` run) from its own start.
-_LOADED: float | None = time.time()
-
-
-def _session_started() -> float:
-    """When this session began, as the user's clock sees it (see ``_LOADED``)."""
-    global _LOADED
-    started, _LOADED = _LOADED or time.time(), None
-    return started
 
 
 class _RunsTests:
@@ -107,41 +97,25 @@ class _RunsTests:
 class SingleProcess(_RunsTests):
     """A pytest run without xdist."""
 
-    def start(self, plugins: pytest.PytestPluginManager, saved: SavedEnv | None) -> None:
-        """As every role that runs tests, and the summary's collector beside it."""
-        super().start(plugins, saved)
-        plugins.register(self.collector, "compilecache-collector")
-        if self.keeper is not None:
-            plugins.register(self.keeper, "compilecache-expect-keeper")
-
     def __init__(self, config: pytest.Config, options: Options) -> None:
-        self.run = time.time()
-        self.store = open_bundle_store(options)
-        super().__init__(config, options, TestSide(config, options, Folders(config), "main", self.run, self.store))
-        self.report = SessionReport(bundle_path=options.bundle_name, started=_session_started())
-        self.collector = Collector(options, self.report)
-        self.keeper = Keeper.create(config, options.expect, options.expect_update, self.recorder)
-        self.report.bundle_at_start, self.side.bundle.existed, self.side.bundle.problem = \
-            describe(self.store if options.bundle is not None else None)
-        self.side.bundle.progress = Progress.for_config(config, self.store.name if self.store is not None else "")
-        self.side.bundle.progress.attach(self.store)
-        self.side.bundle.tell = _teller(config)
+        run, store = time.time(), open_bundle_store(options)
+        progress = Progress.for_config(config, store.name if store is not None else "")
+        progress.attach(store)
+        side = TestSide(config, options, Folders(config), "main", run, store, lambda: self.life.at_start, progress,
+                        teller(config))
+        super().__init__(config, options, side)
+        self.life = SessionLife(config, options, store, run, progress, self.recorder)
+
+    def start(self, plugins: pytest.PytestPluginManager, saved: SavedEnv | None) -> None:
+        """As every role that runs tests, and the session's collector and keeper beside it."""
+        super().start(plugins, saved)
+        self.life.register(plugins)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        """Look at a bundle URL and the remote cache; in strict mode, check the bundle before any test
-        (not in runs that only collect)."""
+        """The session's checks before any test (not in runs that only collect)."""
         if not self.config.option.collectonly:
-            if self.options.bundle_url is not None:
-                self.report.bundle_at_start, self.side.bundle.existed, self.side.bundle.problem = \
-                    describe(self.store)
-            if self.side.bundle.problem:
-                self.report.problems.append(Problem(Concern.BUNDLE, self.side.bundle.problem, self.store.name
-                                                    if self.store is not None else ""))
-            check_remote(self.options, self.report)
-            with self.side.bundle.progress.showing():
-                check_at_start(self.options, self.store, self.side.bundle.problem, self.side.bundle.existed,
-                                self.side.folders.process, self.report)
+            self.life.start(self.side.folders.process)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> None:
@@ -153,36 +127,23 @@ class SingleProcess(_RunsTests):
     def _finish(self, session: pytest.Session) -> None:
         process = self.side.bundle.finish()
         own = self.side.bundle.own_artifacts(process)
-        self.report.processes = [process]
         env = process.env
-        pools = self.side.folders.shared / "binaries"
-        with self.side.bundle.progress.showing():
-            Saver(self.store, self.options, self.side.bundle.existed, self.run, pools, self.side.bundle.problem).save(
-                self.report, [(env, *own)] if own and env else [])
-        self.report.session_seconds = time.time() - self.report.started
-        if self.keeper is not None:
-            self.report.expectations = self.keeper.finish(session)
-        self.report.written = write_json(self.options.report, self.report)
-        exit_status(self.options, self.report, session)
+        self.life.finish(session, [process], [(env, *own)] if own and env else [], self.side.folders.shared / "binaries")
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
-        return header_lines(self.options, self.report, self.side.bundle.process_report)
-
+        return self.life.header(self.side.bundle.process_report)
 
 
 class Worker(_RunsTests):
     """An xdist worker: runs tests, then hands its artifacts and bundle story to the controller."""
 
     def __init__(self, config: pytest.Config, options: Options) -> None:
-        workerinput: dict[str, Any] = config.workerinput  # type: ignore[attr-defined]
-        shared = workerinput.get("compilecache_shared")
-        folders = Folders(config, Path(shared) if shared else None)
-        run = float(workerinput.get("compilecache_run", time.time()))
-        store = open_bundle_store(options, str(workerinput.get("compilecache_store_unreachable", "")))
-        super().__init__(config, options, TestSide(config, options, folders, str(workerinput.get("workerid", "worker")),
-                                                   run, store))
-        self.side.bundle.existed = bool(workerinput.get("compilecache_bundle_existed", False))
-        self.side.bundle.problem = str(workerinput.get("compilecache_bundle_problem", ""))
+        told = ToWorker.get(config.workerinput)  # type: ignore[attr-defined]
+        folders = Folders(config, Path(told.shared) if told.shared else None)
+        store = open_bundle_store(options, told.store_unreachable)
+        process = str(config.workerinput.get("workerid", "worker"))  # type: ignore[attr-defined]
+        super().__init__(config, options, TestSide(config, options, folders, process, told.run, store,
+                                                   lambda: told.at_start))
         self.strict_failure: str | None = None
 
     @pytest.hookimpl(tryfirst=True)
@@ -209,7 +170,7 @@ class Worker(_RunsTests):
             index = self.side.folders.shared / f"index-{name}.bin"
             files.write_atomic(index, own[1].pack(), fsync=False)
             process.index_file = str(index)
-        self.config.workeroutput[WORKER_OUTPUT_KEY] = process.to_json()  # type: ignore[attr-defined]
+        FromWorker(process).put(self.config.workeroutput)  # type: ignore[attr-defined]
 
 
 class Controller:
@@ -219,24 +180,18 @@ class Controller:
         self.config = config
         self.options = options
         self.folders = Folders(config)
-        self.run = time.time()
         self.store = open_bundle_store(options)
-        self.report = SessionReport(bundle_path=options.bundle_name, started=_session_started())
-        self.collector = Collector(options, self.report)
-        self.keeper = Keeper.create(config, options.expect, options.expect_update, None)
-        self.report.bundle_at_start, self.bundle_existed, self.start_problem = \
-            describe(self.store if options.bundle is not None else None)
+        progress = Progress.for_config(config, self.store.name if self.store is not None else "")
+        progress.attach(self.store)
+        self.life = SessionLife(config, options, self.store, time.time(), progress, None)
+        self.processes: list[ProcessReport] = []
         self._died_in_warmup: dict[str, str] = {}
-        self.progress = Progress.for_config(config, self.store.name if self.store is not None else "")
-        self.progress.attach(self.store)
 
     def start(self, plugins: pytest.PytestPluginManager, saved: SavedEnv | None) -> None:
-        """Register this role's hooks and the summary's collector; the controller runs no test, so it
-        redirects nothing."""
+        """Register this role's hooks, the session's collector and keeper; the controller runs no test,
+        so it redirects nothing."""
         plugins.register(self, "compilecache-role")
-        plugins.register(self.collector, "compilecache-collector")
-        if self.keeper is not None:
-            plugins.register(self.keeper, "compilecache-expect-keeper")
+        self.life.register(plugins)
 
     def open_cache(self, request: pytest.FixtureRequest, kind: CacheKind) -> Iterator[CompileCache]:
         """Never called: the controller runs no test."""
@@ -252,37 +207,26 @@ class Controller:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        """Look at a bundle URL and the remote cache; in strict mode, check the bundle before workers start."""
-        if self.options.bundle_url is not None:
-            self.report.bundle_at_start, self.bundle_existed, self.start_problem = describe(self.store)
-        if self.start_problem:
-            self.report.problems.append(Problem(Concern.BUNDLE, self.start_problem,
-                                                self.store.name if self.store is not None else ""))
-        check_remote(self.options, self.report)
-        with self.progress.showing():
-            check_at_start(self.options, self.store, self.start_problem, self.bundle_existed, self.folders.process,
-                            self.report)
+        """The session's checks, before workers start."""
+        self.life.start(self.folders.process)
 
     def pytest_configure_node(self, node: Any) -> None:
-        """Tell a new worker where the session's shared folder is, whether PATH existed at start, and
+        """Tell a new worker where the session's shared folder is, what the bundle was at start, and
         whether its store stopped answering."""
-        node.workerinput["compilecache_shared"] = str(self.folders.shared)
-        node.workerinput["compilecache_bundle_existed"] = self.bundle_existed
-        node.workerinput["compilecache_bundle_problem"] = self.start_problem
-        node.workerinput["compilecache_run"] = self.run
-        node.workerinput["compilecache_store_unreachable"] = self.store.unreachable if self.store is not None else ""
+        ToWorker(str(self.folders.shared), self.life.at_start, self.life.run,
+                 self.store.unreachable if self.store is not None else "").put(node.workerinput)
 
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         """Collect a worker's bundle story; for a worker that died in the warmup, say so."""
-        output = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT_KEY)
-        if output is not None:
-            self.report.processes.append(ProcessReport.from_json(output))
+        told = FromWorker.get(getattr(node, "workeroutput", {}))
+        if told is not None:
+            self.processes.append(told.process)
         if error is not None:
             worker = str(node.gateway.id)
             why = died_in_warmup(self.folders.shared / "warmup-done", worker)
             if why:
                 self._died_in_warmup[worker] = why
-                self.report.problems.append(Problem(Concern.WARMUP, why))
+                self.life.report.problems.append(Problem(Concern.WARMUP, why))
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
@@ -295,38 +239,13 @@ class Controller:
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         with warnings_to_pytest(self.config):
-            self._finish(session)
-
-    def _finish(self, session: pytest.Session) -> None:
-        blobs = []
-        for process in self.report.processes:
-            file = process.artifacts_file
-            if file and process.env and os.path.exists(file):
-                blobs.append((process.env, Path(file).read_bytes(), read_index(process.index_file)))
-        with self.progress.showing():
-            Saver(self.store, self.options, self.bundle_existed, self.run, self.folders.shared / "binaries",
-                  self.start_problem).save(self.report, blobs)
-        self.report.session_seconds = time.time() - self.report.started
-        if self.keeper is not None:
-            self.report.expectations = self.keeper.finish(session)
-        self.report.written = write_json(self.options.report, self.report)
-        exit_status(self.options, self.report, session)
+            artifacts = [(process.env, Path(process.artifacts_file).read_bytes(), read_index(process.index_file))
+                         for process in self.processes
+                         if process.artifacts_file and process.env and os.path.exists(process.artifacts_file)]
+            self.life.finish(session, self.processes, artifacts, self.folders.shared / "binaries")
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
-        return header_lines(self.options, self.report, None)
-
-
-
-
-def _teller(config: pytest.Config) -> Callable[[str], None]:
-    """Write a line of the plugin's on the terminal now, on a line of its own (after a test's dots)."""
-    def tell(line: str) -> None:
-        terminal = config.pluginmanager.get_plugin("terminalreporter")
-        if terminal is not None:
-            terminal.ensure_newline()
-            terminal.write_line(f"compilecache: {line}")
-
-    return tell
+        return self.life.header(None)
 
 
 #: The plugin object of this process's role.

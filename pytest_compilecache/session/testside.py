@@ -6,7 +6,7 @@ import contextlib
 import sys
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
 
@@ -17,10 +17,12 @@ from ..report.model import REPORT_ATTR
 from ..report.properties import properties_of
 from ..storage.interface import BundleStore
 from . import remote
+from .channel import BundleAtStart
 from .counting import TestCounts
 from .folders import Folders, WorkerDir
 from .options import Isolation, Options
 from .preparation import BundlePreparation
+from .progress import Progress
 
 _FAILED = pytest.StashKey[bool]()
 #: The marker that lets a test's warm_cache use torch's remote cache.
@@ -31,7 +33,8 @@ class TestSide:
     """What a process that runs tests does: caches for fixtures, the bundle, per-test counts."""
 
     def __init__(self, config: pytest.Config, options: Options, folders: Folders, process: str,
-                 run: float, store: BundleStore | None) -> None:
+                 run: float, store: BundleStore | None, at_start: Callable[[], BundleAtStart],
+                 progress: Progress | None = None, tell: Callable[[str], None] | None = None) -> None:
         self.config = config
         self.options = options
         self.folders = folders
@@ -43,7 +46,8 @@ class TestSide:
         self._remote_before: dict[str, str | None] | None = None
         #: The bundle this process's ``warm_cache`` tests start from.
         self.bundle = BundlePreparation(config, options, folders, process, run, store,
-                                        lambda: self.session_cache if self._saved_env is not None else None)
+                                        lambda: self.session_cache if self._saved_env is not None else None,
+                                        at_start, progress or Progress(None), tell)
 
     # --- the process's environment ---
 

@@ -7,6 +7,7 @@ warmup failed, without running it again). A process that dies holding the lock r
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -26,6 +27,7 @@ from ..report.model import Concern, Problem, ProcessReport, Status
 from ..storage.interface import BundleStore, Written
 from ..storage.merge import union
 from .marker import Outcome, WarmupMarker
+from .protocol import Next, Published, decide
 
 
 @dataclass(frozen=True)
@@ -303,35 +305,30 @@ class Preparer:
         assert self.run_warmup is not None
         with self.publish.locked():
             marker = WarmupMarker.read(self.marker)
-            if marker is not None and marker.outcome is Outcome.FAILED:
-                self._warmup_failed(marker.detail, elsewhere=marker.process)
-                return False
-            if marker is not None and marker.outcome is Outcome.KEPT_APART:
-                with read_manifest(Path(marker.detail)) as kept:
-                    entry = kept.find(env)
-                    return entry is not None and self._load(kept, entry)
-            try:
-                current = self.publish.read(env)
-            except NotABundle:
-                raise
-            except BundleError as exc:
-                rebuilding = self.rebuild and self.publish is self.source
-                if marker is not None or not (rebuilding or self.publish.may_be_unreachable):
-                    raise
-                if not rebuilding:  # a damaged bundle is said once, and its rebuild replaces it
-                    self._say(Concern.BUNDLE, f"{exc}; the warmup runs without it", self.publish.name)
-                current = None
-            if current is not None:
-                with current:
-                    entry = current.find(env)
-                    appeared = entry is not None and not self.update and self.publish is self.source
-                    if entry is not None and self.rebuild and self.publish is self.source \
-                            and entry.history.get("run") != self.run:
-                        entry = None
-                    if marker is not None or appeared:
-                        return entry is not None and self._load(current, entry)
-            elif marker is not None:
-                return False
+            current = None
+            if marker is None or marker.outcome not in (Outcome.FAILED, Outcome.KEPT_APART):
+                current = self._read_published(env, marker)
+            with current if current is not None else contextlib.nullcontext():
+                entry = current.find(env) if current is not None else None
+                published = (Published.NOTHING if current is None else Published.NO_ENTRY if entry is None
+                             else Published.THIS_RUNS_ENTRY if entry.history.get("run") == self.run
+                             else Published.EARLIER_ENTRY)
+                step = decide(marker.outcome if marker is not None else None, published, self.update,
+                              self.rebuild, self.publish is self.source)
+                if step is Next.SAY_FAILED:
+                    assert marker is not None
+                    self._warmup_failed(marker.detail, elsewhere=marker.process)
+                    return False
+                if step is Next.LOAD_KEPT_APART:
+                    assert marker is not None
+                    with read_manifest(Path(marker.detail)) as kept:
+                        found = kept.find(env)
+                        return found is not None and self._load(kept, found)
+                if step is Next.LOAD_PUBLISHED:
+                    assert current is not None and entry is not None
+                    return self._load(current, entry)
+                if step is Next.NOTHING:
+                    return False
             note = running_note(self.marker, self.report.process)
             files.write_atomic(note, json.dumps({"pid": os.getpid(), "lock": self.publish.lock_file}).encode(),
                                fsync=False)
@@ -339,6 +336,21 @@ class Preparer:
                 return self._warm_up_and_publish(env, have_previous)
             finally:
                 note.unlink(missing_ok=True)
+
+    def _read_published(self, env: dict[str, str], marker: WarmupMarker | None) -> Bundle | None:
+        """What the place the warmup publishes to holds (``None``: nothing there, or a damaged bundle the
+        warmup may replace, said once)."""
+        try:
+            return self.publish.read(env)
+        except NotABundle:
+            raise
+        except BundleError as exc:
+            rebuilding = self.rebuild and self.publish is self.source
+            if marker is not None or not (rebuilding or self.publish.may_be_unreachable):
+                raise
+            if not rebuilding:  # a damaged bundle is said once, and its rebuild replaces it
+                self._say(Concern.BUNDLE, f"{exc}; the warmup runs without it", self.publish.name)
+            return None
 
     def _warm_up_and_publish(self, env: dict[str, str], have_previous: bool) -> bool:
         """Run the warmup hook and publish what it compiled; the caller holds the lock."""

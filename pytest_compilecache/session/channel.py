@@ -1,0 +1,61 @@
+"""What the xdist controller and a worker tell each other: one dataclass each way, in one place."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+from ..report.model import ProcessReport
+
+_KEY = "compilecache"
+
+
+@dataclasses.dataclass(frozen=True)
+class BundleAtStart:
+    """What the session knew of its bundle before any test: whether it existed, and why it could not
+    be read ("" where it could, or is missing)."""
+
+    existed: bool = False
+    problem: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class ToWorker:
+    """The controller to a new worker (``workerinput``): the session's shared folder, its bundle at
+    start, the run's time stamp, and whether the bundle's store stopped answering."""
+
+    shared: str
+    at_start: BundleAtStart
+    run: float
+    store_unreachable: str = ""
+
+    def put(self, workerinput: dict[str, Any]) -> None:
+        """Into a worker's ``workerinput``."""
+        workerinput[_KEY] = {**dataclasses.asdict(self), "at_start": dataclasses.asdict(self.at_start)}
+
+    @classmethod
+    def get(cls, workerinput: dict[str, Any]) -> "ToWorker":
+        """From this worker's ``workerinput`` (defaults where the controller said nothing)."""
+        said = workerinput.get(_KEY) or {}
+        at_start = said.get("at_start") or {}
+        return cls(str(said.get("shared", "")), BundleAtStart(bool(at_start.get("existed", False)),
+                                                              str(at_start.get("problem", ""))),
+                   float(said.get("run", time.time())), str(said.get("store_unreachable", "")))
+
+
+@dataclasses.dataclass(frozen=True)
+class FromWorker:
+    """A worker to the controller (``workeroutput``) at its end: what its bundle preparation did."""
+
+    process: ProcessReport
+
+    def put(self, workeroutput: dict[str, Any]) -> None:
+        """Into this worker's ``workeroutput``."""
+        workeroutput[_KEY] = self.process.to_json()
+
+    @classmethod
+    def get(cls, workeroutput: dict[str, Any]) -> "FromWorker | None":
+        """From a finished worker's ``workeroutput`` (``None`` where it said nothing: it crashed)."""
+        said = workeroutput.get(_KEY)
+        return cls(ProcessReport.from_json(said)) if said is not None else None
