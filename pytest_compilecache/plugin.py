@@ -23,6 +23,8 @@ _ROLE = pytest.StashKey[Role]()
 _PATCHED_BEFORE = pytest.StashKey[int]()
 #: torch's default folder as it was sent before this session (see ``_torchapi.defaultdir``).
 _DEFAULT_BEFORE = pytest.StashKey[tuple[Any, Any]]()
+#: The cache variables as they were before the first conftest, put back at the session's end (every role).
+_EARLY_ENV = pytest.StashKey[SavedEnv]()
 _early_env: SavedEnv | None = None
 _early_dir: str | None = None
 
@@ -55,7 +57,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     except (pytest.UsageError, ValueError):
         return  # pytest_configure raises it again, with pytest's error reporting in place
     if options.session_wide:
-        _early_env = SavedEnv()
+        _early_env = early_config.stash[_EARLY_ENV] = SavedEnv()
         point_cache_dirs_at(_early_process_dir())
         early_config.stash[_DEFAULT_BEFORE] = defaultdir.send_to(_early_process_dir, str(options.headers_dir))
 
@@ -83,6 +85,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         if role is not None:
             role.close()
     finally:
+        if _EARLY_ENV in config.stash:
+            config.stash[_EARLY_ENV].restore()
         if _DEFAULT_BEFORE in config.stash:
             defaultdir.send_to(*config.stash[_DEFAULT_BEFORE])
         for problem in patches.undo(config.stash.get(_PATCHED_BEFORE, patches.checkpoint())):

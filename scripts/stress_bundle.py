@@ -1,7 +1,7 @@
 """Full fault variants of issue 10 (the fast ones are tests/test_faults.py), with real sessions and torch.compile.
 
 - crash: two concurrent sessions with ``-n 4`` and ``--compile-cache-update`` on an existing PATH
-  (and, in another round, on a missing one); the worker running the warmup under ``PATH.lock`` is
+  (and, in another round, on a missing one); the worker running the warmup under the bundle's lock is
   killed with SIGKILL. Checks: it held the lock; PATH was byte-identical to the last good bundle at
   the kill; the lock was taken again at once; both sessions finish far below the lock timeout;
   PATH verifies and holds the union; the killed session names the dead worker.
@@ -39,6 +39,7 @@ from test_faults import (  # noqa: E402
 )
 
 from pytest_compilecache import files  # noqa: E402
+from pytest_compilecache.storage.local import lock_file  # noqa: E402
 from pytest_compilecache.bundle.format import Bundle, make_entry, read_manifest, write_bundle  # noqa: E402
 
 violations: list[str] = []
@@ -83,8 +84,8 @@ def crash_round(work: Path, headers: Path, workers: int, existing: bool) -> None
     try:
         pid = wait_for_pid(hold, procs, limit=600)
         announced = time.monotonic()
-        holders = files.lock_holders(f"{bundle}.lock")
-        check(any(h.split()[:2] == ["pid", str(pid)] for h in holders), f"pid {pid} holds {bundle.name}.lock",
+        holders = files.lock_holders(lock_file(bundle))
+        check(any(h.split()[:2] == ["pid", str(pid)] for h in holders), f"pid {pid} holds {lock_file(bundle).name}",
               str(holders))
         on_disk = bundle.read_bytes() if bundle.exists() else None
         check(on_disk == old, "PATH at the kill is the last good bundle, byte for byte"
@@ -122,7 +123,7 @@ def crash_round(work: Path, headers: Path, workers: int, existing: bool) -> None
           survivor[-3000:])
     check("INTERNALERROR" not in victim and "Traceback" not in victim, "the killed session shows no traceback",
           victim[-3000:])
-    check(f"(pid {pid}) died while running the warmup hook" in victim and f"{bundle}.lock" in victim,
+    check(f"(pid {pid}) died while running the warmup hook" in victim and str(lock_file(bundle)) in victim,
           "the killed session's summary names the dead worker and the lock", victim[-3000:])
     lines = [line for line in victim.splitlines() if "crashed while running" in line or "died while" in line
              or line.startswith(("FAILED", "PROBLEM")) or " passed" in line]
@@ -135,7 +136,7 @@ def crash_round(work: Path, headers: Path, workers: int, existing: bool) -> None
     check(counts == {"": 1 + len(chains)}, f"PATH holds the warmup's graph and the {len(chains)} test graph(s) that ran",
           str(counts))
     check(not leftovers(bundle.parent, bundle), "no temporary file beside PATH")
-    check(not Path(f"{bundle}.lock").exists(), "no lock file beside PATH (the killed holder's was removed by the next)")
+    check(sorted(p.name for p in bundle.parent.glob(f"*{bundle.name}*")) == [f".{bundle.name}.lock", bundle.name], "nothing beside PATH but its hidden lock file")
 
 
 def concurrency_round(work: Path, headers: Path, sessions: int) -> None:
@@ -206,7 +207,7 @@ def concurrency_round(work: Path, headers: Path, sessions: int) -> None:
           str(sorted(set(seen))))
     print(f"  FX graph counts seen by the reader: {sorted(set(seen))}", flush=True)
     check(not leftovers(work, bundle), "no temporary file beside PATH")
-    check(not Path(f"{bundle}.lock").exists(), "no lock file beside PATH")
+    check(sorted(p.name for p in bundle.parent.glob(f"*{bundle.name}*")) == [f".{bundle.name}.lock", bundle.name], "nothing beside PATH but its hidden lock file")
 
 
 def _by_type(ids: set[tuple[str, str, str]]) -> dict[str, int]:

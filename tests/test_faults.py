@@ -217,7 +217,7 @@ def parent_of(pid: int) -> int:
 def test_killing_the_warmup_lock_holder_lets_the_others_go_on(
     tmp_path: Path, shared_headers_dir: Path
 ) -> None:
-    """``kill -9`` of the worker running the warmup under PATH.lock, two sessions with ``-n 2`` each:
+    """``kill -9`` of the worker running the warmup under the bundle's lock, two sessions with ``-n 2`` each:
     the lock goes at once, exactly one process redoes the warmup, both sessions finish long before
     the lock timeout, PATH ends intact and holds what ran, and the killed session says what happened."""
     project = make_project(tmp_path / "project", shared_headers_dir, conftest=WARMUP_CONFTEST,
@@ -526,7 +526,7 @@ def test_a_bundle_that_loaded_stays_loaded_when_the_warmup_cannot_take_the_lock(
     tmp_path: Path, old_bundle: Path, shared_headers_dir: Path,
     run_session: Callable[..., subprocess.CompletedProcess[str]],
 ) -> None:
-    """An updating session loads PATH, then finds PATH.lock held by another process for longer than
+    """An updating session loads PATH, then finds its lock held by another process for longer than
     its lock timeout: its tests still run warm, the summary says the bundle loaded, and the lock
     problem is reported as what it is, naming the lock and its holder."""
     import filelock

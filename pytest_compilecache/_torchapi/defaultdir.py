@@ -14,6 +14,7 @@ import contextlib
 import functools
 import os
 import sys
+import threading
 from typing import Any, Callable, Iterator
 
 _CODECACHE = "torch._inductor.codecache"
@@ -22,6 +23,10 @@ _process_dir: Callable[[], str] | None = None
 _headers_dir: str | None = None
 _override: list[str] = []
 _headers_override: list[str] = []
+_headers_lock = threading.Lock()
+#: Header builds in progress, and torch's header folders as they were before the first of them.
+_building = 0
+_headers_before: tuple[Any, Any] | None = None
 
 
 def wrap_default_cache_dir(original: Callable[[], str]) -> Callable[[], str]:
@@ -71,17 +76,25 @@ def headers_at(path: str) -> Iterator[None]:
 @contextlib.contextmanager
 def headers_in_force() -> Iterator[None]:
     """While active, torch's header folder (``codecache._HEADER_DIR``, computed once at import from
-    the default folder) is the one in force, if one is."""
+    the default folder) is the one in force, if one is. Threads build headers at once: the first to
+    enter sets the folder, the last to leave puts torch's back."""
+    global _building, _headers_before
     path = _headers_override[-1] if _headers_override else _headers_dir
     codecache = sys.modules.get(_CODECACHE)
     if path is None or codecache is None or not hasattr(codecache, "_HEADER_DIR"):
         yield
         return
-    before: tuple[Any, Any] = (getattr(codecache, "_HEADER_DIR"), getattr(codecache, "_HEADER_LOCK_DIR", None))
-    setattr(codecache, "_HEADER_DIR", path)
-    setattr(codecache, "_HEADER_LOCK_DIR", os.path.join(path, "locks"))
+    with _headers_lock:
+        if _building == 0:
+            _headers_before = (getattr(codecache, "_HEADER_DIR"), getattr(codecache, "_HEADER_LOCK_DIR", None))
+            setattr(codecache, "_HEADER_DIR", path)
+            setattr(codecache, "_HEADER_LOCK_DIR", os.path.join(path, "locks"))
+        _building += 1
     try:
         yield
     finally:
-        setattr(codecache, "_HEADER_DIR", before[0])
-        setattr(codecache, "_HEADER_LOCK_DIR", before[1])
+        with _headers_lock:
+            _building -= 1
+            if _building == 0 and _headers_before is not None:
+                setattr(codecache, "_HEADER_DIR", _headers_before[0])
+                setattr(codecache, "_HEADER_LOCK_DIR", _headers_before[1])

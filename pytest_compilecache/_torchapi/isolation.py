@@ -17,9 +17,9 @@ _bootstrapped = False
 def bootstrap(process_dir: str | None = None) -> None:
     """Import torch's compiler stack once per process, creating nothing in the shared default directory.
 
-    While importing, torch's default directory is ``process_dir`` (a temporary folder removed at
-    exit when none is given); ``TORCHINDUCTOR_CACHE_DIR`` and ``TRITON_CACHE_DIR`` are put back
-    exactly as they were afterwards.
+    While importing, ``TORCHINDUCTOR_CACHE_DIR`` (where unset) is ``process_dir`` (a temporary folder
+    removed at exit when none is given), so an import that asks torch for its cache folder makes none
+    in the default one; then the register is installed, and the variables are put back exactly as they were.
     """
     global _bootstrapped
     if _bootstrapped and patches.installed():

@@ -133,8 +133,7 @@ def patch_lines(report: SessionReport, verbose: bool) -> list[str]:
     if status is None:
         return []
     took, missed, off = status["took"], status["missed"], status["features_off"]
-    lines = [f"torch patches (torch {status['torch']}): {len(took)} took, {len(missed)} did not; "
-             f"{len(status.get('hooks', []))} import hooks"] if verbose else []
+    lines = [f"torch patches (torch {status['torch']}): {len(took)} took, {len(missed)} did not"] if verbose else []
     lines += [f"off on torch {status['torch']}: {feature} ({why})" for feature, why in off.items()]
     if verbose:
         lines += [f"  not taken: {name}: {why}" for name, why in missed.items()

@@ -141,7 +141,7 @@ class BundleStore(Protocol):
         entry comes back read and checked where the store copies bundles from elsewhere."""
 
     def locked(self) -> ContextManager[None]:
-        """Hold this machine's writers' lock (reentrant in one process); raises ``BundleError`` naming it."""
+        """Hold this machine's writers' lock (reentrant in one thread); raises ``BundleError`` naming it."""
 
     def version(self) -> Version | None:
         """The bundle's version now, or ``None`` when it is missing."""
