@@ -26,6 +26,7 @@ class Lock:
     """The bundle's lock file (:func:`lock_file`), held with ``filelock``; reentrant in one thread."""
 
     def __init__(self, path: Path, timeout: float) -> None:
+        self.path = path
         self.file = str(lock_file(path))
         self.timeout = timeout
         self._lock = filelock.FileLock(self.file)
@@ -36,7 +37,7 @@ class Lock:
         folder = Path(self.file).parent
         blocked = next((p for p in [folder, *folder.parents] if p.exists() and not p.is_dir()), None)
         if blocked is not None:
-            raise NotAFile(f"{self.file}: cannot create the lock file: {blocked} is not a folder")
+            raise NotAFile(f"{self.path}: cannot create its lock file {self.file}: {blocked} is not a folder")
         try:
             folder.mkdir(parents=True, exist_ok=True)
             self._lock.acquire(timeout=self.timeout)
@@ -48,7 +49,7 @@ class Lock:
                 f"({who}; raise --compile-cache-lock-timeout)"
             ) from None
         except OSError as exc:
-            raise BundleError(f"{self.file}: cannot create the lock file: {exc.strerror or exc}") from None
+            raise BundleError(f"{self.path}: cannot create its lock file {self.file}: {exc.strerror or exc}") from None
         try:
             yield
         finally:
