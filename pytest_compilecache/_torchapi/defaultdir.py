@@ -54,23 +54,22 @@ def send_to(process_dir: Callable[[], str] | None,
 
 
 @contextlib.contextmanager
-def redirect(path: str) -> Iterator[None]:
+def _pushed(stack: list[str], value: str) -> Iterator[None]:
+    stack.append(value)
+    try:
+        yield
+    finally:
+        stack.pop()
+
+
+def redirect(path: str) -> contextlib.AbstractContextManager[None]:
     """While active, torch's default folder is ``path``, whatever the session named."""
-    _override.append(path)
-    try:
-        yield
-    finally:
-        _override.pop()
+    return _pushed(_override, path)
 
 
-@contextlib.contextmanager
-def headers_at(path: str) -> Iterator[None]:
+def headers_at(path: str) -> contextlib.AbstractContextManager[None]:
     """While active, precompiled C++ headers go to ``path``, whatever the session named."""
-    _headers_override.append(path)
-    try:
-        yield
-    finally:
-        _headers_override.pop()
+    return _pushed(_headers_override, path)
 
 
 @contextlib.contextmanager
