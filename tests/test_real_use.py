@@ -342,12 +342,13 @@ def test_a_warmup_hook_in_a_lower_conftest_is_used(
 
 
 def test_dependency_floors_match_what_the_code_uses() -> None:
-    """Item 14: ``hookimpl(wrapper=True)`` needs pluggy >= 1.2; filelock >= 3.20.1 (CVE-2025-68146)."""
+    """Item 14: ``hookimpl(wrapper=True)`` needs pluggy >= 1.2; filelock >= 4.0, which leaves its lock
+    file in place (3.20.4 to 3.29 removed it on release) and refuses a symlink there (CVE-2025-68146)."""
     import tomllib  # type: ignore[import-not-found,unused-ignore]
 
     pyproject = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
     deps = pyproject["project"]["dependencies"]
-    assert "pluggy>=1.2" in deps and "filelock>=3.20.1" in deps and "pytest>=7.4" in deps, deps
+    assert "pluggy>=1.2" in deps and "filelock>=4.0" in deps and "pytest>=7.4" in deps, deps
 
 
 IMPORTING_CONFTEST = '''
