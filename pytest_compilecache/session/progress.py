@@ -36,12 +36,15 @@ class Progress:
         self._lock = threading.Lock()
 
     @classmethod
-    def for_config(cls, config: pytest.Config, name: str = "") -> "Progress":
-        """The display of a process that owns the terminal: live on a terminal, unless ``-q -q``."""
+    def of_store(cls, config: pytest.Config, store: BundleStore | None) -> "Progress":
+        """The display of a process that owns the terminal (live on a terminal, unless ``-q -q``), told
+        of ``store``'s downloads and uploads (a bundle at a URL; a local path moves nothing)."""
         terminal = config.pluginmanager.get_plugin("terminalreporter")
         if terminal is None or not getattr(terminal, "isatty", False) or config.get_verbosity() < -1:
             terminal = None
-        return cls(terminal, name)
+        progress = cls(terminal, store.name if store is not None else "")
+        progress.attach(store)
+        return progress
 
     def attach(self, store: BundleStore | None) -> None:
         """Be told of ``store``'s downloads and uploads (a bundle at a URL; a local path moves nothing)."""

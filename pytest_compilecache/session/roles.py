@@ -99,8 +99,7 @@ class SingleProcess(_RunsTests):
 
     def __init__(self, config: pytest.Config, options: Options) -> None:
         run, store = time.time(), open_bundle_store(options)
-        progress = Progress.for_config(config, store.name if store is not None else "")
-        progress.attach(store)
+        progress = Progress.of_store(config, store)
         side = TestSide(config, options, Folders(config), "main", run, store, lambda: self.life.at_start, progress,
                         teller(config))
         super().__init__(config, options, side)
@@ -181,8 +180,7 @@ class Controller:
         self.options = options
         self.folders = Folders(config)
         self.store = open_bundle_store(options)
-        progress = Progress.for_config(config, self.store.name if self.store is not None else "")
-        progress.attach(self.store)
+        progress = Progress.of_store(config, self.store)
         self.life = SessionLife(config, options, self.store, time.time(), progress, None)
         self.processes: list[ProcessReport] = []
         self._died_in_warmup: dict[str, str] = {}
