@@ -25,7 +25,6 @@ _PATCHED_BEFORE = pytest.StashKey[int]()
 _DEFAULT_BEFORE = pytest.StashKey[tuple[Any, Any]]()
 #: The cache variables as they were before the first conftest, put back at the session's end (every role).
 _EARLY_ENV = pytest.StashKey[SavedEnv]()
-_early_env: SavedEnv | None = None
 _early_dir: str | None = None
 
 
@@ -50,14 +49,13 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
 
     Conftests loaded next may import torch's compiler; nothing of torch is imported here.
     """
-    global _early_env
     early_config.stash[_PATCHED_BEFORE] = patches.checkpoint()
     try:
         options = Options.early(early_config)
     except (pytest.UsageError, ValueError):
         return  # pytest_configure raises it again, with pytest's error reporting in place
     if options.session_wide:
-        _early_env = early_config.stash[_EARLY_ENV] = SavedEnv()
+        early_config.stash[_EARLY_ENV] = SavedEnv()
         point_cache_dirs_at(_early_process_dir())
         early_config.stash[_DEFAULT_BEFORE] = defaultdir.send_to(_early_process_dir, str(options.headers_dir))
 
@@ -70,7 +68,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash.setdefault(_PATCHED_BEFORE, patches.checkpoint())
     role = choose_role(config, Options.from_config(config))
     config.stash[_ROLE] = role
-    role.start(config.pluginmanager, _early_env)
+    role.start(config.pluginmanager, config.stash.get(_EARLY_ENV, None))
     if role.options.isolation is Isolation.TEST:
         config.pluginmanager.register(_IsolateEveryTest(), "compilecache-isolate-every-test")
     if config.pluginmanager.hasplugin("html") and getattr(config.option, "htmlpath", None) \
@@ -79,7 +77,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    global _early_env, _early_dir
+    global _early_dir
     role = config.stash.get(_ROLE, None)
     try:
         if role is not None:
@@ -91,7 +89,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
             defaultdir.send_to(*config.stash[_DEFAULT_BEFORE])
         for problem in patches.undo(config.stash.get(_PATCHED_BEFORE, patches.checkpoint())):
             sys.stderr.write(f"compilecache: at the session's end, {problem}\n")
-    _early_env = None
     if _early_dir is not None:
         shutil.rmtree(_early_dir, ignore_errors=True)
         _early_dir = None
