@@ -13,13 +13,12 @@ side by side inside one test.
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from probe.runner import pytest_run
 
 CONFTEST = '''
 import os, time, torch
@@ -95,16 +94,9 @@ def test_warm_bundle_vs_warm_local(warm_cache):
 
 def run(cwd: Path, args: list[str], env: dict[str, str]) -> tuple[float, dict, str]:
     report = cwd / "report.json"
-    start = time.perf_counter()
-    out = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:logging", "-W", "ignore::DeprecationWarning",
-         f"--compile-cache-report={report}", *args],
-        cwd=cwd, env=env, capture_output=True, text=True,
-    )
-    wall = time.perf_counter() - start
-    if out.returncode != 0:
-        raise SystemExit(out.stdout[-4000:] + out.stderr[-4000:])
-    return wall, json.loads(report.read_text()), out.stdout
+    ran = pytest_run(["-q", "-s", "-p", "no:logging", "-W", "ignore::DeprecationWarning",
+                      f"--compile-cache-report={report}", *args], cwd, env)
+    return ran.seconds, json.loads(report.read_text()), ran.output
 
 
 def totals(report: dict) -> str:
@@ -122,7 +114,7 @@ def main() -> None:
         for i in range(repeats):
             for mode in (["-p", "no:xdist"], ["-n", "2"]):
                 name = "plain" if mode[0] == "-p" else "-n 2"
-                env = dict(os.environ, WARMUP_LOG=str(cwd / f"w{i}{name}"), SETUP_LOG=str(cwd / "setup.log"))
+                env = {"WARMUP_LOG": str(cwd / f"w{i}{name}"), "SETUP_LOG": str(cwd / "setup.log")}
                 bundle = cwd / f"b{i}{name}.bundle"
                 cold, rep_cold, _ = run(cwd, [*mode, f"--compile-cache-bundle={bundle}"], env)
                 warm, rep_warm, out = run(cwd, [*mode, f"--compile-cache-bundle={bundle}"], env)

@@ -1,8 +1,8 @@
 """Peak disk use of the plugin's folders for N ``warm_cache`` tests (issue 8, item 5).
 
 Builds a bundle once (a warmup compiling a transformer block and an MLP), then runs N
-``warm_cache`` tests against it while a thread samples the size of ``--basetemp`` every 20 ms.
-Prints the bundle's loaded size, the peak under basetemp, and what keeping every test's copy
+``warm_cache`` tests against it (each compiles the block, as a test would) while a thread samples
+the size of ``--basetemp`` every 20 ms. Prints the bundle's loaded size, the peak under basetemp, and what keeping every test's copy
 until the session ends (the design before this change) would have used: N copies.
 
     python benchmarks/disk_use.py [N]
@@ -11,12 +11,13 @@ until the session ends (the design before this change) would have used: N copies
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
+
+from probe.runner import pytest_run
 
 CONFTEST = '''
 import pytest
@@ -35,9 +36,14 @@ def pytest_compilecache_warmup(cache):
 TEST = '''
 import os
 import pytest
+import torch
+from conftest import block
 
 @pytest.mark.parametrize("i", range({n}))
 def test_warm(warm_cache, i):
+    torch.compile(block())(torch.randn(8, 64))
+    if i == 0:
+        warm_cache.link_whole_bundle()
     size = sum(p.stat().st_size for p in warm_cache.path.rglob("*") if p.is_file())
     assert size > 0
     if i == 0:
@@ -64,8 +70,8 @@ def main() -> None:
         (project / "conftest.py").write_text(CONFTEST)
         (project / "test_warm.py").write_text(TEST.format(n=n))
         bundle = project / "x.bundle"
-        base = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", f"--compile-cache-bundle={bundle}"]
-        subprocess.run([*base, "-k", "warm[0]"], cwd=project, check=True, capture_output=True)
+        base = ["-q", "-p", "no:randomly", f"--compile-cache-bundle={bundle}"]
+        pytest_run([*base, "-k", "warm[0]"], project)
         basetemp = project / "basetemp"
         peak = 0
         samples = 0
@@ -80,15 +86,13 @@ def main() -> None:
 
         thread = threading.Thread(target=sample)
         thread.start()
-        start = time.perf_counter()
-        result = subprocess.run([*base, f"--basetemp={basetemp}"], cwd=project, capture_output=True, text=True)
-        seconds = time.perf_counter() - start
+        ran = pytest_run([*base, f"--basetemp={basetemp}"], project, must_pass=False)
         stop.set()
         thread.join()
-        assert result.returncode == 0, result.stdout + result.stderr
+        assert ran.returncode == 0
         left = tree_size(basetemp)
         loaded = int((project / "copy-size.txt").read_text())
-        print(f"{n} warm_cache tests in {seconds:.1f} s; bundle {bundle.stat().st_size / 1e6:.2f} MB")
+        print(f"{n} warm_cache tests in {ran.seconds:.1f} s; bundle {bundle.stat().st_size / 1e6:.2f} MB")
         print(f"one copy of the loaded bundle: {loaded / 1e6:.2f} MB")
         print(f"peak under basetemp during the run: {peak / 1e6:.2f} MB ({samples} samples)")
         print(f"left under basetemp after the run: {left / 1e6:.2f} MB")

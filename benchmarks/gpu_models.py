@@ -25,6 +25,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from probe.runner import pytest_run
+
 HERE = Path(__file__).parent
 SUITE = HERE / "gpu_models"
 
@@ -74,8 +76,8 @@ def main() -> None:
     repeats = int(sys.argv[1]) if len(sys.argv) > 1 else 3
     work = Path(tempfile.mkdtemp(prefix="gpu-models-"))
     bundle = work / "models.bundle"
-    pytest_args = [sys.executable, "-m", "pytest", str(SUITE), "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-                   f"--compile-cache-bundle={bundle}", "-W", "ignore::DeprecationWarning", "-W", "ignore::UserWarning"]
+    pytest_args = [str(SUITE), "-q", "-p", "no:cacheprovider", "-p", "no:randomly", f"--compile-cache-bundle={bundle}",
+                   "-W", "ignore::DeprecationWarning", "-W", "ignore::UserWarning"]
     rows: dict[str, dict[str, list[float]]] = {}
     kept = work / "kept-dir"
     run([sys.executable, "-c", BASELINE, str(SUITE), "fill"], {"TORCHINDUCTOR_CACHE_DIR": str(kept)})
@@ -84,9 +86,10 @@ def main() -> None:
     for phase in ["built"] + [f"warm{i}" for i in range(repeats)]:
         log = work / f"{phase}.jsonl"
         report = work / f"{phase}.json"
-        done = run(pytest_args + [f"--compile-cache-report={report}"], {"GPU_MODELS_LOG": str(log)})
+        done = pytest_run([*pytest_args, f"--compile-cache-report={report}"], Path.cwd(), {"GPU_MODELS_LOG": str(log)},
+                          timeout=900)
         if phase == "built":
-            print("\n".join(line for line in done.stdout.splitlines() if "compile time" in line or "saved" in line))
+            print("\n".join(line for line in done.output.splitlines() if "compile time" in line or "saved" in line))
         for line in log.read_text().splitlines():
             item = json.loads(line)
             rows.setdefault(item["model"], {}).setdefault("built" if phase == "built" else "warm", []).append(item["seconds"])

@@ -23,6 +23,7 @@ from gpu_profile import difference
 from gpu_vs_kept import PHASES, QUIET, phases, run
 from probe.installed import as_installed
 from probe.phase_log import print_table
+from probe.runner import spread
 
 
 def main() -> None:
@@ -69,8 +70,7 @@ def main() -> None:
     print("\nwhole runs (wall, s):", {k: [round(v, 2) for v in vs] for k, vs in walls.items()})
     print("\nthe plugin's steps, median seconds a run (calls a run):")
     for name, values in sorted(steps.items(), key=lambda kv: -statistics.median(kv[1])):
-        print(f"  {statistics.median(values):7.3f} ({min(values):.3f}-{max(values):.3f})  "
-              f"x{statistics.median(counts[name]):g}  {name}")
+        print(f"  {spread(values, 3, width=7)}  x{statistics.median(counts[name]):g}  {name}")
     print("\nwhat made a folder whole (torch frames of the caller), over all runs:")
     for where, n in sorted(triggers.items(), key=lambda kv: -kv[1]):
         print(f"  {n}  {where}")

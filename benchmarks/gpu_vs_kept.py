@@ -191,7 +191,7 @@ def main() -> None:
     if step_times:
         print("\nthe plugin's own steps (probe/steps.py), median seconds a run (range):")
         for name, values in sorted(step_times.items(), key=lambda kv: -statistics.median(kv[1])):
-            print(f"  {statistics.median(values):7.3f} ({min(values):.3f}-{max(values):.3f})  {name}")
+            print(f"  {spread(values, 3, width=7)}  {name}")
     benchmarked = [c for c in warm_counts if measured(c["benchmarks"]) or (c["autotune"] or {}).get("saved", 0)]
     print(f"failed runs: {len(FAILED)}; the building run logged "
           f"{built_out.count('Runtime error during autotuning')} autotuning errors")

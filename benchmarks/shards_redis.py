@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from probe.runner import pytest_run
+
 SHARD_TEST = '''
 import os
 import torch
@@ -64,18 +66,14 @@ def redis_bytes(url: str) -> int:
 def shard(project: Path, number: int, url: str | None, changed: str, work: Path) -> dict[str, float]:
     local = Path(tempfile.mkdtemp(prefix="shard-local-", dir=work))
     report = local / "report.json"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "TORCHINDUCTOR_", "TRITON_"))}
-    env.update(TORCHINDUCTOR_CACHE_DIR=str(local / "inductor"), CHANGED=changed)
-    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-            f"--compile-cache-report={report}", *[f"test_shard{number}_{n}.py" for n in (1, 2)]]
+    args = ["-q", "-p", "no:cacheprovider", "-p", "no:randomly", f"--compile-cache-report={report}",
+            *[f"test_shard{number}_{n}.py" for n in (1, 2)]]
     if url:
         args.append(f"--compile-cache-remote={url}")
     before = redis_bytes(url) if url else 0
-    start = time.perf_counter()
-    out = subprocess.run(args, cwd=project, env=env, capture_output=True, text=True, timeout=900)
-    wall = time.perf_counter() - start
-    if out.returncode != 0:
-        raise SystemExit(out.stdout[-3000:] + out.stderr[-3000:])
+    env = {"TORCHINDUCTOR_CACHE_DIR": str(local / "inductor"), "CHANGED": changed}
+    wall = pytest_run(args, project, env, timeout=900,
+                      unset=[k for k in os.environ if k.startswith(("PYTEST_", "TORCHINDUCTOR_", "TRITON_"))]).seconds
     totals = json.loads(report.read_text())["totals"]
     remote = totals["remote_fx_graph"]
     shutil.rmtree(local, ignore_errors=True)

@@ -42,6 +42,7 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+from probe.runner import pytest_run  # noqa: E402
 from shards_redis import SHARD_TEST, free_port  # noqa: E402
 
 ENDPOINT_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL")
@@ -50,9 +51,8 @@ ENDPOINT_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGIO
 def shard_args(number: int, url: str | None, home: Path, report: Path, keep_headers: bool = False) -> list[str]:
     headers = home / "precompiled-headers" if keep_headers else Path(tempfile.mkdtemp(prefix="headers-",
                                                                                          dir=report.parent))
-    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-            f"--compile-cache-report={report}", "-o", f"compile_cache_home={home}",
-            "-o", f"compile_cache_headers_dir={headers}",
+    args = ["-q", "-p", "no:cacheprovider", "-p", "no:randomly", f"--compile-cache-report={report}",
+            "-o", f"compile_cache_home={home}", "-o", f"compile_cache_headers_dir={headers}",
             *[f"test_shard{number}_{n}.py" for n in (1, 2)]]
     if url:
         args += [f"--compile-cache-bundle={url}", "--compile-cache-update"]
@@ -76,12 +76,8 @@ def shard(project: Path, number: int, url: str | None, home: Path, env: dict[str
     tmp.mkdir(parents=True, exist_ok=True)
     inductor = kept_torch / "inductor" if kept_torch is not None else local / "inductor"
     env = {**env, "TORCHINDUCTOR_CACHE_DIR": str(inductor), "TMPDIR": str(tmp)}
-    start = time.perf_counter()
-    out = subprocess.run(shard_args(number, url, home, report, keep_headers), cwd=project, env=env, capture_output=True,
-                         text=True, timeout=900)
-    wall = time.perf_counter() - start
-    if out.returncode != 0:
-        raise SystemExit(out.stdout[-3000:] + out.stderr[-3000:])
+    wall = pytest_run(shard_args(number, url, home, report, keep_headers), project, env, timeout=900,
+                      unset=[name for name in os.environ if name not in env]).seconds
     data = json.loads(report.read_text())
     totals, bundle = data["totals"], data.get("bundle", {})
     down = sum(p.get("downloaded_bytes") or 0 for p in bundle.get("processes", []))
@@ -109,7 +105,7 @@ def at_once(project: Path, endpoint: str, work: Path) -> str:
         home = Path(tempfile.mkdtemp(prefix="home-", dir=work))
         report = home / "r.json"
         reports.append(report)
-        procs.append(subprocess.Popen(shard_args(s, url, home, report), cwd=project,
+        procs.append(subprocess.Popen([sys.executable, "-m", "pytest", *shard_args(s, url, home, report)], cwd=project,
                                       env={**env, "TORCHINDUCTOR_CACHE_DIR": str(home / "inductor")},
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
     start = time.perf_counter()

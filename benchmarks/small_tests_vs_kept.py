@@ -43,7 +43,7 @@ from pathlib import Path
 
 from probe.installed import as_installed
 from probe.phase_log import print_table, read_phases
-from probe.runner import pytest_run
+from probe.runner import pytest_run, spread
 
 QUIET = ["-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-W", "ignore::DeprecationWarning"]
 
@@ -174,11 +174,9 @@ def measure(work: Path, in_ram: Path | None, rounds: int, plain: int, warm: int,
         for mode, side in [(mode, side) for side in sides if side != "kept" for mode in ("serial", "-n 2")]:
             a, b = seconds[f"{side} {mode}"], seconds[f"kept {mode}"]
             ratios = [x / y for x, y in zip(a, b)]
-            print(f"| {mode}{'' if side == 'plugin' else f' ({side})'} | "
-                  f"{statistics.median(a):.2f} s ({min(a):.2f}-{max(a):.2f}) | "
-                  f"{statistics.median(b):.2f} s ({min(b):.2f}-{max(b):.2f}) | "
-                  f"{statistics.median(a) / statistics.median(b):.3f}x | "
-                  f"{statistics.median(ratios):.3f}x ({min(ratios):.3f}-{max(ratios):.3f}) |")
+            print(f"| {mode}{'' if side == 'plugin' else f' ({side})'} | {spread(a, unit=' s')} | "
+                  f"{spread(b, unit=' s')} | {statistics.median(a) / statistics.median(b):.3f}x | "
+                  f"{spread(ratios, 3, 'x')} |")
     if with_phases:
         print_table("serial runs, where the time went (medians, seconds; probe/phases.py):", phases)
     print(f"\nbundle {bundle.stat().st_size / 1e6:.2f} MB")

@@ -24,11 +24,11 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from probe.runner import pytest_run
 
 ROOT = Path(__file__).parent.parent
 EXAMPLES = ROOT / "examples"
@@ -89,17 +89,12 @@ def test_warm_bundle_vs_warm_local(warm_cache):
 '''
 
 
-def pytest_run(cwd: Path, args: list[str], env: dict[str, str]) -> tuple[float, str]:
-    start = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "durations_log",
-         "-W", "ignore::DeprecationWarning", *args],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=1200,
-    )
-    wall = time.perf_counter() - start
-    if done.returncode != 0:
-        raise SystemExit(f"failed in {cwd}: {args}\n{done.stdout[-4000:]}\n{done.stderr[-2000:]}")
-    return wall, done.stdout
+def run(cwd: Path, args: list[str], env: dict[str, str]) -> tuple[float, str]:
+    """A run with ``env`` as its whole environment: its wall seconds and output."""
+    ran = pytest_run(["-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "durations_log",
+                      "-W", "ignore::DeprecationWarning", *args], cwd, env, timeout=1200,
+                     unset=[name for name in os.environ if name not in env])
+    return ran.seconds, ran.output
 
 
 def summary_compile_seconds(out: str) -> float:
@@ -138,8 +133,8 @@ def main() -> None:
             })
             bundle = examples / "examples.bundle"
             args = ["-n", "2", f"--compile-cache-bundle={bundle}"]
-            cold, _ = pytest_run(examples, args, env)
-            warm, out = pytest_run(examples, args, env)
+            cold, _ = run(examples, args, env)
+            warm, out = run(examples, args, env)
             calls = json.loads((base / "calls.json").read_text())
             add("examples -n 2: cold run (s)", cold)
             add("examples -n 2: warm run (s)", warm)
@@ -148,8 +143,8 @@ def main() -> None:
             add("warm run: tests' call durations, summed (s)", sum(calls.values()))
 
             (examples / "test_side_by_side.py").write_text(SIDE_BY_SIDE)
-            _, out = pytest_run(examples, ["-p", "no:xdist", "-s", f"--compile-cache-bundle={bundle}",
-                                           "test_side_by_side.py"], env)
+            _, out = run(examples, ["-p", "no:xdist", "-s", f"--compile-cache-bundle={bundle}", "test_side_by_side.py"],
+                         env)
             line = next(ln for ln in out.splitlines() if ln.startswith("BUNDLE_VS_LOCAL"))
             from_bundle, local = map(float, line.split()[1:])
             add("warm_cache transformer: from bundle (s)", from_bundle)
@@ -158,11 +153,11 @@ def main() -> None:
 
             plain = fresh(base, f"plain{i}", {"test_plain.py": PLAIN_TESTS})
             plain_bundle = plain / "plain.bundle"
-            pytest_run(plain, ["-n", "2", f"--compile-cache-bundle={plain_bundle}"], env)
-            with_bundle, _ = pytest_run(plain, ["-n", "2", f"--compile-cache-bundle={plain_bundle}"], env)
+            run(plain, ["-n", "2", f"--compile-cache-bundle={plain_bundle}"], env)
+            with_bundle, _ = run(plain, ["-n", "2", f"--compile-cache-bundle={plain_bundle}"], env)
             kept = {**env, "TORCHINDUCTOR_CACHE_DIR": str(plain / "kept")}
-            pytest_run(plain, ["-n", "2", "-p", "no:compilecache"], kept)
-            with_kept, _ = pytest_run(plain, ["-n", "2", "-p", "no:compilecache"], kept)
+            run(plain, ["-n", "2", "-p", "no:compilecache"], kept)
+            with_kept, _ = run(plain, ["-n", "2", "-p", "no:compilecache"], kept)
             add("plain tests -n 2: warm run with the bundle (s)", with_bundle)
             add("plain tests -n 2: second run, kept TORCHINDUCTOR_CACHE_DIR (s)", with_kept)
             add("plain tests -n 2: bundle / kept dir", with_bundle / with_kept)

@@ -30,12 +30,12 @@ def _children_cpu() -> float:
 
 def pytest_run(args: Sequence[str], cwd: Path | str, env: Mapping[str, str] | None = None, timeout: float = 1800,
                must_pass: bool = True, prefix: Sequence[str] = (), unset: Sequence[str] = ()) -> Ran:
-    """``python -m pytest ARGS`` in ``cwd`` with ``env`` over this process's environment, less the
-    variables ``unset`` (``prefix`` goes before ``-m pytest``: ``-m cProfile -o FILE``, say). A failed
-    run prints the end of its output and, with ``must_pass``, ends the benchmark."""
-    environment = {**os.environ, **(env or {})}
-    for name in unset:
-        environment.pop(name, None)
+    """``python -m pytest ARGS`` in ``cwd`` with ``env`` over this process's environment less the
+    variables ``unset`` (``env`` may set one of them again; ``prefix`` goes before ``-m pytest``:
+    ``-m cProfile -o FILE``, say). A failed run prints the end of its output and, with ``must_pass``,
+    ends the benchmark."""
+    environment = {name: value for name, value in os.environ.items() if name not in unset}
+    environment.update(env or {})
     cpu_before = _children_cpu()
     start = time.perf_counter()
     done = subprocess.run([sys.executable, *prefix, "-m", "pytest", *args], cwd=cwd, capture_output=True, text=True,
@@ -50,8 +50,10 @@ def pytest_run(args: Sequence[str], cwd: Path | str, env: Mapping[str, str] | No
     return ran
 
 
-def spread(values: Sequence[float], digits: int = 2) -> str:
-    """``median (min-max)``, or ``-`` for no values."""
+def spread(values: Sequence[float], digits: int = 2, unit: str = "", width: int = 0) -> str:
+    """``median (min-max)`` with ``digits`` decimals, ``unit`` after the median (``" s"``, ``"x"``) and the
+    median right-aligned in ``width`` characters; ``-`` for no values."""
     if not values:
         return "-"
-    return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
+    return (f"{statistics.median(values):>{width}.{digits}f}{unit} "
+            f"({min(values):.{digits}f}-{max(values):.{digits}f})")

@@ -1,0 +1,97 @@
+"""CPU, issue 45: what one test costs as the bundle grows, against a kept cache folder.
+
+For each SIZE, a suite of SIZE ``warm_cache`` tests, each compiling a function of its own (the
+generator of ``small_tests_vs_kept.py``), is built twice: once into a bundle (the warmup compiles every
+function), once into a kept ``TORCHINDUCTOR_CACHE_DIR`` with ``-p no:compilecache``. Then, in ROUNDS
+alternating pairs: one test picked with ``-k`` (what a developer re-running a failing test does), pytest's
+wall seconds and the peak memory (largest resident set of the pytest process, and of each ``-n 2``
+worker); then the whole suite once per side; then an update: one function edited and its test re-run
+with ``--compile-cache-update``, timed, with the bundle's growth.
+
+    python benchmarks/one_test_vs_kept.py [ROUNDS] SIZE [SIZE ...]
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from probe.installed import as_installed
+from probe.runner import pytest_run, spread
+from small_tests_vs_kept import QUIET, suite
+
+PEAK = Path(__file__).parent / "probe"
+
+
+def _peaks(folder: Path) -> list[float]:
+    """The peaks (MB) the probe wrote into ``folder``, one file per process, then emptied."""
+    found = [int(p.read_text()) / 1024 for p in folder.glob("peak-*")]
+    for p in folder.glob("peak-*"):
+        p.unlink()
+    return found
+
+
+def measure(work: Path, size: int, rounds: int) -> None:
+    """Build both sides for ``size`` tests in ``work`` and print their figures."""
+    plugin = suite(work / "plugin", 0, size, plugin=True)
+    kept = suite(work / "kept", 0, size, plugin=False)
+    bundle = work / "suite.bundle"
+    peaks = work / "peaks"
+    peaks.mkdir()
+    probe_env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(PEAK), os.environ.get("PYTHONPATH", "")])),
+                 "PEAK_OUT": str(peaks)}
+    sides = {"plugin": (plugin, [f"--compile-cache-bundle={bundle}"], {"XDG_CACHE_HOME": str(work / "xdg")}),
+             "kept": (kept, ["-p", "no:compilecache"], {"TORCHINDUCTOR_CACHE_DIR": str(work / "kept-cache")})}
+
+    def run(side: str, *args: str) -> tuple[float, list[float]]:
+        folder, own, env = sides[side]
+        ran = pytest_run([*QUIET, *own, "-p", "peak", *args], folder, {**env, **probe_env})
+        return ran.seconds, _peaks(peaks)
+
+    built = {side: run(side)[0] for side in sides}
+    print(f"\n{size} tests: built plugin {built['plugin']:.1f} s, kept {built['kept']:.1f} s; "
+          f"bundle {bundle.stat().st_size / 1e6:.2f} MB", flush=True)
+    one = f"test_warm_{size // 2:03d}"
+    times: dict[str, list[float]] = {}
+    memory: dict[str, list[float]] = {}
+    for round_ in range(rounds):
+        for side in (("plugin", "kept") if round_ % 2 == 0 else ("kept", "plugin")):
+            seconds, peak = run(side, "-k", one)
+            times.setdefault(side, []).append(seconds)
+            memory.setdefault(side, []).append(max(peak))
+    ratios = [p / k for p, k in zip(times["plugin"], times["kept"])]
+    over = [p - k for p, k in zip(times["plugin"], times["kept"])]
+    print(f"  one test (-k {one}), {rounds} pairs: plugin {spread(times['plugin'])} s, kept {spread(times['kept'])} s, "
+          f"each pair's ratio {spread(ratios, 3)}x, plugin - kept {spread(over)} s")
+    print(f"  peak memory of pytest, MB: plugin {spread(memory['plugin'], 0)}, kept {spread(memory['kept'], 0)}")
+    for mode in ([], ["-n", "2"]):
+        whole = {side: run(side, *mode) for side in ("plugin", "kept")}
+        print(f"  whole suite{' -n 2' if mode else ''}: plugin {whole['plugin'][0]:.2f} s, kept {whole['kept'][0]:.2f} s "
+              f"({whole['plugin'][0] / whole['kept'][0]:.3f}x); largest process MB: plugin {max(whole['plugin'][1]):.0f}, "
+              f"kept {max(whole['kept'][1]):.0f}", flush=True)
+    small = plugin / "small.py"
+    small.write_text(small.read_text().replace(f"def f_{size // 2}(x):\n    y = torch.sin(x * ",
+                                               f"def f_{size // 2}(x):\n    y = torch.sin(x * 2 * "))
+    before = bundle.stat().st_size
+    seconds, peak = run("plugin", "-k", one, "--compile-cache-update")
+    print(f"  update after one edit: {seconds:.2f} s, peak {max(peak):.0f} MB, bundle {before / 1e6:.2f} -> "
+          f"{bundle.stat().st_size / 1e6:.2f} MB", flush=True)
+
+
+def main() -> None:
+    rounds = int(sys.argv[1]) if len(sys.argv) > 2 else 7
+    sizes = [int(a) for a in sys.argv[2:]] or [20, 200]
+    print(f"plugin byte-compiled as pip installs it: {as_installed()}", flush=True)
+    for size in sizes:
+        work = Path(tempfile.mkdtemp(prefix=f"one-test-{size}-")).resolve()
+        try:
+            measure(work, size, rounds)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
