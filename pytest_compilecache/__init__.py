@@ -1,7 +1,5 @@
 """pytest-compilecache: isolated, observable and shareable torch.compile caches for pytest.
-
-Importing this package never imports torch.
-"""
+Importing this package never imports torch."""
 
 from __future__ import annotations
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import enum
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Iterator, Mapping
 
@@ -33,40 +32,25 @@ class CacheKind(enum.Enum):
         return self in (CacheKind.COLD, CacheKind.ISOLATED)
 
 
-#: Misses inside ``not_saved()`` blocks so far in this process, by layer.
 _not_saved_misses: dict[str, int] = {}
 _not_saved_depth = 0
 
 
 def not_saved_misses() -> dict[str, int]:
-    """Misses inside :meth:`CompileCache.not_saved` blocks so far in this process, by layer
-    (``fx_graph``, ``aot_autograd``): misses by design, which saving would never turn into hits."""
+    """Misses inside :meth:`CompileCache.not_saved` blocks so far in this process, by layer: misses by design."""
     return dict(_not_saved_misses)
 
 
 class CompileCache:
-    """An isolated set of torch.compile caches, active between ``__enter__`` and ``__exit__``.
-
-    While active, ``TORCHINDUCTOR_CACHE_DIR`` is :attr:`path` and ``TRITON_CACHE_DIR`` is
-    ``path / "triton"``; every in-memory compile cache was reset on entry and is reset again on
-    exit; the variables are restored exactly on exit; torch's remote (Redis) caches are off while
-    active, unless ``remote`` (a ``warm_cache`` whose test is marked ``compile_cache_remote``).
-    :attr:`stats` counts from entry. A cache made from a ``template`` (``warm_cache``: the bundle's
-    files) was filled with ``_torchapi.fill_warm_folder``; while it is active, the FX graph and
-    AOTAutograd entries that leaves out are linked in from the template as torch asks for their keys
-    (:meth:`link_whole_bundle` links them all, for a process the test starts).
-    """
+    """Isolated torch.compile caches at :attr:`path` while active (in-memory ones reset on entry and exit, remote ones
+    off unless ``remote``); :attr:`stats` count from entry; a ``template``'s entries are linked in as torch asks."""
 
     def __init__(self, path: Path, process_dir: Path, headers_dir: Path, kind: CacheKind = CacheKind.COLD,
                  explain: bool = False, remote: bool = False, template: Path | None = None) -> None:
-        self.path = Path(path)
-        self._template = template
-        self.kind = kind
-        self.remote = remote
+        self.path, self.kind, self.remote = Path(path), kind, remote
         self.explain = explain or kind is CacheKind.WARM
-        self._process_dir = process_dir
-        self._headers_dir = headers_dir
-        self._stack: ExitStack | None = None
+        self._process_dir, self._headers_dir, self._template = process_dir, headers_dir, template
+        self._stack: contextlib.ExitStack | None = None
         self._start: dict[str, int] = {}
         self._bypass: _torchapi.record_bypass_reasons | None = None
         self._final: CacheStats | None = None
@@ -76,9 +60,8 @@ class CompileCache:
 
     def __enter__(self) -> "CompileCache":
         _torchapi.bootstrap(str(self._process_dir))
-        with ExitStack() as stack:
-            saved = SavedEnv()
-            stack.callback(saved.restore)
+        with contextlib.ExitStack() as stack:
+            stack.callback(SavedEnv().restore)
             self.path.mkdir(parents=True, exist_ok=True)
             point_cache_dirs_at(str(self.path))
             stack.enter_context(_torchapi.redirect(str(self._process_dir)))
@@ -110,10 +93,7 @@ class CompileCache:
             stack.close()
 
     def link_whole_bundle(self) -> None:
-        """Link every entry of the bundle into :attr:`path` now. This process finds an entry when torch
-        asks for its key anyway; a process the test starts (``subprocess``, ``multiprocessing``) that
-        compiles in this folder cannot ask, and finds only what is linked when it looks. A cache with
-        no bundle behind it (``cold_cache``) is left as it is."""
+        """Link the whole bundle into :attr:`path` now, for processes the test starts (this one links on demand)."""
         if self._template is not None and self._stack is not None:
             _torchapi.link_whole()
 
@@ -125,8 +105,7 @@ class CompileCache:
 
     @contextlib.contextmanager
     def not_saved(self) -> Iterator[None]:
-        """Compiles inside are left out of the session's bundle (a test that compiles a variant on
-        purpose, to show a miss, keeps it from becoming a hit in the next run)."""
+        """Compiles inside are left out of the session's bundle (a variant compiled on purpose, to show a miss)."""
         if not _torchapi.can_leave_out():
             pytest.skip("not_saved() needs a torch whose Mega-Cache can record apart (with_fresh_cache)")
         global _not_saved_depth
@@ -140,16 +119,11 @@ class CompileCache:
                 if _not_saved_depth == 0:  # a block inside another is counted by the outer one
                     after = _torchapi.read_counts()
                     for layer in ("fx_graph", "aot_autograd"):
-                        key = f"{layer}.misses"
-                        _not_saved_misses[layer] = (_not_saved_misses.get(layer, 0)
-                                                    + max(0, after.get(key, 0) - before.get(key, 0)))
+                        missed = after.get(f"{layer}.misses", 0) - before.get(f"{layer}.misses", 0)
+                        _not_saved_misses[layer] = _not_saved_misses.get(layer, 0) + max(0, missed)
 
     def reset_in_memory(self) -> None:
-        """Forget every compiled result held in memory (Dynamo's code cache, loaded kernels).
-
-        The next ``torch.compile`` of the same code then consults this test's on-disk caches, so a
-        second compile of the same function hits the FX graph and AOTAutograd caches.
-        """
+        """Forget every compiled result held in memory: the next compile consults this test's on-disk caches."""
         _torchapi.reset_in_memory()
 
     @property
@@ -182,9 +156,7 @@ class CompileCache:
         if not expected:
             raise TypeError(f"assert_{kind}() needs at least one layer=count argument")
         check_layer_names(expected)
-        for layer, want in expected.items():
-            if isinstance(want, bool) or not isinstance(want, int) or want < 0:
-                raise TypeError(f"assert_{kind}({layer}=...) needs a non-negative int, got {want!r}")
+        _check_counts(f"assert_{kind}", expected)
         stats = self.stats
         wrong = []
         for layer, want in expected.items():
@@ -196,32 +168,19 @@ class CompileCache:
         if wrong:
             raise AssertionError(failure_message(kind, expected, stats, wrong))
 
-    def assert_compiles(
-        self,
-        *,
-        frames: int | None = None,
-        graphs: int | None = None,
-        recompiles: int | None = None,
-        graph_breaks: int | None = None,
-    ) -> None:
-        """Check Dynamo's exact counts, e.g. ``assert_compiles(graphs=1, recompiles=0, graph_breaks=0)``.
-
-        Counts left out are not checked. A failure shows every count, expected against actual, and the
-        recompile and graph-break reasons torch gave.
-        """
+    def assert_compiles(self, *, frames: int | None = None, graphs: int | None = None,
+                        recompiles: int | None = None, graph_breaks: int | None = None) -> None:
+        """Check Dynamo's exact counts, e.g. ``assert_compiles(graphs=1, recompiles=0)``; others are not checked."""
         __tracebackhide__ = True
         given = {"frames": frames, "graphs": graphs, "recompiles": recompiles, "graph_breaks": graph_breaks}
         expected = {kind: want for kind, want in given.items() if want is not None}
         if not expected:
             raise TypeError(f"assert_compiles() needs at least one of {', '.join(f'{k}=' for k in DYNAMO_COUNTS)}")
-        for kind, want in expected.items():
-            if isinstance(want, bool) or not isinstance(want, int) or want < 0:
-                raise TypeError(f"assert_compiles({kind}=...) needs a non-negative int, got {want!r}")
+        _check_counts("assert_compiles", expected)
         dynamo = self.stats.dynamo
         wrong = []
         for kind, want in expected.items():
-            why = dynamo.unobservable.get(kind)
-            if why:
+            if why := dynamo.unobservable.get(kind):
                 wrong.append(f"{kind} cannot be observed here ({why})")
             elif dynamo.count(kind) != want:
                 wrong.append(f"{kind} expected {want}, got {dynamo.count(kind)}")
@@ -229,14 +188,18 @@ class CompileCache:
             raise AssertionError(dynamo_failure_message(expected, dynamo, wrong))
 
 
+def _check_counts(call: str, expected: Mapping[str, int]) -> None:
+    for name, want in expected.items():
+        if isinstance(want, bool) or not isinstance(want, int) or want < 0:
+            raise TypeError(f"{call}({name}=...) needs a non-negative int, got {want!r}")
+
+
 def failure_message(kind: str, expected: Mapping[str, int], stats: CacheStats, wrong: list[str]) -> str:
     """The text of a failed ``assert_<kind>``: what differs, every layer side by side, and warnings."""
-    lines = [f"compile cache {kind} differ: " + "; ".join(wrong), stats.table(expected, kind)]
-    lines.extend(stats.explanations(list(expected)))
-    disabled = disabled_caches()
-    if disabled:
-        lines.append("  note: cache assertions are meaningless here:")
-        lines.extend(f"    {line}" for line in disabled)
+    lines = [f"compile cache {kind} differ: " + "; ".join(wrong), stats.table(expected, kind),
+             *stats.explanations(list(expected))]
+    if disabled := disabled_caches():
+        lines += ["  note: cache assertions are meaningless here:", *(f"    {line}" for line in disabled)]
     return "\n".join(lines)
 
 
@@ -248,5 +211,3 @@ def dynamo_failure_message(expected: Mapping[str, int], dynamo: DynamoStats, wro
 def disabled_caches() -> list[str]:
     """Everything in the environment or torch's config that switches a cache layer off."""
     return caches_disabled_by_env() or _torchapi.caches_disabled_by_config()
-
-

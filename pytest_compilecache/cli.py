@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import re
@@ -33,24 +32,13 @@ LOCK_TIMEOUT = 60.0
 
 
 class UserError(Exception):
-    """A problem with the user's input: printed on one line, exit status 2 (1 for verify and
-    ``inspect --check``)."""
+    """A problem with the user's input, said as a :class:`BundleError` is: printed on one line, exit status 2
+    (1 for verify and ``inspect --check``)."""
 
 
-class CheckFailed(UserError):
-    """A bundle failed ``inspect --check``: exit status 1, as ``verify``."""
-
-
-@dataclasses.dataclass
-class _Reach:
-    """How bundles at URLs are reached: fsspec's options (``--storage-options``, else the environment
-    variable) and the seconds a store may take to answer (``--network-timeout``)."""
-
-    storage: dict[str, Any] = dataclasses.field(default_factory=dict)
-    network_timeout: float = DEFAULT_NETWORK_TIMEOUT
-
-
-_reach = _Reach()
+#: How bundles at URLs are reached, set by :func:`main`: fsspec's options and the seconds a store may take to answer.
+_storage: dict[str, Any] = {}
+_network_timeout = DEFAULT_NETWORK_TIMEOUT
 
 
 def _shown(name: str) -> str:
@@ -59,30 +47,21 @@ def _shown(name: str) -> str:
 
 
 def _local(name: str) -> Path:
-    try:
-        return Path(file_url_path(name) or name)
-    except BundleError as exc:
-        raise UserError(str(exc)) from None
+    return Path(file_url_path(name) or name)
 
 
 def _store(name: str) -> BundleStore:
     """The store of a bundle named by path or URL (credentials and endpoints from the environment)."""
-    try:
-        return open_store(name, LOCK_TIMEOUT, user_cache_dir() / "bundle-copies", _reach.storage,
-                          _reach.network_timeout)
-    except BundleError as exc:
-        raise UserError(str(exc)) from None
+    return open_store(name, LOCK_TIMEOUT, user_cache_dir() / "bundle-copies", _storage, _network_timeout)
 
 
 def _read(path: str) -> Bundle:
     try:
         if is_url(path):
-            return read_url(path, user_cache_dir() / "bundle-copies", _reach.storage, _reach.network_timeout)
+            return read_url(path, user_cache_dir() / "bundle-copies", _storage, _network_timeout)
         return read_manifest(_local(path))
     except FileNotFoundError:
         raise UserError(f"{_shown(path)}: no such {'object' if is_url(path) else 'file'}") from None
-    except BundleError as exc:
-        raise UserError(str(exc)) from None
 
 
 def _say(text: str, stream: TextIO | None = None) -> None:
@@ -102,7 +81,6 @@ def _binaries(bundle: Bundle, entry: Entry, check: bool) -> dict[str, Any]:
     section = entry.binaries_section
     if section is None and entry.binaries is None:
         return {}
-    problems: list[str] = []
     carried = None
     try:  # read whole: the sources tell a test's kernels from torch's CPU probes
         carried, problems = bundle.carried(entry)
@@ -128,52 +106,39 @@ def _binaries(bundle: Bundle, entry: Entry, check: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"problems": problems, "builds": []}
     for build, identity in builds.items():
         mine = [f for f in files if f[0] == build and is_cpp(f[1])]
-        out["builds"].append({
-            "build": build, "identity": identity, "binaries": len(mine), "bytes": sum(f[2] for f in mine),
-            "probes": sum(1 for f in mine if f[1] in probes),
-            "fits_here": build == here,
-            "differences": "" if build == here or not identity_here else identity_differences(identity, identity_here),
-        })
+        out["builds"].append({"build": build, "identity": identity, "binaries": len(mine), "fits_here": build == here,
+                              "bytes": sum(f[2] for f in mine), "probes": sum(1 for f in mine if f[1] in probes),
+                              "differences": "" if build == here or not identity_here
+                              else identity_differences(identity, identity_here)})
     return out
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
+    """The listing; with ``--check``, every entry also gets verify's checks, and any problem exits 1."""
     with _read(args.path) as bundle:
-        return _inspect(args, bundle)
-
-
-def _inspect(args: argparse.Namespace, bundle: Bundle) -> int:
-    """The listing; with ``--check``, every entry also gets verify's checks (``problems``), and any
-    problem makes the exit status 1 with the first one on stderr."""
-    here = _here()
-    items = []
-    for i, entry in enumerate(bundle.entries):
-        binaries = _binaries(bundle, entry, args.check)
-        item = {**entry.describe(), "index": i, "matches_here": entry.env == here,
-                "differences": differences(entry.env, here), "binaries": binaries,
-                "signed": bool(entry.signature), "signature": _signature(entry)}
-        if args.check:
-            item["problems"] = [*_entry_problems(bundle, entry), *binaries.get("problems", [])]
-        items.append(item)
-    data: dict[str, Any] = {
-        "path": bundle.name,
-        "format": 1,
-        "bytes": bundle.path.stat().st_size if bundle.path.is_file() else encoded_size(bundle),
-        "entries": items,
-    }
-    if args.json:
-        print(json.dumps(data, indent=1, sort_keys=True))
-    else:
-        _show(bundle, data, args.check)
-    if not args.check:
+        here = _here()
+        items = []
+        for i, entry in enumerate(bundle.entries):
+            binaries = _binaries(bundle, entry, args.check)
+            item = {**entry.describe(), "index": i, "matches_here": entry.env == here,
+                    "differences": differences(entry.env, here), "binaries": binaries,
+                    "signed": bool(entry.signature), "signature": _signature(entry)}
+            if args.check:
+                item["problems"] = [*_entry_problems(bundle, entry), *binaries.get("problems", [])]
+            items.append(item)
+        data: dict[str, Any] = {"path": bundle.name, "format": 1, "entries": items,
+                                "bytes": bundle.path.stat().st_size if bundle.path.is_file() else encoded_size(bundle)}
+        if args.json:
+            print(json.dumps(data, indent=1, sort_keys=True))
+        else:
+            _show(bundle, data, args.check)
+        failed = [item for item in items if item["problems"]] if args.check else []
+        if failed:
+            first = failed[0]["problems"][0]
+            more = sum(len(item["problems"]) for item in failed) - 1
+            raise UserError(f"{first}" + (f" (and {more} more problem(s): see the listing)" if more else "")
+                            + f"; {len(failed)} of {len(items)} entries fail the check")
         return 0
-    failed = [item for item in items if item["problems"]]
-    if failed:
-        first = failed[0]["problems"][0]
-        more = sum(len(item["problems"]) for item in failed) - 1
-        raise CheckFailed(f"{first}" + (f" (and {more} more problem(s): see the listing)" if more else "")
-                          + f"; {len(failed)} of {len(items)} entries fail the check")
-    return 0
 
 
 def _show(bundle: Bundle, data: dict[str, Any], check: bool) -> None:
@@ -199,15 +164,11 @@ def _show(bundle: Bundle, data: dict[str, Any], check: bool) -> None:
             _say(f"    {'cpp':20} {build['binaries']:5d} {what} {build['bytes']:>13,d} bytes ({_kernels(build)}), "
                  f"built by {build['identity'].get('compiler_version', '?')} for {build['identity'].get('native', '?')}: "
                  f"{fits}")
-        if check:
-            for problem in item["problems"]:
-                _say(f"    problem: {problem}")
-            if not item["problems"]:
-                _say(f"    {'check':14} OK: intact (checksums, artifact keys, carried binaries"
-                     f"{', signature' if signing.key() else ''})")
-        else:
-            for problem in item["binaries"].get("problems", []):
-                _say(f"    problem: {problem}")
+        for problem in item.get("problems", []):  # only with --check (without it, _binaries keeps none)
+            _say(f"    problem: {problem}")
+        if check and not item["problems"]:
+            _say(f"    {'check':14} OK: intact (checksums, artifact keys, carried binaries"
+                 f"{', signature' if signing.key() else ''})")
         for diff in item["differences"]:
             _say(f"    differs: {diff}")
 
@@ -232,9 +193,8 @@ def _signature(entry: Entry) -> str:
 
 
 def _entry_problems(bundle: Bundle, entry: Entry) -> list[str]:
-    """What makes an entry unusable, short of its carried binaries (see :func:`_binaries`): its
-    signature (with the key set), its payload's checksum, and an artifact key that would leave the
-    cache folder torch writes to. Each names the bundle."""
+    """What makes an entry unusable, short of its carried binaries: its signature (with the key set), its
+    payload's checksum, an artifact key that would leave the cache folder torch writes to."""
     secret = signing.key()
     problems = [bundle.signature_problem(entry, secret)] if secret else []
     try:
@@ -250,7 +210,21 @@ def _entry_problems(bundle: Bundle, entry: Entry) -> list[str]:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     with _read(args.path) as bundle:
-        return _verify(bundle)
+        here = _here()
+        entry = bundle.find(here)
+        if entry is None:
+            raise UserError(bundle.mismatch(here))
+        binaries = _binaries(bundle, entry, check=True)
+        problems = [*_entry_problems(bundle, entry), *binaries.get("problems", [])]
+        if problems:
+            raise UserError(problems[0])
+        fits = [b for b in binaries.get("builds", []) if b["fits_here"]]
+        fit = sum(b["binaries"] for b in fits)
+        total = sum(b["binaries"] for b in binaries.get("builds", []))
+        parts = _kernels({"binaries": fit, "probes": sum(b.get("probes", 0) for b in fits)})
+        carried = f"; {fit} of {total} carried C++ binaries fit this machine ({parts})" if total else ""
+        _say(f"{bundle.name}: OK: intact entry for {env_label(entry.env)}{carried}")
+        return 0
 
 
 def _kernels(build: dict[str, Any]) -> str:
@@ -259,34 +233,13 @@ def _kernels(build: dict[str, Any]) -> str:
     return f"{kernels} kernel{'s' if kernels != 1 else ''}, {probes} CPU probe{'s' if probes != 1 else ''}"
 
 
-def _verify(bundle: Bundle) -> int:
-    here = _here()
-    entry = bundle.find(here)
-    if entry is None:
-        raise UserError(bundle.mismatch(here))
-    binaries = _binaries(bundle, entry, check=True)
-    problems = [*_entry_problems(bundle, entry), *binaries.get("problems", [])]
-    if problems:
-        raise UserError(problems[0])
-    fits = [b for b in binaries.get("builds", []) if b["fits_here"]]
-    fit = sum(b["binaries"] for b in fits)
-    total = sum(b["binaries"] for b in binaries.get("builds", []))
-    parts = _kernels({"binaries": fit, "probes": sum(b.get("probes", 0) for b in fits)})
-    carried = f"; {fit} of {total} carried C++ binaries fit this machine ({parts})" if total else ""
-    _say(f"{bundle.name}: OK: intact entry for {env_label(entry.env)}{carried}")
-    return 0
-
-
 def _update(name: str, change: Any) -> Bundle | None:
     """Read-modify-write the bundle at a path (under its lock) or URL (conditionally, where the store can)."""
     store = _store(name)
-    try:
-        warning = store.write_warning()
-        if warning:
-            _say(f"{store.name}: warning: {warning}", sys.stderr)
-        return store.update(change, unconditional=True)
-    except BundleError as exc:
-        raise UserError(str(exc)) from None
+    warning = store.write_warning()
+    if warning:
+        _say(f"{store.name}: warning: {warning}", sys.stderr)
+    return store.update(change, unconditional=True)
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
@@ -297,10 +250,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
         store = _store(out)
         if not store.deltas:
             raise UserError(f"--deltas: {out} is not a URL; deltas are left only beside bundles at URLs")
-        try:
-            deltas = store.list_deltas()
-        except BundleError as exc:
-            raise UserError(str(exc)) from None
+        deltas = store.list_deltas()
         inputs += deltas
         if not inputs:
             _say(f"{_shown(out)}: no deltas wait beside it; nothing to fold in")
@@ -308,22 +258,17 @@ def cmd_merge(args: argparse.Namespace) -> int:
     if not inputs:
         raise UserError("merge needs bundles to merge (or --deltas, to fold in the deltas beside OUTPUT)")
     others: list[Entry] = []
-    count = 0
-    folded: list[str] = []
-    for name in inputs:
-        if _same_file(name, out):
-            continue
+    merged: list[str] = []
+    for name in (name for name in inputs if not _same_file(name, out)):
         try:
-            entries = _merge_input(name)
-        except UserError as exc:
+            others.extend(_merge_input(name))
+        except (UserError, BundleError) as exc:
             if name not in deltas:
                 raise
             _say(f"{_shown(out)}: warning: a delta is left where it is: {exc}", sys.stderr)
             continue
-        others.extend(entries)
-        count += 1
-        if name in deltas:
-            folded.append(name)
+        merged.append(name)
+    folded = [name for name in merged if name in deltas]
     reads_output = any(_same_file(name, out) for name in inputs) or bool(args.deltas)
 
     def change(current: Bundle | None) -> list[Entry]:
@@ -346,17 +291,15 @@ def cmd_merge(args: argparse.Namespace) -> int:
         for url in left:
             _say(f"{_shown(out)}: warning: {_shown(url)} is folded in but could not be removed; a later merge folds it again "
                  "(harmless)", sys.stderr)
-    _say(f"{_shown(args.output)}: {counted(len(result.entries), 'environment')} from {counted(count + reads_output, 'bundle')}{said}")
+    _say(f"{_shown(args.output)}: {counted(len(result.entries), 'environment')} from "
+         f"{counted(len(merged) + reads_output, 'bundle')}{said}")
     return 0
 
 
 def _merge_input(name: str) -> list[Entry]:
     """The entries of one input of ``merge``, every payload read; one a key refuses is a user error."""
     with _read(name) as bundle:
-        try:
-            bundle.read_all()
-        except BundleError as exc:
-            raise UserError(str(exc)) from None
+        bundle.read_all()
         secret = signing.key()
         for entry in bundle.entries:
             refused = bundle.signature_problem(entry, secret) if secret else ""
@@ -372,12 +315,6 @@ def _same_file(a: str, b: str) -> bool:
         return _local(a).resolve() == _local(b).resolve()
     except OSError:
         return False
-
-
-def _check_drop(spec: str) -> None:
-    """Refuse a ``--drop`` that is neither an entry number nor ``FIELD=VALUE``."""
-    if not spec.isdigit() and "=" not in spec:
-        raise UserError(f"--drop {spec!r}: give an entry number (see inspect) or FIELD=VALUE, e.g. device=cpu")
 
 
 def _dropped(name: str, spec: str, entries: list[Entry]) -> set[int]:
@@ -418,7 +355,8 @@ def cmd_prune(args: argparse.Namespace) -> int:
         raise UserError("prune needs --keep-matching, --drop ENTRY or --max-size SIZE")
     limit = parse_size(args.max_size) if args.max_size is not None else None
     for spec in args.drop:
-        _check_drop(spec)
+        if not spec.isdigit() and "=" not in spec:
+            raise UserError(f"--drop {spec!r}: give an entry number (see inspect) or FIELD=VALUE, e.g. device=cpu")
     _read(args.path).close()
     here = _here() if args.keep_matching else None
     counts = [0, 0]
@@ -534,6 +472,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run a command; user errors are one line on stderr and a non-zero exit, never a traceback."""
+    global _storage, _network_timeout
     args = parser().parse_args(argv)
     # torch warns at import where numpy is missing (a CPU torch installs none); nothing here uses it.
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
@@ -541,9 +480,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         text = args.storage_options if args.storage_options is not None else os.environ.get(STORAGE_OPTIONS_ENV, "")
         if not 0 < args.network_timeout < float("inf"):
             raise UserError(f"--network-timeout must be a number of seconds above 0, not {args.network_timeout:g}")
-        _reach.network_timeout = args.network_timeout
+        _network_timeout = args.network_timeout
         try:
-            _reach.storage = parse_storage_options(text)
+            _storage = parse_storage_options(text)
         except ValueError as exc:
             where = "--storage-options" if args.storage_options is not None else STORAGE_OPTIONS_ENV
             raise UserError(f"{where} {exc}") from None

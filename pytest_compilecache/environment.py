@@ -8,26 +8,21 @@ from typing import Mapping
 #: Variables that decide where torch.compile keeps its on-disk caches.
 CACHE_DIR_VARS: tuple[str, ...] = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 
-#: Variables that switch caches off in a way ``config.patch`` cannot override, with what they do.
-_DISABLING_VARS: tuple[tuple[str, str, str], ...] = (
-    ("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1", "disables every compile cache"),
-    ("TORCH_COMPILE_FORCE_DISABLE_CACHES", "1", "disables every compile cache"),
-    ("TORCHINDUCTOR_FX_GRAPH_CACHE", "0", "disables the FX graph cache"),
-    ("TORCHINDUCTOR_AUTOGRAD_CACHE", "0", "disables the AOTAutograd cache"),
+_ON, _OFF = frozenset({"1", "true", "yes", "on"}), frozenset({"0", "false", "no", "off"})
+#: Variables that switch caches off in a way ``config.patch`` cannot override: the values that do, and what they do.
+_DISABLING_VARS: tuple[tuple[str, frozenset[str], str], ...] = (
+    ("TORCHINDUCTOR_FORCE_DISABLE_CACHES", _ON, "disables every compile cache"),
+    ("TORCH_COMPILE_FORCE_DISABLE_CACHES", _ON, "disables every compile cache"),
+    ("TORCHINDUCTOR_FX_GRAPH_CACHE", _OFF, "disables the FX graph cache"),
+    ("TORCHINDUCTOR_AUTOGRAD_CACHE", _OFF, "disables the AOTAutograd cache"),
 )
 
 
 def caches_disabled_by_env(environ: Mapping[str, str] | None = None) -> list[str]:
     """One line per variable that force-disables a cache, e.g. ``TORCHINDUCTOR_FX_GRAPH_CACHE=0 disables ...``."""
     environ = os.environ if environ is None else environ
-    found = []
-    for name, disabling, effect in _DISABLING_VARS:
-        value = environ.get(name)
-        if value is None:
-            continue
-        if value.strip().lower() in ({"1", "true", "yes", "on"} if disabling == "1" else {"0", "false", "no", "off"}):
-            found.append(f"{name}={value} {effect}")
-    return found
+    return [f"{name}={environ[name]} {effect}" for name, disabling, effect in _DISABLING_VARS
+            if environ.get(name, "").strip().lower() in disabling]
 
 
 class SavedEnv:

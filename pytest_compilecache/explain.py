@@ -1,11 +1,5 @@
 """Why a cache lookup missed: the nearest known entry for the same code, and the key components that differ, in words.
-
-An FX graph or AOTAutograd key hashes many components; a miss means at least one of them differs
-from every entry the cache holds. :func:`explain` compares the missed key's components with the
-entries a :class:`~.keyindex.KeyIndex` knows for the same code (the function Dynamo compiled), picks
-the one with the fewest differences, and names them: a config value, an input's shape, dtype, stride
-or device, the graph's nodes, the torch build, ``cache_key_tag``. This module never imports torch.
-"""
+This module never imports torch."""
 
 from __future__ import annotations
 
@@ -26,6 +20,7 @@ _CONFIG = re.compile(r"^(inductor_config|inductor_config_comms|functorch_config)
 _KWARG = re.compile(r"^fx_kwargs\[(.+)\]$")
 _CODE_NOISE = re.compile(r";\s+[\w, ]+= None$")
 _SYMBOL = re.compile(r"\b[su]\d+\b")
+_LAYER_NAMES = {"fx_graph": "FX graph", "aot_autograd": "AOTAutograd"}
 
 
 @dataclass(frozen=True)
@@ -38,11 +33,8 @@ class Explanation:
 
 @dataclass(frozen=True)
 class Known:
-    """A place entries are known from (the bundle, or this session's earlier compiles) and why it may be blind.
-
-    ``fills`` says whether the cache folder of a lookup was filled from it (a loaded bundle): only
-    then does holding the very key that missed mean something went wrong.
-    """
+    """A place entries are known from (the bundle, or this session's earlier compiles) and why it may be blind;
+    ``fills``: the lookup's folder was filled from it, so its holding the very key that missed is a fault."""
 
     name: str
     index: KeyIndex
@@ -52,18 +44,9 @@ class Known:
 
 def explain(layer: str, key: str, code: str, components: Mapping[str, tuple[str, str]],
             known: Sequence[Known], cannot: str = "", starts_empty: bool = False) -> Explanation:
-    """Why ``key`` (of ``layer``, compiled from ``code``) missed, against the entries ``known`` holds.
-
-    A source that filled the cache folder (the bundle) holding the very key that missed means the
-    entry did not reach the folder; other sources (this session's earlier compiles) only offer
-    entries to compare with. Entries of the same code that share no graph node with this one are
-    not compared with: it is new code under an old name.
-
-    ``cannot`` is said instead when no source can explain (e.g. the bundle holds no key details).
-    ``starts_empty``: the lookup's cache folder starts empty by design (``cold_cache``, per-test
-    isolation), so an entry known elsewhere under the very key is expected to be missing from it.
-    """
-    where = f"{_layer_name(layer)} miss in {code or 'unknown code'}"
+    """Why ``key`` (of ``layer``, compiled from ``code``) missed, against the entries ``known`` holds (``cannot``:
+    said when none can explain). Entries of the same code sharing no graph node with it are new code: not compared."""
+    where = f"{_LAYER_NAMES.get(layer, layer)} miss in {code or 'unknown code'}"
     holder = next((s for s in known if key in s.index.keys), None)
     if starts_empty and holder is not None:
         return Explanation(f"{where}: this cache starts empty by design (cold_cache, --compile-cache-isolate); "
@@ -97,16 +80,14 @@ def explain(layer: str, key: str, code: str, components: Mapping[str, tuple[str,
         theirs = source.index.components(other)
         reasons = _reasons(theirs, components)
         differing = _differing(theirs, components)
-        # Sizes made symbolic count as one difference. On a tie with an entry that differs in input
-        # shapes alone, the dynamic entry is the better explanation: that one was compiled for another
-        # shape, the dynamic one for every shape. Then the fewest differing components win.
+        # Sizes made symbolic count as one difference; on a tie, an entry differing in input shapes alone loses to
+        # the dynamic one (compiled for every shape, not another one); then the fewest differing components win.
         shapes_only = _dynamic(theirs) == _dynamic(components) and all(_INPUT.match(n) for n in differing)
         scored.append((len(reasons), shapes_only, len(differing), source.name, other, reasons))
     _, _, _, source_name, nearest, reasons = min(scored, key=lambda s: s[:3])
-    shown = reasons[:SHOWN]
     more = f"; and {len(reasons) - SHOWN} more differences" if len(reasons) > SHOWN else ""
     text = (f"{where}: nearest entry in {source_name} ({nearest[:12]}...) differs: "
-            + "; ".join(r.text for r in shown) + more)
+            + "; ".join(r.text for r in reasons[:SHOWN]) + more)
     kinds = tuple(dict.fromkeys(k for r in reasons for k in r.kinds)) or ("no component differs",)
     return Explanation(text, kinds)
 
@@ -117,13 +98,8 @@ def _related(theirs: Mapping[str, tuple[str, str]], our_lines: set[str]) -> bool
     return not our_lines or not their_lines or bool(our_lines & their_lines)
 
 
-def _layer_name(layer: str) -> str:
-    return {"fx_graph": "FX graph", "aot_autograd": "AOTAutograd"}.get(layer, layer)
-
-
 def _differing(theirs: Mapping[str, tuple[str, str]], ours: Mapping[str, tuple[str, str]]) -> list[str]:
-    names = list(ours) + [n for n in theirs if n not in ours]
-    return [n for n in names if theirs.get(n, ("", ""))[0] != ours.get(n, ("", ""))[0]]
+    return [n for n in dict.fromkeys([*ours, *theirs]) if theirs.get(n, ("", ""))[0] != ours.get(n, ("", ""))[0]]
 
 
 def _dynamic(components: Mapping[str, tuple[str, str]]) -> bool:
@@ -158,8 +134,7 @@ def _reasons(theirs: Mapping[str, tuple[str, str]], ours: Mapping[str, tuple[str
     out = [_reason(n, theirs.get(n), ours.get(n)) for n in names if not _INPUT.match(n)]
     if inputs:
         out.insert(0, _inputs(inputs, theirs, ours))
-    graph = [r for r in out if "graph changed" in r.kinds]
-    return graph + [r for r in out if "graph changed" not in r.kinds]
+    return sorted(out, key=lambda r: "graph changed" not in r.kinds)  # the graph's change first
 
 
 def _value(pair: tuple[str, str] | None) -> str:
@@ -168,13 +143,11 @@ def _value(pair: tuple[str, str] | None) -> str:
 
 def _reason(name: str, theirs: tuple[str, str] | None, ours: tuple[str, str] | None) -> Explanation:
     was, now = _value(theirs), _value(ours)
-    config = _CONFIG.match(name)
-    if config:
+    if config := _CONFIG.match(name):
         family = "functorch config" if config.group(1) == "functorch_config" else "config"
         return Explanation(f"{family} `{config.group(2)}` changed (was {was}, now {now})",
                            (f"{family} `{config.group(2)}` changed",))
-    kwarg = _KWARG.match(name)
-    if kwarg:
+    if kwarg := _KWARG.match(name):
         return Explanation(f"compile option `{kwarg.group(1)}` changed (was {was}, now {now})",
                            (f"compile option `{kwarg.group(1)}` changed",))
     if name == "gm":
@@ -199,8 +172,7 @@ def _tensor(text: str) -> dict[str, str]:
 
 
 def _inputs(names: list[str], theirs: Mapping[str, tuple[str, str]], ours: Mapping[str, tuple[str, str]]) -> Explanation:
-    count_then = sum(1 for n in theirs if _INPUT.match(n))
-    count_now = sum(1 for n in ours if _INPUT.match(n))
+    count_then, count_now = (sum(1 for n in side if _INPUT.match(n)) for side in (theirs, ours))
     if count_then != count_now:
         return Explanation(f"the graph takes {count_now} inputs, the entry {count_then}", ("inputs changed",))
     parts, kinds = [], []
@@ -229,14 +201,11 @@ def _graph_lines(text: str) -> list[str]:
 
 
 def _graph_diff(was: str, now: str) -> str:
-    before, after = _graph_lines(was), _graph_lines(now)
-    gone = [line[2:] for line in difflib.ndiff(before, after) if line.startswith("- ")]
-    new = [line[2:] for line in difflib.ndiff(before, after) if line.startswith("+ ")]
+    diff = list(difflib.ndiff(_graph_lines(was), _graph_lines(now)))
     parts = []
-    if gone:
-        parts.append("only in the entry: " + ", ".join(f"`{_brief(g, 80)}`" for g in gone[:2])
-                     + (f" and {len(gone) - 2} more" if len(gone) > 2 else ""))
-    if new:
-        parts.append("only now: " + ", ".join(f"`{_brief(n, 80)}`" for n in new[:2])
-                     + (f" and {len(new) - 2} more" if len(new) > 2 else ""))
+    for label, sign in (("only in the entry", "- "), ("only now", "+ ")):
+        lines = [line[2:] for line in diff if line.startswith(sign)]
+        if lines:
+            parts.append(f"{label}: " + ", ".join(f"`{_brief(line, 80)}`" for line in lines[:2])
+                         + (f" and {len(lines) - 2} more" if len(lines) > 2 else ""))
     return "; ".join(parts) or "the same nodes, other details"

@@ -1,14 +1,6 @@
 """Files the plugin writes and locks: atomic, under unpredictable names, never through a symlink.
-
-Every file the plugin writes goes through :func:`write_atomic`: a temporary file with a random
-name is created beside the target with ``O_EXCL`` (so a planted file or symlink is never opened or
-followed), given the user's umask, fsynced, and renamed over the target. A reader sees the old file
-or the new one. Where the rename fails because another process holds the target open (Windows),
-it is retried for a short while before the error is reported. Nothing is left behind on failure;
-what a killed writer left is removed by the next writer that holds the target's lock.
-
-Locks are ``filelock``'s; :func:`lock_holders` names who holds one.
-"""
+:func:`write_atomic` creates a random temporary name beside the target with ``O_EXCL`` (a planted file or
+symlink is never followed) and renames it over the target: a reader sees the old file or the new one."""
 
 from __future__ import annotations
 
@@ -29,15 +21,11 @@ REPLACE_RETRY_SECONDS = 2.0
 
 
 def umask() -> int:
-    """The process's umask: read from ``/proc`` where the OS tells it, else set and restored at once
-    (which other threads could see for a moment)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
+    """The process's umask: read from ``/proc`` where the OS tells it, else set and restored at once."""
+    with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
     mask = os.umask(0)
     os.umask(mask)
     return mask
@@ -50,22 +38,10 @@ COPIED_SUFFIXES = (".cpp", ".cu", ".h")
 
 def link_tree(source: str | os.PathLike[str], dest: str | os.PathLike[str], replace: bool = False,
               leave_out: Collection[str] = (), without: tuple[str, ...] = ()) -> int:
-    """Fill ``dest`` with ``source``'s files as hard links (copies where a link cannot be made: another
-    file system, a link limit; and sources, see :data:`COPIED_SUFFIXES`). Files ``dest`` already has
-    are left alone, or, with ``replace``, replaced (atomically) unless they are the same file. How many
-    were placed. Every file appears whole or not at all. ``source``'s top-level entries named in
-    ``leave_out``, and files whose names end with a suffix in ``without``, are not placed.
-
-    For cache folders whose files are written whole: torch writes a cache file to a new name and
-    renames it over the old (``write_atomic``; Triton's and PGO's writers too), which replaces the link
-    in one folder and leaves the file it pointed to, and every other folder linking it, as it was.
-    """
+    """Fill ``dest`` with ``source``'s files as hard links (see :func:`place_file`); how many were placed.
+    Files ``dest`` has are left alone, or replaced with ``replace``; ``source``'s top-level entries in
+    ``leave_out``, and files ending with a suffix in ``without``, are not placed (docs/design.md says why links)."""
     os.makedirs(dest, exist_ok=True)
-    return _link_tree(os.fspath(source), os.fspath(dest), replace, leave_out, without)
-
-
-def _link_tree(source: str, dest: str, replace: bool, leave_out: Collection[str] = (),
-               without: tuple[str, ...] = ()) -> int:
     placed = 0
     with os.scandir(source) as entries:
         for entry in entries:
@@ -73,27 +49,19 @@ def _link_tree(source: str, dest: str, replace: bool, leave_out: Collection[str]
                 continue
             target = os.path.join(dest, entry.name)
             if entry.is_dir(follow_symlinks=False):
-                try:
-                    os.mkdir(target)
-                except FileExistsError:
-                    pass
-                placed += _link_tree(entry.path, target, replace, (), without)
-            elif entry.is_file(follow_symlinks=False):
-                if without and entry.name.endswith(without):
-                    continue
-                if replace and os.path.lexists(target):
-                    if not os.path.samefile(entry.path, target):
-                        _copy_over(entry.path, target)
-                        placed += 1
-                elif place_file(entry.path, target):
+                placed += link_tree(entry.path, target, replace, (), without)
+            elif entry.is_file(follow_symlinks=False) and not entry.name.endswith(without):
+                if not (replace and os.path.lexists(target)):
+                    placed += place_file(entry.path, target)
+                elif not os.path.samefile(entry.path, target):
+                    _copy_over(entry.path, target)
                     placed += 1
     return placed
 
 
 def place_file(source: str, target: str) -> bool:
-    """Put ``source`` at ``target`` as :func:`link_tree` places a file: a hard link (a copy for sources,
-    see :data:`COPIED_SUFFIXES`, and where a link cannot be made), whole or not at all. False where
-    ``target`` exists (left as it was)."""
+    """Put ``source`` at ``target`` whole: a hard link, or a copy for sources (:data:`COPIED_SUFFIXES`) and
+    where a link cannot be made. False where ``target`` exists (left as it was)."""
     try:
         if target.endswith(COPIED_SUFFIXES):
             _copy_if_absent(source, target)
@@ -123,8 +91,7 @@ def _copy_over(source: str, target: str) -> None:
 
 
 def _copy_if_absent(source: str, target: str) -> None:
-    """Copy ``source`` to ``target`` whole, under a temporary name of its own first; ``FileExistsError``
-    where ``target`` exists (left as it was)."""
+    """Copy ``source`` to ``target`` whole; ``FileExistsError`` where ``target`` exists (left as it was)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".link", dir=os.path.dirname(target))
     try:
         with os.fdopen(fd, "wb") as out, open(source, "rb") as src:
@@ -161,10 +128,8 @@ def write_atomic(path: Path, chunks: bytes | Iterable[bytes], fsync: bool = True
         os.chmod(tmp, 0o666 & ~umask())
         replace(tmp, path)
     except BaseException as exc:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         if isinstance(exc, OSError) and exc.filename is None:
             exc.filename = str(path)
         raise
@@ -178,21 +143,14 @@ def temporary_name(path: Path) -> tuple[str, str]:
 
 def remove_leftovers(path: Path) -> list[Path]:
     """Remove temporary files a killed writer of ``path`` left beside it; the removed ones.
-
-    Call it only while holding the lock every writer of ``path`` takes: then no temporary file of
-    ``path`` can belong to a writer still at work.
-    """
+    Call it only while holding the lock every writer of ``path`` takes (no writer is still at work)."""
     prefix, suffix = temporary_name(path)
     exact = re.compile(re.escape(prefix) + "[a-z0-9_]{8}" + re.escape(suffix))
     removed = []
-    for leftover in path.parent.glob(f"{glob.escape(prefix)}*{suffix}"):
-        if not exact.fullmatch(leftover.name):
-            continue
-        try:
+    for leftover in (p for p in path.parent.glob(f"{glob.escape(prefix)}*{suffix}") if exact.fullmatch(p.name)):
+        with contextlib.suppress(OSError):
             leftover.unlink()
             removed.append(leftover)
-        except OSError:
-            pass
     return removed
 
 
@@ -213,8 +171,7 @@ def replace(source: str | Path, target: str | Path, sleep: Callable[[float], Non
 
 
 def lock_holders(lock_file: str | Path) -> list[str]:
-    """Who holds a lock on ``lock_file``, as ``pid N (command line)``, where the OS can tell (Linux
-    lists file locks in ``/proc/locks``); an empty list where it cannot."""
+    """Who holds a lock on ``lock_file``, as ``pid N (command line)``, where ``/proc/locks`` tells (else ``[]``)."""
     try:
         st = os.stat(lock_file)
         ident_here = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
@@ -223,16 +180,10 @@ def lock_holders(lock_file: str | Path) -> list[str]:
     except (OSError, AttributeError):
         return []
     holders = []
-    for line in lines:
-        fields = line.split()
-        if "->" in fields:
+    for fields in (line.split() for line in lines):
+        if "->" in fields or len(fields) < 6 or fields[5] != ident_here or not fields[4].isdigit():
             continue
-        try:
-            pid, ident = fields[4], fields[5]
-        except IndexError:
-            continue
-        if ident != ident_here or not pid.isdigit():
-            continue
+        pid = fields[4]
         try:
             command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
         except OSError:

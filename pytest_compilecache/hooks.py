@@ -10,8 +10,5 @@ if TYPE_CHECKING:
 
 def pytest_compilecache_warmup(cache: "CompileCache") -> None:
     """Compile whatever the suite needs, inside ``cache`` (an isolated cache already active).
-
-    Runs at most once per session across all xdist workers, and only when the bundle is missing,
-    does not match this machine, or ``--compile-cache-update`` is given. What it compiles is saved
-    into the bundle and loaded by every worker before its tests run.
-    """
+    Runs at most once per session, only when the bundle is missing, does not match this machine, or
+    ``--compile-cache-update`` is given; what it compiles is saved into the bundle (docs/bundles.md)."""

@@ -1,9 +1,5 @@
-"""What this process learns from the lookups that miss: each key's components, kept for the bundle's
-key index, and, while explaining, why each missed (:mod:`.explain`).
-
-The torch side (``_torchapi.keys``) hands every miss here; this module decides what to keep and what
-to say. It never imports torch.
-"""
+"""What this process learns from the misses ``_torchapi.keys`` hands up: each key's components, kept for the
+bundle's key index, and, while explaining, why each missed (:mod:`.explain`). It never imports torch."""
 
 from __future__ import annotations
 
@@ -11,7 +7,7 @@ import contextlib
 import dataclasses
 import sys
 import threading
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from ._torchapi import keys as torch_keys
 from .bundle.keyindex import KeyIndex
@@ -37,9 +33,9 @@ def _seen(miss: torch_keys.Miss) -> list[str]:
             from .explain import Known, explain
 
             loaded = _loaded_bundle()
-            bundle = dataclasses.replace(loaded, fills=not miss.starts_empty) if loaded is not None else None
-            known = [*([bundle] if bundle is not None else []), Known("this session's earlier compiles", _recorded)]
-            found = explain(miss.layer, miss.key, miss.code, miss.components, known,
+            known = [dataclasses.replace(loaded, fills=not miss.starts_empty)] if loaded is not None else []
+            found = explain(miss.layer, miss.key, miss.code, miss.components,
+                            [*known, Known("this session's earlier compiles", _recorded)],
                             "" if loaded is not None else _cannot, starts_empty=miss.starts_empty)
             added = [f"{miss.layer}{EXPLANATION}{found.text}", *(f"{miss.layer}{MISS_KIND}{k}" for k in found.kinds)]
         if miss.components:
@@ -66,17 +62,15 @@ def explaining() -> Iterator[None]:
 
 def use_bundle_index(name: str, unpacked: Callable[[], tuple[KeyIndex | None, int, str]] | None = None,
                      cannot: str = "") -> None:
-    """Explain misses against the loaded bundle's key index, which ``unpacked`` gives the first time a
-    miss or a save needs it (the index, how many of the bundle's keys it does not document, and why
-    there is none); without ``unpacked``, say ``cannot``."""
+    """Explain misses against the loaded bundle's key index, which ``unpacked`` gives when first needed (the index,
+    how many of the bundle's keys it does not document, and why there is none); without ``unpacked``, say ``cannot``."""
     global _bundle, _cannot, _unpacked
     with _lock:
         _bundle, _cannot, _unpacked = None, cannot, (name, unpacked) if unpacked is not None else None
 
 
 def unpack_bundle_index() -> None:
-    """Unpack the loaded bundle's key index now, not when first needed (a strict session checks
-    everything about its bundle before its first test)."""
+    """Unpack the loaded bundle's key index now, not when first needed (a strict session checks it before any test)."""
     with _lock:
         _loaded_bundle()
 
@@ -96,18 +90,11 @@ def _loaded_bundle() -> Known | None:
     return _bundle
 
 
-def index_of(wanted: Iterable[str]) -> KeyIndex:
-    """What this process knows about the artifact keys ``wanted``: the components it recorded for
-    them, or those the loaded bundle's index holds."""
-    wanted = set(wanted)
-    with _lock:
-        loaded = _loaded_bundle()
-        known = [_recorded, *([loaded.index] if loaded is not None else [])]
-        return KeyIndex.union(known).restricted(wanted)
-
-
 def index_for(payload: bytes) -> KeyIndex:
-    """What this process knows about the artifact keys in Mega-Cache bytes (see :func:`index_of`)."""
+    """The components this process recorded, or the loaded bundle's index holds, for the keys in Mega-Cache bytes."""
     from ._torchapi import artifact_identities
 
-    return index_of(key for _, key, _ in artifact_identities(payload))
+    wanted = {key for _, key, _ in artifact_identities(payload)}
+    with _lock:
+        loaded = _loaded_bundle()
+        return KeyIndex.union([_recorded, *([loaded.index] if loaded is not None else [])]).restricted(wanted)

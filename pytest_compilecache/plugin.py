@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sys
 import tempfile
-from typing import Any, Iterator
+from typing import Iterator
 
 import pytest
 
@@ -16,16 +17,17 @@ from .environment import SavedEnv, point_cache_dirs_at
 from .report.html import HtmlColumns
 from .session.options import Isolation, Options, add_options
 from .session.roles import Role, choose_role
-from .session.testside import REMOTE_MARKER
+from .session.testside import REMOTE_MARKER, TestSide
 
 _ROLE = pytest.StashKey[Role]()
+#: What runs this process's tests (none in the xdist controller): the fixtures' caches.
+_SIDE = pytest.StashKey[TestSide]()
 #: What was patched when this session began: its end takes back only what it added.
 _PATCHED_BEFORE = pytest.StashKey[int]()
-#: torch's default folder as it was sent before this session (see ``_torchapi.defaultdir``).
-_DEFAULT_BEFORE = pytest.StashKey[tuple[Any, Any]]()
 #: The cache variables as they were before the first conftest, put back at the session's end (every role).
 _EARLY_ENV = pytest.StashKey[SavedEnv]()
-_early_dir: str | None = None
+#: What the session's end undoes of what was done before the first conftest (its folder, torch's default folder).
+_EARLY_UNDO = pytest.StashKey[contextlib.ExitStack]()
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -36,28 +38,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
 
 
-def _early_process_dir() -> str:
-    global _early_dir
-    if _early_dir is None:
-        _early_dir = tempfile.mkdtemp(prefix="pytest-compilecache-")
-    return _early_dir
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
-    """With isolation or a bundle on, keep torch off its shared default directory from here on.
-
-    Conftests loaded next may import torch's compiler; nothing of torch is imported here.
-    """
+    """With isolation or a bundle on, keep torch off its shared default directory before conftests import it."""
     early_config.stash[_PATCHED_BEFORE] = patches.checkpoint()
     try:
-        options = Options.early(early_config)
+        options = Options.from_config(early_config, early=True)
     except (pytest.UsageError, ValueError):
         return  # pytest_configure raises it again, with pytest's error reporting in place
     if options.session_wide:
-        early_config.stash[_EARLY_ENV] = SavedEnv()
-        point_cache_dirs_at(_early_process_dir())
-        early_config.stash[_DEFAULT_BEFORE] = defaultdir.send_to(_early_process_dir, str(options.headers_dir))
+        undo = early_config.stash[_EARLY_UNDO] = contextlib.ExitStack()
+        folder = tempfile.mkdtemp(prefix="pytest-compilecache-")
+        undo.callback(shutil.rmtree, folder, ignore_errors=True)
+        early_config.stash[_EARLY_ENV] = saved = SavedEnv()
+        undo.callback(saved.restore)
+        point_cache_dirs_at(folder)
+        undo.callback(defaultdir.send_to, *defaultdir.send_to(lambda: folder, str(options.headers_dir)))
 
 
 @pytest.hookimpl(trylast=True)
@@ -68,6 +64,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash.setdefault(_PATCHED_BEFORE, patches.checkpoint())
     role = choose_role(config, Options.from_config(config))
     config.stash[_ROLE] = role
+    if role.side is not None:
+        config.stash[_SIDE] = role.side
     role.start(config.pluginmanager, config.stash.get(_EARLY_ENV, None))
     if role.options.isolation is Isolation.TEST:
         config.pluginmanager.register(_IsolateEveryTest(), "compilecache-isolate-every-test")
@@ -77,31 +75,20 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    global _early_dir
     role = config.stash.get(_ROLE, None)
     try:
         if role is not None:
             role.close()
     finally:
-        if _EARLY_ENV in config.stash:
-            config.stash[_EARLY_ENV].restore()
-        if _DEFAULT_BEFORE in config.stash:
-            defaultdir.send_to(*config.stash[_DEFAULT_BEFORE])
+        config.stash.get(_EARLY_UNDO, contextlib.ExitStack()).close()
         for problem in patches.undo(config.stash.get(_PATCHED_BEFORE, patches.checkpoint())):
             sys.stderr.write(f"compilecache: at the session's end, {problem}\n")
-    if _early_dir is not None:
-        shutil.rmtree(_early_dir, ignore_errors=True)
-        _early_dir = None
-
-
-def _caches(request: pytest.FixtureRequest, kind: CacheKind) -> Iterator[CompileCache]:
-    yield from request.config.stash[_ROLE].open_cache(request, kind)
 
 
 @pytest.fixture
 def cold_cache(request: pytest.FixtureRequest) -> Iterator[CompileCache]:
     """An empty, isolated torch.compile cache for this test; see :class:`CompileCache`."""
-    yield from _caches(request, CacheKind.COLD)
+    yield from request.config.stash[_SIDE].open_cache(request, CacheKind.COLD)
 
 
 @pytest.fixture
@@ -110,7 +97,7 @@ def warm_cache(request: pytest.FixtureRequest) -> Iterator[CompileCache]:
 
     Skipped, with a reason, when the session has no usable bundle.
     """
-    yield from _caches(request, CacheKind.WARM)
+    yield from request.config.stash[_SIDE].open_cache(request, CacheKind.WARM)
 
 
 class _IsolateEveryTest:
@@ -121,4 +108,4 @@ class _IsolateEveryTest:
         if "cold_cache" in request.fixturenames or "warm_cache" in request.fixturenames:
             yield None
         else:
-            yield from request.config.stash[_ROLE].isolate(request)
+            yield from request.config.stash[_SIDE].isolate(request)

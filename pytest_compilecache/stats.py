@@ -35,19 +35,9 @@ class UnobservableLayerError(LookupError):
 
 @dataclass(frozen=True)
 class LayerStats:
-    """Counts of one cache layer over a span of time (a test, a session).
-
-    ``hits``, ``misses`` and ``bypasses`` are the counts assertions check. ``saved`` counts
-    entries written to this layer, ``from_bundle`` counts hits whose files came from a bundle
-    rather than a local compile. A layer that cannot be observed here (for example Triton on a
-    machine with no GPU) has ``observable == False`` and ``reason`` says why; reading its counts
-    raises :class:`UnobservableLayerError` rather than pretending they are zero.
-
-    ``explanations`` says, for each FX graph or AOTAutograd miss that was explained (inside
-    ``warm_cache``, or everywhere with ``--compile-cache-explain``), the nearest known entry for the
-    same code and the key components that differ; ``miss_kinds`` counts those differences by kind
-    (``config `fallback_random` changed``, ``new code``, ...).
-    """
+    """Counts of one cache layer over a span of time (a test, a session); see docs/fixtures.md.
+    Reading a count of a layer this machine cannot observe (``observable`` false, ``reason`` says why)
+    raises :class:`UnobservableLayerError` rather than pretending it is zero."""
 
     layer: str
     _hits: int = 0
@@ -105,21 +95,15 @@ class LayerStats:
         """A JSON-ready form; unobservable layers carry ``observable: false`` and the reason."""
         if not self.observable:
             return {"observable": False, "reason": self.reason}
-        out: dict[str, Any] = {
-            "hits": self._hits,
-            "misses": self._misses,
-            "bypasses": self._bypasses,
-            "saved": None if self.saved_unobservable else self._saved,
-            "from_bundle": self.from_bundle,
-        }
+        out: dict[str, Any] = {"hits": self._hits, "misses": self._misses, "bypasses": self._bypasses,
+                               "saved": None if self.saved_unobservable else self._saved,
+                               "from_bundle": self.from_bundle}
         if self.saved_unobservable:
             out["saved_unobservable"] = self.saved_unobservable
         if self.bypass_reasons:
             out["bypass_reasons"] = list(self.bypass_reasons)
         if self.explanations:
-            out["explanations"] = list(self.explanations)
-            out["miss_kinds"] = self.miss_kinds
-            out["explained"] = self.explained
+            out.update(explanations=list(self.explanations), miss_kinds=self.miss_kinds, explained=self.explained)
         return out
 
     @classmethod
@@ -127,36 +111,25 @@ class LayerStats:
         """The inverse of :meth:`to_dict`."""
         if not data.get("observable", True):
             return cls(layer, observable=False, reason=str(data.get("reason", "")))
-        return cls(
-            layer,
-            int(data.get("hits", 0)),
-            int(data.get("misses", 0)),
-            int(data.get("bypasses", 0)),
-            _saved=int(data.get("saved") or 0),
-            from_bundle=int(data.get("from_bundle", 0)),
-            bypass_reasons=tuple(data.get("bypass_reasons", ())),
-            saved_unobservable=str(data.get("saved_unobservable", "")),
-            explanations=tuple(data.get("explanations", ())),
-            _miss_kinds=tuple((str(k), int(n)) for k, n in dict(data.get("miss_kinds", {})).items()),
-            explained=int(data.get("explained", 0)),
-        )
+        return cls(layer, int(data.get("hits", 0)), int(data.get("misses", 0)), int(data.get("bypasses", 0)),
+                   int(data.get("saved") or 0), int(data.get("from_bundle", 0)),
+                   bypass_reasons=tuple(data.get("bypass_reasons", ())),
+                   saved_unobservable=str(data.get("saved_unobservable", "")),
+                   explanations=tuple(data.get("explanations", ())),
+                   _miss_kinds=tuple((str(k), int(n)) for k, n in dict(data.get("miss_kinds", {})).items()),
+                   explained=int(data.get("explained", 0)))
 
     def __add__(self, other: "LayerStats") -> "LayerStats":
         if not (self.observable and other.observable):
             return self if not self.observable else other
-        return LayerStats(
-            self.layer,
-            self._hits + other._hits,
-            self._misses + other._misses,
-            self._bypasses + other._bypasses,
-            _saved=self._saved + other._saved,
-            from_bundle=self.from_bundle + other.from_bundle,
-            bypass_reasons=_unique(self.bypass_reasons + other.bypass_reasons),
-            saved_unobservable=self.saved_unobservable or other.saved_unobservable,
-            explanations=_unique(self.explanations + other.explanations),
-            _miss_kinds=tuple((Counter(self.miss_kinds) + Counter(other.miss_kinds)).items()),
-            explained=self.explained + other.explained,
-        )
+        return LayerStats(self.layer, self._hits + other._hits, self._misses + other._misses,
+                          self._bypasses + other._bypasses, self._saved + other._saved,
+                          self.from_bundle + other.from_bundle,
+                          bypass_reasons=_unique(self.bypass_reasons + other.bypass_reasons),
+                          saved_unobservable=self.saved_unobservable or other.saved_unobservable,
+                          explanations=_unique(self.explanations + other.explanations),
+                          _miss_kinds=tuple((Counter(self.miss_kinds) + Counter(other.miss_kinds)).items()),
+                          explained=self.explained + other.explained)
 
     def explained_summary(self) -> str:
         """``fx_graph: 3 misses explained: 2 config `x` changed, 1 new code``, or ``""`` when none was."""
@@ -176,17 +149,15 @@ def _unique(items: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(items))
 
 
+def _checked(cell: str, ok: bool, expected: int) -> str:
+    """A checked count's cell: ``got (ok)`` or ``got (expected N)``."""
+    return f"{cell} (ok)" if ok else f"{cell} (expected {expected})"
+
+
 @dataclass(frozen=True)
 class DynamoStats:
     """What Dynamo did over a span of time (a test, a session); not cache counts, a warm cache changes none.
-
-    ``frames``: frames Dynamo converted (resume functions after a graph break included); ``graphs``:
-    graphs it handed to the backend; ``recompiles``: compiles of a frame whose earlier compiles'
-    guards failed; ``graph_breaks``: breaks met while compiling, each compile counting its own.
-    ``recompile_reasons`` (function, then the failed guards) and ``graph_break_reasons`` are torch's
-    texts, once each. A count this torch cannot keep is in :attr:`unobservable` with the reason, and
-    reading it raises :class:`UnobservableLayerError`.
-    """
+    Reading a count this torch cannot keep (in :attr:`unobservable`) raises :class:`UnobservableLayerError`."""
 
     _frames: int = 0
     _graphs: int = 0
@@ -239,12 +210,9 @@ class DynamoStats:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready form: the counts (``None`` where unobservable), then reasons and unobservable ones if any."""
         out: dict[str, Any] = {k: None if k in self.unobservable else getattr(self, "_" + k) for k in DYNAMO_COUNTS}
-        if self.recompile_reasons:
-            out["recompile_reasons"] = list(self.recompile_reasons)
-        if self.graph_break_reasons:
-            out["graph_break_reasons"] = list(self.graph_break_reasons)
-        if self.graph_breaks_at:
-            out["graph_breaks_at"] = list(self.graph_breaks_at)
+        for name in ("recompile_reasons", "graph_break_reasons", "graph_breaks_at"):
+            if getattr(self, name):
+                out[name] = list(getattr(self, name))
         if self._unobservable:
             out["unobservable"] = self.unobservable
         return out
@@ -252,35 +220,26 @@ class DynamoStats:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "DynamoStats":
         """The inverse of :meth:`to_dict`; missing counts are zero."""
-        return _dynamo(
-            {k: int(data.get(k) or 0) for k in DYNAMO_COUNTS},
-            tuple(data.get("recompile_reasons", ())),
-            tuple(data.get("graph_break_reasons", ())),
-            dict(data.get("unobservable", {})),
-            tuple(data.get("graph_breaks_at", ())),
-        )
+        return _dynamo({k: int(data.get(k) or 0) for k in DYNAMO_COUNTS}, tuple(data.get("recompile_reasons", ())),
+                       tuple(data.get("graph_break_reasons", ())), dict(data.get("unobservable", {})),
+                       tuple(data.get("graph_breaks_at", ())))
 
     def __add__(self, other: "DynamoStats") -> "DynamoStats":
-        return _dynamo(
-            {k: int(getattr(self, "_" + k)) + int(getattr(other, "_" + k)) for k in DYNAMO_COUNTS},
-            _unique(self.recompile_reasons + other.recompile_reasons),
-            _unique(self.graph_break_reasons + other.graph_break_reasons),
-            {**other.unobservable, **self.unobservable},
-            _unique(self.graph_breaks_at + other.graph_breaks_at),
-        )
+        return _dynamo({k: int(getattr(self, "_" + k)) + int(getattr(other, "_" + k)) for k in DYNAMO_COUNTS},
+                       _unique(self.recompile_reasons + other.recompile_reasons),
+                       _unique(self.graph_break_reasons + other.graph_break_reasons),
+                       {**other.unobservable, **self.unobservable},
+                       _unique(self.graph_breaks_at + other.graph_breaks_at))
 
     def table(self, expected: Mapping[str, int] | None = None, brief: bool = False) -> str:
-        """The counts side by side (checked ones as ``got (expected N)``), then every reason.
-
-        ``brief`` prints only the first line of each graph-break reason.
-        """
+        """The counts side by side (checked as ``got (expected N)``), then every reason (``brief``: first lines)."""
         expected = expected or {}
         header, cells = [], []
         for kind in DYNAMO_COUNTS:
             cell = self.cell(kind)
             if kind in expected:
                 ok = kind not in self.unobservable and self.count(kind) == expected[kind]
-                cell = f"{cell} (ok)" if ok else f"{cell} (expected {expected[kind]})"
+                cell = _checked(cell, ok, expected[kind])
             width = max(len(kind), len(cell))
             header.append(kind.ljust(width))
             cells.append(cell.ljust(width))
@@ -345,32 +304,22 @@ class CacheStats:
     def from_dict(cls, data: Mapping[str, Mapping[str, Any]]) -> "CacheStats":
         """The inverse of :meth:`to_dict`; missing layers (and missing Dynamo counts) count zero."""
         dynamo = data.get("dynamo")
-        return cls(
-            **{name: LayerStats.from_dict(name, data.get(name, {})) for name in LAYERS},
-            dynamo=DynamoStats.from_dict(dynamo if isinstance(dynamo, Mapping) else {}),
-        )
+        return cls(**{name: LayerStats.from_dict(name, data.get(name, {})) for name in LAYERS},
+                   dynamo=DynamoStats.from_dict(dynamo if isinstance(dynamo, Mapping) else {}))
 
     def __add__(self, other: "CacheStats") -> "CacheStats":
         return CacheStats(**{a.layer: a + b for a, b in zip(self, other)}, dynamo=self.dynamo + other.dynamo)
 
     def table(self, expected: Mapping[str, int] | None = None, kind: str = "", source: str = "bundle") -> str:
         """All layers side by side; ``expected`` marks the checked ``kind`` cells as ``got (expected N)``.
-
-        ``source`` names where ``from_bundle`` hits came from (``warmup``: the session's own, no bundle named).
-        """
+        ``source`` names where ``from_bundle`` hits came from (``warmup``: the session's own, no bundle named)."""
         expected = expected or {}
         rows = [("layer", *KINDS, "saved", f"from {source}", "")]
         for s in self:
             if s.layer in REMOTE_LAYERS and not s.observable and s.layer not in expected:
                 continue
-            cells = []
-            for k in KINDS:
-                c = s.cell(k)
-                if k == kind and s.layer in expected:
-                    want = expected[s.layer]
-                    ok = s.observable and s.count(k) == want
-                    c = f"{c} (ok)" if ok else f"{c} (expected {want})"
-                cells.append(c)
+            cells = [_checked(s.cell(k), s.observable and s.count(k) == expected[s.layer], expected[s.layer])
+                     if k == kind and s.layer in expected else s.cell(k) for k in KINDS]
             note = "" if s.observable else f"not observable: {s.reason}"
             rows.append((s.layer, *cells, s.cell("saved"), s.cell("from_bundle"), note))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -384,46 +333,32 @@ class CacheStats:
                 for text in s.explanations]
 
 
-def stats_from_counts(
-    counts: Mapping[str, int],
-    unobservable: Mapping[str, str],
-    bypass_reasons: Mapping[str, tuple[str, ...]] | None = None,
-    unobservable_fields: Mapping[str, str] | None = None,
-) -> CacheStats:
-    """Build :class:`CacheStats` from flat ``"layer.kind"`` counts (see ``_torchapi.read_counts``)."""
-    bypass_reasons = bypass_reasons or {}
+def stats_from_counts(counts: Mapping[str, int], unobservable: Mapping[str, str],
+                      bypass_reasons: Mapping[str, tuple[str, ...]] | None = None,
+                      unobservable_fields: Mapping[str, str] | None = None) -> CacheStats:
+    """Build :class:`CacheStats` from flat ``"layer.kind"`` and ``"dynamo.kind"`` counts (``_torchapi.read_counts``)."""
+    bypass_reasons, unobservable_fields = bypass_reasons or {}, unobservable_fields or {}
     layers = {}
     for name in LAYERS:
         if name in unobservable:
             layers[name] = LayerStats(name, observable=False, reason=unobservable[name])
             continue
+        hits = counts.get(f"{name}.hits", 0)
         layers[name] = LayerStats(
-            name,
-            counts.get(f"{name}.hits", 0),
-            counts.get(f"{name}.misses", 0),
-            counts.get(f"{name}.bypasses", 0),
-            _saved=counts.get(f"{name}.saved", 0),
-            from_bundle=min(counts.get(f"{name}.from_bundle", 0), counts.get(f"{name}.hits", 0)),
+            name, hits, counts.get(f"{name}.misses", 0), counts.get(f"{name}.bypasses", 0),
+            counts.get(f"{name}.saved", 0), min(counts.get(f"{name}.from_bundle", 0), hits),
             bypass_reasons=tuple(bypass_reasons.get(name, ())),
-            saved_unobservable=(unobservable_fields or {}).get(f"{name}.saved", ""),
+            saved_unobservable=unobservable_fields.get(f"{name}.saved", ""),
             explanations=_reasons(counts, name + EXPLANATION),
             _miss_kinds=tuple((k[len(name + MISS_KIND):], n) for k, n in counts.items()
                               if k.startswith(name + MISS_KIND) and n > 0),
-            explained=sum(n for k, n in counts.items() if k.startswith(name + EXPLANATION) and n > 0),
-        )
-    return CacheStats(**layers, dynamo=dynamo_from_counts(counts, unobservable_fields or {}))
-
-
-def dynamo_from_counts(counts: Mapping[str, int], unobservable_fields: Mapping[str, str]) -> DynamoStats:
-    """Build :class:`DynamoStats` from flat ``"dynamo.<count>"`` counts and per-reason counts (those above zero)."""
-
-    return _dynamo(
-        {kind: counts.get(f"dynamo.{kind}", 0) for kind in DYNAMO_COUNTS},
-        _reasons(counts, RECOMPILE_REASON),
-        _reasons(counts, GRAPH_BREAK_REASON),
-        {k[len("dynamo."):]: why for k, why in unobservable_fields.items() if k.startswith("dynamo.") and why},
-        _reasons(counts, GRAPH_BREAK_PLACE),
-    )
+            explained=sum(n for k, n in counts.items() if k.startswith(name + EXPLANATION) and n > 0))
+    dynamo = _dynamo({kind: counts.get(f"dynamo.{kind}", 0) for kind in DYNAMO_COUNTS},
+                     _reasons(counts, RECOMPILE_REASON), _reasons(counts, GRAPH_BREAK_REASON),
+                     {k.removeprefix("dynamo."): why for k, why in unobservable_fields.items()
+                      if k.startswith("dynamo.") and why},
+                     _reasons(counts, GRAPH_BREAK_PLACE))
+    return CacheStats(**layers, dynamo=dynamo)
 
 
 def _reasons(counts: Mapping[str, int], prefix: str) -> tuple[str, ...]:
@@ -435,7 +370,5 @@ def check_layer_names(names: Iterator[str] | list[str] | Mapping[str, Any]) -> N
     """Raise :class:`TypeError` naming any entry of ``names`` that is not a layer."""
     unknown = [n for n in names if n not in LAYERS]
     if unknown:
-        raise TypeError(
-            f"unknown cache layer{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
-            f"the layers are {', '.join(LAYERS)}"
-        )
+        raise TypeError(f"unknown cache layer{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
+                        f"the layers are {', '.join(LAYERS)}")

@@ -436,7 +436,7 @@ def test_a_missing_torch_is_said_once(pytester: pytest.Pytester, run_inner: Call
 def test_a_save_says_apart_the_time_spent_importing_torch_first() -> None:
     """An xdist controller that ran no test imports torch's compiler only to save (several seconds): a
     newcomer read "0.23 MB in 4.41 s" as a slow save. The import is said apart, and is not in the save's
-    seconds (``Saver.save`` times it separately)."""
+    seconds (``saving.save`` times it separately)."""
     from pytest_compilecache.report.model import SaveResult, SaveStatus, SessionReport
     from pytest_compilecache.report.terminal import summary_lines
 

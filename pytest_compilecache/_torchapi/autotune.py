@@ -1,48 +1,27 @@
-"""Autotune results found where the cache is now, not where the kernel was first compiled.
-
-torch keys a kernel's local autotune result by a file beside the kernel's source, and a kernel
-loaded from the FX graph cache keeps the absolute path of the folder it was first compiled in
-(seen on torch 2.11 with an H200: after a Mega-Cache reload, every lookup went to the folder of
-the process that saved the bundle). Mega-Cache writes the results into the *current* cache folder,
-under the same ``<xx>/<name>.best_config`` tail, so a lookup through the old path misses whenever
-that folder is gone (another machine, a removed test folder) and reads or writes another test's
-folder when it is not. :func:`wrap_create` maps such a path onto the current cache folder, keeping
-the tail, which is exactly where Mega-Cache put the result.
-
-It also keeps a kernel loaded from the FX graph cache from being tuned again. Such a kernel
-(statically launchable) checks the autotune cache once more when it loads
-(``CachingAutotuner.recheck_autotune_cache``). Where the result found by coordinate descent is one
-of the kernel's own configs, torch 2.11 keeps that config but not the mark that coordinate descent
-found it, so the kernel's first run tunes it again: a warm max-autotune test benchmarks and writes a
-result (seen on an H200; it depends on whether coordinate descent moved from its starting config,
-which is why it came and went). torch 2.13 sets the mark itself; :func:`wrap_recheck` sets it where the
-loaded kernel's config is the one the cache named as found by coordinate descent, and does nothing
-where torch already did. Not covered: on torch 2.11 a kernel compiled with a single config whose
-coordinate-descent result is another config (torch 2.11 rechecks only kernels of several configs;
-compiling the other config would take torch's private compile step).
-"""
+"""Autotune results looked up in the current cache folder, where Mega-Cache put them, not in the folder a
+kernel loaded from the FX graph cache was first compiled in (a path torch bakes into the entry); and
+coordinate descent's mark kept on a reloaded config (torch 2.11 drops it, so the kernel is tuned again)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
-import sys
 import threading
 from typing import Any, Callable
 
 
 def _current(filename: str) -> str:
+    """``filename`` moved into the current cache folder (keeping its ``<xx>/<name>`` tail) unless it lies there."""
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 
     if not os.path.isabs(filename):
         return filename
     folder = os.path.dirname(filename)
     root = os.path.abspath(cache_dir())
-    try:
+    with contextlib.suppress(ValueError):  # another drive
         if os.path.commonpath([folder, root]) == root:
             return filename
-    except ValueError:  # another drive
-        pass
     return os.path.join(root, os.path.basename(folder), os.path.basename(filename))
 
 
@@ -96,7 +75,8 @@ def wrap_check(check: Callable[..., Any]) -> Callable[..., Any]:
 
 def wrap_recheck(recheck: Callable[..., Any]) -> Callable[..., Any]:
     """``CachingAutotuner.recheck_autotune_cache``, marking the kept config as coordinate descent's
-    where the cache named it so (torch 2.11 drops the mark; 2.13 keeps it)."""
+    where the cache named it so (torch 2.11 drops the mark; 2.13 keeps it). Not covered: on 2.11, a kernel
+    of one config whose coordinate-descent result is another (2.11 rechecks only kernels of several)."""
     from torch._inductor.runtime.runtime_utils import triton_config_to_hashable
 
     @functools.wraps(recheck)
@@ -107,24 +87,12 @@ def wrap_recheck(recheck: Callable[..., Any]) -> Callable[..., Any]:
         finally:
             named = getattr(_last_found, "config", None)
             _last_found.config, _last_found.waiting = None, False
-            _mark(self, named, triton_config_to_hashable)
+            results = getattr(self, "compile_results", None) or []
+            config: Any = getattr(results[0], "config", None) if len(results) == 1 else None
+            unmarked = config is not None and not getattr(config, "found_by_coordesc", False)
+            if unmarked and getattr(named, "found_by_coordesc", False):
+                with contextlib.suppress(Exception):  # a config torch cannot hash: left as torch left it
+                    if triton_config_to_hashable(config) == triton_config_to_hashable(named):
+                        config.found_by_coordesc = True
 
     return rechecking
-
-
-def _mark(autotuner: Any, named: Any, hashable: Callable[[Any], Any]) -> None:
-    """Mark ``autotuner``'s one kept config as found by coordinate descent where the cache named it so."""
-    if named is None or not getattr(named, "found_by_coordesc", False):
-        return
-    results = getattr(autotuner, "compile_results", None) or []
-    if len(results) != 1:
-        return
-    config = getattr(results[0], "config", None)
-    if config is None or getattr(config, "found_by_coordesc", False):
-        return
-    try:
-        same = hashable(config) == hashable(named)
-    except Exception:  # a config torch cannot hash: leave it as torch left it
-        return
-    if same:
-        config.found_by_coordesc = True

@@ -1,16 +1,5 @@
-"""torch's C++ builds: what a binary's fit depends on, and counting, timing and guarding their loads.
-
-torch loads a built kernel through the function ``CppCodeCache.load_async`` returns; that function
-waits for the build (if any) and ``dlopen``\\ s the binary. Wrapping it tells, per load, whether the
-binary existed before torch asked for it (a hit: carried, pooled, or built earlier) or was built
-for it (a miss), how long the wait and load took on the calling thread, and lets a carried binary
-that cannot be loaded be removed and rebuilt instead of failing the compile.
-
-torch also builds tiny probe binaries into the cache folder to learn which vector instructions this
-CPU supports (``VecISA.check_build``), and loads them in a child process. A carried probe that
-fails to load would make torch believe the instructions are missing and generate other code, so a
-failed probe of a carried binary is retried once with the binary removed and built here.
-"""
+"""torch's C++ builds: what a binary's fit depends on, and counting, timing and guarding their loads (a
+carried binary or CPU feature probe that cannot be loaded is removed and built here, not failing the compile)."""
 
 from __future__ import annotations
 
@@ -52,8 +41,8 @@ def _native_flags(compiler: str) -> str:
     """What ``-march=native`` means to this compiler on this CPU: the resolved target and a hash of its flags."""
     out = _run([compiler, "-march=native", "-###", "-E", "-x", "c++", os.devnull])
     line = next((ln for ln in out.splitlines() if "cc1" in ln), "")
-    flags = sorted(t.strip('"') for t in line.split() if t.strip('"').startswith(("-m", "-target-", "+", "-")) and
-                   ("=" in t or t.strip('"').startswith(("-m", "+", "-target-feature"))))
+    flags = sorted(t for t in (word.strip('"') for word in line.split())
+                   if t.startswith(("-", "+")) and ("=" in t or t.startswith(("-m", "+", "-target-feature"))))
     march = re.search(r'-march=([\w.-]+)|"-target-cpu" "([\w.-]+)"', line)
     name = next((g for g in march.groups() if g), "") if march else ""
     digest = hashlib.sha256(" ".join(flags).encode()).hexdigest()[:12] if flags else "unknown"
@@ -62,12 +51,8 @@ def _native_flags(compiler: str) -> str:
 
 @functools.lru_cache(maxsize=1)
 def build_identity() -> dict[str, str]:
-    """Everything a C++ binary's fit depends on that torch's own key does not cover.
-
-    The compiler (resolved path and version), what ``-march=native`` resolves to on this CPU, the
-    machine, and the torch build. Two processes with equal identities may share binaries whose
-    torch keys (source plus full command line) are equal.
-    """
+    """Everything a C++ binary's fit depends on that torch's own key (source and full command line)
+    does not cover: the compiler, what ``-march=native`` means on this CPU, the machine, the torch build."""
     import torch
     from torch._inductor import cpp_builder
 
@@ -122,8 +107,7 @@ def header_build_seconds() -> float:
 
 
 def wrap_precompile_header(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``codecache._precompile_header``, in the headers' folder in force (:func:`.defaultdir.headers_in_force`),
-    timing the builds that write a header (not those that find one)."""
+    """``codecache._precompile_header``, in the headers' folder in force, timing the builds that write a header."""
     codecache = sys.modules.get("torch._inductor.codecache")
 
     @functools.wraps(original)
@@ -150,21 +134,15 @@ def _files_in(folder: Any) -> set[str]:
         return set()
 
 
-#: ``(folder, here)``: the machine's folder of CPU probes, and whether a process that has not learned its
-#: CPU's vector instructions yet builds (or finds) them there (``True``), or in the cache folder of the
-#: moment and then links them there (``False``).
+#: The ``(folder, here)`` of each active :func:`cpu_probes_in`, innermost last.
 _probes_at: list[tuple[str, bool]] = []
 
 
 @contextlib.contextmanager
 def cpu_probes_in(folder: str, here: bool) -> Iterator[None]:
-    """Inside, the CPU probes a process builds to learn its vector instructions (once a process, about
-    7 s where none are built, 1.2 s where they are) end up in ``folder``, kept between runs: built
-    there (``here``: a cache folder that starts empty by design would build all six again in every
-    run), or in the cache folder of the moment (a bundle carries them): placed there from ``folder``
-    where it holds them, else built and linked there too, so that a later run's empty folder finds
-    them. A placed probe that fails to load is built again. What torch learns is the same wherever
-    they lie."""
+    """Inside, the CPU probes a process builds (about 7 s, 1.2 s where built already) are kept in ``folder``:
+    built there (``here``: for a folder that starts empty), or in the cache folder of the moment (a bundle
+    carries them) after placing the kept ones, and linked into ``folder`` too."""
     with _lock:
         _probes_at.append((folder, here))
     try:
@@ -205,12 +183,15 @@ def wrap_check_build(original: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(original)
     def check_build(self: Any, code: str, *args: Any, **kwargs: Any) -> Any:
-        placed = _place_kept_probe(code)
+        placed = _link_probe(code, keeping=False)
         ok = original(self, code, *args, **kwargs)
         if ok:
-            _keep_probe(code)
+            _link_probe(code, keeping=True)
             return ok
-        carried = [p for p in _probe_binaries(code) if p.name in _carried_names or p.name in placed]
+        from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+        binaries = [s.with_suffix(suffix) for s in _probe_sources(Path(cache_dir()), code) for suffix in (".so", ".o")]
+        carried = [p for p in binaries if p.exists() and (p.name in _carried_names or p.name in placed)]
         if not carried:
             return ok
         for path in carried:
@@ -225,31 +206,29 @@ def wrap_check_build(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def cpu_probe_sources() -> frozenset[str]:
-    """The C++ sources torch builds its CPU feature probes from (``VecISA._avx_code``, ``VecAMX._amx_code``,
-    ...: every ``*_code`` text of its ISA classes); empty where this torch names none."""
+    """The C++ sources torch builds its CPU feature probes from (every ``*_code`` text of its ISA classes)."""
     try:
         from torch._inductor import cpu_vec_isa
+        from torch._inductor.cpu_vec_isa import VecISA
     except ImportError:
         return frozenset()
-    base = getattr(cpu_vec_isa, "VecISA", None)
-    classes = [c for c in vars(cpu_vec_isa).values() if isinstance(c, type) and base is not None and issubclass(c, base)]
+    classes = [c for c in vars(cpu_vec_isa).values() if isinstance(c, type) and issubclass(c, VecISA)]
     return frozenset(value for c in classes for name, value in vars(c).items()
                      if name.endswith("_code") and isinstance(value, str))
 
 
-def _place_kept_probe(code: str) -> set[str]:
-    """Place the kept probe built from ``code`` into the cache folder of the moment, where it is
-    built elsewhere and that folder lacks it (a warmup's new folder): torch then only loads it. The
-    names of the binaries placed."""
+def _link_probe(code: str, keeping: bool) -> set[str]:
+    """Link the probe built from ``code`` from the machine's probe folder to the cache folder, or back (``keeping``)."""
     told = _probes_folder()
     if told is None or told[1]:
         return set()
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 
     kept, root, placed = Path(told[0]), Path(cache_dir()), set()
-    for source in _probe_sources(kept, code):
+    origin, destination = (root, kept) if keeping else (kept, root)
+    for source in _probe_sources(origin, code):
         for path in (source, source.with_suffix(".so"), source.with_suffix(".o")):
-            target = root / path.relative_to(kept)
+            target = destination / path.relative_to(origin)
             if not path.exists() or target.exists():
                 continue
             try:
@@ -262,55 +241,14 @@ def _place_kept_probe(code: str) -> set[str]:
     return placed
 
 
-def _keep_probe(code: str) -> None:
-    """Link the probe built from ``code`` (its source and binaries) into the machine's probe folder,
-    where it was built elsewhere; a failure leaves it to be built there when asked."""
-    told = _probes_folder()
-    if told is None or told[1]:
-        return
-    from torch._inductor.runtime.cache_dir_utils import cache_dir
-
-    root = Path(cache_dir())
-    for binary in _probe_binaries(code):
-        for path in (binary.with_suffix(".cpp"), binary):
-            target = Path(told[0]) / path.relative_to(root)
-            try:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                files.place_file(str(path), str(target))
-            except OSError:
-                return
-
-
-def _probe_binaries(code: str) -> list[Path]:
-    """The binaries in the current cache folder built from the probe source ``code``."""
-    from torch._inductor.runtime.cache_dir_utils import cache_dir
-
-    return [p for source in _probe_sources(Path(cache_dir()), code)
-            for p in (source.with_suffix(".so"), source.with_suffix(".o")) if p.exists()]
-
-
 def _probe_sources(folder: Path, code: str) -> list[Path]:
     """The C++ sources in ``folder``'s two-character folders whose text is the probe source ``code``."""
     found = []
     for source in folder.glob("*/*.cpp"):
-        try:
+        with contextlib.suppress(OSError, UnicodeDecodeError):
             if source.read_text() == code:
                 found.append(source)
-        except (OSError, UnicodeDecodeError):
-            continue
     return found
-
-
-def observable() -> str:
-    """Empty when loads are counted; else why the ``cpp`` layer cannot be observed."""
-    if patches.took("CppCodeCache.load_async"):
-        return ""
-    torch = str(getattr(sys.modules.get("torch"), "__version__", ""))
-    return f"torch {torch} has no CppCodeCache.load_async to count C++ builds at"
-
-
-def _binary_path(lib: Any) -> str | None:
-    return getattr(lib, "__file__", None) or getattr(lib, "_name", None)
 
 
 class _Load:
@@ -330,7 +268,7 @@ class _Load:
             except (OSError, ImportError) as exc:
                 lib = self._rebuild(exc)
         self._done = True
-        path = _binary_path(lib)
+        path = getattr(lib, "__file__", None) or getattr(lib, "_name", None)
         try:
             existed = path is not None and os.stat(path).st_mtime < self._asked
         except OSError:
@@ -346,8 +284,7 @@ class _Load:
         return lib
 
     def _rebuild(self, exc: BaseException) -> Any:
-        """A binary in the current cache folder that exists but cannot be loaded (carried, pooled or
-        half-written): remove it and build it anew; a second failure is torch's to report."""
+        """Remove a binary of the current cache folder that cannot be loaded, and build it anew."""
         from torch._inductor.runtime.cache_dir_utils import cache_dir
 
         root = os.path.realpath(cache_dir()) + os.sep
@@ -385,13 +322,13 @@ def counts() -> dict[str, int]:
         return {key: _counts[key] for key in ("cpp.hits", "cpp.misses", "cpp.saved", "cpp.from_bundle")}
 
 
-def rejected() -> list[str]:
+def rejected_binaries() -> list[str]:
     """Carried binaries that could not be loaded (each rebuilt), since the process started."""
     with _lock:
         return list(_rejected)
 
 
-def rejected_names() -> set[str]:
-    """The file names of the carried binaries :func:`rejected` reports."""
+def rejected_binary_names() -> set[str]:
+    """The file names of the carried binaries :func:`rejected_binaries` reports."""
     with _lock:
         return set(_rejected_names)

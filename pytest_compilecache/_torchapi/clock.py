@@ -1,12 +1,6 @@
-"""The wall time a process spends compiling, as the user waits for it.
-
-Counted on the main thread, as the union of the spans in which it is compiling: Dynamo compiling a
-frame or a lazy backward (torch's compile callbacks, which fire once for nested compiles), waiting
-for and loading a C++ binary, Triton compiling, loading or benchmarking kernels on their first
-launch. Nested spans count once, so the figure never exceeds the time the thread was busy, and it
-includes what torch's own frame timers leave out (C++ builds and kernel loads deferred to the first
-call).
-"""
+"""The wall time a process spends compiling, as the user waits for it: the union of the main thread's
+spans in Dynamo, C++ builds and loads, and Triton's compiles, loads and benchmarks on a kernel's first
+launch (nested spans count once, and what torch's own frame timers leave out is in)."""
 
 from __future__ import annotations
 
@@ -22,35 +16,25 @@ _total = 0.0
 _main = threading.main_thread()
 
 
-def _enter() -> None:
-    global _depth, _started
+@contextlib.contextmanager
+def compiling() -> Iterator[None]:
+    """Count the time inside as compile time (once, however deeply nested)."""
+    global _depth, _started, _total
     if threading.current_thread() is not _main:
+        yield
         return
     if _depth == 0:
         _started = time.perf_counter()
     _depth += 1
-
-
-def _leave() -> None:
-    global _depth, _total
-    if threading.current_thread() is not _main or _depth == 0:
-        return
-    _depth -= 1
-    if _depth == 0:
-        _total += time.perf_counter() - _started
-
-
-@contextlib.contextmanager
-def compiling() -> Iterator[None]:
-    """Count the time inside as compile time (once, however deeply nested)."""
-    _enter()
     try:
         yield
     finally:
-        _leave()
+        _depth -= 1
+        if _depth == 0:
+            _total += time.perf_counter() - _started
 
 
-def seconds() -> float:
+def compile_seconds() -> float:
     """Wall seconds spent compiling on the main thread so far, including a span still open."""
     if _depth and threading.current_thread() is _main:
         return _total + time.perf_counter() - _started
@@ -78,4 +62,3 @@ def wrap_callbacks(install_callbacks: Callable[..., Any]) -> Callable[..., Any]:
             yield
 
     return timed_callbacks
-

@@ -17,22 +17,18 @@ def torch_module() -> ModuleType:
     try:
         import torch
     except ImportError as exc:
-        raise TorchUnavailable(
-            f"pytest-compilecache needs torch >= {MIN_TORCH}, but torch cannot be imported ({exc})"
-        ) from None
+        raise TorchUnavailable(f"pytest-compilecache needs torch >= {MIN_TORCH}, but torch cannot be imported "
+                               f"({exc})") from None
     compiler = getattr(torch, "compiler", None)
     if not hasattr(compiler, "save_cache_artifacts") or not hasattr(compiler, "load_cache_artifacts"):
-        raise TorchUnavailable(
-            f"pytest-compilecache needs torch >= {MIN_TORCH} (for torch.compiler.save_cache_artifacts), "
-            f"but found torch {getattr(torch, '__version__', 'of unknown version')}"
-        )
+        version = getattr(torch, "__version__", "of unknown version")
+        raise TorchUnavailable(f"pytest-compilecache needs torch >= {MIN_TORCH} (for "
+                               f"torch.compiler.save_cache_artifacts), but found torch {version}")
     return torch
 
 
 def compiler_loaded() -> bool:
-    """Whether torch's compiler (Dynamo, and with it the cache counters) was imported in this process.
-
-    Asked without importing anything: a process that never compiled has nothing to count or save."""
+    """Whether torch's compiler (Dynamo, with the cache counters) was imported in this process; imports nothing."""
     return "torch._dynamo.utils" in sys.modules
 
 

@@ -10,7 +10,7 @@ import sys
 from collections import Counter
 from typing import Any, Callable
 
-from . import autotune, binaries, clock, dynamo, keys, loglevels, patches, tritoncache
+from . import binaries, dynamo, keys, loglevels, patches, tritoncache
 from .core import torch_module
 from .devices import gpu_count
 
@@ -36,66 +36,47 @@ def wrap_pgo_lookup(get_local: Callable[..., Any]) -> Callable[..., Any]:
 
 def wrap_pgo_save(put_local: Callable[..., Any]) -> Callable[..., Any]:
     """``pgo.put_local_code_state``, counting each save."""
-
-    @functools.wraps(put_local)
-    def counted_put(*args: Any, **kwargs: Any) -> Any:
-        _own_counts["pgo.saved"] += 1
-        return put_local(*args, **kwargs)
-
-    return counted_put
+    return _counting(put_local, "pgo.saved")
 
 
 def wrap_fx_save(save: Callable[..., Any]) -> Callable[..., Any]:
     """``FxGraphCache._save_graph``, counting each save."""
-
-    @functools.wraps(save)
-    def counted_save(*args: Any, **kwargs: Any) -> Any:
-        _own_counts["fx_graph.saved"] += 1
-        return save(*args, **kwargs)
-
-    return counted_save
+    return _counting(save, "fx_graph.saved")
 
 
-def _group(counters: Any, name: str) -> Any:
-    return counters[name] if name in counters else {}
+def _counting(original: Callable[..., Any], count: str) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        _own_counts[count] += 1
+        return original(*args, **kwargs)
 
-
-def _cache_stats() -> dict[str, Any]:
-    remote_cache = sys.modules.get("torch._inductor.remote_cache")
-    stats = getattr(remote_cache, "cache_stats", None)
-    return dict(getattr(stats, "_stats", {}) or {})
+    return counted
 
 
 def _sum_stats(stats: dict[str, Any], suffix: str, field: str, remote: bool = False) -> int:
-    return sum(
-        int(getattr(stat, field, 0))
-        for name, stat in stats.items()
-        if name.endswith(suffix) and not name.startswith("backend:") and name.startswith("Remote") == remote
-    )
+    return sum(int(getattr(stat, field, 0)) for name, stat in stats.items()
+               if name.endswith(suffix) and not name.startswith("backend:") and name.startswith("Remote") == remote)
 
 
 def _remote_counts(stats: dict[str, Any]) -> dict[str, int]:
     """Lookups of torch's remote caches (``Remote*`` in ``cache_stats``): hit, miss, put, exception."""
-    out = {}
-    for layer, suffix in (("remote_fx_graph", "FxGraphCache"), ("remote_aot_autograd", "AOTAutogradCache"),
-                          ("remote_autotune", "AutotuneCache")):
-        for kind, field in (("hits", "hit"), ("misses", "miss"), ("saved", "put"), ("bypasses", "exception")):
-            out[f"{layer}.{kind}"] = _sum_stats(stats, suffix, field, remote=True)
-    return out
+    layers = (("remote_fx_graph", "FxGraphCache"), ("remote_aot_autograd", "AOTAutogradCache"),
+              ("remote_autotune", "AutotuneCache"))
+    fields = (("hits", "hit"), ("misses", "miss"), ("saved", "put"), ("bypasses", "exception"))
+    return {f"{layer}.{kind}": _sum_stats(stats, suffix, field, remote=True)
+            for layer, suffix in layers for kind, field in fields}
 
 
 def read_counts() -> dict[str, int]:
-    """Torch's process-global cache counters as flat ``"layer.kind"`` counts.
-
-    Take two readings and subtract: torch never resets these, and an FX hit replays codegen counters,
-    so only the keys read here are trusted.
-    """
+    """Torch's process-global cache counters as flat ``"layer.kind"`` counts: take two readings and subtract
+    (torch never resets them; an FX hit replays codegen counters, so only the keys read here are trusted)."""
     from torch._dynamo.utils import counters
 
-    inductor = _group(counters, "inductor")
-    aot = _group(counters, "aot_autograd")
-    dynamo_cache = _group(counters, "dynamo_cache")
-    stats = _cache_stats()
+    inductor = counters.get("inductor", Counter())
+    aot = counters.get("aot_autograd", Counter())
+    dynamo_cache = counters.get("dynamo_cache", Counter())
+    cache_stats = getattr(sys.modules.get("torch._inductor.remote_cache"), "cache_stats", None)
+    stats = dict(getattr(cache_stats, "_stats", {}) or {})
     present = tritoncache.counts()
     fx_save_failed = inductor.get("fxgraph_cache_pickle_error", 0) + inductor.get("fxgraph_cache_write_error", 0)
     return {
@@ -115,9 +96,7 @@ def read_counts() -> dict[str, int]:
         "triton.from_bundle": inductor.get("triton_bundler_read_and_emit_kernel", 0) + present["triton.from_bundle"],
         "triton.misses": inductor.get("triton_bundler_save_kernel", 0),
         "triton.saved": inductor.get("triton_bundler_save_kernel", 0),
-        "pgo.hits": _own_counts["pgo.hits"],
-        "pgo.misses": _own_counts["pgo.misses"],
-        "pgo.saved": _own_counts["pgo.saved"],
+        **{count: _own_counts[count] for count in ("pgo.hits", "pgo.misses", "pgo.saved")},
         "precompile.hits": dynamo_cache.get("dynamo_cache_hit", 0),
         "precompile.misses": dynamo_cache.get("dynamo_cache_miss", 0),
         "precompile.bypasses": dynamo_cache.get("dynamo_cache_error", 0),
@@ -128,11 +107,6 @@ def read_counts() -> dict[str, int]:
     }
 
 
-def compile_seconds() -> float:
-    """Wall seconds this process's main thread has spent compiling (see :mod:`.clock`)."""
-    return clock.seconds()
-
-
 def unobservable_layers() -> dict[str, str]:
     """``{layer: reason}`` for each layer this torch build or machine cannot observe."""
     global _unobservable
@@ -140,30 +114,20 @@ def unobservable_layers() -> dict[str, str]:
         found: dict[str, str] = {}
         gpu = gpu_count() > 0
         torch_module()
-        remote_cache = importlib.import_module("torch._inductor.remote_cache")
-        if not hasattr(remote_cache, "cache_stats"):
+        if not hasattr(importlib.import_module("torch._inductor.remote_cache"), "cache_stats"):
             found["autotune"] = "this torch keeps no autotune cache statistics"
         elif not gpu:
             found["autotune"] = "Triton autotuning runs only on a GPU, and none is available"
         if not gpu:
             found["triton"] = "Triton kernels are compiled only for a GPU, and none is available"
-        dynamo_config = importlib.import_module("torch._dynamo.config")
-        if not hasattr(dynamo_config, "caching_precompile"):
+        if not hasattr(importlib.import_module("torch._dynamo.config"), "caching_precompile"):
             found["precompile"] = f"torch {_version()} has no precompile cache"
-        found.update(_patched_unobservable())
+        if not patches.took("get_local_code_state"):  # asked once a process, so every test agrees
+            found["pgo"] = f"torch {_version()}'s PGO module has no local code-state lookup to count"
+        if not patches.took("CppCodeCache.load_async"):
+            found["cpp"] = f"torch {_version()} has no CppCodeCache.load_async to count C++ builds at"
         _unobservable = found
     return {**_unobservable, **_remote_unobservable()}
-
-
-def _patched_unobservable() -> dict[str, str]:
-    """The layers counted through a patch of the register that is not in force (asked once a process,
-    as the other layers are: every test of a session must agree on what can be counted)."""
-    found = {}
-    if not patches.took("get_local_code_state"):
-        found["pgo"] = f"torch {_version()}'s PGO module has no local code-state lookup to count"
-    if binaries.observable():
-        found["cpp"] = binaries.observable()
-    return found
 
 
 def _remote_unobservable() -> dict[str, str]:
@@ -179,9 +143,13 @@ def _remote_unobservable() -> dict[str, str]:
 
 def unobservable_fields() -> dict[str, str]:
     """``{"layer.field": reason}`` for single counts this torch cannot keep (e.g. FX saves, recompiles)."""
-    fields = {} if patches.took("FxGraphCache._save_graph") else {
-        "fx_graph.saved": f"torch {_version()} has no FxGraphCache._save_graph to count saves at"}
-    return {**fields, **dynamo.unobservable_fields()}
+    fields = {}
+    if not patches.took("FxGraphCache._save_graph"):
+        fields["fx_graph.saved"] = f"torch {_version()} has no FxGraphCache._save_graph to count saves at"
+    if not patches.took("get_and_maybe_log_recompilation_reasons"):
+        fields["dynamo.recompiles"] = (f"torch {_version()}'s Dynamo has no recompilation-reason function to "
+                                       "count recompiles at")
+    return fields
 
 
 def _version() -> str:
@@ -196,43 +164,32 @@ _BYPASS_LOGGERS = {
 }
 
 
-class _BypassFilter(logging.Filter):
-    def __init__(self, layer: str, prefix: str, passes: int, sink: dict[str, list[str]]) -> None:
-        super().__init__()
-        self.layer, self.prefix, self.passes, self.sink = layer, prefix, passes, sink
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if isinstance(record.msg, str) and record.msg.startswith(self.prefix) and record.args:
-            arg = record.args[0] if isinstance(record.args, tuple) else record.args
-            self.sink.setdefault(self.layer, []).append(str(arg))
-        return record.levelno >= self.passes
-
-
 class record_bypass_reasons:
-    """Context manager collecting ``{layer: [reason, ...]}`` from torch's bypass log messages.
-
-    Records below the loggers' own level are captured and then dropped, so nothing new is printed.
-    """
+    """Context manager collecting ``{layer: [reason, ...]}`` from torch's bypass log messages (records below
+    the loggers' own level are captured, then dropped, so nothing new is printed)."""
 
     def __init__(self) -> None:
         self.reasons: dict[str, list[str]] = {}
-        self._installed: list[tuple[logging.Logger, _BypassFilter]] = []
-        self._levels = contextlib.ExitStack()
+        self._stack = contextlib.ExitStack()
 
     def __enter__(self) -> "record_bypass_reasons":
         for name, (layer, prefix) in _BYPASS_LOGGERS.items():
             logger = logging.getLogger(name)
-            filt = _BypassFilter(layer, prefix, logger.getEffectiveLevel(), self.reasons)
-            logger.addFilter(filt)
-            self._levels.enter_context(loglevels.lowered(logger, logging.INFO))
-            self._installed.append((logger, filt))
+            keep = functools.partial(self._keep, layer, prefix, logger.getEffectiveLevel())
+            logger.addFilter(keep)
+            self._stack.callback(logger.removeFilter, keep)
+            self._stack.enter_context(loglevels.lowered(logger, logging.INFO))
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._levels.close()
-        for logger, filt in self._installed:
-            logger.removeFilter(filt)
-        self._installed.clear()
+        self._stack.close()
+
+    def _keep(self, layer: str, prefix: str, passes: int, record: logging.LogRecord) -> bool:
+        """Record a bypass reason; whether the record passes on (it reached the logger's own level)."""
+        if isinstance(record.msg, str) and record.msg.startswith(prefix) and record.args:
+            arg = record.args[0] if isinstance(record.args, tuple) else record.args
+            self.reasons.setdefault(layer, []).append(str(arg))
+        return record.levelno >= passes
 
     def snapshot(self) -> dict[str, tuple[str, ...]]:
         """The reasons recorded so far, one tuple per layer."""

@@ -1,12 +1,6 @@
-"""Keep torch off its shared default cache folder, ``/tmp/torchinductor_<user>``.
-
-torch derives a few paths from ``default_cache_dir()`` rather than from ``TORCHINDUCTOR_CACHE_DIR``:
-the cache folder while that variable is unset, helper caches under ``<default>/cache``, and the
-precompiled C++ headers. The register replaces ``default_cache_dir`` in the modules torch looks it
-up in (:func:`wrap_default_cache_dir`); the replacement answers the folder a :class:`redirect` or the
-session (:func:`send_to`) names. The headers' folder is set around each header build
-(:func:`headers_in_force`, from the register's wrapper of ``_precompile_header``).
-"""
+"""Keep torch off its shared default cache folder, ``/tmp/torchinductor_<user>``: ``default_cache_dir``
+answers the folder a :class:`redirect` or the session (:func:`send_to`) names, and the precompiled
+headers' folder is set around each header build (:func:`headers_in_force`)."""
 
 from __future__ import annotations
 
@@ -16,8 +10,6 @@ import os
 import sys
 import threading
 from typing import Any, Callable, Iterator
-
-_CODECACHE = "torch._inductor.codecache"
 
 _process_dir: Callable[[], str] | None = None
 _headers_dir: str | None = None
@@ -30,7 +22,7 @@ _headers_before: tuple[Any, Any] | None = None
 
 
 def wrap_default_cache_dir(original: Callable[[], str]) -> Callable[[], str]:
-    """``default_cache_dir``, answering the folder in force (see :mod:`.patches`)."""
+    """``default_cache_dir``, answering the folder in force."""
 
     @functools.wraps(original)
     def default_cache_dir() -> str:
@@ -74,12 +66,11 @@ def headers_at(path: str) -> contextlib.AbstractContextManager[None]:
 
 @contextlib.contextmanager
 def headers_in_force() -> Iterator[None]:
-    """While active, torch's header folder (``codecache._HEADER_DIR``, computed once at import from
-    the default folder) is the one in force, if one is. Threads build headers at once: the first to
-    enter sets the folder, the last to leave puts torch's back."""
+    """While active, torch's header folder (``codecache._HEADER_DIR``, computed at import) is the one in force,
+    if one is; of the threads building headers at once, the first sets it and the last puts torch's back."""
     global _building, _headers_before
     path = _headers_override[-1] if _headers_override else _headers_dir
-    codecache = sys.modules.get(_CODECACHE)
+    codecache = sys.modules.get("torch._inductor.codecache")
     if path is None or codecache is None or not hasattr(codecache, "_HEADER_DIR"):
         yield
         return

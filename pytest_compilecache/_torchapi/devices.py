@@ -16,24 +16,19 @@ def _visible(count: int) -> list[int] | list[str]:
     spec = os.environ.get("CUDA_VISIBLE_DEVICES")
     if spec is None:
         return list(range(count))
-    items = [s.strip() for s in spec.split(",") if s.strip()]
     out: list[Any] = []
-    for item in items:
-        if item.lstrip("-").isdigit():
-            index = int(item)
-            if index < 0 or index >= count:
-                break
-            out.append(index)
-        else:
+    for item in (s.strip() for s in spec.split(",") if s.strip()):
+        if not item.lstrip("-").isdigit():
             out.append(item)
+        elif 0 <= int(item) < count:
+            out.append(int(item))
+        else:
+            break
     return out
 
 
-def nvml_device_names() -> list[str] | None:
-    """Names of the CUDA devices torch would see, read through NVML (no CUDA context is made).
-
-    ``None`` when NVML is not there (no NVIDIA driver).
-    """
+def _nvml_names() -> list[str] | None:
+    """Names of the CUDA devices torch would see, through NVML (no CUDA context); ``None`` without NVML."""
     try:
         lib = ctypes.CDLL("libnvidia-ml.so.1")
     except OSError:
@@ -61,17 +56,13 @@ def nvml_device_names() -> list[str] | None:
         lib.nvmlShutdown()
 
 
-def _cuda_initialized(torch: Any) -> bool:
-    return bool(getattr(torch.cuda, "is_initialized", lambda: False)())
-
-
 def gpu_names() -> list[str]:
     """Names of the GPUs torch can use here; never initialises CUDA."""
     torch = torch_module()
     if getattr(torch.version, "cuda", None):
-        if _cuda_initialized(torch):
+        if getattr(torch.cuda, "is_initialized", lambda: False)():
             return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-        return nvml_device_names() or []
+        return _nvml_names() or []
     if getattr(torch.version, "xpu", None) and torch.xpu.is_available():
         return ["xpu"] * torch.xpu.device_count()
     return []

@@ -1,15 +1,6 @@
-"""Dynamo's own counts: frames converted, graphs compiled, recompiles and graph breaks, with reasons.
-
-Frames, graphs and graph breaks are read from ``torch._dynamo.utils.counters``, which torch keeps
-itself. torch counts no recompiles, so the function Dynamo calls to learn why a frame it already
-compiled must be compiled again (``get_and_maybe_log_recompilation_reason(s)`` as
-``torch._dynamo.convert_frame`` names it) is wrapped: each call is one recompile, and the guard
-failures it returns are the reasons, as ``TORCH_LOGS=recompiles`` would print them.
-
-Where each graph break happened in the user's code is read where Dynamo logs a break
-(``InstructionTranslatorBase.log_graph_break``): the innermost frame of the break's user stack outside
-torch, as ``TORCH_LOGS=graph_breaks`` would name it.
-"""
+"""Dynamo's own counts: frames, graphs, recompiles (counted at the function Dynamo asks why a frame must
+be compiled again, its guard failures the reasons) and graph breaks, each named by the user's line
+where Dynamo logs it, as ``TORCH_LOGS=recompiles,graph_breaks`` would print them."""
 
 from __future__ import annotations
 
@@ -22,7 +13,6 @@ from collections import Counter
 from typing import Any, Callable
 
 from ..stats import GRAPH_BREAK_PLACE, GRAPH_BREAK_REASON, RECOMPILE_REASON
-from . import patches
 
 _recompiles: Counter[str] = Counter()
 _break_places: Counter[str] = Counter()
@@ -44,10 +34,8 @@ def wrap_recompilation_reasons(original: Callable[..., Any]) -> Callable[..., An
 
 
 def wrap_log_graph_break(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``InstructionTranslatorBase.log_graph_break``, noting each break's place in the user's code.
-
-    torch 2.10's method is given no exception (``self, code_options, reason, user_stack``) and, as
-    earlier releases, logs a data-dependent branch without counting it: it is wrapped as those are."""
+    """``InstructionTranslatorBase.log_graph_break``, noting each break's place in the user's code (torch
+    2.10's is given no exception and, as earlier releases, logs a data-dependent branch without counting it)."""
     if "exc" not in inspect.signature(original).parameters:
 
         @functools.wraps(original)
@@ -62,13 +50,7 @@ def wrap_log_graph_break(original: Callable[..., Any]) -> Callable[..., Any]:
     def located(self: Any, *args: Any, **kwargs: Any) -> Any:
         exc = kwargs.get("exc", args[-1] if args else None)
         if exc is not None and not getattr(exc, "logged", False):
-            try:
-                place = _break_place(exc)
-            except Exception:
-                place = ""
-            if place:
-                with _lock:
-                    _break_places[place] += 1
+            _note(getattr(exc, "real_stack", None), str(exc))
         return original(self, *args, **kwargs)
 
     return located
@@ -82,8 +64,7 @@ _uncounted: Counter[str] = Counter()
 
 def wrap_module_log_graph_break(original: Callable[..., Any]) -> Callable[..., Any]:
     """torch <= 2.9's module-level ``symbolic_convert.log_graph_break``: each break's place in the user's
-    code, and each data-dependent branch counted as the graph break it is (those releases log it
-    without counting it; later ones count it)."""
+    code, and each data-dependent branch (logged, not counted) counted as the graph break it is."""
 
     @functools.wraps(original)
     def logged(code_options: Any, reason: str = "", exc_info: bool = False, user_stack: Any = None,
@@ -95,30 +76,17 @@ def wrap_module_log_graph_break(original: Callable[..., Any]) -> Callable[..., A
 
 
 def _logged(reason: str, user_stack: Any) -> None:
-    """One break logged by a torch that counts data-dependent branches nowhere (<= 2.10).
-
-    torch 2.10 puts a paragraph of its own before the exception's message (``Encountered graph break
-    when attempting to trace CALL: ...:``, a blank line, then the message): the place is named by the
-    message, as on other releases."""
+    """One break logged by a torch <= 2.10, its place named by the message after 2.10's own first paragraph."""
     head, _, rest = reason.partition("\n\n")
     message = rest if rest.strip() and head.rstrip().endswith(":") and "\n" not in head.strip() else reason
-    try:
-        place = _place(user_stack, message)
-    except Exception:
-        place = ""
-    uncounted = reason.startswith(_DATA_DEPENDENT) and _compiles_a_partial_graph()
-    with _lock:
-        if place:
-            _break_places[place] += 1
-        if uncounted:
+    _note(user_stack, message)
+    if reason.startswith(_DATA_DEPENDENT) and _compiles_a_partial_graph():
+        with _lock:
             _uncounted[reason] += 1
 
 
 def _compiles_a_partial_graph() -> bool:
-    """Whether the data-dependent branch being logged is one torch does not count: logged by the
-    branch itself (``jump_graph_break``) in a translator that goes on to compile the
-    graph so far. A translator that cannot (one inlining a call) raises instead, and the frame that
-    made the call logs and counts that break as torch's own."""
+    """Whether a data-dependent branch goes uncounted: logged by ``jump_graph_break`` that compiles the graph so far."""
     frame = sys._getframe(3)  # this function, _logged, the wrapper, then who logged
     if frame.f_code.co_name != "jump_graph_break":
         return False
@@ -129,14 +97,19 @@ def _compiles_a_partial_graph() -> bool:
         return True
 
 
-def _break_place(exc: Any) -> str:
-    """``file:line: first line of torch's reason`` for one graph break, the line the user's innermost frame."""
-    return _place(getattr(exc, "real_stack", None), str(exc))
+def _note(stack: Any, text: str) -> None:
+    """Count a graph break at its place in the user's code, where that can be told."""
+    try:
+        place = _place(stack, text)
+    except Exception:
+        return
+    if place:
+        with _lock:
+            _break_places[place] += 1
 
 
 def _place(stack: Any, text: str) -> str:
-    """``file:line: first line of the reason`` for a break whose user stack is ``stack`` (the tracing
-    context's where that is empty)."""
+    """``file:line: first line of the reason`` for a break with user stack ``stack`` (else the tracing context's)."""
     if not stack:
         guards = sys.modules.get("torch._guards")
         context = getattr(guards, "TracingContext", None)
@@ -150,10 +123,7 @@ def _place(stack: Any, text: str) -> str:
 
 
 def _describe(frame: Any, reasons: Any) -> str:
-    """``function (file:line): guard failure; ...`` for one recompile.
-
-    A frame of torch's own (the wrapper Dynamo compiles around a ``torch.nn`` module) is named after
-    the module and located at the user's call, the first frame outside torch on the stack."""
+    """``function (file:line): guard failure; ...`` for one recompile (torch's wrapper named after its module)."""
     code = getattr(frame, "f_code", None)
     if code is None:
         where = "a frame"
@@ -165,13 +135,8 @@ def _describe(frame: Any, reasons: Any) -> str:
     return f"{where}: {'; '.join(failures) or 'torch found no guard failure'}"
 
 
-def _torch_dir() -> str:
-    torch = sys.modules.get("torch")
-    return os.path.dirname(getattr(torch, "__file__", "") or "") + os.sep
-
-
 def _in_torch(filename: str) -> bool:
-    return filename.startswith(_torch_dir())
+    return filename.startswith(os.path.dirname(getattr(sys.modules.get("torch"), "__file__", "") or "") + os.sep)
 
 
 def _wrapped_name(frame: Any) -> str:
@@ -198,41 +163,23 @@ def _caller_outside_torch() -> str:
 
 
 def counts() -> dict[str, int]:
-    """Dynamo's counts so far in this process, with one ``"<prefix><reason>"`` key per reason.
-
-    Graph breaks add torch's ``graph_break`` counter (breaks Dynamo resumed after) and its
-    ``unimplemented`` counter (breaks it could not resume from: a data-dependent branch, a break
-    in a loop; the rest of the frame runs eagerly). An ``unimplemented`` entry that becomes a
-    ``graph_break`` moves between them, so the sum counts it once. On torch <= 2.10, the
-    data-dependent branches torch logs without counting are added (see :func:`_logged`).
-    """
+    """Dynamo's counts so far, one ``"<prefix><reason>"`` key per reason; graph breaks are torch's ``graph_break`` and
+    ``unimplemented`` counters (an entry moves between them) and the data-dependent branches torch <= 2.10 misses."""
     from torch._dynamo.utils import counters
 
-    stats = counters["stats"] if "stats" in counters else {}
-    frames = counters["frames"] if "frames" in counters else {}
     breaks: Counter[str] = Counter()
     for group in ("graph_break", "unimplemented"):
-        if group in counters:
-            for reason, n in counters[group].items():
-                breaks[str(reason)] += int(n)
+        for reason, n in counters.get(group, Counter()).items():
+            breaks[str(reason)] += int(n)
     with _lock:
         breaks.update(_uncounted)
-    out = {
-        "dynamo.frames": int(frames.get("ok", 0)),
-        "dynamo.graphs": int(stats.get("unique_graphs", 0)),
-        "dynamo.graph_breaks": sum(breaks.values()),
-        **{GRAPH_BREAK_REASON + reason: n for reason, n in breaks.items()},
-    }
-    with _lock:
-        out["dynamo.recompiles"] = sum(_recompiles.values())
-        out.update({RECOMPILE_REASON + reason: n for reason, n in _recompiles.items()})
-        out.update({GRAPH_BREAK_PLACE + place: n for place, n in _break_places.items()})
-    return out
+        return {
+            "dynamo.frames": int(counters.get("frames", Counter()).get("ok", 0)),
+            "dynamo.graphs": int(counters.get("stats", Counter()).get("unique_graphs", 0)),
+            "dynamo.graph_breaks": sum(breaks.values()),
+            **{GRAPH_BREAK_REASON + reason: n for reason, n in breaks.items()},
+            "dynamo.recompiles": sum(_recompiles.values()),
+            **{RECOMPILE_REASON + reason: n for reason, n in _recompiles.items()},
+            **{GRAPH_BREAK_PLACE + place: n for place, n in _break_places.items()},
+        }
 
-
-def unobservable_fields() -> dict[str, str]:
-    """``{"dynamo.<count>": reason}`` for the Dynamo counts this torch cannot keep."""
-    if patches.took("get_and_maybe_log_recompilation_reasons"):
-        return {}
-    torch = str(getattr(sys.modules.get("torch"), "__version__", ""))
-    return {"dynamo.recompiles": f"torch {torch}'s Dynamo has no recompilation-reason function to count recompiles at"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import platform
@@ -26,20 +27,14 @@ def _portable(config: Any) -> dict[str, Any]:
 
 
 def _config_hash() -> str:
-    """A hash of the config values torch hashes into its keys, serialised as torch serialises them.
-
-    FX graph keys: Inductor's (and, where it exists, ``config_comms``) ``save_config_portable``
-    with private values; AOTAutograd keys add functorch's ``save_config()``.
-    """
+    """A hash of the config values torch hashes into FX graph and AOTAutograd keys, serialised as torch does."""
     import torch._functorch.config as functorch_config
     import torch._inductor.config as inductor_config
 
     parts = []
     modules = [inductor_config]
-    try:
+    with contextlib.suppress(ImportError):
         modules.append(importlib.import_module("torch._inductor.config_comms"))
-    except ImportError:
-        pass
     for config in modules:
         for key, value in sorted(_portable(config).items()):
             text = repr(value)
@@ -64,23 +59,14 @@ def _triton_version() -> str:
 
 
 def environment_fingerprint() -> dict[str, str]:
-    """What torch's FX graph, AOTAutograd and autotune keys depend on outside the graph itself.
-
-    ``torch_build`` is torch's own ``torch_key()`` (a hash of its files, so it also stands for the
-    Python minor version, the platform and the CUDA build); the GPU name, CUDA version and, with a
-    GPU, the Triton version enter keys through torch's ``get_system()``; ``config_hash`` mirrors
-    the config torch hashes; ``num_threads`` and ``default_dtype`` enter the FX key of CPU code on
-    2.13+ (on 2.11 they are not keyed at all, and kept here so code for other settings is never
-    reused). The Python patch version enters no key. Device names are read through NVML, so CUDA
-    is not initialised and forked children can still use it.
-    """
+    """What torch's FX graph, AOTAutograd and autotune keys depend on outside the graph itself (``torch_build``:
+    torch's ``torch_key()``; ``num_threads`` and ``default_dtype``, which only torch >= 2.13 keys, kept so code
+    for other settings is never reused); never initialises CUDA, so forked children can still use it."""
     bootstrap()
     torch = torch_module()
-    codecache = importlib.import_module("torch._inductor.codecache")
-    torch_key = getattr(codecache, "torch_key", None)
+    torch_key = getattr(importlib.import_module("torch._inductor.codecache"), "torch_key", None)
     build = torch_key().hex()[:16] if torch_key is not None else str(getattr(torch.version, "git_version", ""))
     names = gpu_names()
-    compiler_config = getattr(torch.compiler, "config", None)
     return {
         "torch": str(torch.__version__),
         "torch_build": build,
@@ -89,7 +75,7 @@ def environment_fingerprint() -> dict[str, str]:
         "cuda": str(torch.version.cuda or "none"),
         "python": "%d.%d" % sys.version_info[:2],
         "platform": f"{sys.platform}-{platform.machine()}",
-        "cache_key_tag": str(getattr(compiler_config, "cache_key_tag", "")),
+        "cache_key_tag": str(getattr(getattr(torch.compiler, "config", None), "cache_key_tag", "")),
         "config_hash": _config_hash(),
         "default_dtype": str(torch.get_default_dtype()),
         "num_threads": str(torch.get_num_threads()),
@@ -97,8 +83,7 @@ def environment_fingerprint() -> dict[str, str]:
 
 
 def made_with() -> dict[str, str]:
-    """The torch version and device that compile expectations are recorded with (``device``: the first
-    GPU's name, or ``cpu``); never initialises CUDA."""
+    """The torch version and device (the first GPU's name, or ``cpu``) compile expectations are recorded with."""
     torch = torch_module()
     names = gpu_names()
     return {"torch": str(torch.__version__), "device": names[0] if names else "cpu"}

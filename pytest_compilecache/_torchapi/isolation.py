@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib
 import os
+import shutil
+import tempfile
 from typing import Iterator
 
 from ..environment import SavedEnv
@@ -15,21 +18,13 @@ _bootstrapped = False
 
 
 def bootstrap(process_dir: str | None = None) -> None:
-    """Import torch's compiler stack once per process, creating nothing in the shared default directory.
-
-    While importing, ``TORCHINDUCTOR_CACHE_DIR`` (where unset) is ``process_dir`` (a temporary folder
-    removed at exit when none is given), so an import that asks torch for its cache folder makes none
-    in the default one; then the register is installed, and the variables are put back exactly as they were.
-    """
+    """Import torch's compiler stack once per process and install the register, creating nothing in the shared
+    default directory: torch's folder is ``process_dir`` meanwhile (a temporary one removed at exit by default)."""
     global _bootstrapped
     if _bootstrapped and patches.installed():
         return
     torch_module()
     if process_dir is None:
-        import atexit
-        import shutil
-        import tempfile
-
         process_dir = tempfile.mkdtemp(prefix="pytest-compilecache-")
         atexit.register(shutil.rmtree, process_dir, True)
     saved = SavedEnv()
@@ -46,11 +41,7 @@ def bootstrap(process_dir: str | None = None) -> None:
 
 
 def reset_in_memory() -> None:
-    """Forget every compile result held in memory, so the next compile consults the disk caches.
-
-    Clears Inductor's registered in-memory caches (loaded C++ and Python modules, Triton futures,
-    path memos) and resets Dynamo (its code cache, guards and PGO state). Files are left alone.
-    """
+    """Forget every compile result Inductor and Dynamo hold in memory, so the next compile reads the disk caches."""
     import torch._dynamo
     import torch._inductor.utils as inductor_utils
 
@@ -62,30 +53,19 @@ def reset_in_memory() -> None:
 
 @contextlib.contextmanager
 def _fork_safe_cuda_check() -> Iterator[None]:
-    """``torch.cuda.is_available()`` through NVML while active (torch's ``PYTORCH_NVML_BASED_CUDA_CHECK``).
-
-    ``torch._dynamo.reset()`` and importing ``torch._inductor.runtime.triton_heuristics`` ask
-    ``is_available()``, whose default check initialises the CUDA driver and leaves forked children
-    unable to use CUDA (seen on torch 2.11 on an H200).
-    """
-    name = "PYTORCH_NVML_BASED_CUDA_CHECK"
-    before = os.environ.get(name)
-    os.environ[name] = "1"
+    """``torch.cuda.is_available()`` through NVML while active (its default check leaves forked children no CUDA)."""
+    saved = SavedEnv(("PYTORCH_NVML_BASED_CUDA_CHECK",))
+    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
     try:
         yield
     finally:
-        if before is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = before
+        saved.restore()
 
 
 @contextlib.contextmanager
 def without_remote_caches() -> Iterator[None]:
-    """Switch off torch's remote (Redis) FX graph, AOTAutograd and autotune caches while active.
-
-    Only values that are on are changed, so a session without remote caches keeps its cache keys.
-    """
+    """Switch off torch's remote (Redis) FX graph, AOTAutograd and autotune caches while active (only values
+    that are on are changed, so a session without remote caches keeps its cache keys)."""
     import torch._functorch.config as functorch_config
     import torch._inductor.config as inductor_config
 
@@ -101,8 +81,7 @@ def without_remote_caches() -> Iterator[None]:
 
 
 def remote_caches_on() -> None:
-    """Switch torch's remote FX graph, AOTAutograd and autotune caches on (for a torch already
-    imported: the environment variables are read only at import)."""
+    """Switch torch's remote caches on, in a torch already imported (the environment is read only at import)."""
     import torch._functorch.config as functorch_config
     import torch._inductor.config as inductor_config
 
@@ -119,10 +98,8 @@ def caches_disabled_by_config() -> list[str]:
     import torch._inductor.config as inductor_config
 
     found = []
-    compiler_config = getattr(torch.compiler, "config", None)
-    if getattr(compiler_config, "force_disable_caches", False) or getattr(
-        inductor_config, "force_disable_caches", False
-    ):
+    forcing = (getattr(torch.compiler, "config", None), inductor_config)
+    if any(getattr(config, "force_disable_caches", False) for config in forcing):
         found.append("force_disable_caches is on: every compile cache is disabled")
     if not getattr(inductor_config, "fx_graph_cache", True):
         found.append("torch._inductor.config.fx_graph_cache is off: the FX graph cache is disabled")

@@ -1,18 +1,13 @@
-"""The components of every FX graph and AOTAutograd cache key that is about to miss, as torch computes it.
-
-torch builds each key from a list of components and can print them as debug lines
-(``compiled_fx_graph_hash`` always returns them; ``autograd_cache_key`` only while its logger is at
-DEBUG). Both functions are wrapped: when a key has no entry in the current cache folder (a miss is
-coming), its components are parsed and handed, as a :class:`Miss`, to the listener the plugin set
-(:func:`report_misses_to`: recording and explaining live above this package). A key whose folder
-exists costs one ``os.path.exists``; nothing more is done for hits.
-"""
+"""The components of every FX graph and AOTAutograd cache key about to miss (no entry in the current cache
+folder), as torch computes them, handed as a :class:`Miss` to the listener the plugin set (:func:`report_misses_to`);
+a hit costs one ``os.path.exists``."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import hashlib
+import importlib
 import logging
 import os
 import re
@@ -22,19 +17,14 @@ from typing import Any, Callable, Iterable, Iterator
 
 from . import loglevels
 
-FROM_BUNDLE_AOT = "aot_autograd.from_bundle"
-FROM_BUNDLE_AUTOTUNE = "autotune.from_bundle"
-
 _LINE = re.compile(r"^\[([A-Za-z0-9]+)\] ([^\s:\[]+(?:\[[^\]]*\])?): (.*)$", re.DOTALL)
 _TRACE = re.compile(r'File "([^"]+)", line \d+, in (\S+)')
 
 
-
 @dataclasses.dataclass(frozen=True)
 class Miss:
-    """A lookup about to miss: its ``layer`` (``fx_graph``, ``aot_autograd``), ``key``, the ``code``
-    Dynamo compiled (:func:`code_of`), the key's ``components`` (``{name: (hash, text)}``) and whether
-    the cache folder started empty by design (:func:`empty_folder`)."""
+    """A lookup about to miss: its ``layer``, ``key``, the ``code`` Dynamo compiled (:func:`code_of`), the key's
+    ``components`` (``{name: (hash, text)}``) and whether the cache folder started empty by design."""
 
     layer: str
     key: str
@@ -57,61 +47,32 @@ _bundle_autotune_keys: frozenset[str] = frozenset()
 
 def wrap_fx_hash(original: Callable[..., Any]) -> Callable[..., Any]:
     """``codecache.compiled_fx_graph_hash``, reporting the components of each key that will miss."""
-    import importlib
-
     codecache = importlib.import_module("torch._inductor.codecache")
-    return _wrap_fx(original, _folder_of(getattr(codecache, "FxGraphCache", None)))
+    missing = _missing_in(getattr(codecache, "FxGraphCache", None))
 
-
-def wrap_aot_key(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``autograd_cache_key``, reporting the components of each key that will miss."""
-    import importlib
-
-    autograd_cache = importlib.import_module("torch._functorch._aot_autograd.autograd_cache")
-    logger = logging.getLogger(autograd_cache.__name__)
-    return _wrap_aot(original, _folder_of(getattr(autograd_cache, "AOTAutogradCache", None)), logger)
-
-
-def _folder_of(cache_class: Any) -> Callable[[str], str | None]:
-    def folder(key: str) -> str | None:
-        finder = getattr(cache_class, "_get_tmp_dir_for_key", None)  # at call time: it may be wrapped later
-        base = getattr(cache_class, "_get_tmp_dir", None)  # torch 2.7's AOTAutograd cache has only this
-        try:
-            if finder is not None:
-                return str(finder(key))
-            return os.path.join(str(base()), key) if base is not None else None
-        except Exception:
-            return None
-
-    return folder
-
-
-def _missing(folder: Callable[[str], str | None], key: str) -> bool:
-    """Whether the current cache folder has no entry under ``key`` (unknown counts as missing)."""
-    path = folder(key)
-    return path is None or not os.path.exists(path)
-
-
-def _wrap_fx(original: Callable[..., Any], folder: Callable[[str], str | None]) -> Callable[..., Any]:
     def hashed(gm: Any, *args: Any, **kwargs: Any) -> Any:
         key, lines = original(gm, *args, **kwargs)
         with contextlib.suppress(Exception):
-            if _missing(folder, key):
+            if missing(key):
                 _seen("fx_graph", key, gm, lines)
         return key, lines
 
     return hashed
 
 
-def _wrap_aot(original: Callable[..., Any], folder: Callable[[str], str | None],
-              logger: logging.Logger) -> Callable[..., Any]:
+def wrap_aot_key(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``autograd_cache_key``, reporting the components of each key that will miss."""
+    autograd_cache = importlib.import_module("torch._functorch._aot_autograd.autograd_cache")
+    logger = logging.getLogger(autograd_cache.__name__)
+    missing = _missing_in(getattr(autograd_cache, "AOTAutogradCache", None))
+
     def keyed(*args: Any, **kwargs: Any) -> Any:
         key, lines = original(*args, **kwargs)
         with contextlib.suppress(Exception):
-            if key in _bundle_aot_keys and not _missing(folder, key):
+            if key in _bundle_aot_keys and not missing(key):
                 with _lock:
-                    _counts[FROM_BUNDLE_AOT] += 1
-            elif _missing(folder, key):
+                    _counts["aot_autograd.from_bundle"] += 1
+            elif missing(key):
                 if not lines:
                     lines = _debug_lines(original, logger, args, kwargs)
                 gm = args[0] if args else kwargs.get("mod")
@@ -119,6 +80,21 @@ def _wrap_aot(original: Callable[..., Any], folder: Callable[[str], str | None],
         return key, lines
 
     return keyed
+
+
+def _missing_in(cache_class: Any) -> Callable[[str], bool]:
+    """Whether the current cache folder of ``cache_class`` has no entry under a key (unknown counts as missing)."""
+    def missing(key: str) -> bool:
+        finder = getattr(cache_class, "_get_tmp_dir_for_key", None)  # at call time: it may be wrapped later
+        base = getattr(cache_class, "_get_tmp_dir", None)  # torch 2.7's AOTAutograd cache has only this
+        try:
+            if finder is not None:
+                return not os.path.exists(str(finder(key)))
+            return base is None or not os.path.exists(os.path.join(str(base()), key))
+        except Exception:
+            return True
+
+    return missing
 
 
 def _debug_lines(original: Callable[..., Any], logger: logging.Logger, args: Any, kwargs: Any) -> list[str]:
@@ -141,21 +117,14 @@ def _functorch_config() -> dict[str, tuple[str, str]]:
         values = config.save_config_portable()
     except Exception:
         return {}
-    out = {}
-    for name, value in values.items():
-        text = repr(value)
-        out[f"functorch_config[{name}]"] = (hashlib.sha256(text.encode()).hexdigest()[:20], text)
-    return out
+    texts = {f"functorch_config[{name}]": repr(value) for name, value in values.items()}
+    return {name: (hashlib.sha256(text.encode()).hexdigest()[:20], text) for name, text in texts.items()}
 
 
 def parse(lines: list[str]) -> dict[str, tuple[str, str]]:
     """``{component: (hash, text)}`` from torch's debug lines (``[hash] name: text``)."""
-    out = {}
-    for line in lines:
-        match = _LINE.match(str(line))
-        if match:
-            out[match.group(2)] = (match.group(1), match.group(3))
-    return out
+    matches = (_LINE.match(str(line)) for line in lines)
+    return {match.group(2): (match.group(1), match.group(3)) for match in matches if match}
 
 
 def code_of(gm: Any) -> str:
@@ -187,8 +156,8 @@ def _seen(layer: str, key: str, gm: Any, lines: list[str], extra: dict[str, tupl
 
 
 def report_misses_to(listener: Callable[[Miss], Iterable[str]] | None) -> None:
-    """From now on, hand every lookup about to miss to ``listener``, which answers the names of the
-    counts it adds (as :func:`counts` gives them back; an explanation's, say); ``None``: to nobody."""
+    """From now on, hand every lookup about to miss to ``listener`` (``None``: to nobody), which answers the
+    names of the counts it adds (as :func:`counts` gives them back)."""
     global _listener
     with _lock:
         _listener = listener
@@ -202,8 +171,7 @@ def counts() -> dict[str, int]:
 
 @contextlib.contextmanager
 def empty_folder() -> Iterator[None]:
-    """Inside, the cache folder starts empty (``cold_cache``, per-test isolation): an entry the bundle
-    holds is not expected in it, so a miss of one is explained as for any other source."""
+    """Inside, the cache folder starts empty (``cold_cache``, isolation): a miss of a bundle's entry is explained."""
     global _filled_from_bundle
     with _lock:
         before, _filled_from_bundle = _filled_from_bundle, False
@@ -215,9 +183,8 @@ def empty_folder() -> Iterator[None]:
 
 
 def note_bundle_keys(aot_keys: Iterable[str], autotune_keys: Iterable[str] = ()) -> None:
-    """The AOTAutograd keys and autotune results the loaded bundle holds: a lookup that finds one of them
-    in a cache folder filled from the bundle counts as ``from_bundle`` (torch counts FX graphs from a
-    bundle, not AOTAutograd entries or autotune results)."""
+    """The AOTAutograd keys and autotune results the loaded bundle holds: found in a folder filled from the
+    bundle, they count as ``from_bundle`` (torch counts that for FX graphs only)."""
     global _bundle_aot_keys, _bundle_autotune_keys
     with _lock:
         _bundle_aot_keys = frozenset(aot_keys)
@@ -225,9 +192,8 @@ def note_bundle_keys(aot_keys: Iterable[str], autotune_keys: Iterable[str] = ())
 
 
 def autotune_from_bundle(path: str) -> None:
-    """An autotune lookup found its result at ``path``: count it as ``autotune.from_bundle`` where the
-    loaded bundle put that result there (a folder filled from the bundle, the result's place one of its)."""
+    """Count an autotune result found at ``path`` as ``autotune.from_bundle`` where the loaded bundle put it."""
     tail = os.path.join(os.path.basename(os.path.dirname(path)), os.path.basename(path))
     with _lock:
         if _filled_from_bundle and tail in _bundle_autotune_keys:
-            _counts[FROM_BUNDLE_AUTOTUNE] += 1
+            _counts["autotune.from_bundle"] += 1

@@ -1,7 +1,6 @@
 """Where torch and Triton keep compiled files in a cache folder, and how to read them: C++ binaries and
 their sources in two-character folders, Triton's kernel folders with their group files, the
-max-autotune GEMM timings. Nothing here imports torch.
-"""
+max-autotune GEMM timings. Nothing here imports torch."""
 
 from __future__ import annotations
 
@@ -35,18 +34,9 @@ def valid_path(path: str) -> bool:
 
 
 def find_binaries(folder: Path, since: float = 0.0) -> dict[str, Path]:
-    """``{relative path: file}`` for every built binary in a cache folder (with ``since``, only in
-    folders changed since then: a file written since changed its folder).
-
-    C++ binaries lie in torch's two-character subfolders, with their sources (a source is taken
-    only beside a binary of the same name); Triton's kernel cache lies in ``triton/``, one folder
-    per compiled kernel, keyed by Triton from the source, the options and the target GPU. It
-    holds the variants autotuning and coordinate descent compiled, which Mega-Cache leaves out,
-    and the C modules Triton builds with the system compiler (its driver's helpers, kernel
-    launchers; keyed by their source and the platform), which a new folder would build again.
-    The max-autotune GEMM timings lie in ``cache/<system hash>``, one JSON file per GPU/CPU kind.
-    A binary whose source names this folder (torch 2.7's kernels do) is left out: elsewhere its key differs.
-    """
+    """``{relative path: file}`` for every built binary in a cache folder (with ``since``, only in folders
+    changed since then): C++ binaries with their sources, Triton's kernel folders (complete ones) and the
+    max-autotune GEMM timings, but not a binary whose source names this folder (torch 2.7's kernels)."""
     found = _triton_files(Path(folder) / TRITON, since)
     found.update(_timing_files(Path(folder) / _TIMINGS))
     try:
@@ -64,18 +54,14 @@ def find_binaries(folder: Path, since: float = 0.0) -> dict[str, Path]:
         local = {stem for stem in stems if _names_folder(Path(sub.path) / (stem + _SOURCE), here)}
         for name in names:
             stem, _, ext = name.rpartition(".")
-            if stem in local:
-                continue
-            if ("." + ext in _BINARY or ("." + ext == _SOURCE and stem in stems)) and not name.startswith("."):
-                rel = f"{sub.name}/{name}"
-                if valid_path(rel):
-                    found[rel] = Path(sub.path) / name
+            built = "." + ext in _BINARY or ("." + ext == _SOURCE and stem in stems)
+            if built and stem not in local and not name.startswith(".") and valid_path(f"{sub.name}/{name}"):
+                found[f"{sub.name}/{name}"] = Path(sub.path) / name
     return found
 
 
 def _names_folder(source: Path, folders: set[bytes]) -> bool:
-    """Whether a C++ source names the cache folder it lies in (torch 2.7 includes each kernel's prefix
-    header by its absolute path there): its key differs in every folder, so its binary is found only there."""
+    """Whether a C++ source names the cache folder it lies in (torch 2.7's kernels: their key differs per folder)."""
     try:
         text = source.read_bytes()
     except OSError:
@@ -127,8 +113,7 @@ def _complete(group: Path, present: set[str]) -> bool:
 
 
 def in_order(files: Mapping[str, Any]) -> list[tuple[str, Any]]:
-    """``files`` with each Triton group file after the files it names, so a reader never sees a group
-    file whose kernel files are not there yet."""
+    """``files`` with each Triton group file after the files it names (a reader never sees it before them)."""
     return sorted(files.items(), key=lambda item: (is_group_file(item[0].rsplit("/", 1)[-1]), item[0]))
 
 
@@ -146,10 +131,8 @@ def is_timings(path: str) -> bool:
 
 
 def merge_timings(first: bytes, second: bytes) -> bytes:
-    """Two GEMM timing files as one: every timing of both, ``first``'s where both have one.
-
-    Either side that is not a timing file (JSON with a ``cache`` object) is left out of the result.
-    """
+    """Two GEMM timing files as one: every timing of both, ``first``'s where both have one (a side that is
+    not a timing file, JSON with a ``cache`` object, is left out)."""
     def load(data: bytes) -> dict[str, Any] | None:
         try:
             value = json.loads(data)
@@ -186,4 +169,5 @@ def relocated_group(data: bytes, folder: Path) -> bytes:
 
 
 def is_triton_module(path: str) -> bool:
+    """Whether a carried file is one of Triton's compiled C modules."""
     return path.startswith(TRITON + "/") and path.endswith(_MODULE)

@@ -9,9 +9,8 @@ from typing import Iterator
 
 @contextlib.contextmanager
 def lowered(logger: logging.Logger, level: int) -> Iterator[None]:
-    """``logger`` at ``level`` (where that is lower) inside the block; every descendant that took its
-    level from ``logger`` keeps the level it had (torch's artifact loggers, such as
-    ``torch._inductor.codecache.__output_code``, hang below the loggers the plugin listens to)."""
+    """``logger`` at ``level`` (where lower) inside the block; its descendants that take their level from it keep
+    theirs (torch's artifact loggers, as ``torch._inductor.codecache.__output_code``, hang below the plugin's)."""
     before = logger.getEffectiveLevel()
     if before <= level:
         yield

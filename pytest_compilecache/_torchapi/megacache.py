@@ -7,6 +7,7 @@ import hashlib
 import json
 import logging
 import re
+import time
 from typing import Any, Callable, Iterator
 
 from ..environment import SavedEnv, point_cache_dirs_at
@@ -27,15 +28,13 @@ def _manager() -> Any:
 
 def fresh_recording() -> Any:
     """Context manager: artifacts recorded inside go to a collection of their own (torch 2.7 through
-    the register's backport of ``with_fresh_cache``). Where neither is there, a no-op: the process's
-    one collection is used."""
+    the register's backport of ``with_fresh_cache``; where neither is there, to the process's one)."""
     fresh = getattr(_manager(), "with_fresh_cache", None)
     return fresh() if fresh is not None else contextlib.nullcontext()
 
 
 def backport_fresh_cache(_: None) -> Any:
-    """``CacheArtifactManager.with_fresh_cache`` for torch 2.7, which lacks it: the same four collections
-    swapped for empty ones while active, as torch >= 2.8 does (see :mod:`.patches`)."""
+    """``CacheArtifactManager.with_fresh_cache`` for torch 2.7: its four collections swapped for empty ones inside."""
     from torch.compiler._cache import CacheArtifact, CacheInfo
     from torch.utils._appending_byte_serializer import AppendingByteSerializer
     from torch.utils._ordered_set import OrderedSet
@@ -45,8 +44,8 @@ def backport_fresh_cache(_: None) -> Any:
     @contextlib.contextmanager
     def with_fresh_cache(cls: Any) -> Iterator[None]:
         saved = [getattr(cls, name) for name in names]
-        fresh: tuple[Any, ...] = ([], OrderedSet(), AppendingByteSerializer(serialize_fn=CacheArtifact.serialize), CacheInfo())
-        for name, value in zip(names, fresh):
+        serializer = AppendingByteSerializer(serialize_fn=CacheArtifact.serialize)
+        for name, value in zip(names, ([], OrderedSet(), serializer, CacheInfo())):
             setattr(cls, name, value)
         try:
             yield
@@ -75,65 +74,45 @@ def save_artifacts() -> bytes | None:
 def ready_to_read() -> float:
     """Import what reading and writing Mega-Cache bytes needs; the seconds that took (about 0 where a
     test in this process compiled already, several seconds in an xdist controller that never did)."""
-    import time
-
     start = time.perf_counter()
     getattr(_manager(), "_ensure_cache_artifacts_registered", lambda: None)()
     return time.perf_counter() - start
 
 
 def _deserialize(data: bytes) -> dict[str, list[Any]]:
+    """``{artifact type: artifacts}`` in Mega-Cache bytes, read without 2.7's ``deserialize`` (which writes them)."""
     manager = _manager()
+    from torch.compiler import _cache
+    from torch.utils._appending_byte_serializer import AppendingByteSerializer
+
     getattr(manager, "_ensure_cache_artifacts_registered", lambda: None)()
     logger = logging.getLogger("torch.compiler._cache")
     level = logger.level
     logger.setLevel(logging.ERROR)
     try:
-        groups = _read_groups(manager, data)
+        if hasattr(_cache, "_deserialize_single_cache"):
+            groups = manager.deserialize(data)
+        else:
+            read: Any = _cache.CacheArtifact.deserialize  # 2.7's takes the reader alone
+            groups = {}
+            for artifact in AppendingByteSerializer.to_list(data, deserialize_fn=read):
+                kind: Any = artifact.type  # 2.7's is an enum member
+                groups.setdefault(str(kind.name).lower(), []).append(artifact)
     except Exception as exc:
         raise MegaCacheError(f"torch could not deserialize the artifacts ({type(exc).__name__}: {exc})") from None
     finally:
         logger.setLevel(level)
     if groups is None:
         raise MegaCacheError("torch could not deserialize the artifacts")
-    return groups
-
-
-def _read_groups(manager: Any, data: bytes) -> dict[str, list[Any]] | None:
-    """``{artifact type: artifacts}`` in Mega-Cache bytes, writing nothing.
-
-    torch >= 2.8 stores groups by type and its manager's ``deserialize`` only reads them. torch 2.7
-    stores a flat list of artifacts whose ``type`` is an enum, and its ``deserialize`` also writes
-    every artifact into the current cache folder: there the list is read with torch's own reader and
-    grouped by the enum's name, which is the type name later releases use.
-    """
-    from torch.compiler import _cache
-
-    if hasattr(_cache, "_deserialize_single_cache"):
-        artifacts = manager.deserialize(data)
-        return None if artifacts is None else dict(artifacts)
-    from torch.utils._appending_byte_serializer import AppendingByteSerializer
-
-    read: Any = _cache.CacheArtifact.deserialize  # 2.7's takes the reader alone
-    groups: dict[str, list[Any]] = {}
-    for artifact in AppendingByteSerializer.to_list(data, deserialize_fn=read):
-        kind: Any = artifact.type  # 2.7's is an enum member
-        groups.setdefault(str(kind.name).lower(), []).append(artifact)
-    return groups
+    return dict(groups)
 
 
 _KEY_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}$")
 _KEY_SHAPES = {"inductor": re.compile(r"^f[a-z0-9]{20,100}$"), "aot_autograd": re.compile(r"^a[a-z0-9]{20,100}$")}
 
 
-def unsafe_keys(data: bytes) -> list[str]:
-    """One problem, in words, per artifact key that torch would join onto the cache folder and that
-    could reach outside it (absolute, ``..``, NUL, odd characters, too long or deep), or that is not of
-    the form torch gives keys of its type."""
-    return _unsafe_keys(_deserialize(data))
-
-
 def _unsafe_keys(groups: dict[str, list[Any]]) -> list[str]:
+    """The problem, in words, of each artifact key that could reach outside the cache folder or is not of its form."""
     problems = []
     for kind, items in groups.items():
         shape = _KEY_SHAPES.get(kind)
@@ -149,8 +128,8 @@ def _unsafe_keys(groups: dict[str, list[Any]]) -> list[str]:
 
 
 def check_keys(data: bytes) -> None:
-    """Raise :class:`MegaCacheError` naming the bad keys unless every artifact key is safe (see :func:`unsafe_keys`)."""
-    _refuse(unsafe_keys(data))
+    """Raise :class:`MegaCacheError` naming the bad keys unless every artifact key is safe."""
+    _refuse(_unsafe_keys(_deserialize(data)))
 
 
 def _refuse(problems: list[str]) -> None:
@@ -161,20 +140,14 @@ def _refuse(problems: list[str]) -> None:
 
 def describe_artifacts(data: bytes) -> dict[str, dict[str, int]]:
     """``{artifact type: {"count": n, "bytes": n}}`` for Mega-Cache bytes."""
-    return {
-        kind: {"count": len(items), "bytes": sum(len(getattr(a, "content", b"")) for a in items)}
-        for kind, items in _deserialize(data).items()
-        if items
-    }
+    return {kind: {"count": len(items), "bytes": sum(len(getattr(a, "content", b"")) for a in items)}
+            for kind, items in _deserialize(data).items() if items}
 
 
 def artifact_identities(data: bytes) -> set[tuple[str, str, str]]:
     """``(type, key, sha256 of content)`` of every artifact in Mega-Cache bytes."""
-    return {
-        (kind, str(a.key), hashlib.sha256(bytes(a.content)).hexdigest())
-        for kind, items in _deserialize(data).items()
-        for a in items
-    }
+    return {(kind, str(a.key), hashlib.sha256(bytes(a.content)).hexdigest())
+            for kind, items in _deserialize(data).items() for a in items}
 
 
 def _serialize(groups: dict[str, list[Any]]) -> bytes:
@@ -194,14 +167,9 @@ def _serialize(groups: dict[str, list[Any]]) -> bytes:
 
 def select_artifacts(data: bytes, keep: Callable[[str, str], bool]) -> tuple[bytes, dict[str, int]]:
     """Mega-Cache bytes holding only the artifacts ``keep(type, key)`` accepts, and ``{type: dropped}``."""
-    kept: dict[str, list[Any]] = {}
-    dropped: dict[str, int] = {}
-    for kind, items in _deserialize(data).items():
-        for artifact in items:
-            if keep(kind, str(artifact.key)):
-                kept.setdefault(kind, []).append(artifact)
-            else:
-                dropped[kind] = dropped.get(kind, 0) + 1
+    groups = _deserialize(data)
+    kept = {kind: [a for a in items if keep(kind, str(a.key))] for kind, items in groups.items()}
+    dropped = {kind: len(items) - len(kept[kind]) for kind, items in groups.items() if len(items) > len(kept[kind])}
     return (_serialize(kept) if dropped else data), dropped
 
 
@@ -218,14 +186,7 @@ def _found_by_coordinate_descent(artifact: Any) -> bool:
 
 
 def _one_result_per_kernel(groups: dict[str, list[Any]]) -> bool:
-    """Keep one autotune result per kernel in ``groups`` (in place); whether any was dropped.
-
-    torch keeps a kernel's autotune result in one file and Mega-Cache writes every recorded result
-    for it in order, so the last one wins. A kernel tuned by coordinate descent is saved twice
-    (the best of its configs, then what coordinate descent found), and merged bundles can hold
-    both in any order; when the first wins, a warm max-autotune test runs coordinate descent
-    again: it benchmarks and writes. Kept: the last result found by coordinate descent, else the last.
-    """
+    """Keep one autotune result per kernel (in place), coordinate descent's over a heuristic one; whether any went."""
     items = groups.get("autotune") or []
     chosen: dict[str, Any] = {}
     for artifact in items:
@@ -240,12 +201,8 @@ def _one_result_per_kernel(groups: dict[str, list[Any]]) -> bool:
 
 
 def merge_artifacts(blobs: list[bytes]) -> bytes:
-    """One Mega-Cache byte string holding the union of ``blobs`` over (type, key, content).
-
-    The FX graph and AOTAutograd caches keep several entries under one key (one per guard
-    variant), so two artifacts with one key and different contents are both kept; an autotune
-    result is one file per kernel, so one result per kernel is kept (see :func:`_one_result_per_kernel`).
-    """
+    """One Mega-Cache byte string holding the union of ``blobs`` over (type, key, content): one key may hold
+    several entries (one per guard variant), but an autotune result is one per kernel."""
     _manager()
     merged: dict[str, dict[tuple[str, bytes], Any]] = {}
     for blob in blobs:
@@ -262,7 +219,6 @@ def merge_artifacts(blobs: list[bytes]) -> bytes:
 def load_artifacts(data: bytes, into: str) -> dict[str, list[str]]:
     """Write Mega-Cache bytes into the cache folder ``into``; ``{artifact type: keys}`` loaded."""
     torch = torch_module()
-    _manager()
     groups = _deserialize(data)
     _refuse(_unsafe_keys(groups))
     if _one_result_per_kernel(groups):
@@ -281,8 +237,7 @@ def load_artifacts(data: bytes, into: str) -> dict[str, list[str]]:
 
 
 def _loaded_keys(info: Any) -> dict[str, list[Any]]:
-    """``{artifact type: keys}`` of torch's ``CacheInfo``: a mapping on torch >= 2.8, one
-    ``<type>_artifacts`` list per type on 2.7."""
+    """``{artifact type: keys}`` of torch's ``CacheInfo`` (a mapping, or on 2.7 one ``<type>_artifacts`` list each)."""
     artifacts = getattr(info, "artifacts", None)
     if isinstance(artifacts, dict):
         return artifacts

@@ -1,23 +1,6 @@
-"""A ``warm_cache`` test's FX graph and AOTAutograd entries and its C++ binaries, linked into its folder when torch first asks for their key
-(and the same for the session's folder, where tests without a fixture compile).
-
-A warm test's folder starts as hard links to the session's template, the bundle's files. Linking
-every entry made each test pay for the whole bundle (a few hundred files for a suite of a few dozen
-small graphs) to read the one or two it compiles. torch finds an entry's folder through
-``FxGraphCache._get_tmp_dir_for_key`` and ``AOTAutogradCache._get_tmp_dir_for_key``, for its
-lookups and its writes alike; wrapped, each links the template's entries for that key into the
-test's folder before torch looks, so torch sees what a folder linked whole would show it. C++
-binaries lie in two-character folders named by their key; torch finds such a folder through
-``codecache.get_path`` (for the source it writes, then the binary beside it, which it builds only
-where it is missing): wrapped, it links the template's binaries of that folder first. The other
-files of those folders (autotune results, found beside a kernel's source by another path) are
-linked when the test starts. Where a torch lacks one of these functions, what it would find is
-linked whole, as before.
-
-A process the test starts (``subprocess``, ``multiprocessing``) has no such wrapper: it finds what
-the test has asked for so far, and compiles the rest, unless the test makes its folder whole first
-(:func:`link_whole`, ``warm_cache.link_whole_bundle()``).
-"""
+"""A warm test's FX graph and AOTAutograd entries and C++ binaries, linked into its folder from the template
+when torch first asks for their key or folder (docs/design.md says why); a process the test starts has no
+such wrapper and finds only what was asked for so far, unless the test calls :func:`link_whole` first."""
 
 from __future__ import annotations
 
@@ -33,12 +16,10 @@ from . import patches
 
 #: The folder under a cache folder each wrapped cache keeps its entries in, by the patched attribute.
 _FOLDERS = {"FxGraphCache._get_tmp_dir_for_key": "fxgraph", "AOTAutogradCache._get_tmp_dir_for_key": "aotautograd"}
-#: Sources torch writes itself, when absent, before it builds or loads what they make (``codecache.write``);
-#: they lie in the two-character folders of a cache folder, beside their binaries.
+#: Sources torch writes itself, when absent, before it builds or loads their binaries (never linked).
 _WRITTEN_BY_TORCH = (".cpp",)
-#: Built C++ binaries: torch looks for one only beside the source it has just written through ``get_path``.
-#: The two-character folders hold other files too (autotune results beside a Triton kernel's source),
-#: which torch finds by other paths: those are linked when a test starts.
+#: Built C++ binaries, found beside the source torch names through ``get_path`` (other files of the
+#: two-character folders, as autotune results, are found by other paths: linked when a test starts).
 _BUILT = (".so", ".o")
 
 _lock = threading.RLock()
@@ -55,18 +36,20 @@ class _Placing:
 _active: _Placing | None = None
 
 
-def wrap_fx_folder(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``FxGraphCache._get_tmp_dir_for_key``, placing the key's entries first (see :mod:`.patches`)."""
-    return _placing(original)
+def wrap_tmp_dir_for_key(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``FxGraphCache``'s or ``AOTAutogradCache``'s ``_get_tmp_dir_for_key``, placing the key's entries first."""
 
+    @functools.wraps(original)
+    def get_tmp_dir_for_key(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        path = original(cls, *args, **kwargs)
+        _place(str(path))
+        return path
 
-def wrap_aot_folder(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``AOTAutogradCache._get_tmp_dir_for_key``, placing the key's entries first (see :mod:`.patches`)."""
-    return _placing(original)
+    return get_tmp_dir_for_key
 
 
 def wrap_get_path(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``codecache.get_path``, placing the binaries of the folder it names first (see :mod:`.patches`)."""
+    """``codecache.get_path``, placing the binaries of the folder it names first."""
 
     @functools.wraps(original)
     def get_path(*args: Any, **kwargs: Any) -> Any:
@@ -82,20 +65,6 @@ def wrap_get_path(original: Callable[..., Any]) -> Callable[..., Any]:
 def on_demand() -> frozenset[str]:
     """The top-level folders of a cache folder whose entries are placed when torch asks for them."""
     return frozenset(folder for attribute, folder in _FOLDERS.items() if patches.took(attribute))
-
-
-def _binaries_on_demand() -> bool:
-    return patches.took("get_path")
-
-
-def _placing(original: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def get_tmp_dir_for_key(cls: Any, *args: Any, **kwargs: Any) -> Any:
-        path = original(cls, *args, **kwargs)
-        _place(str(path))
-        return path
-
-    return get_tmp_dir_for_key
 
 
 def _place(path: str, without: tuple[str, ...] = ()) -> None:
@@ -124,7 +93,7 @@ def link_whole() -> None:
         for folder in on_demand():
             if os.path.isdir(os.path.join(active.template, folder)):
                 files.link_tree(os.path.join(active.template, folder), os.path.join(active.folder, folder))
-        if _binaries_on_demand():
+        if patches.took("get_path"):
             _link_two_character(active.template, active.folder)
         active.whole = True
 
@@ -134,8 +103,7 @@ def _two_character(template: str | os.PathLike[str]) -> set[str]:
 
 
 def _link_two_character(template: str | os.PathLike[str], folder: str | os.PathLike[str], built: bool = True) -> None:
-    """Link the template's two-character folders into ``folder``, but for C++ sources (and, unless
-    ``built``, binaries); a folder with nothing to link is not made."""
+    """Link the template's two-character folders into ``folder`` but for C++ sources (and binaries unless ``built``)."""
     without = _WRITTEN_BY_TORCH if built else _WRITTEN_BY_TORCH + _BUILT
     names = _holding_more(template, without) if built else _holding_more_than_binaries(os.fspath(template))
     for name in names:
@@ -152,30 +120,25 @@ def _holding_more(template: str | os.PathLike[str], without: tuple[str, ...]) ->
     return found
 
 
-#: Per template: its state (inode, modification time, links) and its two-character folders that hold
-#: more than C++ sources and binaries. After a template is loaded, only the pool adds to those folders,
-#: and only binaries and their sources, so the list stands until the template is made again.
+#: Per template: its state (inode, modification time, links) and its two-character folders that hold more
+#: than C++ sources and binaries (only the pool adds to them, and only those, until the template is made again).
 _more_than_binaries: dict[str, tuple[tuple[int, int, int], list[str]]] = {}
 
 
 def _holding_more_than_binaries(template: str) -> list[str]:
     stat = os.stat(template)
     state = (stat.st_ino, stat.st_mtime_ns, stat.st_nlink)  # a folder added within a clock tick still counts
-    with _lock:
-        known = _more_than_binaries.get(template)
-    if known is not None and known[0] == state:
-        return known[1]
-    found = _holding_more(template, _WRITTEN_BY_TORCH + _BUILT)
-    with _lock:
-        _more_than_binaries[template] = (state, found)
-    return found
+    known = _more_than_binaries.get(template)
+    if known is None or known[0] != state:
+        known = _more_than_binaries[template] = (state, _holding_more(template, _WRITTEN_BY_TORCH + _BUILT))
+    return known[1]
 
 
 def fill_warm_folder(template: str | os.PathLike[str], folder: str | os.PathLike[str]) -> None:
     """Link into ``folder`` what a warm test needs before its first compile: all of ``template`` but
     the entries and binaries :func:`placing_from` places on demand and the C++ sources torch writes itself."""
     files.link_tree(template, folder, leave_out=on_demand() | _two_character(template))
-    _link_two_character(template, folder, built=not _binaries_on_demand())
+    _link_two_character(template, folder, built=not patches.took("get_path"))
 
 
 def complete_warm_folder(template: str | os.PathLike[str], folder: str | os.PathLike[str]) -> None:
@@ -185,8 +148,7 @@ def complete_warm_folder(template: str | os.PathLike[str], folder: str | os.Path
 
 @contextlib.contextmanager
 def placing_from(template: str, folder: str) -> Iterator[None]:
-    """While active, entries under :func:`on_demand` folders are linked from ``template`` into
-    ``folder`` (the current cache folder) as torch asks for their keys."""
+    """While active, entries of :func:`on_demand` folders are linked from ``template`` into ``folder`` as torch asks."""
     global _active
     with _lock:
         before, _active = _active, _Placing(os.path.realpath(template), os.path.realpath(folder))

@@ -1,22 +1,14 @@
 """The register of patches: every attribute of torch the plugin replaces at run time, declared in one
-table, installed by one function that records what took, and undone at the end.
-
-Each entry names where it applies, why, the feature a user loses where it does not take, and the
-torch releases it was seen to work on. A wrapper is named as ``"module:function"`` (a module of this
-package); the function is given torch's original and returns the replacement, or raises
-:class:`NotApplicable` saying why this torch cannot take it. Nothing here imports torch until
-:func:`install` runs.
-"""
+table (where, why, the feature lost where it does not take, the torch releases it was seen to work on),
+installed by :func:`install`, which records what took and imports torch, and undone by :func:`undo`."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import sys
 from typing import Any, Callable
-
-#: What a ``seen_on`` says for a patch checked on every torch of the compat matrix (scripts/compat.sh).
-EVERY_MINOR = "2.7.1 to 2.15.0"
 
 
 class NotApplicable(Exception):
@@ -25,21 +17,16 @@ class NotApplicable(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class Patch:
-    """One attribute replaced at run time: ``module``'s ``attribute`` (dotted within the module: a
-    class or object first, as ``"FxGraphCache._save_graph"``), by what ``wrapper`` makes of it.
-
-    ``alternatives``: other names the attribute had in other torch releases, tried in turn.
-    ``fallback_for``: install only where that patch (by attribute) did not take.
-    ``backport``: an attribute later torch releases have: added only where it is missing (the wrapper
-    is given ``None``), left alone where torch has it.
-    """
+    """``module``'s ``attribute`` (dotted, as ``"FxGraphCache._save_graph"``) replaced by what ``wrapper``
+    (``"module:function"`` of this package) makes of torch's original; ``alternatives``: its names in other
+    releases; ``fallback_for``: only where that attribute's patch did not take; ``backport``: added where missing."""
 
     module: str
     attribute: str
     wrapper: str
     feature: str
     purpose: str
-    seen_on: str = EVERY_MINOR
+    seen_on: str = "2.7.1 to 2.15.0"  # every torch of the compat matrix (scripts/compat.sh)
     alternatives: tuple[str, ...] = ()
     fallback_for: str = ""
     backport: bool = False
@@ -60,19 +47,23 @@ PATCHES: tuple[Patch, ...] = (
     Patch("torch._inductor.runtime.cache_dir_utils", "default_cache_dir", "defaultdir:wrap_default_cache_dir",
           "no files in the shared /tmp/torchinductor_<user>", "send torch's default folder to the session's own"),
     Patch("torch._inductor.runtime.runtime_utils", "default_cache_dir", "defaultdir:wrap_default_cache_dir",
-          "no files in the shared /tmp/torchinductor_<user>", "as cache_dir_utils's, where torch's helper caches look it up"),
+          "no files in the shared /tmp/torchinductor_<user>",
+          "as cache_dir_utils's, where torch's helper caches look it up"),
     Patch(_FX, "default_cache_dir", "defaultdir:wrap_default_cache_dir",
           "no files in the shared /tmp/torchinductor_<user>", "as cache_dir_utils's, bound in codecache at its import"),
     Patch("torch.compiler._cache", "CacheArtifactManager.with_fresh_cache", "megacache:backport_fresh_cache",
           "cold_cache compiles kept out of the bundle", "record apart while active, as torch >= 2.8 does",
           seen_on="2.7.1 (the only release without it)", backport=True),
-    Patch(_FX, "FxGraphCache._get_tmp_dir_for_key", "ondemand:wrap_fx_folder",
-          "warm folders filled on demand (FX graphs)", "link a warm test's FX entries for a key when torch first asks for it"),
-    Patch(_AOT, "AOTAutogradCache._get_tmp_dir_for_key", "ondemand:wrap_aot_folder",
-          "warm folders filled on demand (AOTAutograd)", "link a warm test's AOTAutograd entries for a key when torch first asks",
+    Patch(_FX, "FxGraphCache._get_tmp_dir_for_key", "ondemand:wrap_tmp_dir_for_key",
+          "warm folders filled on demand (FX graphs)",
+          "link a warm test's FX entries for a key when torch first asks for it"),
+    Patch(_AOT, "AOTAutogradCache._get_tmp_dir_for_key", "ondemand:wrap_tmp_dir_for_key",
+          "warm folders filled on demand (AOTAutograd)",
+          "link a warm test's AOTAutograd entries for a key when torch first asks",
           seen_on="2.8.0 to 2.15.0 (2.7 has no such function: its warm folders are filled whole)"),
     Patch(_FX, "get_path", "ondemand:wrap_get_path",
-          "warm folders filled on demand (C++ binaries)", "link a warm test's C++ binaries of a folder when torch asks for its path"),
+          "warm folders filled on demand (C++ binaries)",
+          "link a warm test's C++ binaries of a folder when torch asks for its path"),
     Patch("torch._dynamo.pgo", "get_local_code_state", "counters:wrap_pgo_lookup",
           "pgo layer counts", "count PGO lookups as hits and misses",
           seen_on="2.9.1 to 2.15.0 (2.7 and 2.8 have none: the pgo layer shows -)"),
@@ -94,7 +85,8 @@ PATCHES: tuple[Patch, ...] = (
           "compile wall time", "time Dynamo's compiles (nested ones once)"),
     Patch("torch._dynamo.convert_frame", "_compile", "clock:wrap_timed",
           "compile wall time (frames only)", "time Dynamo's frame compiles where torch has no compile callbacks",
-          seen_on="none (every torch from 2.7.1 has compile callbacks)", fallback_for="callback_handler.install_callbacks"),
+          seen_on="none (every torch from 2.7.1 has compile callbacks)",
+          fallback_for="callback_handler.install_callbacks"),
     Patch(_HEURISTICS, "CachingAutotuner.precompile", "clock:wrap_timed",
           "compile wall time (Triton)", "time Triton's compiles and loads on a kernel's first launch",
           seen_on="2.11.0 (GPU); imported on every CPU minor"),
@@ -130,46 +122,34 @@ PATCHES: tuple[Patch, ...] = (
     Patch(_FX, "compiled_fx_graph_hash", "keys:wrap_fx_hash",
           "explained FX graph misses; the bundle's key index", "record the components of every FX key that misses"),
     Patch(_AOT, "autograd_cache_key", "keys:wrap_aot_key",
-          "explained AOTAutograd misses; the bundle's key index", "record the components of every AOTAutograd key that misses"),
+          "explained AOTAutograd misses; the bundle's key index",
+          "record the components of every AOTAutograd key that misses"),
 )
+
 
 @dataclasses.dataclass
 class _Applied:
     owner: Any
     attribute: str
-    had: bool
-    before: Any
-    replacement: Any = None
-
-
-_applied: dict[str, _Applied] = {}
-#: ``{patch name: why it did not take}`` for the patches :func:`install` tried and could not apply.
-_missed: dict[str, str] = {}
-#: What was done, in order, as ``(kind, name, arguments before)``: :func:`undo` takes back what came
-#: after a checkpoint.
-_done: list[tuple[str, str]] = []
-
-
-def _function(spec: str) -> Callable[..., Any]:
-    module, name = spec.split(":")
-    target = importlib.import_module(f"{__package__}.{module}") if "." not in module else importlib.import_module(module)
-    function: Callable[..., Any] = getattr(target, name)
-    return function
+    before: Any  # the owner's own value, or _ABSENT where it had none
+    replacement: Any
 
 
 _ABSENT = object()
 #: The attribute a replacement carries: what it replaced, so that a register imported again (a
 #: ``pytester`` run in this process) wraps torch's original, never a wrapper.
 _ORIGINAL = "_compilecache_original"
+_applied: dict[str, _Applied] = {}
+#: ``{patch name: why it did not take}`` for the patches :func:`install` tried and could not apply.
+_missed: dict[str, str] = {}
+#: What was done, in order, as ``(kind, name)``: :func:`undo` takes back what came after a checkpoint.
+_done: list[tuple[str, str]] = []
 
 
-def _owner_of(module: Any, attribute: str) -> tuple[Any, str]:
-    *path, name = attribute.split(".")
-    owner: Any = module
-    for part in path:
-        owner = getattr(owner, part)
-    getattr(owner, name)
-    return owner, name
+def _function(spec: str) -> Callable[..., Any]:
+    module, name = spec.split(":")
+    function: Callable[..., Any] = getattr(importlib.import_module(f"{__package__}.{module}"), name)
+    return function
 
 
 def _unwrapped(value: Any) -> tuple[Any, type | None]:
@@ -188,12 +168,13 @@ def _apply(patch: Patch) -> str:
     if patch.backport:
         return _add(module, patch)
     for attribute in (patch.attribute, *patch.alternatives):
+        *path, name = attribute.split(".")
         try:
-            owner, name = _owner_of(module, attribute)
+            owner: Any = functools.reduce(getattr, path, module)
+            raw: Any = vars(owner).get(name, _ABSENT) if hasattr(owner, "__dict__") else _ABSENT
+            function, kind = _unwrapped(raw if raw is not _ABSENT else getattr(owner, name))
         except AttributeError:
             continue
-        raw: Any = vars(owner).get(name, _ABSENT) if hasattr(owner, "__dict__") else _ABSENT
-        function, kind = _unwrapped(raw if raw is not _ABSENT else getattr(owner, name))
         earlier = getattr(function, _ORIGINAL, _ABSENT)
         if earlier is None:  # an earlier copy's replacement shadowed an inherited attribute
             delattr(owner, name)
@@ -209,7 +190,7 @@ def _apply(patch: Patch) -> str:
         setattr(replacement, _ORIGINAL, None if raw is _ABSENT else raw)
         installed = kind(replacement) if kind is not None else replacement
         setattr(owner, name, installed)
-        _applied[patch.name] = _Applied(owner, name, raw is not _ABSENT, raw, installed)
+        _applied[patch.name] = _Applied(owner, name, raw, installed)
         _done.append(("patch", patch.name))
         return ""
     return f"this torch has no {patch.attribute}" + "".join(f" nor {a}" for a in patch.alternatives)
@@ -218,10 +199,8 @@ def _apply(patch: Patch) -> str:
 def _add(module: Any, patch: Patch) -> str:
     """Add a backported attribute where this torch lacks it; ``""`` (nothing to do) where it has it."""
     *path, name = patch.attribute.split(".")
-    owner: Any = module
     try:
-        for part in path:
-            owner = getattr(owner, part)
+        owner: Any = functools.reduce(getattr, path, module)
     except AttributeError:
         return f"this torch has no {'.'.join(path)} to add {name} to"
     if hasattr(owner, name):
@@ -231,20 +210,15 @@ def _add(module: Any, patch: Patch) -> str:
     except NotApplicable as exc:
         return str(exc)
     setattr(owner, name, added)
-    _applied[patch.name] = _Applied(owner, name, False, _ABSENT, added)
+    _applied[patch.name] = _Applied(owner, name, _ABSENT, added)
     _done.append(("patch", patch.name))
     return ""
 
 
 def install() -> None:
-    """Apply every patch of :data:`PATCHES` not applied yet; record what took and why the rest did not.
-
-    Imports torch's modules; called once torch's compiler is imported (idempotent, cheap once done).
-    """
+    """Apply every patch not applied yet (importing torch's modules); record what took and why the rest did not."""
     for patch in PATCHES:
-        if patch.name in _applied or patch.name in _missed:
-            continue
-        if patch.fallback_for and any(p.attribute == patch.fallback_for and p.name in _applied for p in PATCHES):
+        if patch.name in _applied or patch.name in _missed or (patch.fallback_for and took(patch.fallback_for)):
             continue
         why = _apply(patch)
         if why:
@@ -268,12 +242,8 @@ def checkpoint() -> int:
 
 
 def undo(since: int = 0) -> list[str]:
-    """Put back what :func:`install` changed after the checkpoint ``since``
-    (everything, by default), newest first, and forget it: a session takes back what it installed,
-    and a session that ran inside another one (``pytester``) leaves the outer one's patches in force.
-
-    Never raises: what could not be put back is returned, one line each. An attribute something else
-    replaced after the plugin did is left as that left it."""
+    """Put back what :func:`install` changed after the checkpoint ``since`` (everything, by default), newest
+    first, and forget it; never raises: what could not be put back (or was replaced again since) is returned."""
     problems = []
     while len(_done) > since:
         kind, name = _done.pop()
@@ -282,7 +252,7 @@ def undo(since: int = 0) -> list[str]:
                 applied = _applied.pop(name)
                 if vars(applied.owner).get(applied.attribute, _ABSENT) is not applied.replacement:
                     problems.append(f"{name} was replaced again by something else since; left as it is")
-                elif applied.had:
+                elif applied.before is not _ABSENT:
                     setattr(applied.owner, applied.attribute, applied.before)
                 else:
                     delattr(applied.owner, applied.attribute)
@@ -294,11 +264,8 @@ def undo(since: int = 0) -> list[str]:
 
 
 def status() -> dict[str, Any]:
-    """What took and what did not on this torch: ``{"torch", "took": [patch names], "hooks": [] (no import hook is added; kept for the JSON report's format 1),
-    "missed": {name: why},
-    "features_off": {feature: why}}`` (features whose every patch missed; a patch whose fallback took,
-    and a fallback not needed, are neither)."""
-    torch = sys.modules.get("torch")
+    """``{"torch", "took": [names], "hooks": [] (the JSON report's format 1), "missed": {name: why},
+    "features_off": {feature: why}}``: features whose every patch missed (a patch whose fallback took is not)."""
     covered = {p.fallback_for for p in PATCHES if p.fallback_for and p.name in _applied}
     missed = {p.name: _missed[p.name] for p in PATCHES if p.name in _missed and p.attribute not in covered}
     features: dict[str, list[str]] = {}
@@ -307,5 +274,6 @@ def status() -> dict[str, Any]:
             features.setdefault(patch.feature, []).append(f"{patch.name}: {missed[patch.name]}")
     off = {feature: "; ".join(whys) for feature, whys in features.items()
            if not any(p.feature == feature and p.name in _applied for p in PATCHES)}
-    return {"torch": str(getattr(torch, "__version__", "")), "took": [p.name for p in PATCHES if p.name in _applied],
-            "hooks": [], "missed": missed, "features_off": off}
+    torch = str(getattr(sys.modules.get("torch"), "__version__", ""))
+    took = [p.name for p in PATCHES if p.name in _applied]
+    return {"torch": torch, "took": took, "hooks": [], "missed": missed, "features_off": off}

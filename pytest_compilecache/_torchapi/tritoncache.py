@@ -1,11 +1,6 @@
-"""Triton kernels an FX cache hit finds already in Triton's own cache folder (carried or pooled).
-
-On an FX graph cache hit, torch's ``TritonBundler.read_and_emit`` writes the entry's Triton kernel
-files into Triton's cache folder and counts them, unless the kernel's folder already holds files:
-then it counts nothing and Triton uses the files there. With a bundle's Triton cache carried into
-each test's folder, that is the usual case, so those kernels are counted here as hits (``from
-bundle`` when a bundle carried them), file by file as torch counts its own.
-"""
+"""Triton kernels an FX cache hit finds already in Triton's own cache folder (carried or pooled), counted
+here as hits (``from_bundle`` when a bundle carried them), file by file as torch counts its own: torch's
+``TritonBundler.read_and_emit`` counts only the kernels it writes."""
 
 from __future__ import annotations
 
@@ -56,8 +51,7 @@ def _count_present(bundle: Any, cache_dir: Any) -> None:
 
 
 def mark_carried(kernel_hashes: set[str]) -> None:
-    """Remember the Triton cache folders placed from a bundle (kernels' count; those of Triton's
-    compiled modules are named by no FX entry, so they change no count)."""
+    """Remember the Triton cache folders (kernel hashes) placed from a bundle, to count hits as ``from_bundle``."""
     with _lock:
         _carried_kernels.update(kernel_hashes)
 

@@ -1,12 +1,5 @@
-"""Compiled C++ binaries, which Mega-Cache leaves out: found in cache folders, pooled, carried in bundles.
-
-torch builds a CPU kernel (or a C++ wrapper) into ``<cache>/<xx>/<key>[.main].so``, where ``key``
-hashes the C++ source and the whole compiler command line, and builds nothing when that file
-exists. A binary is therefore found only by the exact key torch computes for the code it needs.
-What the key does not cover (the compiler's version, what ``-march=native`` means on this CPU, the
-torch build) is the *build identity*: binaries are grouped by it, and a group is used only on a
-machine whose build identity is the same. This module never imports torch.
-"""
+"""Compiled C++ binaries, which Mega-Cache leaves out: found in cache folders, pooled, carried in bundles, by
+*build identity* (what torch's key does not cover; see docs/design.md). This module never imports torch."""
 
 from __future__ import annotations
 
@@ -41,24 +34,17 @@ def _write_atomic(dest: Path, data: bytes) -> None:
 
 
 def _place(source: Path, dest: Path) -> bool:
-    """Put ``source`` at ``dest`` (a hard link where possible), atomically; False if ``dest`` exists.
-
-    A hard link appears whole or not at all, so it is made in place; a copy (where links cannot
-    be made) is written beside ``dest`` and renamed over it. A Triton group file is rewritten
-    instead, so that it names the files beside it.
-    """
+    """Put ``source`` at ``dest`` atomically (a link, else a copy; a Triton group file rewritten); False if there."""
     if layout.is_group_file(dest.name):
         if dest.exists():
             return False
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        files.write_atomic(dest, layout.relocated_group(source.read_bytes(), dest.parent), fsync=False)
+        _write_atomic(dest, layout.relocated_group(source.read_bytes(), dest.parent))
         return True
     try:
         return _link(source, dest)
     except OSError:  # another file system, or links not allowed: a copy
-        pass
-    if dest.exists():
-        return False
+        if dest.exists():
+            return False
     dest.parent.mkdir(parents=True, exist_ok=True)
     _copy_over(source, dest)
     return True
@@ -75,9 +61,7 @@ def _copy_over(source: Path, dest: Path) -> None:
 
 
 def _replace_if_rebuilt(source: Path, dest: Path) -> bool:
-    """Replace the pooled ``dest`` with ``source`` when they differ: Triton built a module again in a
-    test's folder because the pooled one would not load (it logs that, and keeps the new one there),
-    so the next folders, and the bundle, get the one that loads. Whether it was replaced."""
+    """Replace the pooled ``dest`` with ``source`` where they differ (Triton rebuilt a module that would not load)."""
     try:
         if os.path.samefile(source, dest) or source.read_bytes() == dest.read_bytes():
             return False
@@ -114,22 +98,15 @@ def drop_from(folder: Path, names: Iterable[str]) -> int:
 
 
 class BinaryPool:
-    """The binaries built or loaded in a session, for one build identity, shared by its processes.
-
-    ``<root>/<build id>/<xx>/<name>``: each file written once, atomically, so a process reading
-    the pool never sees half a file (a Triton module that Triton had to build again, as the pooled
-    one would not load, replaces it). A test's cache folder is filled from it with hard links.
-    """
+    """The binaries of one build identity built or loaded in a session, shared by its processes, written once each."""
 
     def __init__(self, root: Path, identity: Mapping[str, str]) -> None:
         self.identity = dict(identity)
         self.build = build_id(identity)
         self.path = Path(root) / self.build
         self._seeded: dict[Path, str] = {}
-        label = self.path / "identity.json"
-        if not label.exists():
-            self.path.mkdir(parents=True, exist_ok=True)
-            files.write_atomic(label, json.dumps(self.identity, sort_keys=True).encode(), fsync=False)
+        if not (self.path / "identity.json").exists():
+            _write_atomic(self.path / "identity.json", json.dumps(self.identity, sort_keys=True).encode())
             self._changed()
 
     def version(self) -> str:
@@ -147,8 +124,7 @@ class BinaryPool:
         return layout.find_binaries(self.path)
 
     def add_from(self, folder: Path, since: float = 0.0) -> int:
-        """Take every binary of a cache folder that the pool lacks (timings are merged), skipping
-        files older than ``since``; returns how many were taken. A file that cannot be read is skipped."""
+        """Take every binary of a cache folder the pool lacks (timings merged), not older than ``since``; how many."""
         taken = 0
         try:
             for rel, file in layout.in_order(layout.find_binaries(folder, since)):
@@ -186,22 +162,17 @@ class BinaryPool:
         try:
             for rel, data in items:
                 try:
-                    added += self._add(rel, data)
+                    if layout.is_timings(rel):
+                        added += self._merge(rel, data)
+                    elif not (self.path / rel).exists():
+                        _write_atomic(self.path / rel, data)
+                        added += 1
                 except OSError as exc:
                     failed.append((rel, exc))
         finally:
             if added:
                 self._changed()
         return added, failed
-
-    def _add(self, rel: str, data: bytes) -> bool:
-        if layout.is_timings(rel):
-            return self._merge(rel, data)
-        dest = self.path / rel
-        if dest.exists():
-            return False
-        _write_atomic(dest, data)
-        return True
 
     def drop(self, names: Iterable[str]) -> int:
         """Remove the pooled files with these names (binaries that failed to load); returns how many."""
@@ -211,22 +182,14 @@ class BinaryPool:
         return dropped
 
     def seed(self, folder: Path) -> int:
-        """Link every pooled binary into a cache folder where it is missing (timings are merged); how many.
-
-        A folder this pool has seeded is not walked again until the pool changes (any process's add or drop).
-        """
+        """Link every pooled binary into a cache folder where missing (timings merged), once per pool change."""
         folder = Path(folder)
         version = self.version()
         if version and self._seeded.get(folder) == version:
             return 0
-        placed = self._seed(folder)
-        self._seeded[folder] = version
-        return placed
-
-    def _seed(self, folder: Path) -> int:
         placed = 0
         for rel, file in layout.in_order(self.files()):
-            dest = Path(folder) / rel
+            dest = folder / rel
             try:
                 if layout.is_timings(rel) and dest.exists():
                     _write_atomic(dest, layout.merge_timings(dest.read_bytes(), file.read_bytes()))
@@ -235,6 +198,7 @@ class BinaryPool:
                     placed += _place(file, dest)
             except OSError:
                 continue
+        self._seeded[folder] = version
         return placed
 
 
@@ -283,8 +247,7 @@ class CarriedBinaries:
         return bool(self.files)
 
     def add(self, build: str, path: str, data: bytes) -> None:
-        """Add a file unless one with this build and path is there already (the first one wins;
-        timing files are merged)."""
+        """Add a file unless one with this build and path is there (the first one wins; timing files are merged)."""
         old = self.files.get((build, path))
         if old is not None and layout.is_timings(path):
             data = layout.merge_timings(old.data, data)
@@ -293,22 +256,15 @@ class CarriedBinaries:
         self.files[(build, path)] = CarriedFile(build, path, hashlib.sha256(data).hexdigest(), len(data), data)
 
     def counts(self, probe_sources: Collection[str] = ()) -> dict[str, int]:
-        """``{"count": C++ binaries, "bytes": their size}`` (sources and Triton files not counted); with
-        ``probe_sources`` (the sources torch builds its CPU probes from), the probes apart, as ``probes``."""
-        binaries = [f for f in self.files.values() if layout.is_cpp(f.path)]
+        """``{"count": C++ binaries, "bytes": their size}``, with the CPU probes built from ``probe_sources`` apart."""
         probes = self.probes(probe_sources)
-        kernels = [f for f in binaries if f.path not in probes]
-        counts = {"count": len(kernels), "bytes": sum(f.size for f in kernels)}
-        if probes:
-            counts["probes"] = len(probes)
-        return counts
+        kernels = [f for f in self.files.values() if layout.is_cpp(f.path) and f.path not in probes]
+        apart = {"probes": len(probes)} if probes else {}
+        return {"count": len(kernels), "bytes": sum(f.size for f in kernels), **apart}
 
     def probes(self, probe_sources: Collection[str]) -> set[str]:
-        """The carried binaries (paths) built from one of ``probe_sources``: torch's CPU feature probes,
-        which a bundle carries so that a new machine need not build them, and which are no test's kernel."""
+        """The carried binaries (paths) built from one of ``probe_sources``: torch's CPU probes, no test's kernel."""
         texts = {source.encode() for source in probe_sources}
-        if not texts:
-            return set()
         sources = {f.path.rsplit(".", 1)[0] for f in self.files.values()
                    if f.path.endswith(".cpp") and f.data in texts}
         return {f.path for f in self.files.values() if layout.is_cpp(f.path) and f.path.rsplit(".", 1)[0] in sources}
@@ -343,13 +299,8 @@ class CarriedBinaries:
             listing.append([file.build, file.path, file.sha256, file.size, len(stored)])
         blob = b"".join(chunks)
         used = {f.build for f in self.files.values()}
-        section = {
-            "size": len(blob),
-            "sha256": hashlib.sha256(blob).hexdigest(),
-            "builds": {b: i for b, i in self.builds.items() if b in used},
-            "files": listing,
-        }
-        return blob, section
+        return blob, {"size": len(blob), "sha256": hashlib.sha256(blob).hexdigest(),
+                      "builds": {b: i for b, i in self.builds.items() if b in used}, "files": listing}
 
 
 def check_section(section: Any) -> None:
@@ -363,9 +314,8 @@ def check_section(section: Any) -> None:
         raise TypeError("binaries.sha256 must be a string")
     builds = section.get("builds")
     if not isinstance(builds, dict) or not all(
-        isinstance(b, str) and isinstance(i, dict) and all(isinstance(v, str) for v in i.values())
-        for b, i in builds.items()
-    ):
+            isinstance(b, str) and isinstance(i, dict) and all(isinstance(v, str) for v in i.values())
+            for b, i in builds.items()):
         raise TypeError("binaries.builds must map build ids to string fields")
     files = section.get("files")
     if not isinstance(files, list):

@@ -1,24 +1,4 @@
-"""The bundle file: Mega-Cache payloads for one or more environments, behind a readable manifest.
-
-Layout (format 1)::
-
-    b"PYTEST-COMPILECACHE-BUNDLE\\n"      magic line
-    b"<n>\\n"                             length of the manifest in bytes, in ASCII digits
-    <n bytes of UTF-8 JSON>              the manifest
-    <payloads>                           Mega-Cache bytes, one per entry, back to back
-
-The manifest is ``{"format": 1, "entries": [ENTRY, ...]}``; each ENTRY is ``{"env": {...},
-"created": t, "updated": t, "offset": o, "size": n, "sha256": hex, "artifacts": {type: {"count",
-"bytes"}}, "history": {...}}`` with ``offset`` counted from the first payload byte; ``history`` keeps
-how long the session that first built the entry spent compiling. An entry may also carry compiled
-C++ binaries, which Mega-Cache leaves out: ``"binaries": {"offset", "size", "sha256", "builds",
-"files"}`` (see :mod:`.binaries`), a second blob after its payload; a reader that does not know the
-key ignores it. An entry may also carry a key index (see :mod:`.keyindex`: what torch built each
-artifact key from, and when each artifact was last used): ``"index": {"offset", "size", "sha256"}``,
-a compressed blob after the binaries; it serves explanations and pruning, never torch, and an
-unreadable one loses only those. The manifest can be read without reading any payload, and every checksum is checked
-before any byte reaches torch. This module never imports torch.
-"""
+"""The bundle file (docs/file-format.md): a manifest, then its entries' payloads, each checked before torch sees it."""
 
 from __future__ import annotations
 
@@ -98,25 +78,20 @@ class Entry:
     from_file: bool = False
     _index_blob: bytes | None = field(default=None, repr=False)
     _binaries_blob: bytes | None = field(default=None, repr=False)
-    _index_problem: str = field(default="", repr=False)
-    _index_checked: bool = field(default=False, repr=False)
+    #: Why the key index is unusable ("": it is usable; ``None``: not checked yet).
+    _index_problem: str | None = field(default=None, repr=False)
 
     def vouched(self, secret: bytes) -> str:
-        """``""`` when this entry may be signed with ``secret``: made here, or read with a valid signature;
-        otherwise why not (``unsigned``, ``signature does not match``)."""
+        """``""`` when this entry may be signed with ``secret`` (made here, or read validly signed), else why not."""
         return "" if not self.from_file else signing.check(self.describe(), self.binaries_section, self.signature, secret)
 
     def with_payload(self, payload: bytes, artifacts: dict[str, dict[str, int]], index: KeyIndex | None,
                      binaries: bool = True) -> "Entry":
-        """This entry with fewer artifacts (or no carried binaries), as trusted as it was: with the key
-        set, an entry that was vouched for is signed again when written; one that was not stays
-        unsigned (or mismatched)."""
+        """This entry with fewer artifacts (or no carried binaries), as trusted as it was."""
         smaller = make_entry(self.env, payload, artifacts, self.created, self.binaries if binaries else None, index)
         smaller.history = self.history
         secret = signing.key()
-        trusted = not self.from_file or (secret is not None and not self.vouched(secret))
-        smaller.from_file = not trusted
-        smaller.signature = ""
+        smaller.from_file = self.from_file and (secret is None or bool(self.vouched(secret)))
         return smaller
 
     def reset_index(self) -> None:
@@ -131,35 +106,20 @@ class Entry:
         return self._index_blob
 
     def describe(self) -> dict[str, Any]:
-        """The manifest form of this entry (without its place in the file)."""
-        return {
-            "history": self.history,
-            "env": self.env,
-            "created": self.created,
-            "updated": self.updated,
-            "size": self.size,
-            "sha256": self.sha256,
-            "artifacts": self.artifacts,
-            **self._index_description(),
-        }
-
-    def _index_description(self) -> dict[str, Any]:
-        """The index as read (even one unusable here, copied as it is), else as packed now."""
+        """The manifest form of this entry (without its place in the file); its index as read, else as packed now."""
+        described: dict[str, Any] = {"history": self.history, "env": self.env, "created": self.created,
+                                     "updated": self.updated, "size": self.size, "sha256": self.sha256,
+                                     "artifacts": self.artifacts}
         if self.index_section is not None:
-            return {"index": {k: self.index_section[k] for k in ("size", "sha256")}}
-        blob = self.index_blob()
-        if blob is not None:
-            return {"index": {"size": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}}
-        return {}
+            described["index"] = {k: self.index_section[k] for k in ("size", "sha256")}
+        elif (blob := self.index_blob()) is not None:
+            described["index"] = {"size": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}
+        return described
 
 
 @dataclass
 class Bundle:
-    """A bundle file's manifest, read through one open file so payloads come from the same version.
-
-    A writer replaces PATH by renaming a new file over it; the file this object holds open stays
-    the version whose manifest it read, so a manifest and payloads never mix two versions.
-    """
+    """A bundle file's manifest, read through one open file, so that payloads come from the same version."""
 
     path: Path
     entries: list[Entry]
@@ -170,10 +130,7 @@ class Bundle:
 
     @classmethod
     def over(cls, source: io.RawIOBase, path: Path, label: str = "", head: int = io.DEFAULT_BUFFER_SIZE) -> "Bundle":
-        """The manifest of the bundle ``source`` holds, where every read may cost a request (a range
-        request to a server): the manifest is read ``head`` bytes at a time, then each section in one
-        read of its own, with no read-ahead. ``source`` stays open for those reads (close the bundle);
-        ``path`` is where it would be written. Raises :class:`BundleError`."""
+        """The manifest of the bundle in ``source`` (kept open), read ``head`` bytes, then a section, at a time."""
         buffered = io.BufferedReader(source, head)
         bundle = parse(cast(BinaryIO, buffered), path, label)
         bundle._file = cast(BinaryIO, buffered.detach())
@@ -229,9 +186,7 @@ class Bundle:
             raise BundleError(f"{self.name}: cannot read: {exc.strerror or exc}") from None
 
     def read_entry(self, entry: Entry) -> None:
-        """Read every section of ``entry`` now, so that it outlives :meth:`close` and a bundle written
-        from it holds them all: the payload and binaries checked, the key index as stored (it is
-        checked where it is used)."""
+        """Read every section of ``entry`` now, so that it outlives :meth:`close` (the key index as stored)."""
         self.payload(entry)
         self.carried(entry)
         section = entry.index_section
@@ -244,13 +199,11 @@ class Bundle:
     def signature_problem(self, entry: Entry, secret: bytes) -> str:
         """``""`` when the entry's signature is valid for ``secret``; otherwise the problem, naming the file."""
         why = signing.check(entry.describe(), entry.binaries_section, entry.signature, secret)
-        if not why:
-            return ""
-        return f"{self.name}: the entry for {env_label(entry.env)}: {why} ({signing.KEY_ENV} is set); it is not used"
+        return why and (f"{self.name}: the entry for {env_label(entry.env)}: {why} ({signing.KEY_ENV} is set); "
+                        "it is not used")
 
     def carried(self, entry: Entry) -> tuple[CarriedBinaries, list[str]]:
-        """The entry's compiled binaries, each checked against its checksum, and one problem per
-        file left out. Raises :class:`BundleError` when the binaries' blob as a whole is unreadable."""
+        """The entry's compiled binaries, each checked, and one problem per file left out."""
         if entry.binaries is not None:
             return entry.binaries, []
         section = entry.binaries_section
@@ -267,12 +220,7 @@ class Bundle:
         return carried, [f"{self.name}: {p}" for p in problems]
 
     def key_index(self, entry: Entry) -> tuple[KeyIndex | None, str]:
-        """The entry's key index (``None`` when it has none or it is unusable) and the problem, if any;
-        unpacked once, and read from the file only if :meth:`read_key_index` has not read it.
-
-        A key index that fails its checksum or is malformed is a problem for explanations and pruning
-        only; the entry's artifacts stay usable. Raises :class:`BundleError` if the file cannot be read.
-        """
+        """The entry's key index (``None`` when it has none or it is unusable) and the problem, if any."""
         problem = self.read_key_index(entry)
         blob = entry._index_blob
         if problem or entry.index is not None or entry.index_section is None or blob is None:
@@ -286,13 +234,11 @@ class Bundle:
         return entry.index, ""
 
     def read_key_index(self, entry: Entry) -> str:
-        """Read the entry's key index (unless read already) and check it, without unpacking it (large
-        for a GPU suite, and needed only to explain a miss or to save); the problem, if any. Raises
-        :class:`BundleError` if the file cannot be read."""
+        """Read the entry's key index (unless read already) and check it without unpacking it; the problem, if any."""
         section = entry.index_section
         if entry.index is not None or section is None:
             return ""
-        if entry._index_checked:
+        if entry._index_problem is not None:
             return entry._index_problem
         where = f"{self.name}: the key index of {env_label(entry.env)}"
         blob = entry._index_blob
@@ -302,7 +248,7 @@ class Bundle:
                 entry.index_section = None
                 return f"{where} is cut short; misses cannot be explained from it"
             entry._index_blob = blob
-        entry._index_checked = True
+        entry._index_problem = ""
         if hashlib.sha256(blob).hexdigest() != section["sha256"]:
             entry._index_problem = f"{where} fails its checksum; misses cannot be explained from it (kept as it is)"
         return entry._index_problem
@@ -322,8 +268,7 @@ _UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u
 
 
 def printable(text: str) -> str:
-    """``text`` with control characters, line breaks, direction overrides and lone surrogates escaped
-    (``\\n``, ``\\u202e``), so a hostile manifest can neither break a line nor fail to print."""
+    """``text`` with control characters, line breaks, direction overrides and lone surrogates escaped (``\\n``)."""
     return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape", "backslashreplace").decode("ascii"), text)
 
 
@@ -335,11 +280,8 @@ def env_label(env: Mapping[str, str]) -> str:
 def differences(bundle_env: Mapping[str, str], here: Mapping[str, str]) -> list[str]:
     """``field: bundle X, here Y`` for every field where two environments differ."""
     keys = list(here) + [k for k in bundle_env if k not in here]
-    return [
-        printable(f"{k}: bundle {bundle_env.get(k, '(absent)')!s}, here {here.get(k, '(absent)')!s}")
-        for k in keys
-        if bundle_env.get(k) != here.get(k)
-    ]
+    return [printable(f"{k}: bundle {bundle_env.get(k, '(absent)')!s}, here {here.get(k, '(absent)')!s}")
+            for k in keys if bundle_env.get(k) != here.get(k)]
 
 
 def _payload_start(f: Any, path: str) -> int:
@@ -391,51 +333,30 @@ def _entry(raw: Any) -> Entry:
     if not isinstance(signature, str):
         raise TypeError("signature must be a string")
     index = raw.get("index")
-    if index is not None:
-        if not isinstance(index, dict) or not isinstance(index.get("sha256"), str) or not all(
-                isinstance(index.get(k), int) and not isinstance(index.get(k), bool) and index[k] >= 0
-                for k in ("offset", "size")):
-            raise TypeError("index must hold a non-negative offset and size and a sha256")
-    return Entry(
-        env={str(k): str(v) for k, v in env.items()},
-        artifacts=artifacts,
-        created=float(numbers[0]),
-        updated=float(numbers[1]),
-        sha256=sha,
-        size=raw["size"],
-        offset=raw["offset"],
-        history=dict(history),
-        binaries_section=binaries,
-        signature=signature,
-        index_section=index,
-        from_file=True,
-    )
+    if index is not None and (not isinstance(index, dict) or not isinstance(index.get("sha256"), str) or not all(
+            isinstance(index.get(k), int) and not isinstance(index.get(k), bool) and index[k] >= 0
+            for k in ("offset", "size"))):
+        raise TypeError("index must hold a non-negative offset and size and a sha256")
+    return Entry(env={str(k): str(v) for k, v in env.items()}, artifacts=artifacts, created=float(numbers[0]),
+                 updated=float(numbers[1]), sha256=sha, size=raw["size"], offset=raw["offset"], history=dict(history),
+                 binaries_section=binaries, signature=signature, index_section=index, from_file=True)
 
 
 def read_manifest(path: Path, label: str = "") -> Bundle:
-    """Open a bundle and read its manifest, not its payloads. Raises :class:`BundleError` naming ``path``.
-
-    The returned :class:`Bundle` keeps the file open (close it, or use it as a context manager), so
-    payloads read later come from the version whose manifest was read. Where an open file blocks
-    the writers' rename (Windows), the whole file is read at once instead, with the same effect.
-    """
+    """Open a bundle and read its manifest, not its payloads (the file stays open: close the bundle)."""
     path = Path(path)
     name = label or str(path)
     try:
-        f = open(path, "rb")
+        source: BinaryIO = open(path, "rb")
+        if not HOLD_OPEN:
+            with source:
+                source = io.BytesIO(source.read())
     except FileNotFoundError:
         raise
     except IsADirectoryError:
         raise NotAFile(f"{name}: is a directory, not a bundle file") from None
     except OSError as exc:
         raise BundleError(f"{name}: cannot read: {exc.strerror or exc}") from None
-    source: BinaryIO = f
-    if not HOLD_OPEN:
-        try:
-            with f:
-                source = io.BytesIO(f.read())
-        except OSError as exc:
-            raise BundleError(f"{name}: cannot read: {exc.strerror or exc}") from None
     try:
         return parse(source, path, label)
     except BaseException:
@@ -444,8 +365,7 @@ def read_manifest(path: Path, label: str = "") -> Bundle:
 
 
 def parse(f: BinaryIO, path: Path, label: str = "") -> Bundle:
-    """Read the manifest from ``f`` (at its start), which stays open for payload reads; messages name
-    ``label`` (else ``path``). Raises :class:`BundleError`."""
+    """Read the manifest from ``f`` (at its start), which stays open for payload reads; messages name ``label``."""
     name = label or str(path)
     try:
         start = _payload_start(f, name)
@@ -465,10 +385,8 @@ def parse(f: BinaryIO, path: Path, label: str = "") -> Bundle:
     if not isinstance(manifest, dict) or "format" not in manifest:
         raise BundleError(f"{name}: corrupt: the manifest has no format version")
     if manifest["format"] != FORMAT:
-        raise BundleError(
-            f"{name}: bundle format {manifest['format']!r} is not supported by this "
-            f"pytest-compilecache (it reads format {FORMAT}); upgrade the plugin or rebuild the bundle"
-        )
+        raise BundleError(f"{name}: bundle format {manifest['format']!r} is not supported by this pytest-compilecache "
+                          f"(it reads format {FORMAT}); upgrade the plugin or rebuild the bundle")
     try:
         entries = [_entry(raw_entry) for raw_entry in manifest["entries"]]
     except (KeyError, TypeError, ValueError, AttributeError):
@@ -485,37 +403,18 @@ def parse(f: BinaryIO, path: Path, label: str = "") -> Bundle:
     return Bundle(path, entries, f, start, label)
 
 
-def make_entry(
-    env: Mapping[str, str],
-    payload: bytes,
-    artifacts: dict[str, dict[str, int]],
-    created: float = 0.0,
-    binaries: CarriedBinaries | None = None,
-    index: KeyIndex | None = None,
-) -> Entry:
+def make_entry(env: Mapping[str, str], payload: bytes, artifacts: dict[str, dict[str, int]], created: float = 0.0,
+               binaries: CarriedBinaries | None = None, index: KeyIndex | None = None) -> Entry:
     """A new entry for ``payload`` (and the compiled binaries it carries), stamped now."""
     now = time.time()
-    return Entry(
-        env=dict(env),
-        payload=payload,
-        artifacts=artifacts,
-        created=created or now,
-        updated=now,
-        sha256=hashlib.sha256(payload).hexdigest(),
-        size=len(payload),
-        binaries=binaries if binaries else None,
-        index=index if index else None,
-    )
+    return Entry(env=dict(env), payload=payload, artifacts=artifacts, created=created or now, updated=now,
+                 sha256=hashlib.sha256(payload).hexdigest(), size=len(payload), binaries=binaries or None,
+                 index=index or None)
 
 
 def write_bundle(bundle: Bundle) -> int:
-    """Write ``bundle`` atomically: a temporary file beside it, fsynced, then renamed into place.
-
-    Every entry's payload is read (and checked) before anything is written. Returns the file size.
-    Readers see the old file or the new one, never a half-written one. With the signing key set, an
-    entry is signed only if it was made in this process or read with a valid signature; any other
-    keeps the signature it had (or none), so a write never vouches for what it did not check.
-    """
+    """Write ``bundle`` atomically (a file beside it, fsynced, renamed into place); returns the file size. With the
+    signing key set, only an entry made here or validly signed is signed: a write vouches only for what it checked."""
     path = bundle.path
     chunks, placed = _encode(bundle)
     try:
@@ -539,14 +438,11 @@ def _encode(bundle: Bundle) -> tuple[list[bytes], list[tuple[Entry, str, dict[st
     """The file's bytes, and per entry the signature and manifest description they give it."""
     secret = signing.key()
     blobs: list[bytes] = []
-    offset = 0
-    described = []
     placed = []
     for entry in bundle.entries:
         data = bundle.payload(entry)
-        description = {**entry.describe(), "offset": offset}
+        description = {**entry.describe(), "offset": sum(map(len, blobs))}
         blobs.append(data)
-        offset += len(data)
         section = None
         if entry._binaries_blob is not None and entry.binaries_section is not None:
             blob = entry._binaries_blob
@@ -556,22 +452,19 @@ def _encode(bundle: Bundle) -> tuple[list[bytes], list[tuple[Entry, str, dict[st
             if carried:
                 blob, section = carried.pack()
         if section is not None:
-            description["binaries"] = {**section, "offset": offset}
+            description["binaries"] = {**section, "offset": sum(map(len, blobs))}
             blobs.append(blob)
-            offset += len(blob)
         bundle.read_key_index(entry)  # copied as stored, never unpacked for it
         index = entry.index_blob()
         if index is not None:
-            description["index"] = {**description["index"], "offset": offset}
+            description["index"] = {**description["index"], "offset": sum(map(len, blobs))}
             blobs.append(index)
-            offset += len(index)
         else:
             description.pop("index", None)
         sign = secret is not None and not entry.vouched(secret)
         signature = signing.sign(entry.describe(), section, secret) if sign and secret else entry.signature
         if signature:
             description["signature"] = signature
-        described.append(description)
         placed.append((entry, signature, description))
-    manifest = json.dumps({"format": FORMAT, "entries": described}, indent=1, sort_keys=True).encode()
+    manifest = json.dumps({"format": FORMAT, "entries": [d for *_, d in placed]}, indent=1, sort_keys=True).encode()
     return [MAGIC, b"%d\n" % len(manifest), manifest, *blobs], placed

@@ -1,17 +1,5 @@
-"""What a bundle knows about each artifact key: the components torch built the key from, and when it was last used.
-
-torch computes an FX graph or AOTAutograd cache key by hashing a list of components (the graph, each
-input's metadata, every Inductor and functorch config value, the torch build, ...). A
-:class:`KeyIndex` keeps those components per key, ``name -> (hash, text)``, so that a later miss can
-be compared with what the bundle holds (see :mod:`.explain`). Config values are the bulk of every
-key and nearly always the same, so each distinct set of them is stored once and keys refer to it.
-
-The index also records usage: the times of the updating runs that wrote the entry, and per artifact
-the last of them that used it, so that unused artifacts can be dropped (``compile_cache_max_unused_runs``,
-``prune --max-size``); and which keys were dropped so, why and when, so that a later miss of one is
-explained as the drop it is. It travels as an optional, zlib-compressed JSON section of a bundle entry.
-This module never imports torch.
-"""
+"""What a bundle knows about each artifact key (the components torch built it from) and its usage, kept as a
+compressed JSON section of an entry (docs/file-format.md#the-key-index). This module never imports torch."""
 
 from __future__ import annotations
 
@@ -20,7 +8,7 @@ import json
 import math
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 FORMAT = 1
 #: Components whose names start so are config values, stored once per distinct set.
@@ -36,6 +24,7 @@ MAX_DROPPED = 10000
 MAX_UNPACKED = 256 * 1024 * 1024
 
 Components = Mapping[str, "tuple[str, str] | list[str]"]
+T = TypeVar("T")
 
 
 class KeyIndexError(ValueError):
@@ -90,10 +79,7 @@ class KeyIndex:
         return [k for k, r in self.keys.items() if r["layer"] == layer]
 
     def restricted(self, keys: Iterable[str], dropped_by: str = "", when: float = 0.0) -> "KeyIndex":
-        """A copy holding only ``keys`` (and the config sets they use); usage kept for the artifacts of those keys.
-
-        With ``dropped_by`` (``"prune --max-size"``), the keys left out are remembered as dropped by it at ``when``.
-        """
+        """A copy holding only ``keys`` (their config sets and usage); the others noted as dropped by ``dropped_by``."""
         wanted = set(keys)
         kept = {k: r for k, r in self.keys.items() if k in wanted}
         configs = {c: v for c, v in self.configs.items() if c in {r["config"] for r in kept.values()}}
@@ -111,11 +97,7 @@ class KeyIndex:
             self.used[name] = max(self.used.get(name, 0.0), when)
 
     def unused_for(self, runs: int, artifacts: Iterable[str]) -> set[str]:
-        """Those of ``artifacts`` that none of the last ``runs`` updating runs used.
-
-        An artifact with no usage record counts as used when recording began (the first run noted),
-        so a bundle written before usage was recorded loses nothing at once.
-        """
+        """Those of ``artifacts`` none of the last ``runs`` updating runs used (no record: used at the first run)."""
         if runs <= 0 or len(self.runs) < runs:
             return set()
         since = self.runs[-runs]
@@ -128,15 +110,13 @@ class KeyIndex:
         out = KeyIndex()
         for part in parts:
             out.torch = out.torch or part.torch
-            for cid, config in part.configs.items():
-                out.configs.setdefault(cid, config)
+            out.configs = {**part.configs, **out.configs}
             for key, record in part.keys.items():
                 out.keys.setdefault(key, record)
             out.runs = sorted(set(out.runs) | set(part.runs))[-MAX_RUNS:]
             for name, when in part.used.items():
                 out.used[name] = max(out.used.get(name, 0.0), when)
-            for key, drop in part.dropped.items():
-                out.dropped.setdefault(key, drop)
+            out.dropped = {**part.dropped, **out.dropped}
         out.dropped = _newest({k: d for k, d in out.dropped.items() if k not in out.keys})
         return out
 
@@ -151,16 +131,14 @@ class KeyIndex:
     @classmethod
     def unpack(cls, blob: bytes) -> "KeyIndex":
         """The inverse of :meth:`pack`; raises :class:`KeyIndexError` on anything malformed."""
+        inflater = zlib.decompressobj()
         try:
-            inflater = zlib.decompressobj()
             raw = inflater.decompress(blob, MAX_UNPACKED)
-            if inflater.unconsumed_tail:
-                raise KeyIndexError(f"the key index is larger than {MAX_UNPACKED} bytes unpacked")
-            data = json.loads(raw.decode("utf-8"))
-        except (zlib.error, UnicodeDecodeError, ValueError, RecursionError) as exc:
-            if isinstance(exc, KeyIndexError):
-                raise
+            data = None if inflater.unconsumed_tail else json.loads(raw.decode("utf-8"))
+        except (zlib.error, UnicodeDecodeError, ValueError, RecursionError):
             raise KeyIndexError("the key index is not valid compressed JSON") from None
+        if inflater.unconsumed_tail:
+            raise KeyIndexError(f"the key index is larger than {MAX_UNPACKED} bytes unpacked")
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise KeyIndexError(f"the key index has an unknown format ({_short(data.get('format') if isinstance(data, dict) else data)})")
         try:
@@ -193,22 +171,18 @@ def _short(value: Any) -> str:
     return repr(value)[:40]
 
 
-def _str(value: Any) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"expected a string, got {_short(value)}")
-    return value
+def _typed(kind: type[T], what: str) -> Callable[[Any], T]:
+    def check(value: Any) -> T:
+        if not isinstance(value, kind):
+            raise TypeError(f"expected {what}, got {_short(value)}")
+        return value
+
+    return check
 
 
-def _dict(value: Any) -> dict[Any, Any]:
-    if not isinstance(value, dict):
-        raise TypeError(f"expected an object, got {_short(value)}")
-    return value
-
-
-def _list(value: Any) -> list[Any]:
-    if not isinstance(value, list):
-        raise TypeError(f"expected a list, got {_short(value)}")
-    return value
+_str = _typed(str, "a string")
+_dict = _typed(dict, "an object")
+_list = _typed(list, "a list")
 
 
 def _number(value: Any) -> float:
@@ -217,7 +191,7 @@ def _number(value: Any) -> float:
     try:
         number = float(value)
     except OverflowError:
-        raise TypeError(f"expected a finite number, got {_short(value)}") from None
+        number = math.inf
     if not math.isfinite(number):
         raise TypeError(f"expected a finite number, got {_short(value)}")
     return number

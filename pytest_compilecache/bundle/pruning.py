@@ -1,4 +1,4 @@
-"""Making a bundle fit a size (``prune --max-size``): which artifacts and carried binaries to drop, least recently used first."""
+"""Making a bundle fit a size (``prune --max-size``): the artifacts and binaries to drop, least recently used first."""
 
 from __future__ import annotations
 
@@ -16,16 +16,14 @@ class CannotFit(Exception):
 
 
 def fit(path: Path, entries: list[Entry], limit: int) -> tuple[list[Entry], list[str]]:
-    """``entries`` made to fit in ``limit`` bytes, and what was dropped, in words: the least recently
-    used artifacts go first, and carried binaries (largest first) only when artifacts alone cannot
-    make it fit; then the binaries go first and as few artifacts as possible follow. Raises
-    :class:`CannotFit` where no artifact would be left."""
+    """``entries`` made to fit in ``limit`` bytes, least recently used artifacts first (carried binaries where
+    those cannot make it fit), and what was dropped; raises :class:`CannotFit` where no artifact would be left."""
     start = encoded_size(Bundle(path, entries))
     plan = _plan(path, entries, limit, binaries_first=False)
-    if (plan[3] and plan[3][-1].startswith("dropped the carried binaries")) or any(
+    if (plan[2] and plan[2][-1].startswith("dropped the carried binaries")) or any(
             e.binaries and not e.artifacts for e in plan[0]):
         plan = _plan(path, entries, limit, binaries_first=True)
-    kept, size, _, lines = plan
+    kept, size, lines = plan
     left = [e for e in kept if e.artifacts]  # carried binaries serve artifacts: alone they are nothing usable
     if size > limit or not left:
         raise CannotFit(f"{path}: cannot fit in {limit:,d} bytes with any artifact kept; {path} is unchanged")
@@ -34,28 +32,21 @@ def fit(path: Path, entries: list[Entry], limit: int) -> tuple[list[Entry], list
     return left, [f"{start:,d} -> {encoded_size(Bundle(path, left)):,d} bytes", *lines]
 
 
-def _plan(path: Path, entries: list[Entry], limit: int,
-          binaries_first: bool) -> tuple[list[Entry], int, int, list[str]]:
-    """One way to fit: (entries, size, artifacts kept, what was dropped in words)."""
+def _plan(path: Path, entries: list[Entry], limit: int, binaries_first: bool) -> tuple[list[Entry], int, list[str]]:
+    """One way to fit: (entries, size, what was dropped in words)."""
     entries, lines = list(entries), []
     size = encoded_size(Bundle(path, entries))
 
     def drop_binaries() -> None:
         nonlocal size
-        def carried_bytes(number: int) -> int:
-            binaries = entries[number].binaries
-            return binaries.counts()["bytes"] if binaries else 0
-
-        order = sorted(range(len(entries)), key=lambda number: -carried_bytes(number))
-        for number in order:
-            entry = entries[number]
+        carrying = [(number, e.binaries.counts()["bytes"]) for number, e in enumerate(entries) if e.binaries]
+        for number, _ in sorted(carrying, key=lambda item: -item[1]):
             if size <= limit:
                 return
-            if entry.binaries:
-                entries[number] = entry.with_payload(entry.payload or b"", entry.artifacts, entry.index,
-                                                     binaries=False)
-                size = encoded_size(Bundle(path, entries))
-                lines.append(f"dropped the carried binaries of {env_label(entry.env)}")
+            entry = entries[number]
+            entries[number] = entry.with_payload(entry.payload or b"", entry.artifacts, entry.index, binaries=False)
+            size = encoded_size(Bundle(path, entries))
+            lines.append(f"dropped the carried binaries of {env_label(entry.env)}")
 
     if binaries_first:
         drop_binaries()
@@ -66,9 +57,7 @@ def _plan(path: Path, entries: list[Entry], limit: int,
         last = index.runs[-1] if index.runs else None
         for kind, key, n in _torchapi.artifact_sizes(entry.payload or b""):
             used = index.used.get(artifact_id(kind, key), first)
-            # Among artifacts used as recently: AOTAutograd entries first (one cannot hit without the FX
-            # graph it names, while an FX graph still serves the compile that follows its miss), then
-            # the largest (the fewest lost).
+            # Among artifacts used as recently: AOTAutograd first (it needs its FX graph), then the largest.
             candidates.append((used, kind != "aot_autograd", -n, number, kind, key, n,
                                last is not None and used >= last))
     total = len(candidates)
@@ -88,14 +77,12 @@ def _plan(path: Path, entries: list[Entry], limit: int,
         size = encoded_size(Bundle(path, entries))
     gone = total - len(candidates)
     if gone:
-        line = f"dropped {counted(gone, 'least recently used artifact')} ({artifact_counts(gone_kinds)}"
-        if recent:
-            line += (f"; {recent} of them the last recorded run used: tests that need them miss until an "
-                     "updating run saves them again")
-        line += ")"
-        lines.append(line)
+        recently = (f"; {recent} of them the last recorded run used: tests that need them miss until an updating run "
+                    "saves them again") if recent else ""
+        kinds = artifact_counts(gone_kinds)
+        lines.append(f"dropped {counted(gone, 'least recently used artifact')} ({kinds}{recently})")
     drop_binaries()
-    return entries, size, len(candidates), lines
+    return entries, size, lines
 
 
 def _without(entry: Entry, names: set[str]) -> Entry:

@@ -1,13 +1,4 @@
-"""Signed bundle entries: an HMAC-SHA256, with a key from the environment, over what an entry says.
-
-The key is read only from ``PYTEST_COMPILE_CACHE_KEY``: never from the command line, never written
-anywhere. The signature covers every manifest field of an entry except where it lies in the file
-(so rewriting a bundle keeps it valid): its environment, artifact counts, dates, history, the
-payload's size and SHA-256, the carried binaries' listing and blob checksum, and the key index's
-size and checksum. Since every payload
-and binary is checked against those checksums before use, a valid signature vouches for the bytes
-too.
-"""
+"""Signed bundle entries: an HMAC-SHA256 keyed from ``PYTEST_COMPILE_CACHE_KEY`` (docs/file-format.md#signature)."""
 
 from __future__ import annotations
 
@@ -24,8 +15,7 @@ MISMATCH = "signature does not match"
 
 def key() -> bytes | None:
     """The signing key from the environment, or None when it is unset or empty."""
-    value = os.environ.get(KEY_ENV, "")
-    return value.encode() if value else None
+    return os.environ.get(KEY_ENV, "").encode() or None
 
 
 def _signed_fields(described: Mapping[str, Any], binaries: Mapping[str, Any] | None) -> bytes:

@@ -1,23 +1,9 @@
-"""The expectations file: JSON for code review, one test per line, and the same bytes for the same records.
-
-::
-
-    {
-     "format": 1,
-     "made_with": {"device": "cpu", "torch": "2.13.0+cpu"},
-     "tests": {
-      "tests/test_model.py::test_compiles": {"frames": 1, "graphs": 1, ...},
-      ...
-     }
-    }
-
-Tests are sorted by node id, fields in :data:`~.records.FIELDS` order; nothing machine- or time-specific
-is written. A file that cannot be read whole (malformed, truncated, hand-edited into something else) is an
-:class:`ExpectFileError` naming the file and the line, never a partial read.
-"""
+"""The expectations file (docs/expectations.md): JSON, one test per line, the same bytes for the same records.
+A file that cannot be read whole is an :class:`ExpectFileError` naming the file and the line, never a partial read."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,15 +62,11 @@ def read(path: Path) -> Expectations | None:
 
 
 def write(path: Path, expectations: Expectations) -> bool:
-    """Write ``expectations`` to ``path`` atomically, unless the file already holds these very bytes.
-
-    Returns whether the file was written."""
+    """Write ``expectations`` to ``path`` atomically, unless the file already holds these very bytes; whether it did."""
     data = expectations.render()
-    try:
+    with contextlib.suppress(OSError):
         if path.read_bytes() == data:
             return False
-    except OSError:
-        pass
     path.parent.mkdir(parents=True, exist_ok=True)
     files.write_atomic(path, data)
     return True

@@ -1,16 +1,5 @@
-"""The two plugin objects of ``--compile-cache-expect``, registered by the roles only when it is given.
-
-- :class:`Recorder`, beside the tests (a run without xdist, each worker): at the end of each recorded test's
-  call, measures it and compares it with its record, failing the test itself on a difference; the
-  measurement rides on the call report to the process that writes the file.
-- :class:`Keeper`, beside the summary (a run without xdist, the controller): gathers every test's
-  measurement, writes the file once with ``--compile-cache-expect-update``, and fills the report.
-
-A record is *unused* when its test is within what the session collected (its file was collected, or
-no longer exists, under the paths given) but is not a recorded test any more. A session that deselected
-tests (``-k``, ``-m``, ``--deselect``) only finds unused the records of tests it ran that are no longer
-recorded; records outside the paths given are left alone, and ``--lf``/``--sw`` runs find none unused.
-"""
+"""The two plugin objects of ``--compile-cache-expect``: :class:`Recorder` beside the tests, :class:`Keeper`
+beside the summary; which records are unused is said in docs/expectations.md."""
 
 from __future__ import annotations
 
@@ -41,10 +30,7 @@ def load(path: Path) -> Expectations | None:
 
 def shown(path: Path, root: Path) -> str:
     """``path`` as messages show it: relative to the rootdir where it lies under it."""
-    try:
-        return path.relative_to(root).as_posix()
-    except ValueError:
-        return str(path)
+    return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
 
 
 class Counting(Protocol):
@@ -67,20 +53,17 @@ class Recorder:
         self.expectations = expectations
         #: The records this session finds unused (known once collection is done).
         self.unused: list[str] = []
-        self._deselected: set[str] = set()
+        self._deselected = False
         self._files: set[str] = set()
         self._made_with: dict[str, str] | None = None
-        self._root = str(config.rootpath) + "/"
 
     @classmethod
     def create(cls, config: pytest.Config, path: Path | None, update: bool, counts: Counting) -> "Recorder | None":
         """The recorder, when ``--compile-cache-expect=PATH`` is given."""
-        if path is None:
-            return None
-        return cls(config, path, update, counts, load(path))
+        return None if path is None else cls(config, path, update, counts, load(path))
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
-        self._deselected.update(item.nodeid for item in items)
+        self._deselected = self._deselected or bool(items)
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.passed and "::" not in report.nodeid and (self.config.rootpath / report.nodeid).is_file():
@@ -122,11 +105,8 @@ class Recorder:
             payload["status"] = "regressed" if changed else "compared"
             if changed and not self.update:
                 report.outcome = "failed"
-                report.longrepr = _failure(item, describe(changed, measured, self.path, self._relative))
+                report.longrepr = _failure(item, describe(changed, measured, self.path, f"{self.config.rootpath}/"))
         setattr(report, EXPECT_ATTR, payload)
-
-    def _relative(self, text: str) -> str:
-        return text.replace(self._root, "")
 
 
 def _failure(item: pytest.Item, message: str) -> Any:
@@ -138,30 +118,23 @@ def _failure(item: pytest.Item, message: str) -> Any:
     raise AssertionError("unreachable")
 
 
-def unused(records: dict[str, Any], session: pytest.Session, deselected: set[str], files: set[str],
+def unused(records: dict[str, Any], session: pytest.Session, deselected: bool, files: set[str],
            counts: Counting) -> list[str]:
     """The records whose tests, within what this session selected, are gone or no longer recorded."""
     config = session.config
     if not records or config.getoption("lf", False) or config.getoption("stepwise", False):
         return []
     items = {item.nodeid: item for item in session.items}
+    unrecorded = [n for n in records if n in items and counts.cache_kind(items[n]) is None]
     if deselected:  # -k, -m, --deselect: a record matching no test may belong to one not selected
-        return sorted(n for n in records if n in items and counts.cache_kind(items[n]) is None)
-    scopes = [_scope(arg, config) for arg in config.args]
-    out = []
-    for nodeid in records:
-        if nodeid in deselected:
-            continue
-        item = items.get(nodeid)
-        if item is not None:
-            if counts.cache_kind(item) is None:
-                out.append(nodeid)
-            continue
+        return sorted(unrecorded)
+    scopes = [scope for scope in (_scope(arg, config) for arg in config.args) if scope is not None]
+
+    def gone_or_collected(nodeid: str) -> bool:
         file = nodeid.split("::")[0]
-        gone_or_collected = file in files or not (config.rootpath / file).exists()
-        if gone_or_collected and any(_within(nodeid, scope) for scope in scopes if scope is not None):
-            out.append(nodeid)
-    return sorted(out)
+        return (file in files or not (config.rootpath / file).exists()) and any(_within(nodeid, s) for s in scopes)
+
+    return sorted(unrecorded + [n for n in records if n not in items and gone_or_collected(n)])
 
 
 def _scope(arg: str, config: pytest.Config) -> str | None:
@@ -220,16 +193,12 @@ class Keeper:
         """Compare the counts, write the file (with ``--compile-cache-expect-update``), and say what happened."""
         file = self.expectations or Expectations()
         made_with = next((dict(p["made_with"]) for p in self.measured.values() if p.get("made_with")), {})
-        report = ExpectationsReport(self.shown, self.update, recorded_with=dict(file.made_with), made_with=made_with,
+        status = {nodeid: payload.get("status") for nodeid, payload in sorted(self.measured.items())}
+        report = ExpectationsReport(self.shown, self.update, compared=sum(s != "not recorded" for s in status.values()),
+                                    regressed=[n for n, s in status.items() if s == "regressed"],
+                                    not_recorded=[n for n, s in status.items() if s == "not recorded"],
+                                    recorded_with=dict(file.made_with), made_with=made_with,
                                     exists=self.expectations is not None)
-        for nodeid, payload in sorted(self.measured.items()):
-            status = payload.get("status")
-            if status == "not recorded":
-                report.not_recorded.append(nodeid)
-            else:
-                report.compared += 1
-                if status == "regressed":
-                    report.regressed.append(nodeid)
         unused = self.recorder.unused if self.recorder is not None else sorted(self._unused)
         report.unused = [n for n in unused if n in file.tests and n not in self.measured]
         if self.update and not session.config.option.collectonly:

@@ -1,8 +1,5 @@
-"""Compile columns in pytest-html's results table, through its optional hooks.
-
-:class:`HtmlColumns` is registered only when pytest-html is loaded (its hook specifications exist
-only then), in the process that writes the report (never an xdist worker).
-"""
+"""Compile columns in pytest-html's results table, through its optional hooks (registered only where
+pytest-html is loaded, in the process that writes the report)."""
 
 from __future__ import annotations
 
@@ -14,11 +11,8 @@ import pytest
 from .model import REPORT_ATTR
 
 #: ``(column class, header)`` of each column added, after pytest-html's own.
-COLUMNS: tuple[tuple[str, str], ...] = (
-    ("compile_seconds", "Compile s"),
-    ("fx_hits", "FX hits"),
-    ("fx_misses", "FX misses"),
-)
+COLUMNS: tuple[tuple[str, str], ...] = (("compile_seconds", "Compile s"), ("fx_hits", "FX hits"),
+                                        ("fx_misses", "FX misses"))
 
 
 class HtmlColumns:
@@ -29,8 +23,7 @@ class HtmlColumns:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """Keep each test's counts: they ride on its teardown report, pytest-html makes every row of
-        the test then, from all its reports."""
+        """Keep each test's counts from its teardown report (pytest-html makes the test's rows then)."""
         stats = getattr(report, REPORT_ATTR, None)
         if stats is not None and report.when == "teardown":
             self._stats[report.nodeid] = stats
@@ -40,14 +33,9 @@ class HtmlColumns:
 
     def pytest_html_results_table_row(self, report: pytest.TestReport, cells: list[str]) -> None:
         stats = self._stats.get(report.nodeid)
-        fx = stats.get("fx_graph", {}) if stats is not None else {}
-        values = ("" if stats is None else f"{float(stats.get('compile_seconds', 0.0)):.2f}",
-                  _count(fx, "hits", stats), _count(fx, "misses", stats))
+        values = ["", "", ""]
+        if stats is not None:  # a count of a layer not observable here is "-"
+            fx = stats.get("fx_graph", {})
+            values = [f"{float(stats.get('compile_seconds', 0.0)):.2f}",
+                      *(str(fx[k]) if fx.get("observable", True) and k in fx else "-" for k in ("hits", "misses"))]
         cells.extend(f'<td class="col-{name}">{html.escape(value)}</td>' for (name, _), value in zip(COLUMNS, values))
-
-
-def _count(layer: dict[str, Any], kind: str, stats: dict[str, Any] | None) -> str:
-    """The count as a cell: empty for a test not counted, ``-`` for a layer not observable here."""
-    if stats is None:
-        return ""
-    return str(layer[kind]) if layer.get("observable", True) and kind in layer else "-"

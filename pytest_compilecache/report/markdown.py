@@ -1,8 +1,5 @@
-"""The compilecache section of a GitHub Actions job summary (Markdown), rendered from a :class:`~.model.SessionReport`.
-
-GitHub shows the file named by ``GITHUB_STEP_SUMMARY`` on the run's page; earlier steps may have
-written to it, so the section is appended (:func:`append_job_summary`), never written over.
-"""
+"""The compilecache section of a GitHub Actions job summary (Markdown), rendered from a :class:`~.model.SessionReport`;
+appended to ``GITHUB_STEP_SUMMARY``'s file, never written over (earlier steps may have written to it)."""
 
 from __future__ import annotations
 
@@ -10,7 +7,7 @@ import os
 from pathlib import Path
 
 from ..words import artifact_counts
-from .model import BUILT_BY_WARMUP, NOTHING_ADDED, SaveStatus, SessionReport, Status, Write
+from .model import SaveStatus, SessionReport, Status
 
 #: The environment variable GitHub Actions names the job summary's file in.
 SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
@@ -31,13 +28,9 @@ def _mb(n: int) -> str:
 
 def _bundle_lines(report: SessionReport) -> list[str]:
     """What each process did with the bundle, and what was written."""
-    lines: list[str] = []
-    if report.bundle_path:
-        lines.append(f"**Bundle** {_cell(report.bundle_path)} at the start: {report.bundle_at_start or 'not looked at'}")
-        lines.append("")
-    for process in report.processes_in_order():
-        if process.status is Status.UNUSED:
-            continue
+    lines = [f"**Bundle** {_cell(report.bundle_path)} at the start: {report.bundle_at_start or 'not looked at'}",
+             ""] if report.bundle_path else []
+    for process in (p for p in report.processes_in_order() if p.status is not Status.UNUSED):
         if not report.bundle_path and process.status is Status.LOADED:
             what = "this session's warmup, for this session's `warm_cache` tests only (no bundle named)"
         elif process.status is Status.WARMUP_FAILED:
@@ -48,8 +41,8 @@ def _bundle_lines(report: SessionReport) -> list[str]:
         who = "" if len(report.processes) == 1 else f" (xdist worker {process.process})"
         line = f"- **Bundle{who}** {what}"
         if process.loaded:
-            loaded = artifact_counts(process.loaded)
-            line += f"; loaded {loaded} ({_mb(process.loaded_bytes)} of compiled artifacts in {process.load_seconds:.2f} s)"
+            line += (f"; loaded {artifact_counts(process.loaded)} ({_mb(process.loaded_bytes)} of compiled artifacts "
+                     f"in {process.load_seconds:.2f} s)")
         if process.downloaded_bytes:
             line += f"; downloaded {_mb(process.downloaded_bytes)}"
         if process.warmup_seconds is not None and not process.warmup_error:
@@ -60,14 +53,10 @@ def _bundle_lines(report: SessionReport) -> list[str]:
         lines.append(line)
     saved = report.saved
     if saved.status is SaveStatus.SAVED:
-        arts = artifact_counts({k: v["count"] for k, v in saved.artifacts.items()})
         imported = (f", after {saved.import_seconds:.2f} s importing torch's compiler"
                     if saved.import_seconds >= 0.1 else "")
-        what = {Write.ADDED: f"**written**: added {artifact_counts(saved.added_artifacts)}; it holds ",
-                Write.WHOLE: "**written**: ",
-                Write.AFTER_WARMUP: f"**written**: {BUILT_BY_WARMUP}; it holds ",
-                Write.RECORDED: f"**updated**: {NOTHING_ADDED}; it holds "}[report.write()]
-        lines.append(f"- {what}{arts} ({_mb(saved.bytes)} in {saved.seconds:.2f} s{imported})")
+        verb, what = report.written_words()
+        lines.append(f"- **{verb}**: {what} ({_mb(saved.bytes)} in {saved.seconds:.2f} s{imported})")
     elif saved.status is SaveStatus.UNCHANGED:
         lines.append(f"- **unchanged**: the bundle already held everything this run compiled ({saved.seconds:.2f} s)")
     elif saved.status is SaveStatus.DELTA:
@@ -88,12 +77,11 @@ def _time_lines(report: SessionReport) -> list[str]:
     line = f"**Compile time in tests:** {report.compile_seconds:.1f} s{summed}"
     if report.warmup_seconds:
         line += f", plus {report.warmup_seconds:.1f} s in the warmup"
-    lines = [line + "."]
     c = report.compared_with_build()
     if c is not None:
         text = c.sentence(report.headers_seconds)
-        lines.append(text[0].upper() + text[1:] + ".")
-    return [" ".join(lines), ""]
+        line += ". " + text[0].upper() + text[1:]
+    return [line + ".", ""]
 
 
 def _layer_table(report: SessionReport) -> list[str]:
@@ -106,28 +94,23 @@ def _layer_table(report: SessionReport) -> list[str]:
             rows.append(f"| {layer.layer} | {layer.hits} | {layer.misses} | {layer.bypasses} | {layer.from_bundle} |")
     d = report.totals.dynamo
     line = f"Dynamo: {d.cell('graphs')} graphs, {d.cell('recompiles')} recompiles, {d.cell('graph_breaks')} graph breaks."
-    cold = report.misses_in_cold_caches()
-    if cold:
-        line += (" Misses in tests whose cache starts empty by design (`cold_cache`, per-test isolation): "
-                 + ", ".join(f"{layer} {n}" for layer, n in cold.items()) + ".")
-    left_out = report.misses_not_saved()
-    if left_out:
-        line += (" Misses in `not_saved()` blocks (left out of the bundle on purpose): "
-                 + ", ".join(f"{layer} {n}" for layer, n in left_out.items()) + ".")
+    for where, misses in ((" Misses in tests whose cache starts empty by design (`cold_cache`, per-test isolation): ",
+                           report.misses_in_cold_caches()),
+                          (" Misses in `not_saved()` blocks (left out of the bundle on purpose): ",
+                           report.misses_not_saved())):
+        if misses:
+            line += where + ", ".join(f"{layer} {n}" for layer, n in misses.items()) + "."
     return rows + ["", line, ""]
 
 
 def _explained(report: SessionReport) -> list[str]:
     """Explained misses per layer, in a folded block."""
-    if report.totals is None:
-        return []
-    layers = [s for s in report.totals if s.observable and s.explained]
+    layers = [s for s in report.totals or () if s.observable and s.explained]
     if not layers:
         return []
-    lines = ["**Misses explained** (the nearest known entry for the same code, and what differs):", ""]
-    for layer in layers:
-        lines.append(f"- {layer.explained_summary()}")
-    lines += ["", "<details><summary>explanations</summary>", ""]
+    lines = ["**Misses explained** (the nearest known entry for the same code, and what differs):", "",
+             *(f"- {layer.explained_summary()}" for layer in layers),
+             "", "<details><summary>explanations</summary>", ""]
     for layer in layers:
         lines.extend(f"- {layer.layer}: {_cell(text)}" for text in layer.explanations[:EXPLANATIONS])
     return lines + ["", "</details>", ""]
@@ -140,15 +123,14 @@ def _top_tests(report: SessionReport) -> list[str]:
     if not ranked:
         return []
     built = report.built_tests()
-    then = bool(built) and any(n in built for n, _ in ranked)
+    then = any(n in built for n, _ in ranked)
     head = "| test | compile s |" + (" in the building run |" if then else "") + \
         " FX hits | FX misses | graphs | recompiles | graph breaks |"
     rule = "|---|--:|" + ("--:|" if then else "") + "--:|--:|--:|--:|--:|"
     title = f"**The {len(ranked)} tests that spent the most time compiling**"
     lines = [title + (f" (of {len(report.tests)} counted)" if len(report.tests) > len(ranked) else ""), "", head, rule]
     for nodeid, stats in ranked:
-        fx = stats.get("fx_graph", {})
-        dyn = stats.get("dynamo", {})
+        fx, dyn = stats.get("fx_graph", {}), stats.get("dynamo", {})
         first = " (first in its process: torch's one-off start-up included)" if stats.get("first_in_process") else ""
         cells = [_cell(nodeid), f"{float(stats.get('compile_seconds', 0.0)):.2f}{first}"]
         if then:
@@ -164,23 +146,16 @@ def _problems(report: SessionReport) -> list[str]:
     problems += [f"C++ binary not used: {p}" for p in report.binary_problems()]
     failure = report.warmup_failed
     if failure:
-        first = failure.strip().splitlines()[0] if failure.strip() else ""
+        first = (failure.strip().splitlines() or [""])[0]
         problems.insert(0, "the warmup failed; this run's `warm_cache` tests skip (see the log)"
                         + (f": {first}" if first else ""))
-    if not problems:
-        return []
-    return ["> [!WARNING]", *(f"> {p.splitlines()[0] if p else p}" for p in problems), ""]
+    return ["> [!WARNING]", *(f"> {p.splitlines()[0] if p else p}" for p in problems), ""] if problems else []
 
 
 def job_summary(report: SessionReport) -> str:
     """The Markdown section: the bundle's story, compile time, per-layer counts, misses explained, the top tests."""
-    lines = ["## compilecache", ""]
-    lines += _problems(report)
-    lines += _bundle_lines(report)
-    lines += _time_lines(report)
-    lines += _layer_table(report)
-    lines += _explained(report)
-    lines += _top_tests(report)
+    lines = ["## compilecache", "", *_problems(report), *_bundle_lines(report), *_time_lines(report),
+             *_layer_table(report), *_explained(report), *_top_tests(report)]
     return "\n".join(lines).rstrip() + "\n\n"
 
 
@@ -191,10 +166,7 @@ def append_job_summary(report: SessionReport, environ: dict[str, str] | None = N
         return None
     path = Path(target)
     with path.open("a+b") as out:
-        out.seek(0, os.SEEK_END)
-        gap = b""
-        if out.tell():
-            out.seek(-1, os.SEEK_END)
-            gap = b"" if out.read(1) == b"\n" else b"\n"
-        out.write(gap + job_summary(report).encode("utf-8"))
+        end = out.seek(0, os.SEEK_END)
+        out.seek(max(end - 1, 0))
+        out.write((b"\n" if end and out.read(1) != b"\n" else b"") + job_summary(report).encode("utf-8"))
     return path

@@ -1,18 +1,18 @@
 """The session's report: what each process did with the bundle, per-test counts, what was saved.
-
-The model is filled by the plugin's roles and rendered by :mod:`.terminal` (the summary) and
-:meth:`SessionReport.to_json` (``--compile-cache-report``); neither renderer computes anything.
-"""
+Filled by the plugin's roles; rendered by :mod:`.terminal`, :mod:`.markdown` and :meth:`SessionReport.to_json`."""
 
 from __future__ import annotations
 
 import enum
 import hashlib
+import itertools
+from collections import Counter
 from dataclasses import dataclass, field, fields
 from typing import Any, Iterable
 
 from ..bundle.format import Unreadable
 from ..stats import CacheStats
+from ..words import artifact_counts
 
 REPORT_FORMAT = 1
 #: The attribute of a test's teardown report that carries its counts (from a worker too).
@@ -59,8 +59,7 @@ class Concern(enum.Enum):
 
 @dataclass(frozen=True)
 class Problem:
-    """One problem, said once: what it kept from working, its text (which names the file or URL and the
-    reason), and that file or URL on its own (``""`` where there is none)."""
+    """One problem: what it kept from working, its text, and the file or URL it names (``""`` where none)."""
 
     concern: Concern
     text: str
@@ -77,14 +76,6 @@ class Problem:
     def from_json(cls, data: dict[str, Any]) -> "Problem":
         """The inverse of :meth:`to_json`."""
         return cls(Concern(data["concern"]), str(data["text"]), str(data.get("where", "")))
-
-
-def once(problems: Iterable[Problem]) -> list[Problem]:
-    """``problems`` in order, each text once."""
-    first: dict[str, Problem] = {}
-    for problem in problems:
-        first.setdefault(problem.text, problem)
-    return list(first.values())
 
 
 @dataclass
@@ -108,56 +99,47 @@ class ProcessReport:
     history: dict[str, Any] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
     binaries: dict[str, int] = field(default_factory=dict)
-    #: Why the bundle could not be read here (a damaged file, not a bundle); "" when it could.
+    #: Why the bundle could not be read here (a damaged file, not a bundle), and what kind of problem that is.
     bundle_unreadable: str = ""
-    #: What kind of problem that is (``None`` when it could be read).
     bundle_unreadable_kind: Unreadable | None = None
-    #: Whether this process's warmup wrote what it compiled into the session's bundle (PATH itself, not a
-    #: bundle of the session's own).
+    #: Whether this process's warmup wrote what it compiled into PATH itself.
     wrote_bundle: bool = False
     #: Whether the session's bundle already held everything this process's warmup compiled (nothing written).
     warmup_found_all: bool = False
     #: Seconds this process spent building torch's precompiled C++ headers (kept per machine).
     headers_seconds: float = 0.0
-    #: The folder this process's warmup compiled in, where it is kept between runs (worker mode); else "".
+    #: The folder this process's warmup compiled in, kept between runs (worker mode); else "".
     warmup_folder: str = ""
-    #: Whether what this process loaded is only what the session's warmup compiled (no bundle named,
-    #: PATH unusable, or a store that could not take it), not PATH's entry.
+    #: Whether this process loaded only what the session's warmup compiled, not PATH's entry.
     own_warmup: bool = False
-    #: The register of patches in this process (``patches.status()``); ``None`` where torch's compiler
-    #: was never set up here.
+    #: The register of patches (``patches.status()``); ``None`` where torch's compiler was never set up here.
     patches: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A plain dict (for ``workeroutput`` and the JSON report)."""
-        data = {f.name: getattr(self, f.name) for f in fields(self)}
-        data["status"] = self.status.value
-        data["problems"] = [p.text for p in self.problems if p.concern is not Concern.BINARY]
-        data["binary_problems"] = [p.text for p in self.problems if p.concern is Concern.BINARY]
-        data["problem_details"] = [p.to_json() for p in self.problems]
-        data["bundle_unreadable_kind"] = self.bundle_unreadable_kind.value if self.bundle_unreadable_kind else None
-        return data
+        return {**{f.name: getattr(self, f.name) for f in fields(self)}, "status": self.status.value,
+                "problems": [p.text for p in self.problems if p.concern is not Concern.BINARY],
+                "binary_problems": [p.text for p in self.problems if p.concern is Concern.BINARY],
+                "problem_details": [p.to_json() for p in self.problems],
+                "bundle_unreadable_kind": self.bundle_unreadable_kind.value if self.bundle_unreadable_kind else None}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "ProcessReport":
         """The inverse of :meth:`to_json`."""
-        known = {f.name for f in fields(cls)}
-        values = {k: v for k, v in data.items() if k in known}
-        values["status"] = Status(values.get("status", Status.UNUSED.value))
-        values["problems"] = [Problem.from_json(p) for p in data.get("problem_details", [])]
+        values = {f.name: data[f.name] for f in fields(cls) if f.name in data}
         kind = values.get("bundle_unreadable_kind")
-        values["bundle_unreadable_kind"] = Unreadable(kind) if kind else None
-        return cls(**values)
+        return cls(**{**values, "status": Status(values.get("status", Status.UNUSED.value)),
+                      "problems": [Problem.from_json(p) for p in data.get("problem_details", [])],
+                      "bundle_unreadable_kind": Unreadable(kind) if kind else None})
 
 
 @dataclass(frozen=True)
 class ReportWritten:
-    """Where the ``--compile-cache-report`` file went."""
+    """Where the ``--compile-cache-report`` file went, the outermost folder made for it ("" when its folder
+    existed), and how many folders were made for it."""
 
     path: str
-    #: The outermost folder made for it ("" when its folder existed).
     made: str = ""
-    #: How many folders were made for it (the outermost and those below it).
     folders_made: int = 0
 
 
@@ -179,8 +161,7 @@ class SaveResult:
     added: bool = True
     #: With ``SAVED``: ``{artifact type: count}`` of artifacts the bundle did not hold before (``cpp``: binaries).
     added_artifacts: dict[str, int] = field(default_factory=dict)
-    #: Seconds spent importing torch's compiler before saving (not in ``seconds``): an xdist controller
-    #: that ran no test pays it here, a process that compiled did earlier.
+    #: Seconds spent importing torch's compiler before saving (not in ``seconds``).
     import_seconds: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
@@ -190,11 +171,9 @@ class SaveResult:
         data: dict[str, Any] = {"status": self.status.value}
         if self.status in (SaveStatus.SAVED, SaveStatus.UNCHANGED, SaveStatus.DELTA):
             data.update(path=self.path, artifacts=self.artifacts, bytes=self.bytes, seconds=self.seconds,
-                        dropped_unused=self.dropped_unused)
-            data["import_seconds"] = self.import_seconds
+                        dropped_unused=self.dropped_unused, import_seconds=self.import_seconds)
             if self.status is SaveStatus.SAVED:
-                data["added"] = self.added
-                data["added_artifacts"] = self.added_artifacts
+                data.update(added=self.added, added_artifacts=self.added_artifacts)
         else:
             data["reason"] = self.reason
         if self.transfer:
@@ -204,12 +183,8 @@ class SaveResult:
 
 @dataclass(frozen=True)
 class Comparison:
-    """This session against the run that built its bundle: the wall clock from the plugin's start to the
-    end of the last test, and the compiling inside it (tests and warmup, precompiled headers included).
-
-    Said only where the two runs are alike: the same tests in the same number of processes (each
-    process pays torch's one-off start-up and the machine's header builds once, whichever test or
-    warmup compiles first). ``not_compared`` says why they are not, and then no saving is claimed."""
+    """This session against the run that built its bundle: wall clock and compiling (tests and warmup).
+    Compared only for the same tests in as many processes; else ``not_compared`` says why."""
 
     tests: int
     processes: int
@@ -241,16 +216,11 @@ class Comparison:
 
     def to_json(self) -> dict[str, Any]:
         """The report's ``totals.compared_with_build``."""
-        data: dict[str, Any] = {"tests": self.tests, "processes": self.processes,
-                                "session_seconds": round(self.seconds_now, 3),
-                                "built_session_seconds": round(self.seconds_then, 3),
-                                "compile_seconds": round(self.compile_now, 3),
-                                "built_compile_seconds": round(self.compile_then, 3)}
-        if self.not_compared:
-            data["not_compared"] = self.not_compared
-        else:
-            data["session_seconds_saved"] = round(self.saved, 3)
-        return data
+        return {"tests": self.tests, "processes": self.processes, "session_seconds": round(self.seconds_now, 3),
+                "built_session_seconds": round(self.seconds_then, 3), "compile_seconds": round(self.compile_now, 3),
+                "built_compile_seconds": round(self.compile_then, 3),
+                **({"not_compared": self.not_compared} if self.not_compared
+                   else {"session_seconds_saved": round(self.saved, 3)})}
 
 
 def session_record(seconds: float, tests: Iterable[str], processes: int, compile_seconds: float) -> dict[str, Any]:
@@ -340,28 +310,25 @@ class SessionReport:
 
     def misses_not_saved(self) -> dict[str, int]:
         """``{layer: misses}`` inside ``not_saved()`` blocks: compiles left out of the bundle on purpose."""
-        out: dict[str, int] = {}
-        for stats in self.tests.values():
-            if stats.get("cache") in ("cold", "isolated"):
-                continue
-            for layer, n in (stats.get("misses_not_saved") or {}).items():
-                out[layer] = out.get(layer, 0) + int(n)
-        return out
+        out: Counter[str] = Counter()
+        for stats in itertools.filterfalse(_starts_empty, self.tests.values()):
+            out.update({layer: int(n) for layer, n in (stats.get("misses_not_saved") or {}).items()})
+        return dict(out)
 
     def misses_in_cold_caches(self) -> dict[str, int]:
         """``{layer: misses}`` in tests whose cache starts empty by design (``cold_cache``, per-test isolation)."""
-        out: dict[str, int] = {}
-        for stats in self.tests.values():
-            if stats.get("cache") not in ("cold", "isolated"):
-                continue
-            for layer in CacheStats.from_dict(stats):
-                if layer.observable and layer.cell("misses") != "0":
-                    out[layer.layer] = out.get(layer.layer, 0) + layer.misses
-        return out
+        out: Counter[str] = Counter()
+        for stats in filter(_starts_empty, self.tests.values()):
+            out.update({layer.layer: layer.misses for layer in CacheStats.from_dict(stats)
+                        if layer.observable and layer.misses})
+        return dict(out)
 
     def every_problem(self) -> list[Problem]:
         """Every problem seen in any process, carried binaries' included, once each."""
-        return once([*self.problems, *(p for r in self.processes for p in r.problems)])
+        first: dict[str, Problem] = {}
+        for problem in [*self.problems, *(p for r in self.processes for p in r.problems)]:
+            first.setdefault(problem.text, problem)
+        return list(first.values())
 
     def binary_problems(self) -> list[Problem]:
         """Carried binaries that were not used (checksum, fit, load), once each; problems in strict mode."""
@@ -386,16 +353,22 @@ class SessionReport:
         """Where ``from_bundle`` hits came from, in words: ``bundle`` where a process loaded PATH's entry,
         ``warmup`` where processes loaded only what the session's warmup compiled."""
         loaded = [p for p in self.processes if p.status is Status.LOADED]
-        if any(not p.own_warmup for p in loaded):
-            return "bundle"
-        return "warmup" if loaded or not self.bundle_path else "bundle"
+        return "warmup" if all(p.own_warmup for p in loaded) and (loaded or not self.bundle_path) else "bundle"
 
-    def write(self) -> Write:
-        """What the save did, where it wrote PATH (``saved.status`` is ``SAVED``)."""
-        if self.saved.added:
-            held = {k: v["count"] for k, v in self.saved.artifacts.items()}
-            return Write.ADDED if self.saved.added_artifacts and self.saved.added_artifacts != held else Write.WHOLE
-        return Write.AFTER_WARMUP if any(p.wrote_bundle for p in self.processes) else Write.RECORDED
+    def written_words(self) -> tuple[str, str]:
+        """What a save that wrote PATH did, as the summaries say it: ``written`` or ``updated``, and what."""
+        saved = self.saved
+        held = {k: v["count"] for k, v in saved.artifacts.items()}
+        if saved.added:
+            added = saved.added_artifacts and saved.added_artifacts != held
+            what = f"added {artifact_counts(saved.added_artifacts)}; it holds " if added else ""
+        elif any(p.wrote_bundle for p in self.processes):
+            what = ("what the warmup compiled, when it ran; the tests added only their compile times and which "
+                    "entries they used; it holds ")
+        else:
+            return "updated", ("the tests compiled nothing it lacked; recorded their compile times and which of its "
+                               f"entries this run used; it holds {artifact_counts(held)}")
+        return "written", what + artifact_counts(held)
 
     def processes_in_order(self) -> list[ProcessReport]:
         """The processes as a reader expects them: ``main``, then workers by number (gw2 before gw10)."""
@@ -439,68 +412,36 @@ class SessionReport:
         now = self.session_record(self.session_seconds)
         why = ""
         if now["digest"] != then.get("digest"):
-            why = (f"this run ran {_tests(now['tests'])}, the building run {_tests(int(then.get('tests', 0)))}"
+            why = (f"this run ran {_counted(now['tests'], 'test', 'tests')}, the building run "
+                   f"{_counted(int(then.get('tests', 0)), 'test', 'tests')}"
                    + (" (other ones)" if now["tests"] == then.get("tests") else ""))
         elif now["processes"] != then.get("processes"):
-            why = (f"this run had {_processes(now['processes'])}, the building run {_processes(int(then.get('processes', 0)))}: "
+            workers = "processes (xdist workers)"
+            why = (f"this run had {_counted(now['processes'], 'process', workers)}, the building run "
+                   f"{_counted(int(then.get('processes', 0)), 'process', workers)}: "
                    "each process pays torch's start-up once")
         return Comparison(now["tests"], now["processes"], self.session_seconds, float(then.get("seconds", 0.0)),
                           now["compile_seconds"], float(then.get("compile_seconds", 0.0)), why)
 
     def _tests_json(self) -> dict[str, dict[str, Any]]:
         built = self.built_tests()
-        out = {}
-        for nodeid, stats in self.tests.items():
-            if nodeid in built and not _starts_empty(stats):
-                now = float(stats.get("compile_seconds", 0.0))
-                stats = {**stats, "built_compile_seconds": built[nodeid]}
-            out[nodeid] = stats
-        return out
+        return {nodeid: {**stats, "built_compile_seconds": built[nodeid]}
+                if nodeid in built and not _starts_empty(stats) else stats for nodeid, stats in self.tests.items()}
 
     def _totals_json(self) -> dict[str, Any]:
-        totals: dict[str, Any] = {**(self.totals or CacheStats()).to_dict(),
-                                  "compile_seconds": round(self.compile_seconds, 3)}
         compared = self.compared_with_build()
-        if compared is not None:
-            totals["compared_with_build"] = compared.to_json()
-        return totals
+        return {**(self.totals or CacheStats()).to_dict(), "compile_seconds": round(self.compile_seconds, 3),
+                **({"compared_with_build": compared.to_json()} if compared is not None else {})}
 
     def to_json(self) -> dict[str, Any]:
         """The ``--compile-cache-report`` document (format 1)."""
-        return {
-            "format": REPORT_FORMAT,
-            "totals": self._totals_json(),
-            "tests": self._tests_json(),
-            "bundle": {
-                "path": self.bundle_path,
-                "at_start": self.bundle_at_start,
-                "processes": [r.to_json() for r in self.processes if r.status is not Status.UNUSED],
-                "saved": self.saved.to_json(),
-                "problems": [p.text for p in self.all_problems()],
-                "problem_details": [p.to_json() for p in self.every_problem()],
-                **({"checked_downloaded_bytes": self.checked_downloaded} if self.checked_downloaded else {}),
-            },
-            **({"expectations": self.expectations.to_json()} if self.expectations is not None else {}),
-        }
-
-
-class Write(enum.Enum):
-    """What a save that wrote PATH did, as the summaries tell it apart."""
-
-    #: Added artifacts to a bundle that held others.
-    ADDED = "added"
-    #: Wrote a bundle all of whose artifacts are this run's.
-    WHOLE = "whole"
-    #: A building run's end, after its warmup had written the bundle: the tests added nothing.
-    AFTER_WARMUP = "after warmup"
-    #: Added nothing: recorded only the tests' compile times and which entries they used.
-    RECORDED = "recorded"
-
-
-#: What a building run's end wrote after its warmup had written the bundle, as the summaries say it.
-BUILT_BY_WARMUP = "what the warmup compiled, when it ran; the tests added only their compile times and which entries they used"
-#: What a save that added nothing wrote, as the summaries say it.
-NOTHING_ADDED = "the tests compiled nothing it lacked; recorded their compile times and which of its entries this run used"
+        bundle = {"path": self.bundle_path, "at_start": self.bundle_at_start,
+                  "processes": [r.to_json() for r in self.processes if r.status is not Status.UNUSED],
+                  "saved": self.saved.to_json(), "problems": [p.text for p in self.all_problems()],
+                  "problem_details": [p.to_json() for p in self.every_problem()],
+                  **({"checked_downloaded_bytes": self.checked_downloaded} if self.checked_downloaded else {})}
+        return {"format": REPORT_FORMAT, "totals": self._totals_json(), "tests": self._tests_json(), "bundle": bundle,
+                **({"expectations": self.expectations.to_json()} if self.expectations is not None else {})}
 
 
 def _starts_empty(stats: dict[str, Any]) -> bool:
@@ -508,9 +449,5 @@ def _starts_empty(stats: dict[str, Any]) -> bool:
     return stats.get("cache") in ("cold", "isolated")
 
 
-def _tests(n: int) -> str:
-    return "1 test" if n == 1 else f"{n} tests"
-
-
-def _processes(n: int) -> str:
-    return "1 process" if n == 1 else f"{n} processes (xdist workers)"
+def _counted(n: int, one: str, many: str) -> str:
+    return f"1 {one}" if n == 1 else f"{n} {many}"

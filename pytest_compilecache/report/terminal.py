@@ -6,7 +6,7 @@ import dataclasses
 
 from ..stats import CacheStats
 from ..words import artifact_counts
-from .model import BUILT_BY_WARMUP, NOTHING_ADDED, ExpectationsReport, SaveStatus, SessionReport, Status, Write
+from .model import ExpectationsReport, SaveStatus, SessionReport, Status
 
 
 def _workers(report: SessionReport) -> bool:
@@ -15,22 +15,17 @@ def _workers(report: SessionReport) -> bool:
 
 
 def _compile_time_line(report: SessionReport) -> list[str]:
-    """Compile time as wall time, and the same tests when the bundle first recorded them (each test's
-    figure comes from the run that first saved it: the building run, or an updating run that added it)."""
+    """Compile time as wall time, and against the run that built the bundle."""
     line = (f"compile time in tests: {report.compile_seconds:.1f} s of wall time (Dynamo, Inductor, C++ builds, "
             f"Triton, autotuning, loading compiled code{'; summed over workers' if _workers(report) else ''})")
-    warmup = report.warmup_seconds
-    if warmup:
-        line += f", plus {warmup:.1f} s in the warmup"
+    if report.warmup_seconds:
+        line += f", plus {report.warmup_seconds:.1f} s in the warmup"
     first = [float(s.get("compile_seconds", 0.0)) for s in report.tests.values() if s.get("first_in_process")]
     if first:
         line += (f"; of the tests' time, {sum(first):.1f} s in the first compiling test of each process, which pays "
                  "torch's one-off start-up (a warmup pays it where one runs)")
-    lines = [line]
     compared = report.compared_with_build()
-    if compared is not None:
-        lines.append("  " + compared.sentence(report.headers_seconds))
-    return lines
+    return [line] + (["  " + compared.sentence(report.headers_seconds)] if compared is not None else [])
 
 
 #: Reasons of each kind the summary prints; the JSON report has them all, per test.
@@ -39,26 +34,19 @@ SUMMARY_REASONS = 5
 
 def _dynamo_lines(totals: CacheStats, workers: bool) -> list[str]:
     """Dynamo's counts over all tests, with the first few reasons (first lines only)."""
-    dynamo = totals.dynamo
-    shown = dataclasses.replace(dynamo, recompile_reasons=dynamo.recompile_reasons[:SUMMARY_REASONS],
-                                graph_break_reasons=dynamo.graph_break_reasons[:SUMMARY_REASONS],
-                                graph_breaks_at=dynamo.graph_breaks_at[:SUMMARY_REASONS])
+    dynamo, reasons = totals.dynamo, ("recompile_reasons", "graph_break_reasons", "graph_breaks_at")
+    shown = dataclasses.replace(dynamo, **{k: getattr(dynamo, k)[:SUMMARY_REASONS] for k in reasons})
     lines = [f"Dynamo over all tests{' (summed over workers)' if workers else ''}:", shown.table(brief=True)]
-    hidden = (len(dynamo.recompile_reasons) + len(dynamo.graph_break_reasons) + len(dynamo.graph_breaks_at)
-              - len(shown.recompile_reasons) - len(shown.graph_break_reasons) - len(shown.graph_breaks_at))
+    hidden = sum(len(getattr(dynamo, k)) - len(getattr(shown, k)) for k in reasons)
     if hidden:
         lines.append(f"  ... and {hidden} more reasons, per test in --compile-cache-report")
     return lines
 
 
-def _explained_lines(totals: CacheStats | None) -> list[str]:
+def _explained_lines(totals: CacheStats) -> list[str]:
     """Explained misses per layer, by kind, and the first few explanations (all in the JSON report)."""
-    if totals is None:
-        return []
     layers = [s for s in totals if s.observable and s.explained]
-    if not layers:
-        return []
-    lines = ["misses explained:"]
+    lines = ["misses explained:"] if layers else []
     for layer in layers:
         lines.append(f"  {layer.explained_summary()}")
         lines.extend(f"    {text}" for text in layer.explanations[:SUMMARY_REASONS])
@@ -67,24 +55,16 @@ def _explained_lines(totals: CacheStats | None) -> list[str]:
     return lines
 
 
-def _cold_lines(report: SessionReport) -> list[str]:
+def _cold_lines(report: SessionReport, totals: CacheStats) -> list[str]:
     """Which misses happened in caches that start empty by design, so that a reader looks at the rest."""
-    totals = report.totals
-    assert totals is not None
-    cold = report.misses_in_cold_caches()
+    def of_all(misses: dict[str, int]) -> str:
+        return ", ".join(f"{layer} {n} of {totals.layer(layer).misses}" for layer, n in misses.items())
 
-    def of_all(layer: str, n: int) -> str:
-        return f"{layer} {n} of {totals.layer(layer).misses}"
-
-    parts = [of_all(layer, n) for layer, n in cold.items()]
-    left_out = [of_all(layer, n) for layer, n in report.misses_not_saved().items()]
-    lines = []
-    if parts:
-        lines.append(f"  misses in tests whose cache starts empty by design (cold_cache, --compile-cache-isolate), "
-                     f"of all misses: {', '.join(parts)}")
+    cold, left_out = of_all(report.misses_in_cold_caches()), of_all(report.misses_not_saved())
+    lines = [f"  misses in tests whose cache starts empty by design (cold_cache, --compile-cache-isolate), "
+             f"of all misses: {cold}"] if cold else []
     if left_out:
-        lines.append(f"  misses in not_saved() blocks (left out of the bundle on purpose), of all misses: "
-                     f"{', '.join(left_out)}")
+        lines.append(f"  misses in not_saved() blocks (left out of the bundle on purpose), of all misses: {left_out}")
     return lines
 
 
@@ -147,18 +127,14 @@ def summary_lines(report: SessionReport) -> list[str]:
         lines = ["no test compiled anything (or torch's compiler was never imported in a test)"]
     else:
         lines = [f"per-layer totals over all tests{' (summed over workers)' if _workers(report) else ''}:",
-                 report.totals.table(source=report.hits_came_from())]
-        lines.extend(_cold_lines(report))
-        lines.extend(_dynamo_lines(report.totals, _workers(report)))
-        lines.extend(_explained_lines(report.totals))
+                 report.totals.table(source=report.hits_came_from()), *_cold_lines(report, report.totals),
+                 *_dynamo_lines(report.totals, _workers(report)), *_explained_lines(report.totals)]
     if report.compile_seconds or report.warmup_seconds or report.compared_with_build() is not None:
         lines.extend(_compile_time_line(report))
     if report.checked_downloaded:
         lines.append(f"bundle checked at session start (--compile-cache-strict): downloaded "
                      f"{report.checked_downloaded / 1e6:.2f} MB from {report.bundle_path}")
-    for process in report.processes_in_order():
-        if process.status in (Status.UNUSED,):
-            continue
+    for process in (p for p in report.processes_in_order() if p.status is not Status.UNUSED):
         own = process.own_warmup and process.status is Status.LOADED and not report.bundle_path
         instead = process.own_warmup and process.status is Status.LOADED and bool(report.bundle_path)
         who = f" ({process.process})" if _workers(report) else ""
@@ -186,20 +162,15 @@ def summary_lines(report: SessionReport) -> list[str]:
         else:
             lines.append(f"bundle{who}: {process.status.value}: {process.reason}")
         if process.loaded:
-            loaded = artifact_counts(process.loaded)
-            lines.append(
-                f"  loaded {loaded} ({process.loaded_bytes / 1e6:.2f} MB of compiled artifacts in "
-                f"{process.load_seconds:.2f} s)"
-            )
+            lines.append(f"  loaded {artifact_counts(process.loaded)} ({process.loaded_bytes / 1e6:.2f} MB of compiled "
+                         f"artifacts in {process.load_seconds:.2f} s)")
         if process.downloaded_bytes:
             lines.append(f"  downloaded {process.downloaded_bytes / 1e6:.2f} MB from {report.bundle_path}")
         elif process.downloaded_bytes == 0 and process.status is Status.LOADED and report.bundle_path \
                 and process.reason.startswith(f"{report.bundle_path}: "):
             lines.append("  this machine's copy of this version was used: nothing downloaded")
-        if process.binaries and (process.binaries.get("carried") or process.binaries.get("triton_kernels")):
-            kernels = process.binaries.get("triton_kernels", 0)
-            probes = process.binaries.get("probes", 0)
-            carried = process.binaries.get("carried", 0)
+        carried, probes, kernels = (process.binaries.get(k, 0) for k in ("carried", "probes", "triton_kernels"))
+        if carried or kernels:
             lines.append(f"  C++ binaries: {carried} kernel{'s' if carried != 1 else ''} carried, "
                          f"{process.binaries.get('fit', 0)} fit this machine"
                          + (f"; and {probes} CPU probes (torch's checks of the CPU's vector instructions)" if probes
@@ -218,21 +189,12 @@ def summary_lines(report: SessionReport) -> list[str]:
     if saved.transfer.get("conflicts"):
         moved += f"; {saved.transfer['conflicts']} write(s) found it changed by another writer and were retried"
     if saved.status is SaveStatus.SAVED:
-        arts = artifact_counts({k: v["count"] for k, v in saved.artifacts.items()})
+        verb, what = report.written_words()
         size = f"({saved.bytes / 1e6:.2f} MB in {saved.seconds:.2f} s{moved})"
-        write = report.write()
-        if write is Write.ADDED:
-            lines.append(f"bundle written: {saved.path}: added {artifact_counts(saved.added_artifacts)}; "
-                         f"it holds {arts} {size}")
-        elif write is Write.WHOLE:
-            lines.append(f"bundle written: {saved.path}: {arts} {size}")
-        elif write is Write.AFTER_WARMUP:
-            lines.append(f"bundle written: {saved.path}: {BUILT_BY_WARMUP}; it holds {arts} {size}")
-        else:
-            lines.append(f"bundle updated: {saved.path}: {NOTHING_ADDED}; it holds {arts} {size}")
+        lines.append(f"bundle {verb}: {saved.path}: {what} {size}")
         if saved.dropped_unused:
-            gone = artifact_counts(saved.dropped_unused)
-            lines.append(f"  dropped as unused in the last updating runs (compile_cache_max_unused_runs): {gone}")
+            lines.append("  dropped as unused in the last updating runs (compile_cache_max_unused_runs): "
+                         + artifact_counts(saved.dropped_unused))
     elif saved.status is SaveStatus.UNCHANGED:
         lines.append(f"bundle unchanged: {report.bundle_path} already holds everything this run compiled "
                      f"({saved.seconds:.2f} s{moved})")

@@ -13,8 +13,7 @@ _KEY = "compilecache"
 
 @dataclasses.dataclass(frozen=True)
 class BundleAtStart:
-    """What the session knew of its bundle before any test: whether it existed, and why it could not
-    be read ("" where it could, or is missing)."""
+    """What the session knew of its bundle before any test: whether it existed, and why it could not be read."""
 
     existed: bool = False
     problem: str = ""
@@ -22,8 +21,7 @@ class BundleAtStart:
 
 @dataclasses.dataclass(frozen=True)
 class ToWorker:
-    """The controller to a new worker (``workerinput``): the session's shared folder, its bundle at
-    start, the run's time stamp, and whether the bundle's store stopped answering."""
+    """The controller to a new worker (``workerinput``): shared folder, bundle at start, run stamp, store's silence."""
 
     shared: str
     at_start: BundleAtStart
@@ -32,16 +30,14 @@ class ToWorker:
 
     def put(self, workerinput: dict[str, Any]) -> None:
         """Into a worker's ``workerinput``."""
-        workerinput[_KEY] = {**dataclasses.asdict(self), "at_start": dataclasses.asdict(self.at_start)}
+        workerinput[_KEY] = dataclasses.asdict(self)
 
     @classmethod
     def get(cls, workerinput: dict[str, Any]) -> "ToWorker":
         """From this worker's ``workerinput`` (defaults where the controller said nothing)."""
         said = workerinput.get(_KEY) or {}
-        at_start = said.get("at_start") or {}
-        return cls(str(said.get("shared", "")), BundleAtStart(bool(at_start.get("existed", False)),
-                                                              str(at_start.get("problem", ""))),
-                   float(said.get("run", time.time())), str(said.get("store_unreachable", "")))
+        return cls(said.get("shared", ""), BundleAtStart(**said.get("at_start", {})), said.get("run", time.time()),
+                   said.get("store_unreachable", ""))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,12 +14,10 @@ from .options import Options
 
 
 class Collector:
-    """Registered beside the roles that report (single process, controller): gathers per-test
-    counts from the reports (a worker's arrive on them too) and prints the summary."""
+    """Registered beside the roles that report (a run without xdist, the xdist controller)."""
 
     def __init__(self, options: Options, report: SessionReport) -> None:
-        self.options = options
-        self.report = report
+        self.options, self.report = options, report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when == "teardown":
@@ -29,14 +27,11 @@ class Collector:
             self.report.add_test(report.nodeid, stats)
 
     def _worth_saying(self, config: pytest.Config) -> bool:
-        """When asked for, when tests were counted, or when something went wrong; never in a run that
-        only collects (it does nothing to sum up)."""
-        if config.option.collectonly:
-            return False
+        """When asked for, when tests were counted, or when something went wrong; never in a run that only collects."""
         report = self.report
-        used = any(p.status is not Status.UNUSED for p in report.processes)
-        return (self.options.active or bool(self.options.warnings) or report.totals is not None or used or bool(report.all_problems())
-                or report.expectations is not None)
+        return not config.option.collectonly and bool(
+            self.options.active or self.options.warnings or report.totals is not None or report.all_problems()
+            or report.expectations is not None or any(p.status is not Status.UNUSED for p in report.processes))
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
@@ -50,13 +45,9 @@ class Collector:
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         """The ``compilecache`` section, when :meth:`_worth_saying`."""
-        report = self.report
         if self._worth_saying(terminalreporter.config):
             terminalreporter.section("compilecache")
-            for line in self.options.warnings:
-                terminalreporter.write_line(f"WARNING: {line}")
-            for line in summary_lines(report):
-                terminalreporter.write_line(line)
             verbose = self.options.explain or terminalreporter.config.option.verbose > 0
-            for line in patch_lines(report, verbose):
+            for line in [*(f"WARNING: {w}" for w in self.options.warnings), *summary_lines(self.report),
+                         *patch_lines(self.report, verbose)]:
                 terminalreporter.write_line(line)

@@ -11,8 +11,6 @@ from ..cache import CacheKind, not_saved_misses
 from ..stats import stats_from_counts
 from .options import Isolation, Options
 
-_FIXTURES = ("cold_cache", "warm_cache")
-
 
 class TestCounts:
     """Counts every test when anything session-wide is on, else the tests that use a fixture."""
@@ -25,25 +23,23 @@ class TestCounts:
 
     def counted(self, item: pytest.Item) -> bool:
         """Whether ``item``'s compile counts are recorded."""
-        return self.options.active or any(name in _FIXTURES for name in getattr(item, "fixturenames", ()))
+        names = getattr(item, "fixturenames", ())
+        return self.options.active or "cold_cache" in names or "warm_cache" in names
 
     def started(self, item: pytest.Item) -> None:
         """Take the counters' starting point for ``item`` (if it is counted)."""
         if self.counted(item):
-            loaded = _torchapi.compiler_loaded()
-            self._start[item.nodeid] = (_torchapi.read_counts() if loaded else {}, _torchapi.compile_seconds(),
-                                        not_saved_misses())
+            self._start[item.nodeid] = (_torchapi.read_counts() if _torchapi.compiler_loaded() else {},
+                                        _torchapi.compile_seconds(), not_saved_misses())
 
     def finished(self, item: pytest.Item) -> dict[str, Any] | None:
-        """``item``'s per-layer counts, compile seconds and cache kind, or ``None`` (not counted, or
-        torch's compiler never loaded)."""
+        """``item``'s per-layer counts, compile seconds and cache kind, or ``None`` (not counted, nothing compiled)."""
         delta = self.so_far(item)
         start = self._start.pop(item.nodeid, None)
         if start is None or delta is None:
             return None
-        stats = stats_from_counts(delta, _torchapi.unobservable_layers(),
-                                  unobservable_fields=_torchapi.unobservable_fields())
-        result: dict[str, Any] = stats.to_dict()
+        result: dict[str, Any] = stats_from_counts(delta, _torchapi.unobservable_layers(),
+                                                   unobservable_fields=_torchapi.unobservable_fields()).to_dict()
         result["compile_seconds"] = round(_torchapi.compile_seconds() - start[1], 4)
         if start[1] == 0.0 and result["compile_seconds"] > 0:
             result["first_in_process"] = True
@@ -54,19 +50,16 @@ class TestCounts:
         return result
 
     def so_far(self, item: pytest.Item) -> dict[str, int] | None:
-        """``item``'s flat counts from its start until now, or ``None`` (not counted, or torch's compiler
-        never loaded: nothing was compiled)."""
+        """``item``'s flat counts from its start until now, or ``None`` (not counted, or nothing compiled)."""
         start = self._start.get(item.nodeid)
         if start is None or not _torchapi.compiler_loaded():
             return None
-        counts = start[0]
-        return {k: v - counts.get(k, 0) for k, v in _torchapi.read_counts().items()}
+        return {k: v - start[0].get(k, 0) for k, v in _torchapi.read_counts().items()}
 
     def cache_kind(self, item: pytest.Item) -> str | None:
         """The cache the test ran in (a :class:`CacheKind` value), or ``None``: a cache shared with other tests."""
         names = getattr(item, "fixturenames", ())
-        if "warm_cache" in names:
-            return CacheKind.WARM.value
-        if "cold_cache" in names:
-            return CacheKind.COLD.value
+        for fixture, kind in (("warm_cache", CacheKind.WARM), ("cold_cache", CacheKind.COLD)):
+            if fixture in names:
+                return kind.value
         return CacheKind.ISOLATED.value if self.options.isolation is Isolation.TEST else None

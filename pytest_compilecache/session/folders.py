@@ -13,21 +13,13 @@ import filelock
 import pytest
 
 
-
 class Folders:
-    """This process's folders, created on first use.
-
-    ``root`` lies under pytest's basetemp (so ``--basetemp`` and its retention apply); per-test
-    folders are made inside it and removed when their test ends.
-    """
+    """This process's folders under pytest's basetemp, made on first use; a test's is removed when the test ends."""
 
     def __init__(self, config: pytest.Config, shared: Path | None = None) -> None:
-        self._config = config
+        self._config, self._shared, self._owns_shared = config, shared, shared is None
         self._root: Path | None = None
-        self._owned_root = False
-        self._shared = shared
-        self._owns_shared = shared is None
-        self._count = 0
+        self._owned_root, self._count = False, 0
 
     @property
     def root(self) -> Path:
@@ -80,8 +72,7 @@ class Folders:
         shutil.rmtree(path, ignore_errors=True)
 
     def remove(self, keep_root: bool) -> None:
-        """Remove what this process made. With ``keep_root`` the root stays for pytest's retention,
-        with the folders of failed tests."""
+        """Remove what this process made; with ``keep_root``, the root and failed tests' folders stay for pytest."""
         leaving = [] if self._root is None else [self._root / name for name in ("template", "session-cache", "process")]
         if self._shared is not None and self._owns_shared:
             leaving.append(self._shared)
@@ -100,16 +91,11 @@ def _environment_key() -> str:
         torch_version = metadata.version("torch")
     except metadata.PackageNotFoundError:
         torch_version = "none"
-    text = f"{sys.executable}\n{sys.version}\n{torch_version}"
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
+    return hashlib.sha256(f"{sys.executable}\n{sys.version}\n{torch_version}".encode()).hexdigest()[:12]
 
 
 class WorkerDir:
-    """A cache folder kept between runs for one worker id, never shared by two live processes.
-
-    ``<home>/workers/<environment>/<worker id>``: if another live session holds that worker id's
-    folder, the next free ``<worker id>-<n>`` is taken. The lock is held until :meth:`release`.
-    """
+    """A cache folder kept between runs per worker id (the next free ``<id>-<n>`` if in use), locked until released."""
 
     def __init__(self, home: Path, worker_id: str) -> None:
         base = home / "workers" / _environment_key()
@@ -123,12 +109,10 @@ class WorkerDir:
                 continue
             self.path = base / name
             self.path.mkdir(exist_ok=True)
-            self._lock: filelock.BaseFileLock | None = lock
+            self._lock = lock
             return
         raise pytest.UsageError(f"{base}: no free per-worker cache folder (1000 in use)")
 
     def release(self) -> None:
         """Let another session use this folder."""
-        if self._lock is not None:
-            self._lock.release()
-            self._lock = None
+        self._lock.release()

@@ -1,6 +1,4 @@
-"""One session's start and end, the same for every role that reports (a run without xdist, the xdist
-controller): the look at the bundle and the checks before any test, the save, the report and the exit
-status at the end."""
+"""One session's start and end for the roles that report: checks before any test; save, report and exit status."""
 
 from __future__ import annotations
 
@@ -13,15 +11,13 @@ import pytest
 from ..expect.hooks import Keeper, Recorder
 from ..report.model import Concern, Problem, ProcessReport, SessionReport
 from ..storage.interface import BundleStore
-from .channel import BundleAtStart
 from .collector import Collector
 from .options import Options
 from .progress import Progress
-from .saving import Saver, exit_status, write_json
-from .start import check_at_start, check_remote, describe, header_lines
+from .saving import exit_status, save, write_json
+from .start import check_at_start, check_remote, describe
 
-#: When the plugin was loaded (before conftests import torch): the first session of a process counts
-#: its wall clock from here; a later one in the same process (an in-process ``pytester`` run) from its own start.
+#: When the plugin was loaded: a process's first session counts its wall clock from here, a later one from its start.
 _LOADED: float | None = time.time()
 
 
@@ -33,19 +29,15 @@ def _session_started() -> float:
 
 
 class SessionLife:
-    """The session's report, its summary's collector and expectations' keeper, and its bundle as seen
-    before any test (:attr:`at_start`)."""
+    """The session's report, collector and expectations' keeper, and its bundle as seen before any test."""
 
     def __init__(self, config: pytest.Config, options: Options, store: BundleStore | None, run: float,
                  progress: Progress, recorder: Recorder | None) -> None:
-        self.options = options
-        self.store = store
-        self.run = run
-        self.progress = progress
+        self.options, self.store, self.run, self.progress = options, store, run, progress
         self.report = SessionReport(bundle_path=options.bundle_name, started=_session_started())
         self.collector = Collector(options, self.report)
         self.keeper = Keeper.create(config, options.expect, options.expect_update, recorder)
-        self.at_start = self._describe(store if options.bundle is not None else None)
+        self.at_start = describe(store if options.bundle is not None else None, self.report)
 
     def register(self, plugins: pytest.PytestPluginManager) -> None:
         """The summary's collector and the expectations' keeper, beside the role."""
@@ -53,38 +45,28 @@ class SessionLife:
         if self.keeper is not None:
             plugins.register(self.keeper, "compilecache-expect-keeper")
 
-    def _describe(self, store: BundleStore | None) -> BundleAtStart:
-        self.report.bundle_at_start, existed, problem = describe(store)
-        return BundleAtStart(existed, problem)
-
     def start(self, process_dir: Path) -> None:
         """Look at a bundle URL and the remote cache; in strict mode, check the bundle before any test."""
         if self.options.bundle_url is not None:
-            self.at_start = self._describe(self.store)
+            self.at_start = describe(self.store, self.report)
         if self.at_start.problem:
             self.report.problems.append(Problem(Concern.BUNDLE, self.at_start.problem,
                                                 self.store.name if self.store is not None else ""))
         check_remote(self.options, self.report)
         with self.progress.showing():
-            check_at_start(self.options, self.store, self.at_start.problem, self.at_start.existed, process_dir,
-                           self.report)
+            check_at_start(self.options, self.store, self.at_start, process_dir, self.report)
 
     def finish(self, session: pytest.Session, processes: list[ProcessReport],
                artifacts: list[tuple[dict[str, str], bytes, Any]], pools: Path) -> None:
         """Save what the processes compiled, then the report, the JSON file and the exit status."""
         self.report.processes = processes
         with self.progress.showing():
-            Saver(self.store, self.options, self.at_start.existed, self.run, pools, self.at_start.problem).save(
-                self.report, artifacts)
+            save(self.report, artifacts, self.store, self.options, self.at_start, self.run, pools)
         self.report.session_seconds = time.time() - self.report.started
         if self.keeper is not None:
             self.report.expectations = self.keeper.finish(session)
         self.report.written = write_json(self.options.report, self.report)
         exit_status(self.options, self.report, session)
-
-    def header(self, process: ProcessReport | None) -> list[str]:
-        """The lines under pytest's header (one that lets anyone reproduce the run's bundle)."""
-        return header_lines(self.options, self.report, process)
 
 
 def teller(config: pytest.Config) -> Callable[[str], None]:

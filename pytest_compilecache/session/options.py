@@ -8,7 +8,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -37,16 +37,6 @@ ISOLATION_MODES = tuple(mode.value for mode in Isolation)
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
-
-
-def _bool(value: Any, name: str) -> bool:
-    """An on/off value; a word that is neither (a typo that would silently mean off) is a usage error."""
-    if isinstance(value, bool):
-        return value
-    word = str(value).strip().lower()
-    if word not in _TRUE + _FALSE:
-        raise pytest.UsageError(f"{name}: {value!r} is neither on nor off; use true or false")
-    return word in _TRUE
 
 
 def user_cache_dir() -> Path:
@@ -107,19 +97,12 @@ class Options:
         return self.session_wide or self.report is not None or self.remote is not None
 
     @classmethod
-    def from_config(cls, config: pytest.Config) -> "Options":
-        """Resolve every option; a bad value is a :class:`pytest.UsageError` naming it."""
-        return cls._resolve(config, lambda name: config.getoption(name, None))
-
-    @classmethod
-    def early(cls, early_config: pytest.Config) -> "Options":
-        """The options as known before conftests load (from pytest's first parse of the command line)."""
-        namespace = early_config.known_args_namespace
-        return cls._resolve(early_config, lambda name: getattr(namespace, name, None))
-
-    @classmethod
-    def _resolve(cls, config: pytest.Config, getoption: Callable[[str], Any]) -> "Options":
+    def from_config(cls, config: pytest.Config, early: bool = False) -> "Options":
+        """Resolve every option (``early``: from pytest's first parse, before conftests); a bad one is a UsageError."""
         inidir = Path(config.inipath).parent if config.inipath else Path(config.rootpath)
+
+        def getoption(name: str) -> Any:
+            return getattr(config.known_args_namespace, name, None) if early else config.getoption(name, None)
 
         def pick(name: str, env: str | None = None) -> tuple[Any, Path | None]:
             value = getoption(name)
@@ -140,7 +123,31 @@ class Options:
             p = Path(local or str(value)).expanduser()
             return (base / p if base is not None and not p.is_absolute() else p).absolute()
 
-        word = str(pick("compile_cache_isolate")[0] or "").strip()
+        def text(name: str, env: str | None = None) -> str:
+            return str(pick(name, env)[0] or "").strip()
+
+        def flag(name: str) -> bool:
+            value = pick(name)[0]
+            if isinstance(value, bool):
+                return value
+            word = str(value).strip().lower()
+            if word not in _TRUE + _FALSE:  # a typo would silently mean off
+                raise pytest.UsageError(f"{name}: {value!r} is neither on nor off; use true or false")
+            return word in _TRUE
+
+        def seconds(name: str, default: float) -> float:
+            value = pick(name)[0]
+            if value in (None, ""):
+                return default
+            try:
+                number = float(value)
+            except ValueError:
+                raise pytest.UsageError(f"{name} must be a number of seconds, not {value!r}") from None
+            if not 0 <= number < float("inf"):
+                raise pytest.UsageError(f"{name} must be a number of seconds, not negative or infinite, got {value!r}")
+            return number
+
+        word = text("compile_cache_isolate")
         by_mode = str(config.getini("compile_cache_isolate_mode") or "").strip()
         if word and by_mode and word != by_mode and getoption("compile_cache_isolate") is None:
             raise pytest.UsageError(f"compile_cache_isolate is {word!r} but compile_cache_isolate_mode is "
@@ -148,40 +155,38 @@ class Options:
         setting = "compile_cache_isolate" if word or not by_mode else "compile_cache_isolate_mode"
         word = word or by_mode or "off"
         if word not in ISOLATION_MODES:
-            raise pytest.UsageError(
-                f"{setting}: {word!r} is not an isolation mode; use off, test or worker "
-                "(off: no isolation; test: an empty cache per test; worker: a kept cache per xdist worker)"
-            )
-        lock_timeout = _seconds(pick("compile_cache_lock_timeout")[0], "compile_cache_lock_timeout",
-                                DEFAULT_LOCK_TIMEOUT)
-        network_timeout = _seconds(pick("compile_cache_network_timeout")[0], "compile_cache_network_timeout",
-                                   DEFAULT_NETWORK_TIMEOUT)
+            raise pytest.UsageError(f"{setting}: {word!r} is not an isolation mode; use off, test or worker (off: no "
+                                    "isolation; test: an empty cache per test; worker: a kept cache per xdist worker)")
+        lock_timeout = seconds("compile_cache_lock_timeout", DEFAULT_LOCK_TIMEOUT)
+        network_timeout = seconds("compile_cache_network_timeout", DEFAULT_NETWORK_TIMEOUT)
         if network_timeout == 0:
             raise pytest.UsageError("compile_cache_network_timeout must be more than 0 seconds")
         home = path("compile_cache_home") or user_cache_dir()
         unused = str(pick("compile_cache_max_unused_runs")[0] or "0").strip()
         if not re.fullmatch(r"[0-9]+", unused):
-            raise pytest.UsageError(
-                f"compile_cache_max_unused_runs must be a whole number of updating runs (0: keep everything), "
-                f"not {unused!r}")
-        rebuild = _bool(pick("compile_cache_rebuild")[0], "compile_cache_rebuild")
-        remote = str(pick("compile_cache_remote", REMOTE_ENV)[0] or "").strip() or None
+            raise pytest.UsageError(f"compile_cache_max_unused_runs must be a whole number of updating runs "
+                                    f"(0: keep everything), not {unused!r}")
+        rebuild = flag("compile_cache_rebuild")
+        remote = text("compile_cache_remote", REMOTE_ENV) or None
         if remote is not None and check_url(remote):
             raise pytest.UsageError(f"compile_cache_remote: {check_url(remote)}")
-        named = str(pick("compile_cache_bundle", BUNDLE_ENV)[0] or "").strip()
+        named = text("compile_cache_bundle", BUNDLE_ENV)
         warnings: list[str] = []
         given = getoption("compile_cache_bundle")
         if given is not None and not str(given).strip():
             empty = "--compile-cache-bundle was given an empty value (an unset variable?)"
-            if _bool(pick("compile_cache_strict")[0], "compile_cache_strict"):
+            if flag("compile_cache_strict"):
                 raise pytest.UsageError(f"{empty}, and --compile-cache-strict asks for a bundle: name one, or "
                                         "leave the option out")
             warnings.append(f"{empty}: this run has no bundle")
         url = named if is_url(named) else None
         from_env = os.environ.get(STORAGE_OPTIONS_ENV, "")
-        storage_options = (_storage_options(from_env, STORAGE_OPTIONS_ENV) if from_env.strip() else
-                           _storage_options(str(config.getini("compile_cache_storage_options") or ""),
-                                            "compile_cache_storage_options"))
+        where, raw = ((STORAGE_OPTIONS_ENV, from_env) if from_env.strip() else
+                      ("compile_cache_storage_options", str(config.getini("compile_cache_storage_options") or "")))
+        try:
+            storage_options = parse_storage_options(raw)
+        except ValueError as exc:
+            raise pytest.UsageError(f"{where} {exc}") from None
         bundle = None if url else path("compile_cache_bundle", BUNDLE_ENV)
         report = path("compile_cache_report")
         for name, given, form in (("bundle", bundle, "PATH"), ("report", report, "FILE")):
@@ -190,57 +195,22 @@ class Options:
                         "value placed before a path takes the path as its value)"
                         if f"--compile-cache-{name}" in config.invocation_params.args else "")
                 raise pytest.UsageError(f"--compile-cache-{name}: {given} is a folder, not a file{hint}")
-        update = _bool(pick("compile_cache_update")[0], "compile_cache_update")
+        update = flag("compile_cache_update")
         if (update or rebuild) and not named:
-            flag = "--compile-cache-rebuild" if rebuild else "--compile-cache-update"
-            raise pytest.UsageError(f"{flag} (or {flag[2:].replace('-', '_')} in the ini file) changes the bundle "
+            option = "--compile-cache-rebuild" if rebuild else "--compile-cache-update"
+            raise pytest.UsageError(f"{option} (or {option[2:].replace('-', '_')} in the ini file) changes the bundle "
                                     "named by --compile-cache-bundle, and none is named")
         expect = path("compile_cache_expect")
-        expect_update = _bool(pick("compile_cache_expect_update")[0], "compile_cache_expect_update")
+        expect_update = flag("compile_cache_expect_update")
         if expect_update and expect is None:
             raise pytest.UsageError("--compile-cache-expect-update records into the file named by "
                                     "--compile-cache-expect, and none is named")
-        return cls(
-            isolation=Isolation(word),
-            bundle=bundle,
-            bundle_url=url,
-            storage_options=storage_options,
-            update=update or rebuild,
-            rebuild=rebuild,
-            explain=_bool(pick("compile_cache_explain")[0], "compile_cache_explain"),
-            max_unused_runs=int(unused),
-            remote=remote,
-            strict=_bool(pick("compile_cache_strict")[0], "compile_cache_strict"),
-            lock_timeout=lock_timeout,
-            network_timeout=network_timeout,
-            report=report,
-            expect=expect,
-            expect_update=expect_update,
-            home=home,
-            headers_dir=path("compile_cache_headers_dir") or home / "precompiled-headers",
-            warnings=tuple(warnings),
-        )
-
-
-def _seconds(value: Any, name: str, default: float) -> float:
-    """A number of seconds (not negative, not infinite) given as ``name``; ``default`` where none is given."""
-    if value in (None, ""):
-        return default
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise pytest.UsageError(f"{name} must be a number of seconds, not {value!r}") from None
-    if not 0 <= seconds < float("inf"):
-        raise pytest.UsageError(f"{name} must be a number of seconds, not negative or infinite, got {value!r}")
-    return seconds
-
-
-def _storage_options(text: str, where: str) -> dict[str, Any]:
-    """fsspec options for a bundle URL, from ``where`` (the ini value or the environment variable)."""
-    try:
-        return parse_storage_options(text)
-    except ValueError as exc:
-        raise pytest.UsageError(f"{where} {exc}") from None
+        return cls(isolation=Isolation(word), bundle=bundle, bundle_url=url, storage_options=storage_options,
+                   update=update or rebuild, rebuild=rebuild, explain=flag("compile_cache_explain"),
+                   max_unused_runs=int(unused), remote=remote, strict=flag("compile_cache_strict"),
+                   lock_timeout=lock_timeout, network_timeout=network_timeout, report=report, expect=expect,
+                   expect_update=expect_update, home=home, warnings=tuple(warnings),
+                   headers_dir=path("compile_cache_headers_dir") or home / "precompiled-headers")
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -296,16 +266,12 @@ def add_options(parser: pytest.Parser) -> None:
            "there (an ini path is relative to the ini file)", metavar="PATH")
     option("compile-cache-expect-update", "record the tests run into the --compile-cache-expect file instead "
            "(a run of the whole suite also removes the records of tests that are gone)", action="store_true")
-    parser.addini("compile_cache_storage_options", type="string",
-                  help="a JSON object of fsspec options for a bundle URL, e.g. "
-                       '{"endpoint_url": "http://127.0.0.1:9000"} (credentials come from the environment; '
-                       f"env: {STORAGE_OPTIONS_ENV})")
-    parser.addini("compile_cache_max_unused_runs", type="string",
-                  help="with --compile-cache-update: drop artifacts that none of the last N updating runs "
-                       "used (default 0: keep everything)")
-    parser.addini("compile_cache_home", type="string",
-                  help="per-user folder for precompiled C++ headers and per-worker caches "
-                       "(default: the platform's user cache folder, e.g. ~/.cache/pytest-compilecache)")
-    parser.addini("compile_cache_headers_dir", type="string",
-                  help="folder for precompiled C++ headers, shared by all tests and runs "
-                       "(default: <compile_cache_home>/precompiled-headers)")
+    parser.addini("compile_cache_storage_options", type="string", help="a JSON object of fsspec options for a bundle "
+                  'URL, e.g. {"endpoint_url": "http://127.0.0.1:9000"} (credentials come from the environment; '
+                  f"env: {STORAGE_OPTIONS_ENV})")
+    parser.addini("compile_cache_max_unused_runs", type="string", help="with --compile-cache-update: drop artifacts "
+                  "that none of the last N updating runs used (default 0: keep everything)")
+    parser.addini("compile_cache_home", type="string", help="per-user folder for precompiled C++ headers and "
+                  "per-worker caches (default: the platform's user cache folder, e.g. ~/.cache/pytest-compilecache)")
+    parser.addini("compile_cache_headers_dir", type="string", help="folder for precompiled C++ headers, shared by "
+                  "all tests and runs (default: <compile_cache_home>/precompiled-headers)")

@@ -1,5 +1,4 @@
-"""A process's bundle: loaded (or warmed up and published) once before its first test, its binaries
-pooled for ``warm_cache`` tests, and what the process adds to it at the end."""
+"""A process's bundle: loaded (or warmed up) once before its first test, binaries pooled, what it adds at the end."""
 
 from __future__ import annotations
 
@@ -29,49 +28,44 @@ from .progress import Progress
 from .warmup import Preparer, WarmupFailed, WarmupRun
 
 
-def _from_hook(exc: BaseException, hook: Any) -> Any:
-    """The traceback from the first frame inside a hook implementation (not pytest's or pluggy's)."""
-    codes = {impl.function.__code__ for impl in hook.get_hookimpls()}
+def _failed_in(hook: Any, exc: Exception) -> WarmupFailed:
+    """The hook's failure: where it is defined, and the traceback from its own first frame on (not pluggy's)."""
+    codes = [impl.function.__code__ for impl in hook.get_hookimpls()]
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code not in codes:
         tb = tb.tb_next
-    return tb or exc.__traceback__
+    where = ", ".join(f"{code.co_filename}:{code.co_firstlineno}" for code in codes)
+    text = "".join(traceback.format_exception(type(exc), exc, tb or exc.__traceback__))
+    return WarmupFailed(f"pytest_compilecache_warmup ({where}) raised {type(exc).__name__}: {exc}\n{text}")
 
 
 class BundlePreparation:
-    """This process's bundle: prepared once, lazily, before the first test that may use it.
-
-    ``session_cache`` gives the folder compiles outside fixtures use, when they have one of the
-    plugin's (it is filled from the bundle, and pooled from at the end).
-    """
+    """This process's bundle, prepared once, lazily, before the first test that may use it."""
 
     def __init__(self, config: pytest.Config, options: Options, folders: Folders, process: str, run: float,
                  store: BundleStore | None, session_cache: Callable[[], Path | None],
                  at_start: Callable[[], BundleAtStart], progress: Progress,
-                 tell: Callable[[str], None] | None) -> None:
-        self.config = config
-        self.options = options
-        self.folders = folders
-        self.store = store
-        self.process = process
-        self.run = run
+                 tell: Callable[[str], None] | None, undo: contextlib.ExitStack) -> None:
+        self.config, self.options, self.folders = config, options, folders
+        self.store, self.process, self.run = store, process, run
+        #: The plugin's folder of compiles outside fixtures, if any (filled from the bundle, pooled from at the end).
         self._session_cache = session_cache
         #: The bundle as the session saw it before any test (the role that looked says).
         self._at_start = at_start
-        self._preparer: Preparer | None = None
+        #: What bundle preparation did in this process (the preparer's, once it runs).
+        self.process_report = ProcessReport(process=process)
         self._prepared: bool | None = None
         self._pool: BinaryPool | None = None
         self._dropped: set[str] = set()
-        self._placing = contextlib.ExitStack()
+        #: What the test side's end undoes (the session folder's filling from the bundle).
+        self._undo = undo
         self._started = time.time()
-        #: The display of long work (the bundle's download, the warmup), where this process owns the terminal.
-        self.progress = progress
-        #: Where a bundle problem found while preparing is said at once (``None``: not in this process).
-        self.tell = tell
+        #: The display of long work, where this process owns the terminal; where a bundle problem found while
+        #: preparing is said at once (``None``: not in this process).
+        self.progress, self.tell = progress, tell
 
     def template(self) -> Path | None:
-        """The folder ``warm_cache`` tests start from (its links), the binaries pooled so far in it;
-        ``None`` when there is no usable bundle."""
+        """The folder ``warm_cache`` tests start from, with the binaries pooled so far; ``None`` without a bundle."""
         if not self.prepare():
             return None
         if self._pool is not None:
@@ -90,26 +84,15 @@ class BundlePreparation:
         return (f"warm_cache needs a usable bundle ({report.status.value}: {report.reason}); get one "
                 "with --compile-cache-bundle=PATH after a run that builds it, or a pytest_compilecache_warmup hook")
 
-    @property
-    def process_report(self) -> ProcessReport:
-        """What bundle preparation did in this process."""
-        return self._preparer.report if self._preparer is not None else ProcessReport(process=self.process)
-
-    def _needed(self, items: list[pytest.Item]) -> bool:
-        if any("warm_cache" in getattr(item, "fixturenames", ()) for item in items):
-            return True
-        return self.options.has_bundle and "torch" in sys.modules
-
     def prepare_for(self, session: pytest.Session) -> str | None:
-        """Before the first test: load or build the bundle if a selected test may use it.
-
-        Returns the strict-mode failure to stop on, or ``None``.
-        """
-        if self._prepared is not None or not session.items or self.config.option.collectonly:
+        """Before the first test: load or build the bundle if a selected test may use it (one that uses ``warm_cache``,
+        or any once torch is imported, with a bundle); the strict-mode failure to stop on, or ``None``."""
+        option = self.config.option
+        if self._prepared is not None or not session.items or option.collectonly \
+                or (session.testsfailed and not option.continue_on_collection_errors):
             return None
-        if session.testsfailed and not self.config.option.continue_on_collection_errors:
-            return None
-        if not self._needed(session.items):
+        if not any("warm_cache" in getattr(item, "fixturenames", ()) for item in session.items) \
+                and not (self.options.has_bundle and "torch" in sys.modules):
             return None
         try:
             with self.progress.showing():
@@ -121,8 +104,7 @@ class BundlePreparation:
             self._failed_to_prepare(
                 f"--compile-cache-bundle: preparing the bundle stopped on a warning that this run's warning "
                 f"filters turn into an error: {type(exc).__name__}: {exc} ({where.filename}:{where.lineno}); "
-                f"no bundle is used (ignore it by its category and module in filterwarnings to prepare one)"
-            )
+                f"no bundle is used (ignore it by its category and module in filterwarnings to prepare one)")
         if self.options.strict and self._prepared is not None:
             misses.unpack_bundle_index()  # a malformed key index is otherwise found at the first miss
         problems = [p for p in self.process_report.problems if p.concern is not Concern.BINARY]
@@ -131,81 +113,54 @@ class BundlePreparation:
         return None
 
     def _failed_to_prepare(self, problem: str) -> None:
-        if self._preparer is None:
-            self._preparer = self._make_preparer(None)
-        self._preparer.report.problems.append(Problem(Concern.BUNDLE, problem, self.options.bundle_name or ""))
+        self.process_report.problems.append(Problem(Concern.BUNDLE, problem, self.options.bundle_name or ""))
 
     @property
     def writes_bundle(self) -> bool:
         """Whether this session writes PATH at its end (so its artifacts and binaries are worth saving)."""
         if not self.options.has_bundle:
             return False
-        if self.unreadable and not (self.options.rebuild and self.process_report.bundle_unreadable_kind
-                                    in (None, Unreadable.DAMAGED)):
+        report = self.process_report
+        if (self._at_start().problem or report.bundle_unreadable) and not (
+                self.options.rebuild and report.bundle_unreadable_kind in (None, Unreadable.DAMAGED)):
             return False
         return self.options.update or not self._at_start().existed
-
-    @property
-    def unreadable(self) -> str:
-        """Why the bundle could not be read, at session start or while preparing; "" when it could."""
-        return self._at_start().problem or self.process_report.bundle_unreadable
-
-    def _make_preparer(self, hook: Any) -> Preparer:
-        source = self.store
-        own = LocalStore(self.folders.shared / "session.bundle", self.options.lock_timeout)
-        return Preparer(
-            source=source,
-            publish=source if self.writes_bundle and source is not None else own,
-            fallback=own,
-            update=self.options.update,
-            template=self.folders.template,
-            marker=self.folders.shared / "warmup-done",
-            run_warmup=self._run_warmup if hook else None,
-            process=self.process,
-            binaries=self._pool,
-            run=self.run,
-            rebuild=self.options.rebuild,
-            tell=self.tell,
-        )
 
     def prepare(self) -> bool:
         """Load (or warm up and publish) the bundle once per process; True when it is usable."""
         if self._prepared is None:
             self._prepared = False
             _torchapi.bootstrap(str(self.folders.process))
-            self._pool = BinaryPool(self.folders.shared / "binaries", _torchapi.build_identity())
+            pool = self._pool = BinaryPool(self.folders.shared / "binaries", _torchapi.build_identity())
             hook = self.config.hook.pytest_compilecache_warmup.get_hookimpls()
-            self._preparer = self._make_preparer(hook)
-            self._prepared = self._preparer.prepare(_torchapi.environment_fingerprint())
+            source, own = self.store, LocalStore(self.folders.shared / "session.bundle", self.options.lock_timeout)
+            preparer = Preparer(source, source if self.writes_bundle and source is not None else own,
+                                self.options.update, self.folders.template, self.folders.shared / "warmup-done",
+                                self._run_warmup if hook else None, self.process, binaries=self._pool, run=self.run,
+                                rebuild=self.options.rebuild, fallback=own, tell=self.tell)
+            self.process_report = preparer.report
+            self._prepared = preparer.prepare(_torchapi.environment_fingerprint())
             session_cache = self._session_cache()
             if session_cache is not None and self.options.isolation is not Isolation.TEST:
-                self._fill_session_cache(session_cache)
+                self._fill_session_cache(session_cache, pool)
         return self._prepared
 
-    def _fill_session_cache(self, folder: Path) -> None:
-        """Give compiles outside fixtures the bundle: in a worker's kept folder, every file of it now
-        (replacing what an earlier run left); in the process's own folder, as a warm test's folder gets
-        it, each entry and binary as torch asks for it."""
-        assert self._pool is not None
+    def _fill_session_cache(self, folder: Path, pool: BinaryPool) -> None:
+        """Give compiles outside fixtures the bundle: all of it now in a worker's kept folder, else as torch asks."""
         template = self.folders.template
         if not self._prepared:
-            self._pool.seed(folder)
+            pool.seed(folder)
         elif self.options.isolation is Isolation.WORKER:
-            self._pool.seed(template)
+            pool.seed(template)
             files.link_tree(template, folder, replace=True)
-            self._pool.seed(folder)
+            pool.seed(folder)
         else:
-            self._pool.seed(template)
+            pool.seed(template)
             _torchapi.fill_warm_folder(template, folder)
-            self._placing.enter_context(_torchapi.placing_from(str(template), str(folder)))
-
-    def close(self) -> None:
-        """Stop filling the session's folder from the bundle."""
-        self._placing.close()
+            self._undo.enter_context(_torchapi.placing_from(str(template), str(folder)))
 
     def harvest(self, folder: Path, since: float = 0.0) -> None:
-        """Pool the binaries a cache folder holds (those written since ``since``), for the next
-        ``warm_cache`` test and the bundle."""
+        """Pool the binaries a folder holds (written since ``since``) for later ``warm_cache`` tests and the bundle."""
         if self._pool is not None:
             try:
                 if _torchapi.compiler_loaded():
@@ -246,19 +201,11 @@ class BundlePreparation:
         start = time.perf_counter()
         try:
             with _torchapi.fresh_recording():
-                with cache:
+                with cache, self.progress.warmup():
                     try:
-                        with self.progress.warmup():
-                            hook(cache=cache)
+                        hook(cache=cache)
                     except Exception as exc:
-                        where = ", ".join(
-                            f"{impl.function.__code__.co_filename}:{impl.function.__code__.co_firstlineno}"
-                            for impl in hook.get_hookimpls()
-                        )
-                        text = "".join(traceback.format_exception(type(exc), exc, _from_hook(exc, hook)))
-                        raise WarmupFailed(
-                            f"pytest_compilecache_warmup ({where}) raised {type(exc).__name__}: {exc}\n{text}"
-                        ) from None
+                        raise _failed_in(hook, exc) from None
                 data = _torchapi.save_artifacts()
         finally:
             self.harvest(cache.path)
@@ -270,8 +217,7 @@ class BundlePreparation:
                          str(kept.path) if kept is not None else "")
 
     def own_artifacts(self, report: ProcessReport) -> tuple[bytes, KeyIndex] | None:
-        """This process's recorded Mega-Cache bytes (once) and what it knows of their keys, when a
-        bundle path is set."""
+        """This process's recorded Mega-Cache bytes and what it knows of their keys, when it writes the bundle."""
         if not _torchapi.compiler_loaded() or not self.writes_bundle:
             return None
         try:

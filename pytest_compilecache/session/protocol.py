@@ -1,5 +1,4 @@
-"""The load-or-warm-up protocol: what a process does under the publishing lock, decided from what it
-sees there; :class:`.warmup.Preparer` does it."""
+"""The load-or-warm-up protocol: what a process does under the publishing lock (:class:`.warmup.Preparer` does it)."""
 
 from __future__ import annotations
 
@@ -32,19 +31,11 @@ class Next(enum.Enum):
 
 
 def decide(marker: Outcome | None, published: Published, update: bool, rebuild: bool, to_path: bool) -> Next:
-    """The step after taking the lock: ``marker`` is the session's warmup marker (``None`` while no
-    process of the session has warmed up), ``published`` what the place holds for this machine,
-    ``update`` and ``rebuild`` the session's flags, ``to_path`` whether the warmup publishes to PATH
-    itself (not to the session's own bundle).
-
-    Once a warmup of this session has ended, nobody runs it again: its outcome says what to load. Before,
-    an entry found at PATH is loaded, unless the session updates the entry (every run warms up then),
-    and under ``rebuild`` only an entry of this run counts.
-    """
-    if marker is Outcome.FAILED:
-        return Next.SAY_FAILED
-    if marker is Outcome.KEPT_APART:
-        return Next.LOAD_KEPT_APART
+    """The step after taking the lock, from the session's warmup marker (``None``: no warmup ended yet), what the
+    place holds, the session's flags and whether the warmup publishes to PATH itself (``to_path``): once a warmup
+    ended, its outcome says what to load; before, an entry at PATH is loaded unless the session updates it."""
+    if marker in (Outcome.FAILED, Outcome.KEPT_APART):
+        return Next.SAY_FAILED if marker is Outcome.FAILED else Next.LOAD_KEPT_APART
     entry = published in (Published.EARLIER_ENTRY, Published.THIS_RUNS_ENTRY)
     usable = entry and not (rebuild and to_path and published is Published.EARLIER_ENTRY)
     appeared = entry and not update and to_path

@@ -1,15 +1,12 @@
-"""torch's own remote (Redis) compile caches, switched on for a session and made observable.
-
-torch can share FX graph, AOTAutograd and autotune results through Redis, but a server it cannot
-reach makes its backend switch itself off in silence, and every lookup then misses. This module
-turns those caches on for a session from one URL and checks, before any test, that the server
-answers. It never imports torch; the ``redis`` package is imported only when a URL is given.
-"""
+"""torch's own remote (Redis) compile caches, switched on for a session from one URL, and a check that the server
+answers (torch's backend switches itself off in silence); never imports torch, and ``redis`` only for a URL."""
 
 from __future__ import annotations
 
 import os
 from urllib.parse import urlsplit
+
+from ..environment import SavedEnv
 
 #: What torch reads to switch its remote caches on and to find the server.
 ENVIRONMENT = ("TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE", "TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE",
@@ -32,25 +29,11 @@ def check_url(url: str) -> str:
     return ""
 
 
-def environment(url: str) -> dict[str, str]:
-    """The variables that switch torch's remote FX graph, AOTAutograd and autotune caches on for ``url``."""
-    return {**{name: "1" for name in ENVIRONMENT[:3]}, "TORCHINDUCTOR_REDIS_URL": url}
-
-
-def switch_on(url: str) -> dict[str, str | None]:
-    """Set :func:`environment` in ``os.environ``; the values before, to :func:`restore`."""
-    before = {name: os.environ.get(name) for name in ENVIRONMENT}
-    os.environ.update(environment(url))
+def switch_on(url: str) -> SavedEnv:
+    """Switch torch's remote FX graph, AOTAutograd and autotune caches on for ``url``; the variables as they were."""
+    before = SavedEnv(ENVIRONMENT)
+    os.environ.update({**{name: "1" for name in ENVIRONMENT[:3]}, "TORCHINDUCTOR_REDIS_URL": url})
     return before
-
-
-def restore(before: dict[str, str | None]) -> None:
-    """Put the variables :func:`switch_on` changed back as they were (deleted if they were unset)."""
-    for name, value in before.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
 
 
 def unreachable(url: str) -> str:
@@ -61,11 +44,8 @@ def unreachable(url: str) -> str:
         return ("the redis package is not installed, so torch cannot use a remote cache "
                 "(pip install 'pytest-compilecache[redis]')")
     try:
-        client = redis.Redis.from_url(url, socket_connect_timeout=PING_SECONDS, socket_timeout=PING_SECONDS)
-        try:
+        with redis.Redis.from_url(url, socket_connect_timeout=PING_SECONDS, socket_timeout=PING_SECONDS) as client:
             client.ping()
-        finally:
-            client.close()
     except Exception as exc:  # any client error means torch's backend would switch itself off
         return f"{type(exc).__name__}: {exc}"
     return ""

@@ -1,28 +1,18 @@
-"""One plugin object per pytest process role, chosen once, each registering only the hooks it needs.
-
-- :class:`SingleProcess`: a run without xdist; runs tests, loads or builds the bundle, saves, reports.
-- :class:`Worker`: an xdist worker; runs tests, hands its artifacts and bundle story to the controller.
-- :class:`Controller`: the xdist controller; checks PATH before workers start, merges once, reports.
-
-Each delegates to services in modules of their own: :mod:`.life` (the session's start and end, for
-the roles that report), :mod:`.testside` (what a process that runs tests does, its bundle in
-:mod:`.preparation`) and :mod:`.channel` (what the controller and a worker tell each other).
-"""
+"""One plugin object per pytest process role (a run without xdist, an xdist worker, the xdist controller), chosen
+once, each registering only the hooks it needs and delegating to :mod:`.life`, :mod:`.testside` and :mod:`.channel`."""
 
 from __future__ import annotations
-
 
 import os
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Generator, Iterator, Union
+from typing import Any, Generator, Union
 
 import pytest
 
 from .. import files
-from .._torchapi import defaultdir
-from ..cache import CacheKind, CompileCache
+from ..bundle.keyindex import KeyIndex
 from ..environment import SavedEnv
 from ..expect.hooks import Recorder
 from ..report.model import Concern, Problem, ProcessReport
@@ -33,7 +23,7 @@ from .life import SessionLife, teller
 from .options import Options
 from .progress import Progress
 from .saving import read_index
-from .start import open_bundle_store
+from .start import header_lines, open_bundle_store
 from .testside import TestSide
 from .warmup import died_in_warmup
 
@@ -41,50 +31,48 @@ from .warmup import died_in_warmup
 class _RunsTests:
     """The hooks of the roles that run tests; each role adds its own beginning and end."""
 
+    #: Why strict mode stops the run before any test (:meth:`_stop` says how), or ``None``.
+    strict_failure: str | None = None
+
     def __init__(self, config: pytest.Config, options: Options, side: TestSide) -> None:
-        self.config = config
-        self.options = options
-        self.side = side
+        self.config, self.options, self.side = config, options, side
         self.recorder = Recorder.create(config, options.expect, options.expect_update, side.counts)
-        self._default_before: tuple[Any, Any] | None = None
 
     def start(self, plugins: pytest.PytestPluginManager, saved: SavedEnv | None) -> None:
-        """Register this role's hooks; before collection, point compiles outside fixtures at this
-        process's own folder (``saved``: the environment from before the first conftest, if taken)."""
+        """Register this role's hooks; set the process's environment up (see :meth:`TestSide.configure`)."""
         plugins.register(self, "compilecache-role")
         if self.recorder is not None:
             plugins.register(self.recorder, "compilecache-expect-recorder")
         self.side.configure(saved)
-        if self.options.session_wide:
-            folders = self.side.folders
-            self._default_before = defaultdir.send_to(lambda: str(folders.process), str(self.options.headers_dir))
-
-    def open_cache(self, request: pytest.FixtureRequest, kind: CacheKind) -> Iterator[CompileCache]:
-        """The body of the ``cold_cache`` and ``warm_cache`` fixtures."""
-        yield from self.side.open_cache(request, kind)
-
-    def isolate(self, request: pytest.FixtureRequest) -> Iterator[CompileCache | None]:
-        """The body of per-test isolation (``None`` for a test that starts before torch is imported)."""
-        yield from self.side.isolate(request)
 
     def close(self) -> None:
         """Restore the environment and remove this process's folders."""
-        if self._default_before is not None:
-            defaultdir.send_to(*self._default_before)
         self.side.close()
-        self.side.folders.remove(keep_root=True)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> None:
+        with warnings_to_pytest(self.config):
+            self.strict_failure = self.side.bundle.prepare_for(session)
+        if self.strict_failure:
+            self._stop(session, self.strict_failure)
+
+    def _stop(self, session: pytest.Session, failure: str) -> None:
+        raise NotImplementedError
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        if self.strict_failure:
+            pytest.fail(self.strict_failure, pytrace=False)
         self.side.runtest_setup(item)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """Each role's end of the session, with its warnings in pytest's summary."""
         with warnings_to_pytest(self.config):
-            self._finish(session)
+            process = self.side.bundle.finish()
+            self._finish(session, process, self.side.bundle.own_artifacts(process))
 
-    def _finish(self, session: pytest.Session) -> None:
+    def _finish(self, session: pytest.Session, process: ProcessReport, own: tuple[bytes, KeyIndex] | None) -> None:
         raise NotImplementedError
 
     @pytest.hookimpl(wrapper=True)
@@ -100,9 +88,8 @@ class SingleProcess(_RunsTests):
     def __init__(self, config: pytest.Config, options: Options) -> None:
         run, store = time.time(), open_bundle_store(options)
         progress = Progress.of_store(config, store)
-        side = TestSide(config, options, Folders(config), "main", run, store, lambda: self.life.at_start, progress,
-                        teller(config))
-        super().__init__(config, options, side)
+        super().__init__(config, options, TestSide(config, options, Folders(config), "main", run, store,
+                                                   lambda: self.life.at_start, progress, teller(config)))
         self.life = SessionLife(config, options, store, run, progress, self.recorder)
 
     def start(self, plugins: pytest.PytestPluginManager, saved: SavedEnv | None) -> None:
@@ -116,21 +103,15 @@ class SingleProcess(_RunsTests):
         if not self.config.option.collectonly:
             self.life.start(self.side.folders.process)
 
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_runtestloop(self, session: pytest.Session) -> None:
-        with warnings_to_pytest(self.config):
-            failure = self.side.bundle.prepare_for(session)
-        if failure:
-            raise pytest.UsageError(failure)
+    def _stop(self, session: pytest.Session, failure: str) -> None:
+        raise pytest.UsageError(failure)
 
-    def _finish(self, session: pytest.Session) -> None:
-        process = self.side.bundle.finish()
-        own = self.side.bundle.own_artifacts(process)
+    def _finish(self, session: pytest.Session, process: ProcessReport, own: tuple[bytes, KeyIndex] | None) -> None:
         env = process.env
         self.life.finish(session, [process], [(env, *own)] if own and env else [], self.side.folders.shared / "binaries")
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
-        return self.life.header(self.side.bundle.process_report)
+        return header_lines(self.options, self.life.report, self.side.bundle.process_report)
 
 
 class Worker(_RunsTests):
@@ -143,61 +124,37 @@ class Worker(_RunsTests):
         process = str(config.workerinput.get("workerid", "worker"))  # type: ignore[attr-defined]
         super().__init__(config, options, TestSide(config, options, folders, process, told.run, store,
                                                    lambda: told.at_start))
-        self.strict_failure: str | None = None
 
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_runtestloop(self, session: pytest.Session) -> None:
-        with warnings_to_pytest(self.config):
-            self.strict_failure = self.side.bundle.prepare_for(session)
-        if self.strict_failure:
-            session.shouldstop = self.strict_failure
+    def _stop(self, session: pytest.Session, failure: str) -> None:
+        session.shouldstop = failure
 
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_runtest_setup(self, item: pytest.Item) -> None:
-        if self.strict_failure:
-            pytest.fail(self.strict_failure, pytrace=False)
-        self.side.runtest_setup(item)
-
-    def _finish(self, session: pytest.Session) -> None:
-        process = self.side.bundle.finish()
-        own = self.side.bundle.own_artifacts(process)
+    def _finish(self, session: pytest.Session, process: ProcessReport, own: tuple[bytes, KeyIndex] | None) -> None:
         if own is not None:
-            name = f"{os.getpid()}-{uuid.uuid4().hex}"
-            path = self.side.folders.shared / f"artifacts-{name}.bin"
-            files.write_atomic(path, own[0], fsync=False)
-            process.artifacts_file = str(path)
-            index = self.side.folders.shared / f"index-{name}.bin"
+            shared, name = self.side.folders.shared, f"{os.getpid()}-{uuid.uuid4().hex}"
+            data, index = shared / f"artifacts-{name}.bin", shared / f"index-{name}.bin"
+            files.write_atomic(data, own[0], fsync=False)
             files.write_atomic(index, own[1].pack(), fsync=False)
-            process.index_file = str(index)
+            process.artifacts_file, process.index_file = str(data), str(index)
         FromWorker(process).put(self.config.workeroutput)  # type: ignore[attr-defined]
 
 
 class Controller:
     """The xdist controller: runs no test; checks PATH first, merges every worker's artifacts once."""
 
+    side = None
+
     def __init__(self, config: pytest.Config, options: Options) -> None:
-        self.config = config
-        self.options = options
+        self.config, self.options = config, options
         self.folders = Folders(config)
         self.store = open_bundle_store(options)
-        progress = Progress.of_store(config, self.store)
-        self.life = SessionLife(config, options, self.store, time.time(), progress, None)
+        self.life = SessionLife(config, options, self.store, time.time(), Progress.of_store(config, self.store), None)
         self.processes: list[ProcessReport] = []
         self._died_in_warmup: dict[str, str] = {}
 
     def start(self, plugins: pytest.PytestPluginManager, saved: SavedEnv | None) -> None:
-        """Register this role's hooks, the session's collector and keeper; the controller runs no test,
-        so it redirects nothing."""
+        """Register this role's hooks, the session's collector and keeper (it runs no test: it redirects nothing)."""
         plugins.register(self, "compilecache-role")
         self.life.register(plugins)
-
-    def open_cache(self, request: pytest.FixtureRequest, kind: CacheKind) -> Iterator[CompileCache]:
-        """Never called: the controller runs no test."""
-        raise RuntimeError("the xdist controller runs no tests")
-
-    def isolate(self, request: pytest.FixtureRequest) -> Iterator[CompileCache | None]:
-        """Never called: the controller runs no test."""
-        raise RuntimeError("the xdist controller runs no tests")
 
     def close(self) -> None:
         """Remove the shared folder."""
@@ -209,8 +166,7 @@ class Controller:
         self.life.start(self.folders.process)
 
     def pytest_configure_node(self, node: Any) -> None:
-        """Tell a new worker where the session's shared folder is, what the bundle was at start, and
-        whether its store stopped answering."""
+        """Tell a new worker what :class:`ToWorker` holds."""
         ToWorker(str(self.folders.shared), self.life.at_start, self.life.run,
                  self.store.unreachable if self.store is not None else "").put(node.workerinput)
 
@@ -221,8 +177,7 @@ class Controller:
             self.processes.append(told.process)
         if error is not None:
             worker = str(node.gateway.id)
-            why = died_in_warmup(self.folders.shared / "warmup-done", worker)
-            if why:
+            if why := died_in_warmup(self.folders.shared / "warmup-done", worker):
                 self._died_in_warmup[worker] = why
                 self.life.report.problems.append(Problem(Concern.WARMUP, why))
 
@@ -230,8 +185,7 @@ class Controller:
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
         """xdist blames the test it had handed a dead worker; say when the warmup killed it instead."""
         node = getattr(report, "node", None)
-        why = self._died_in_warmup.get(str(node.gateway.id)) if node is not None else None
-        if why:
+        if why := self._died_in_warmup.get(str(node.gateway.id)) if node is not None else None:
             report.longrepr = f"{report.longrepr}\ncompilecache: {why}; this test had not started"
 
     @pytest.hookimpl(tryfirst=True)
@@ -243,25 +197,17 @@ class Controller:
             self.life.finish(session, self.processes, artifacts, self.folders.shared / "binaries")
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
-        return self.life.header(None)
+        return header_lines(self.options, self.life.report, None)
 
 
-#: The plugin object of this process's role.
 Role = Union["SingleProcess", "Worker", "Controller"]
 
 
 def choose_role(config: pytest.Config, options: Options) -> Role:
-    """This process's role, chosen once: an xdist worker (told as pytest-cov tells it), the controller, or
-    a run without xdist."""
+    """This process's role, chosen once as pytest-cov and xdist tell it: a worker, the controller, or a plain run."""
     if hasattr(config, "workerinput"):
         return Worker(config, options)
-    if is_controller(config):
+    if config.pluginmanager.hasplugin("xdist") and not config.option.collectonly \
+            and getattr(config.option, "dist", "no") != "no" and getattr(config.option, "tx", None):
         return Controller(config, options)
     return SingleProcess(config, options)
-
-
-def is_controller(config: pytest.Config) -> bool:
-    """Whether xdist will distribute this run, decided as xdist decides it."""
-    if not config.pluginmanager.hasplugin("xdist") or config.option.collectonly:
-        return False
-    return getattr(config.option, "dist", "no") != "no" and bool(getattr(config.option, "tx", None))

@@ -2,118 +2,107 @@
 
 from __future__ import annotations
 
+import json
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from .. import _torchapi, files
-from ..bundle.binaries import CarriedBinaries, pooled
-from ..bundle.format import Bundle, BundleError, Entry, NotABundle, Unreadable, make_entry
+from ..bundle.binaries import pooled
+from ..bundle.format import BundleError, NotABundle, Unreadable, make_entry
 from ..bundle.keyindex import KeyIndex, KeyIndexError
 from ..report.model import Concern, Problem, ReportWritten, SaveResult, SaveStatus, SessionReport
 from ..storage.interface import BundleStore, Written
 from ..storage.merge import env_id
+from .channel import BundleAtStart
 from .options import Options
 
 
-class Saver:
-    """The end of the session: merge every process's artifacts into PATH, once, under its lock."""
+def save(report: SessionReport, blobs: list[tuple[dict[str, str], bytes, KeyIndex | None]], store: BundleStore | None,
+         options: Options, at_start: BundleAtStart, run: float, pools: Path) -> None:
+    """Merge every process's artifacts and the pooled binaries into PATH once, under its lock; fill ``report.saved``."""
+    if store is None:
+        return
+    path = store.name
+    unreadable = at_start.problem or next((p.bundle_unreadable for p in report.processes if p.bundle_unreadable), "")
+    if store.unreachable:
+        report.saved = SaveResult(SaveStatus.LEFT_ALONE, f"{path} was neither read nor written: it gave no "
+                                  "answer (see PROBLEM below); the next session that reaches it uses it as usual")
+        return
+    why = (next((p.bundle_unreadable_kind for p in report.processes if p.bundle_unreadable_kind), None)  # as found,
+           or store.describe().unreadable or Unreadable.DAMAGED) if unreadable else None  # else as it looks now
+    if unreadable and not (options.rebuild and why is Unreadable.DAMAGED):
+        report.saved = SaveResult(SaveStatus.LEFT_ALONE, f"{path} was neither used nor written (see PROBLEM "
+                                  f"below): {_LEFT_ALONE_ADVICE[why or Unreadable.DAMAGED]}")
+        return
+    if not (options.update or not at_start.existed):
+        outside = "cold_cache tests and not_saved() blocks" if report.misses_not_saved() else "cold_cache tests"
+        advice = ("add --compile-cache-update to merge this session's artifacts into it" if _missed(report)
+                  else f"every compile outside {outside} hit: nothing to add to it" if _missed(report, looked_up=True)
+                  else f"no test outside {outside} compiled anything: nothing to add to it")
+        report.saved = SaveResult(SaveStatus.KEPT, f"{path} existed; {advice}")
+        return
+    if not blobs:
+        report.saved = SaveResult(SaveStatus.NOTHING, (
+            f"the warmup wrote {path} during the session, and the tests compiled nothing to add"
+            if any(p.wrote_bundle for p in report.processes) else
+            f"{path} already held everything the warmup compiled, and the tests compiled nothing to add"
+            if any(p.warmup_found_all for p in report.processes) else
+            "no test compiled anything to save (what cold_cache tests compile is never saved)"))
+        return
+    try:
+        imported = _torchapi.ready_to_read()
+    except _torchapi.TorchUnavailable as exc:
+        _failed(report, f"{path}: {exc}", str(path))
+        return
+    start = time.perf_counter()
+    history = {
+        "built_compile_seconds": round(report.compile_seconds + report.warmup_seconds, 3),
+        "headers_seconds": round(report.headers_seconds, 3),
+        "tests": {nodeid: stats.get("compile_seconds", 0.0) for nodeid, stats in report.tests.items()},
+        "session": report.session_record(time.time() - report.started) if report.started else {},
+    }
+    before, binaries = store.transfer, pooled(pools)
+    try:
+        additions = [make_entry(env, blob, _torchapi.describe_artifacts(blob), binaries=binaries, index=index)
+                     for env, blob, index in blobs]
+        saved = store.add(additions, history, run=run, max_unused_runs=options.max_unused_runs,
+                          rebuild=options.rebuild)
+        merged = saved.bundle
+        report.problems.extend(Problem(Concern.SAVING, f"{path}: {why}", str(path)) for why in saved.dropped)
+        artifacts: dict[str, dict[str, int]] = {}
+        for entry in (merged.find(env) for env in {env_id(env): env for env, _, _ in blobs}.values()):
+            kinds = dict(entry.artifacts) if entry else {}
+            try:  # read back from the file where they are not in memory
+                carried = (entry.binaries or merged.carried(entry)[0]) if entry is not None else None
+            except BundleError:
+                carried = None
+            if carried:
+                kinds["cpp"] = carried.counts(_torchapi.cpu_probe_sources())
+                if carried.triton_counts()["count"]:
+                    kinds["triton_cache"] = carried.triton_counts()
+            for kind, counts in kinds.items():
+                total = artifacts.setdefault(kind, {"count": 0, "bytes": 0})
+                total.update({key: total[key] + counts[key] for key in total})
+    except NotABundle as exc:
+        _failed(report, f"{exc}; it was left alone", str(path))
+        return
+    except (BundleError, _torchapi.MegaCacheError, _torchapi.TorchUnavailable) as exc:
+        _failed(report, str(exc) if str(path) in str(exc) else f"{path}: {exc}", str(path))
+        report.saved.transfer = store.transfer.since(before).to_json()
+        return
+    merged.close()
+    report.saved = SaveResult(_SAVE_STATUS[saved.status], saved.note, path=saved.delta or path, artifacts=artifacts,
+                              bytes=saved.size, seconds=round(time.perf_counter() - start, 3), added=saved.added,
+                              dropped_unused=dict(saved.unused), transfer=saved.transfer.to_json(),
+                              added_artifacts=dict(saved.added_artifacts), import_seconds=round(imported, 3))
 
-    def __init__(self, store: BundleStore | None, options: Options, bundle_existed: bool, run: float,
-                 pools: Path | None = None, bundle_problem: str = "") -> None:
-        self.store = store
-        self.options = options
-        self.bundle_existed = bundle_existed
-        self.bundle_problem = bundle_problem
-        self.run = run
-        self.pools = pools
 
-    def save(self, report: SessionReport, blobs: list[tuple[dict[str, str], bytes, KeyIndex | None]]) -> None:
-        """Fill ``report.saved``; every problem names PATH. The pooled binaries go with every entry."""
-        store = self.store
-        if store is None:
-            return
-        path = store.name
-        unreadable = self.bundle_problem or next((p.bundle_unreadable for p in report.processes
-                                                  if p.bundle_unreadable), "")
-        if store.unreachable:
-            report.saved = SaveResult(SaveStatus.LEFT_ALONE, f"{path} was neither read nor written: it gave no "
-                                      "answer (see PROBLEM below); the next session that reaches it uses it as usual")
-            return
-        why = _unreadable_kind(store, report) if unreadable else None
-        if unreadable and not (self.options.rebuild and why is Unreadable.DAMAGED):
-            report.saved = SaveResult(SaveStatus.LEFT_ALONE, f"{path} was neither used nor written (see PROBLEM "
-                                      f"below): {_LEFT_ALONE_ADVICE[why or Unreadable.DAMAGED]}")
-            return
-        if not (self.options.update or not self.bundle_existed):
-            outside = "cold_cache tests and not_saved() blocks" if report.misses_not_saved() else "cold_cache tests"
-            advice = ("add --compile-cache-update to merge this session's artifacts into it" if _missed(report)
-                      else f"every compile outside {outside} hit: nothing to add to it" if _compiled(report)
-                      else f"no test outside {outside} compiled anything: nothing to add to it")
-            report.saved = SaveResult(SaveStatus.KEPT, f"{path} existed; {advice}")
-            return
-        if not blobs:
-            if any(p.wrote_bundle for p in report.processes):
-                reason = f"the warmup wrote {path} during the session, and the tests compiled nothing to add"
-            elif any(p.warmup_found_all for p in report.processes):
-                reason = f"{path} already held everything the warmup compiled, and the tests compiled nothing to add"
-            else:
-                reason = "no test compiled anything to save (what cold_cache tests compile is never saved)"
-            report.saved = SaveResult(SaveStatus.NOTHING, reason)
-            return
-        try:
-            imported = _torchapi.ready_to_read()
-        except _torchapi.TorchUnavailable as exc:
-            self._problem(report, f"{path}: {exc}", str(path))
-            return
-        start = time.perf_counter()
-        binaries = pooled(self.pools) if self.pools is not None else None
-        history = {
-            "built_compile_seconds": round(report.compile_seconds + report.warmup_seconds, 3),
-            "headers_seconds": round(report.headers_seconds, 3),
-            "tests": {nodeid: stats.get("compile_seconds", 0.0) for nodeid, stats in report.tests.items()},
-            "session": report.session_record(time.time() - report.started) if report.started else {},
-        }
-        before = store.transfer
-        try:
-            additions = [make_entry(env, blob, _torchapi.describe_artifacts(blob), binaries=binaries, index=index)
-                         for env, blob, index in blobs]
-            saved = store.add(additions, history, run=self.run, max_unused_runs=self.options.max_unused_runs,
-                              rebuild=self.options.rebuild)
-            merged = saved.bundle
-            report.problems.extend(Problem(Concern.SAVING, f"{path}: {why}", str(path)) for why in saved.dropped)
-            envs = {env_id(env): env for env, _, _ in blobs}
-            artifacts: dict[str, dict[str, int]] = {}
-            for entry in (merged.find(env) for env in envs.values()):
-                kinds = dict(entry.artifacts) if entry else {}
-                carried = _carried(merged, entry) if entry is not None else None
-                if carried:
-                    kinds["cpp"] = carried.counts(_torchapi.cpu_probe_sources())
-                    if carried.triton_counts()["count"]:
-                        kinds["triton_cache"] = carried.triton_counts()
-                for kind, counts in kinds.items():
-                    total = artifacts.setdefault(kind, {"count": 0, "bytes": 0})
-                    total["count"] += counts["count"]
-                    total["bytes"] += counts["bytes"]
-        except NotABundle as exc:
-            self._problem(report, f"{exc}; it was left alone", str(path))
-            return
-        except (BundleError, _torchapi.MegaCacheError, _torchapi.TorchUnavailable) as exc:
-            self._problem(report, str(exc) if str(path) in str(exc) else f"{path}: {exc}", str(path))
-            report.saved.transfer = store.transfer.since(before).to_json()
-            return
-        merged.close()
-        report.saved = SaveResult(_SAVE_STATUS[saved.status], saved.note, path=saved.delta or path,
-                                  artifacts=artifacts, bytes=saved.size, seconds=round(time.perf_counter() - start, 3),
-                                  dropped_unused=dict(saved.unused), transfer=saved.transfer.to_json(),
-                                  added=saved.added, added_artifacts=dict(saved.added_artifacts),
-                                  import_seconds=round(imported, 3))
-
-    @staticmethod
-    def _problem(report: SessionReport, message: str, where: str) -> None:
-        report.saved = SaveResult(SaveStatus.FAILED, message)
-        report.problems.append(Problem(Concern.SAVING, message, where))
+def _failed(report: SessionReport, message: str, where: str) -> None:
+    report.saved = SaveResult(SaveStatus.FAILED, message)
+    report.problems.append(Problem(Concern.SAVING, message, where))
 
 
 #: What a user can do about a bundle left alone, by its kind of problem.
@@ -124,20 +113,6 @@ _LEFT_ALONE_ADVICE = {
                              "move the file away or name another path",
     Unreadable.NOT_A_FILE: "there is no file there to move: name another path, to a file inside a folder",
 }
-
-
-def _unreadable_kind(store: BundleStore, report: SessionReport) -> Unreadable:
-    """What kind of problem made the bundle unreadable: as a process found it, else as it looks now."""
-    found = next((p.bundle_unreadable_kind for p in report.processes if p.bundle_unreadable_kind), None)
-    return found or store.describe().unreadable or Unreadable.DAMAGED
-
-
-def _carried(bundle: Bundle, entry: Entry) -> CarriedBinaries | None:
-    """The binaries an entry just written carries (read back from the file where they are not in memory)."""
-    try:
-        return entry.binaries or bundle.carried(entry)[0]
-    except BundleError:
-        return None
 
 
 _SAVE_STATUS = {Written.SAVED: SaveStatus.SAVED, Written.UNCHANGED: SaveStatus.UNCHANGED,
@@ -152,12 +127,9 @@ def exit_status(options: Options, report: SessionReport, session: pytest.Session
 
 
 def write_json(path: Path | None, report: SessionReport) -> ReportWritten | None:
-    """Write the ``--compile-cache-report`` file (making its folders, as ``--junitxml`` does); what was
-    written, or ``None`` (not asked, or a problem, which ``report`` then holds)."""
+    """Write the ``--compile-cache-report`` file, making its folders; what was written, or ``None`` (see problems)."""
     if path is None:
         return None
-    import json
-
     missing = [p for p in (path.parent, *path.parent.parents) if not p.exists()]
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -178,29 +150,11 @@ def read_index(file: str | None) -> KeyIndex | None:
         return None
 
 
-def _misses_by_design(report: SessionReport) -> dict[str, int]:
-    """``{layer: misses}`` in caches that start empty by design and in ``not_saved()`` blocks."""
-    by_design = report.misses_in_cold_caches()
-    for layer, n in report.misses_not_saved().items():
-        by_design[layer] = by_design.get(layer, 0) + n
-    return by_design
-
-
-def _compiled(report: SessionReport) -> bool:
-    """Whether a test whose cache does not start empty by design compiled (a lookup of an FX graph or
-    AOTAutograd entry that hit, missed or bypassed, outside cold caches and ``not_saved()`` blocks)."""
+def _missed(report: SessionReport, looked_up: bool = False) -> bool:
+    """Whether a cache that does not start empty by design missed (``looked_up``: or hit, or bypassed) in a test."""
     totals = report.totals
     if totals is None:
         return False
-    by_design = _misses_by_design(report)
-    return any(totals.layer(layer).hits + totals.layer(layer).bypasses + totals.layer(layer).misses
-               > by_design.get(layer, 0) for layer in ("fx_graph", "aot_autograd"))
-
-
-def _missed(report: SessionReport) -> bool:
-    """Whether a test whose cache does not start empty by design missed (so an update would add to the bundle)."""
-    totals = report.totals
-    if totals is None:
-        return False
-    by_design = _misses_by_design(report)
-    return any(totals.layer(layer).misses > by_design.get(layer, 0) for layer in ("fx_graph", "aot_autograd"))
+    by_design = Counter(report.misses_in_cold_caches()) + Counter(report.misses_not_saved())
+    return any(c.misses + (c.hits + c.bypasses if looked_up else 0) > by_design[c.layer]
+               for c in (totals.layer(layer) for layer in ("fx_graph", "aot_autograd")))

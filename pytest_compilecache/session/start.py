@@ -16,32 +16,29 @@ from ..storage.interface import BundleStore
 from ..storage.stores import open_store
 from ..storage.urls import redacted
 from . import remote
+from .channel import BundleAtStart
 from .options import Isolation, Options
 
 
 def open_bundle_store(options: Options, unreachable: str = "") -> BundleStore | None:
-    """The session's bundle store, opened once by each process that needs it (``None`` without a bundle);
-    ``unreachable``: why the controller stopped asking it."""
+    """The session's bundle store (``None`` without a bundle); ``unreachable``: why the controller stopped asking it."""
     where = options.bundle_url or options.bundle
-    if where is None:
-        return None
-    return open_store(where, options.lock_timeout, options.home / "bundle-copies", options.storage_options,
-                      options.network_timeout, unreachable)
+    return None if where is None else open_store(where, options.lock_timeout, options.home / "bundle-copies",
+                                                 options.storage_options, options.network_timeout, unreachable)
 
 
-def describe(store: BundleStore | None) -> tuple[str, bool, str]:
-    """How the bundle looks now, without torch: (description, whether it exists, problem or "").
-
-    A bundle at a URL is asked for its version only (one request, nothing downloaded)."""
+def describe(store: BundleStore | None, report: SessionReport) -> BundleAtStart:
+    """How the bundle looks now, without torch and without a download (in words: ``report.bundle_at_start``)."""
     if store is None:
-        return "", False, ""
-    look = store.describe()
-    if look.problem:  # the reason is said once, as a PROBLEM in the summary
-        return f"{store.name}: cannot be used (see PROBLEM in the compilecache summary)", look.exists, look.problem
-    return look.text, look.exists, look.problem
+        return BundleAtStart()
+    look = store.describe()  # a problem's reason is said once, as a PROBLEM in the summary
+    report.bundle_at_start = (f"{store.name}: cannot be used (see PROBLEM in the compilecache summary)"
+                              if look.problem else look.text)
+    return BundleAtStart(look.exists, look.problem)
 
 
 def header_lines(options: Options, report: SessionReport, process: ProcessReport | None) -> list[str]:
+    """The lines under pytest's header."""
     mode = {Isolation.OFF: "off", Isolation.TEST: "a cache per test",
             Isolation.WORKER: "a kept cache per worker"}[options.isolation]
     lines = [f"compilecache: isolation: {mode}"]
@@ -54,23 +51,14 @@ def header_lines(options: Options, report: SessionReport, process: ProcessReport
                      else f"compilecache: bundles are unsigned (set {signing.KEY_ENV} to sign and check them)")
         if process is not None and process.status is not Status.UNUSED:
             lines.append(f"compilecache: bundle {process.status.value}: {process.reason}")
-    lines.extend(
-        f"compilecache: WARNING: {line}; cache assertions are meaningless" for line in caches_disabled_by_env()
-    )
+    lines.extend(f"compilecache: WARNING: {line}; cache assertions are meaningless"
+                 for line in caches_disabled_by_env())
     return lines
 
 
 def _entry_problems(store: BundleStore, process_dir: Path, report: SessionReport) -> list[str]:
-    """Strict mode's check before any test: PATH has an intact entry for this machine. What it
-    downloads from a bundle URL is noted in ``report``."""
+    """Strict mode's check that PATH has an intact entry for this machine (what it downloads is noted in ``report``)."""
     before = store.transfer
-    try:
-        return _problems_of(store, process_dir)
-    finally:
-        report.checked_downloaded = store.transfer.since(before).downloaded
-
-
-def _problems_of(store: BundleStore, process_dir: Path) -> list[str]:
     try:
         _torchapi.bootstrap(str(process_dir))
         here = _torchapi.environment_fingerprint()
@@ -82,40 +70,36 @@ def _problems_of(store: BundleStore, process_dir: Path) -> list[str]:
             if entry is None:
                 return [bundle.mismatch(here)]
             secret = signing.key()
-            refused = bundle.signature_problem(entry, secret) if secret else ""
-            if refused:
+            if refused := bundle.signature_problem(entry, secret) if secret else "":
                 return [refused]
             bundle.payload(entry)
     except (BundleError, _torchapi.TorchUnavailable) as exc:
         return [str(exc)]
+    finally:
+        report.checked_downloaded = store.transfer.since(before).downloaded
     return []
 
 
 def check_remote(options: Options, report: SessionReport) -> None:
     """Ask the remote cache's server for a PING before any test: torch hides a server it cannot reach."""
-    if options.remote is None:
-        return
-    why = remote.unreachable(options.remote)
-    if why:
+    url = options.remote
+    if url is not None and (why := remote.unreachable(url)):
         report.remote_problem = why
-        report.problems.append(Problem(Concern.REMOTE, f"remote cache {redacted(options.remote)} is unreachable ({why}); "
-                                       "torch switches its remote cache off in silence, so every remote lookup misses",
-                                       redacted(options.remote)))
-    strict_failure(options, report.problems[-1:] if why else [], "at session start", "remote cache")
+        report.problems.append(Problem(Concern.REMOTE, f"remote cache {redacted(url)} is unreachable ({why}); torch "
+                                       "switches its remote cache off in silence, so every remote lookup misses",
+                                       redacted(url)))
+        strict_failure(options, report.problems[-1:], "remote cache")
 
 
-def check_at_start(options: Options, store: BundleStore | None, start_problem: str, existed: bool,
-                    process_dir: Path, report: SessionReport) -> None:
-    """In strict mode, stop before any test when PATH is unreadable or has no intact entry for here
-    (unless the session rebuilds it)."""
-    if not options.strict or store is None or options.rebuild:
-        return
-    problems = [start_problem] if start_problem else []
-    if not problems and existed:
-        problems = _entry_problems(store, process_dir, report)
-    strict_failure(options, problems, "at session start")
+def check_at_start(options: Options, store: BundleStore | None, at_start: BundleAtStart, process_dir: Path,
+                   report: SessionReport) -> None:
+    """In strict mode, stop before any test when PATH is unreadable or has no intact entry for here (unless rebuilt)."""
+    if options.strict and store is not None and not options.rebuild:
+        strict_failure(options, [at_start.problem] if at_start.problem
+                       else _entry_problems(store, process_dir, report) if at_start.existed else [])
 
 
-def strict_failure(options: Options, problems: Sequence[Problem | str], when: str, what: str = "bundle") -> None:
+def strict_failure(options: Options, problems: Sequence[Problem | str], what: str = "bundle") -> None:
     if options.strict and problems:
-        raise pytest.UsageError(f"--compile-cache-strict: {what} problem {when}:\n  " + "\n  ".join(map(str, problems)))
+        raise pytest.UsageError(f"--compile-cache-strict: {what} problem at session start:\n  "
+                                + "\n  ".join(map(str, problems)))

@@ -11,6 +11,7 @@ from typing import Callable, Iterator
 import pytest
 
 from .. import _torchapi, misses
+from .._torchapi import defaultdir
 from ..cache import CacheKind, CompileCache
 from ..environment import SavedEnv, point_cache_dirs_at
 from ..report.model import REPORT_ATTR
@@ -35,72 +36,42 @@ class TestSide:
     def __init__(self, config: pytest.Config, options: Options, folders: Folders, process: str,
                  run: float, store: BundleStore | None, at_start: Callable[[], BundleAtStart],
                  progress: Progress | None = None, tell: Callable[[str], None] | None = None) -> None:
-        self.config = config
-        self.options = options
-        self.folders = folders
-        self.process = process
-        self._saved_env: SavedEnv | None = None
-        self._worker_dir: WorkerDir | None = None
+        self.config, self.options, self.folders, self.process = config, options, folders, process
+        #: Where compiles outside fixtures go when session-wide (see :meth:`configure`): kept per worker, or our own.
+        self.session_cache: Path | None = None
         self.counts = TestCounts(options)
-        self._explaining = contextlib.ExitStack()
-        self._remote_before: dict[str, str | None] | None = None
+        #: What :meth:`close` undoes: the environment, explaining, the worker folder's lock, the bundle's placing.
+        self._undo = contextlib.ExitStack()
         #: The bundle this process's ``warm_cache`` tests start from.
-        self.bundle = BundlePreparation(config, options, folders, process, run, store,
-                                        lambda: self.session_cache if self._saved_env is not None else None,
-                                        at_start, progress or Progress(None), tell)
-
-    # --- the process's environment ---
+        self.bundle = BundlePreparation(config, options, folders, process, run, store, lambda: self.session_cache,
+                                        at_start, progress or Progress(None), tell, self._undo)
 
     def configure(self, saved: SavedEnv | None) -> None:
-        """Point compiles outside fixtures at a folder of this process's own, before collection.
-
-        ``saved`` is the environment from before the first conftest was loaded, if it was taken.
-        With ``--compile-cache-explain``, misses are explained in every test from now on.
-        """
+        """Before collection: point compiles outside fixtures at a folder of this process's own (``saved``: the
+        environment from before the first conftest, if taken), turn the remote cache and explaining on."""
         if self.options.explain:
-            self._explaining.enter_context(misses.explaining())
+            self._undo.enter_context(misses.explaining())
         if self.options.remote is not None:
-            self._remote_before = remote.switch_on(self.options.remote)
+            self._undo.callback(remote.switch_on(self.options.remote).restore)
             if _torchapi.inductor_config_loaded():
                 _torchapi.remote_caches_on()
-        if not self.options.session_wide:
-            return
-        self._saved_env = saved or SavedEnv()
-        point_cache_dirs_at(str(self.session_cache))
-
-    @property
-    def session_cache(self) -> Path:
-        """The cache of compiles outside fixtures: per worker and kept, or per process."""
-        if self.options.isolation is Isolation.WORKER:
-            if self._worker_dir is None:
-                self._worker_dir = WorkerDir(self.options.home, self.process)
-            return self._worker_dir.path
-        return self.folders.session_cache
+        if self.options.session_wide:
+            self._undo.callback((saved or SavedEnv()).restore)
+            kept = WorkerDir(self.options.home, self.process) if self.options.isolation is Isolation.WORKER else None
+            if kept is not None:
+                self._undo.callback(kept.release)
+            self.session_cache = kept.path if kept is not None else self.folders.session_cache
+            point_cache_dirs_at(str(self.session_cache))
+            before = defaultdir.send_to(lambda: str(self.folders.process), str(self.options.headers_dir))
+            self._undo.callback(defaultdir.send_to, *before)
 
     def close(self) -> None:
-        """Restore the environment and let go of the worker folder."""
-        self._explaining.close()
-        self.bundle.close()
-        if self._remote_before is not None:
-            remote.restore(self._remote_before)
-            self._remote_before = None
-        if self._saved_env is not None:
-            self._saved_env.restore()
-            self._saved_env = None
-        if self._worker_dir is not None:
-            self._worker_dir.release()
-            self._worker_dir = None
-
-    # --- caches for tests ---
-
-    def _new_cache(self, nodeid: str, kind: CacheKind, remote: bool = False,
-                   template: Path | None = None) -> CompileCache:
-        return CompileCache(self.folders.for_test(nodeid), self.folders.process, self.options.headers_dir,
-                            kind, explain=self.options.explain, remote=remote, template=template)
+        """Restore the environment, let go of the worker folder and remove this process's folders."""
+        self._undo.close()
+        self.folders.remove(keep_root=True)
 
     def isolate(self, request: pytest.FixtureRequest) -> Iterator[CompileCache | None]:
-        """The body of per-test isolation: an isolated cache, or ``None`` for a test that starts before
-        torch is imported (see :meth:`_isolated_before_torch`)."""
+        """The body of per-test isolation: an isolated cache, or ``None`` for a test starting before torch's import."""
         if "torch" not in sys.modules and self.options.remote is None:
             yield from self._isolated_before_torch(request)
         else:
@@ -108,31 +79,25 @@ class TestSide:
 
     def open_cache(self, request: pytest.FixtureRequest, kind: CacheKind) -> Iterator[CompileCache]:
         """The body of the ``cold_cache`` / ``warm_cache`` fixtures (and of per-test isolation)."""
-        remote = request.node.get_closest_marker(REMOTE_MARKER) is not None and kind is CacheKind.WARM
-        if request.node.get_closest_marker(REMOTE_MARKER) is not None and "cold_cache" in request.fixturenames:
+        marked = request.node.get_closest_marker(REMOTE_MARKER) is not None
+        if marked and "cold_cache" in request.fixturenames:
             pytest.fail(f"@pytest.mark.{REMOTE_MARKER}: cold_cache never reads the remote cache (it would not be "
                         "cold); use warm_cache", pytrace=False)
-        unavailable: str | None = None
         try:
-            template = None
-            if kind is CacheKind.WARM:
-                template = self.bundle.template()
-                if template is None:
-                    pytest.skip(self.bundle.why_unusable())
-            cache = self._new_cache(request.node.nodeid, kind, remote=remote, template=template)
+            template = self.bundle.template() if kind is CacheKind.WARM else None
+            if kind is CacheKind.WARM and template is None:
+                pytest.skip(self.bundle.why_unusable())
+            cache = CompileCache(self.folders.for_test(request.node.nodeid), self.folders.process,
+                                 self.options.headers_dir, kind, explain=self.options.explain,
+                                 remote=marked and kind is CacheKind.WARM, template=template)
             if template is not None:
                 _torchapi.fill_warm_folder(template, cache.path)
             made = time.time()
             cache.__enter__()
-        except _torchapi.TorchUnavailable as exc:
-            unavailable = str(exc)
-        if unavailable is not None:  # failed outside the handler, so that the message is not shown twice, chained
-            pytest.fail(unavailable, pytrace=False)
-        try:
-            if kind is CacheKind.COLD:
-                with _torchapi.fresh_recording():  # never reused: kept out of the bundle
-                    yield cache
-            else:
+        except _torchapi.TorchUnavailable as exc:  # said once, not chained to the error it stands for
+            raise pytest.fail.Exception(str(exc), pytrace=False) from None
+        try:  # a cold cache is never reused: what it compiles is kept out of the bundle
+            with _torchapi.fresh_recording() if kind is CacheKind.COLD else contextlib.nullcontext():
                 yield cache
         finally:
             cache.__exit__(None, None, None)
@@ -144,9 +109,7 @@ class TestSide:
                 _torchapi.complete_warm_folder(template, cache.path)  # kept to be looked at: the whole bundle
 
     def _isolated_before_torch(self, request: pytest.FixtureRequest) -> Iterator[None]:
-        """Per-test isolation of a test that starts before torch is imported: nothing is in memory to
-        reset, so only its cache folders are its own (torch reads them when it compiles); a torch the
-        test imported is reset after it, as every isolated test's is."""
+        """Per-test isolation before torch is imported: only the cache folders are the test's own (nothing to reset)."""
         folder = self.folders.for_test(request.node.nodeid)
         saved = SavedEnv()
         point_cache_dirs_at(str(folder))
@@ -162,19 +125,14 @@ class TestSide:
 
     def _keep(self, item: pytest.Item) -> bool:
         """Keep a failed test's folder for inspection (unless ``tmp_path_retention_policy = none``)."""
-        policy = "failed"
-        try:
-            policy = str(self.config.getini("tmp_path_retention_policy"))
-        except ValueError:
-            pass
-        return policy != "none" and item.stash.get(_FAILED, False)
-
-    # --- hooks shared by the roles that run tests (registered through those roles) ---
+        with contextlib.suppress(ValueError):  # an ini value of pytest's tmpdir plugin (absent with -p no:tmpdir)
+            if self.config.getini("tmp_path_retention_policy") == "none":
+                return False
+        return item.stash.get(_FAILED, False)
 
     def runtest_setup(self, item: pytest.Item) -> None:
         if "torch" in sys.modules and self.counts.counted(item):
-            # Counting what torch does not count (C++ loads, FX graph saves) needs hooks in its compiler,
-            # put in when it is imported: here, for tests that compile without a fixture.
+            # Counting what torch does not (C++ loads, FX graph saves) needs hooks in its compiler, put in here.
             _torchapi.bootstrap(str(self.folders.process))
         self.counts.started(item)
 

@@ -1,9 +1,4 @@
-"""Bringing one process's template cache up to date with the session's bundle, once: load or warm up.
-
-Under the lock of the place the warmup publishes to, the first process runs the warmup hook and
-publishes; the others see the session's marker file and load what was published (or learn that the
-warmup failed, without running it again). A process that dies holding the lock releases it.
-"""
+"""Bringing one process's template cache up to date with the session's bundle, once: load, or warm up and publish."""
 
 from __future__ import annotations
 
@@ -42,10 +37,8 @@ class WarmupRun:
     kept_folder: str = ""
 
 
-#: Beside the marker: the warmup's artifacts where the store could not take them, and PATH's entry
-#: with the warmup's delta folded in (a store without conditional writes).
-_UNPUBLISHED = "warmup-unpublished.bundle"
-_WITH_DELTA = "warmup-with-delta.bundle"
+#: Beside the marker: the warmup's artifacts a failed store did not take; PATH's entry with the warmup's delta.
+_UNPUBLISHED, _WITH_DELTA = "warmup-unpublished.bundle", "warmup-with-delta.bundle"
 #: Runs the warmup in a folder (starting from the previous template, if given); raises :class:`WarmupFailed`.
 RunWarmup = Callable[[Path | None], WarmupRun]
 
@@ -63,58 +56,36 @@ def died_in_warmup(marker: Path, process: str) -> str:
     """Why a process that is gone left its warmup unfinished (naming the lock it held), or ``""``."""
     try:
         note = json.loads(running_note(marker, process).read_text())
-    except (OSError, ValueError):
+        pid, lock = note.get("pid", "?"), note.get("lock", "the bundle lock")
+    except (OSError, ValueError, AttributeError):  # no note, or not one
         return ""
-    if not isinstance(note, dict):
-        return ""
-    return (
-        f"{process} (pid {note.get('pid', '?')}) died while running the warmup hook (or publishing its result), holding "
-        f"{note.get('lock', 'the bundle lock')}; the OS released the lock and the next process to take it "
-        "ran the warmup again"
-    )
+    return (f"{process} (pid {pid}) died while running the warmup hook (or publishing its result), holding {lock}; "
+            "the OS released the lock and the next process to take it ran the warmup again")
 
 
 class Preparer:
     """Loads the bundle (or runs the warmup and publishes it) into ``template``, once per process."""
 
-    def __init__(
-        self,
-        source: BundleStore | None,
-        publish: BundleStore,
-        update: bool,
-        template: Path,
-        marker: Path,
-        run_warmup: RunWarmup | None,
-        process: str,
-        binaries: BinaryPool | None = None,
-        run: float | None = None,
-        rebuild: bool = False,
-        fallback: BundleStore | None = None,
-        tell: Callable[[str], None] | None = None,
-    ) -> None:
-        self.source = source
+    def __init__(self, source: BundleStore | None, publish: BundleStore, update: bool, template: Path, marker: Path,
+                 run_warmup: RunWarmup | None, process: str, binaries: BinaryPool | None = None,
+                 run: float | None = None, rebuild: bool = False, fallback: BundleStore | None = None,
+                 tell: Callable[[str], None] | None = None) -> None:
+        #: Where the bundle is read from; where the warmup publishes; where instead when that cannot be read.
+        self.source, self.publish, self.fallback = source, publish, fallback
+        self.update, self.rebuild, self.run = update, rebuild, run
+        self.template, self.marker, self.binaries, self.run_warmup = template, marker, binaries, run_warmup
         #: Told, as soon as it is found and before the warmup runs, that the bundle cannot be used (the summary says why).
         self.tell = tell
-        self.publish = publish
-        self.fallback = fallback
-        self.update = update
-        self.template = template
-        self.marker = marker
-        self.run_warmup = run_warmup
-        self.binaries = binaries
-        self.run = run
-        self.rebuild = rebuild
         self.report = ProcessReport(process=process)
 
     def prepare(self, env: dict[str, str]) -> bool:
         """Fill the template folder; True when it holds a usable bundle entry."""
-        source = self.source
-        before = source.transfer if source is not None else None
+        before = self.source.transfer if self.source is not None else None
         try:
             return self._prepare(env)
         finally:
-            if source is not None and before is not None and before.counted:
-                self.report.downloaded_bytes = source.transfer.since(before).downloaded
+            if self.source is not None and before is not None and before.counted:
+                self.report.downloaded_bytes = self.source.transfer.since(before).downloaded
 
     def _prepare(self, env: dict[str, str]) -> bool:
         self.report.env = env
@@ -135,11 +106,8 @@ class Preparer:
                         loaded = self._load(bundle, entry)
                 if loaded and not self.update:
                     return True
-        except NotABundle as exc:
-            self._problem(Status.NOT_A_BUNDLE, str(exc))
-            self._unreadable(str(exc), Unreadable.NOT_A_BUNDLE)
         except BundleError as exc:
-            self._problem(Status.UNUSABLE, str(exc))
+            self._problem(Status.NOT_A_BUNDLE if isinstance(exc, NotABundle) else Status.UNUSABLE, str(exc))
             self._unreadable(str(exc), Unreadable.of(exc))
 
         if not loaded and self.source is not None:
@@ -167,10 +135,8 @@ class Preparer:
         return loaded
 
     def _unreadable(self, why: str, kind: Unreadable) -> None:
-        """The bundle could not be read: it is left alone, and the warmup publishes to this session's own
-        bundle instead (nothing is ever written over a file that could not be read)."""
-        self.report.bundle_unreadable = why
-        self.report.bundle_unreadable_kind = kind
+        """The bundle could not be read: nothing writes over it, the warmup publishes to the session's own instead."""
+        self.report.bundle_unreadable, self.report.bundle_unreadable_kind = why, kind
         if self.publish is self.source and self.fallback is not None:
             self.publish = self.fallback
 
@@ -179,10 +145,7 @@ class Preparer:
 
     def _problem(self, status: Status, message: str) -> None:
         self._status(status, message)
-        if status is Status.WARMUP_FAILED:
-            self._say(Concern.WARMUP, message)
-        else:
-            self._say(Concern.BUNDLE, message, self.source.name if self.source is not None else "")
+        self._say(Concern.BUNDLE, message, self.source.name if self.source is not None else "")
 
     def _say(self, concern: Concern, text: str, where: str = "") -> None:
         self.report.problems.append(Problem(concern, text, where))
@@ -190,8 +153,7 @@ class Preparer:
     def _load(self, bundle: Bundle, entry: Entry) -> bool:
         start = time.perf_counter()
         secret = signing.key()
-        refused = bundle.signature_problem(entry, secret) if secret else ""
-        if refused:
+        if refused := bundle.signature_problem(entry, secret) if secret else "":
             self._problem(Status.UNUSABLE, refused)
             return False
         try:
@@ -216,15 +178,13 @@ class Preparer:
         self._use_index(bundle, entry, loaded)
         self.report.loaded_bytes = len(payload)
         if self.binaries is not None:
-            self._load_binaries(bundle, entry)
+            self._load_binaries(bundle, entry, self.binaries)
         self.report.load_seconds = time.perf_counter() - start
         return True
 
     def _use_index(self, bundle: Bundle, entry: Entry, loaded: dict[str, list[str]]) -> None:
-        """Explain later misses against the entry's key index (or say why they cannot be): read and
-        checked now, unpacked when a miss or the session's save first needs it."""
-        unreadable = bundle.read_key_index(entry)
-        if unreadable:
+        """Explain later misses against the entry's key index: checked now, unpacked when first needed."""
+        if unreadable := bundle.read_key_index(entry):
             self._say(Concern.BUNDLE, unreadable, bundle.name)
         keys = {k for kind in ("inductor", "aot_autograd") for k in loaded.get(kind, [])}
         _torchapi.note_bundle_keys(loaded.get("aot_autograd", []), loaded.get("autotune", []))
@@ -247,38 +207,32 @@ class Preparer:
         misses.use_bundle_index(name, unpacked)
 
     def _own(self, bundle: Bundle) -> bool:
-        """Whether ``bundle`` holds only what this session's warmup compiled (the session's own bundle,
-        or the warmup's artifacts a failed store could not take), not PATH's entry."""
-        if bundle.path.name == _UNPUBLISHED:
-            return True
-        return self.fallback is not None and bundle.name == self.fallback.name and (
-            self.source is None or self.source.name != bundle.name)
+        """Whether ``bundle`` holds only what this session's warmup compiled, not PATH's entry."""
+        return bundle.path.name == _UNPUBLISHED or (self.fallback is not None and bundle.name == self.fallback.name
+                                                    and (self.source is None or self.source.name != bundle.name))
 
-    def _load_binaries(self, bundle: Bundle, entry: Entry) -> None:
+    def _load_binaries(self, bundle: Bundle, entry: Entry, pool: BinaryPool) -> None:
         """Put the entry's binaries that fit this machine into the pool; say why others do not."""
-        assert self.binaries is not None
         try:
             carried, problems = bundle.carried(entry)
         except BundleError as exc:
             self._say(Concern.BINARY, f"{exc}; no carried binary is used, kernels are built here", bundle.name)
             return
-        for problem in problems:
-            self._say(Concern.BINARY, problem, bundle.name)
-        here = self.binaries.build
-        fitting = {path: f for (build, path), f in carried.files.items() if build == here}
-        _, failed = self.binaries.add_all((path, file.data) for path, file in in_order(fitting))
+        self.report.problems.extend(Problem(Concern.BINARY, problem, bundle.name) for problem in problems)
+        fitting = {path: f for (build, path), f in carried.files.items() if build == pool.build}
+        _, failed = pool.add_all((path, file.data) for path, file in in_order(fitting))
         for path, error in failed:
             self._say(Concern.BINARY, f"{bundle.name}: carried binary {path} could not be pooled: {error}", bundle.name)
         _torchapi.mark_carried(fitting)
         listed = (entry.binaries_section or {}).get("files") or [[b, p] for b, p in carried.files]
         probes = carried.probes(_torchapi.cpu_probe_sources())
-        count = sum(1 for item in listed if is_cpp(item[1]) and item[1] not in probes)
+        cpp = [item[1] for item in listed if is_cpp(item[1])]
+        count = sum(1 for path in cpp if path not in probes)
         fit = sum(1 for path in fitting if is_cpp(path) and path not in probes)
-        kernels = carried.triton_counts()["count"]
-        carried_probes = sum(1 for item in listed if is_cpp(item[1]) and item[1] in probes)
-        self.report.binaries = {"carried": count, "fit": fit, "triton_kernels": kernels, "probes": carried_probes}
+        self.report.binaries = {"carried": count, "fit": fit, "triton_kernels": carried.triton_counts()["count"],
+                                "probes": len(cpp) - count}
         if count and not fit and carried.builds:
-            why = "; ".join(identity_differences(identity, self.binaries.identity) for identity in carried.builds.values())
+            why = "; ".join(identity_differences(identity, pool.identity) for identity in carried.builds.values())
             self._say(Concern.BINARY, f"{bundle.name}: none of its {count} carried binaries fits this machine "
                                       f"({why}); their kernels are built here", bundle.name)
 
@@ -289,9 +243,8 @@ class Preparer:
         try:
             return self._warm_up_under_lock(env, have_previous)
         except (NotABundle, NotAFile) as exc:
-            # Only --compile-cache-rebuild, which did not read PATH, finds it here: a file that is not a
-            # bundle is never written over, and a path with no file cannot be, so the warmup publishes to
-            # the session's own bundle.
+            # Only --compile-cache-rebuild, which did not read PATH, finds it here: a file that is not a bundle is
+            # never written over, and a path with no file cannot be: the warmup publishes to the session's own.
             if self.publish is not self.source or self.fallback is None or self.report.warmup_seconds is not None:
                 raise
             if isinstance(exc, NotABundle):
@@ -302,7 +255,6 @@ class Preparer:
             return self._warm_up_under_lock(env, have_previous)
 
     def _warm_up_under_lock(self, env: dict[str, str], have_previous: bool) -> bool:
-        assert self.run_warmup is not None
         with self.publish.locked():
             marker = WarmupMarker.read(self.marker)
             current = None
@@ -315,17 +267,14 @@ class Preparer:
                              else Published.EARLIER_ENTRY)
                 step = decide(marker.outcome if marker is not None else None, published, self.update,
                               self.rebuild, self.publish is self.source)
-                if step is Next.SAY_FAILED:
-                    assert marker is not None
+                if step is Next.SAY_FAILED and marker is not None:
                     self._warmup_failed(marker.detail, elsewhere=marker.process)
                     return False
-                if step is Next.LOAD_KEPT_APART:
-                    assert marker is not None
+                if step is Next.LOAD_KEPT_APART and marker is not None:
                     with read_manifest(Path(marker.detail)) as kept:
                         found = kept.find(env)
                         return found is not None and self._load(kept, found)
-                if step is Next.LOAD_PUBLISHED:
-                    assert current is not None and entry is not None
+                if step is Next.LOAD_PUBLISHED and current is not None and entry is not None:
                     return self._load(current, entry)
                 if step is Next.NOTHING:
                     return False
@@ -338,15 +287,12 @@ class Preparer:
                 note.unlink(missing_ok=True)
 
     def _read_published(self, env: dict[str, str], marker: WarmupMarker | None) -> Bundle | None:
-        """What the place the warmup publishes to holds (``None``: nothing there, or a damaged bundle the
-        warmup may replace, said once)."""
+        """What the place the warmup publishes to holds (``None``: nothing, or a damaged bundle it may replace)."""
         try:
             return self.publish.read(env)
-        except NotABundle:
-            raise
         except BundleError as exc:
             rebuilding = self.rebuild and self.publish is self.source
-            if marker is not None or not (rebuilding or self.publish.may_be_unreachable):
+            if isinstance(exc, NotABundle) or marker is not None or not (rebuilding or self.publish.may_be_unreachable):
                 raise
             if not rebuilding:  # a damaged bundle is said once, and its rebuild replaces it
                 self._say(Concern.BUNDLE, f"{exc}; the warmup runs without it", self.publish.name)
@@ -361,53 +307,44 @@ class Preparer:
             self._write_marker(Outcome.FAILED, str(exc))
             self._warmup_failed(str(exc))
             return False
-        data = ran.data
-        self.report.warmup_seconds = ran.seconds
-        self.report.warmup_stats = ran.stats
-        self.report.warmup_folder = ran.kept_folder
+        report, data, to_path = self.report, ran.data, self.publish is self.source
+        report.warmup_seconds, report.warmup_stats, report.warmup_folder = ran.seconds, ran.stats, ran.kept_folder
         if data is None:
             self._write_marker(Outcome.NOTHING)
             return False
         # The session's own bundle needs no binaries: its readers share the pool on disk already.
-        to_path = self.binaries is not None and self.publish is self.source
         carried = pooled(self.binaries.path.parent) if to_path and self.binaries is not None else None
         addition = make_entry(env, data, _torchapi.describe_artifacts(data), binaries=carried,
                               index=misses.index_for(data))
-        rebuilding = self.rebuild and self.publish is self.source
         try:
             saved = self.publish.add([addition], {"warmup_seconds": round(ran.seconds, 3)}, run=self.run,
-                                     rebuild=rebuilding)
+                                     rebuild=self.rebuild and to_path)
         except BundleError as exc:
             if not self.publish.may_be_unreachable:
                 raise
             # The store failed (a network, a server): this session still uses what the warmup compiled.
-            kept_at = self.marker.with_name(_UNPUBLISHED)
-            write_bundle(Bundle(kept_at, [addition]))
+            published = self._kept_apart(_UNPUBLISHED, [addition])
             self._say(Concern.SAVING, f"{exc}; this session uses the warmup's artifacts without publishing them",
                       self.publish.name)
-            self._write_marker(Outcome.KEPT_APART, str(kept_at))
-            published = read_manifest(kept_at)
+            self._write_marker(Outcome.KEPT_APART, str(published.path))
         else:
             published = saved.bundle
             for why in saved.dropped:
                 self._say(Concern.SAVING, f"{self.publish.name}: {why}", self.publish.name)
             if saved.status is Written.DELTA:
-                # Only a delta holds it (a store without conditional writes): every process loads the
-                # bundle's entry with the delta folded in.
+                # Only a delta holds it (a store without conditional writes): load the entry with the delta folded in.
                 published.close()
                 published = self._with_bundle_entry(env, addition)
                 self._write_marker(Outcome.KEPT_APART, str(published.path))
             else:
                 self._write_marker(Outcome.PUBLISHED)
-                self.report.wrote_bundle = self.publish is self.source and saved.added
-                self.report.warmup_found_all = self.publish is self.source and not saved.added
+                report.wrote_bundle, report.warmup_found_all = to_path and saved.added, to_path and not saved.added
         with published:
             entry = published.find(env)
             return entry is not None and self._load(published, entry)
 
     def _with_bundle_entry(self, env: dict[str, str], addition: Entry) -> Bundle:
-        """A local bundle of ``addition`` merged with the published bundle's entry for ``env`` (where it
-        can be read: else ``addition`` alone), for the processes of this session."""
+        """A local bundle of ``addition`` merged with the published entry for ``env`` where it can be read."""
         entries = [addition]
         try:
             current = self.publish.read(env)
@@ -419,11 +356,16 @@ class Preparer:
         except (BundleError, _torchapi.MegaCacheError) as exc:
             self._say(Concern.BUNDLE, f"{exc}; this session uses the warmup's delta without the bundle's entry",
                       self.publish.name)
-        kept_at = self.marker.with_name(_WITH_DELTA)
+        return self._kept_apart(_WITH_DELTA, entries)
+
+    def _kept_apart(self, name: str, entries: list[Entry]) -> Bundle:
+        """A bundle of ``entries`` beside the session's marker, for the processes of this session."""
+        kept_at = self.marker.with_name(name)
         write_bundle(Bundle(kept_at, entries))
         return read_manifest(kept_at)
 
     def _warmup_failed(self, message: str, elsewhere: str = "") -> None:
         where = f" (in {elsewhere})" if elsewhere and elsewhere != self.report.process else ""
         self.report.warmup_error = message
-        self._problem(Status.WARMUP_FAILED, f"the warmup hook failed{where}: {message.splitlines()[0]}")
+        self._status(Status.WARMUP_FAILED, f"the warmup hook failed{where}: {message.splitlines()[0]}")
+        self._say(Concern.WARMUP, self.report.reason)

@@ -1,2 +1,1 @@
-"""Where bundles are kept (a local path or a URL), behind one interface; importing the package
-imports none of its modules."""
+"""Where bundles are kept (a local path or a URL), behind one interface; importing it imports none of its modules."""

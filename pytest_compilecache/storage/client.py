@@ -1,5 +1,4 @@
-"""One object at a URL through fsspec: its version, reads and writes, each within its deadline, and
-the bytes they move."""
+"""One object at a URL through fsspec: its version, reads and writes, each within its deadline."""
 
 from __future__ import annotations
 
@@ -16,12 +15,7 @@ from .writers import writer_for
 
 
 class Client:
-    """The object at ``url``, with fsspec and the protocol's package imported only when first used.
-
-    Every failure is a :class:`BundleError` naming the URL (without credentials), except a lost
-    conditional write (:class:`Conflict`) and a store with none (:class:`NoConditionalWrite`). Every
-    request has a deadline (:mod:`.deadlines`): ``network_timeout`` seconds, more for a transfer by its
-    size; reads that fail or stall midway are read again from the start within it."""
+    """The object at ``url``: each request has a deadline, and each failure is a :class:`BundleError` naming it."""
 
     def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None,
                  network_timeout: float = DEFAULT_TIMEOUT) -> None:
@@ -32,8 +26,7 @@ class Client:
         self.storage_options = self.writer.with_timeouts(dict(storage_options or {}), network_timeout)
         self.deadlines = Deadlines(self.name, network_timeout)
         self._fs: tuple[Any, str] | None = None
-        #: Bytes downloaded from and uploaded to the store, and conditional writes that found the
-        #: object changed by another writer (each retried).
+        #: Bytes downloaded and uploaded, and conditional writes that found the object changed (each retried).
         self.downloaded = 0
         self.uploaded = 0
         self.conflicts = 0
@@ -45,11 +38,11 @@ class Client:
     def filesystem(self) -> tuple[Any, str]:
         """fsspec's file system for the URL and the path inside it; a missing package is named with its extra."""
         if self._fs is None:
-            hint = self.writer.install_hint()
+            extra = self.writer.extra
+            hint = f"pip install 'pytest-compilecache[{extra}]'" if extra else "pip install fsspec"
             try:
                 import fsspec
             except ImportError:
-                hint = hint if self.writer.extra else "pip install fsspec"
                 raise BundleError(f"{self.name}: bundles at URLs need fsspec ({hint})") from None
             try:
                 self._fs = self.deadlines.run("opening it",
@@ -57,14 +50,14 @@ class Client:
             except BundleError:
                 raise
             except ImportError as exc:
+                hint = hint if extra else f"install the package fsspec names for {self.protocol}://"
                 raise BundleError(f"{self.name}: {exc} ({hint})") from None
             except Exception as exc:
                 raise BundleError(f"{self.name}: cannot open: {why(exc)}") from None
         return self._fs
 
     def call(self, doing: str, action: Callable[[], Any], size: int = 0) -> Any:
-        """``action()`` within its deadline (moving ``size`` bytes), its failure said as "cannot ``doing``"
-        (a lost conditional write: :class:`Conflict`)."""
+        """``action()`` within its deadline, its failure said as "cannot ``doing``" (or :class:`Conflict`)."""
         try:
             return self.deadlines.run(doing, action, size)
         except (BundleError, Conflict, NoConditionalWrite):
@@ -84,28 +77,24 @@ class Client:
         except BundleError:
             raise
         except FileNotFoundError as exc:
-            self.deadlines.run("reading its version", lambda: self._check_missing(fs, path, exc))
+            cause = self.writer.unreachable(exc)  # an HTTP server not reached, or answering an error but 404
+            if cause is not None:
+                raise BundleError(f"{self.name}: cannot read it: {why(cause)}") from None
+            self.deadlines.run("reading its version", lambda: self._check_bucket(fs, path))
             return None
         except Exception as exc:
             raise BundleError(f"{self.name}: cannot read it: {why(exc)}") from None
         if info.get("type") == "directory":
             raise BundleError(f"{self.name}: is a folder, not a bundle")
-        size = self.size = int(info.get("size") or 0)
-        for field in ("ETag", "etag", "Content-MD5", "md5Hash", "content_md5", "Digest", "checksum"):
-            if info.get(field):
-                return Version(str(info[field]), size)
-        for field in ("LastModified", "Last-Modified", "last_modified", "mtime", "updated", "created"):
-            if info.get(field):
-                return Version(f"{field}={info[field]}", size)
-        return Version("", size)
+        self.size = int(info.get("size") or 0)
+        tags = [str(info[f]) for f in ("ETag", "etag", "Content-MD5", "md5Hash", "content_md5", "Digest", "checksum")
+                if info.get(f)]
+        tags += [f"{f}={info[f]}" for f in ("LastModified", "Last-Modified", "last_modified", "mtime", "updated",
+                                             "created") if info.get(f)]
+        return Version(tags[0] if tags else "", self.size)
 
-    def _check_missing(self, fs: Any, path: str, exc: FileNotFoundError) -> None:
-        """Raise :class:`BundleError` where "not found" does not mean a bundle that does not exist yet:
-        an HTTP server that could not be reached or answered with an error other than 404 (fsspec
-        reports both as not found), or an object store's bucket that does not exist."""
-        cause = self.writer.unreachable(exc)
-        if cause is not None:
-            raise BundleError(f"{self.name}: cannot read it: {why(cause)}") from None
+    def _check_bucket(self, fs: Any, path: str) -> None:
+        """Raise :class:`BundleError` where a missing object lies in a bucket that does not exist."""
         bucket = path.strip("/").split("/", 1)[0]
         if self.writer.bucket and bucket and bucket != path.strip("/"):
             try:
@@ -132,9 +121,7 @@ class Client:
                           end - start, whole=self.size)
 
     def _read(self, doing: str, action: Callable[[], Any], size: int, whole: int = 0) -> bytes:
-        """``action()``'s bytes, read again from the start where it failed or stalled midway, all within
-        one deadline (long enough for ``whole``, as a server may ignore the range); a read shorter than
-        ``size`` is never used."""
+        """``action()``'s bytes, read again where it failed midway, within one deadline (long enough for ``whole``)."""
 
         def read() -> bytes:
             data = bytes(action())
@@ -155,11 +142,7 @@ class Client:
         return data
 
     def put(self, data: bytes, expected: Version | None, unconditional: bool = False) -> str:
-        """Write ``data`` as the object if it still is ``expected`` (absent: ``None``); its new version tag.
-
-        Raises :class:`Conflict` when another writer got there first, :class:`NoConditionalWrite`
-        where the store has none this plugin can use (unless ``unconditional``: then it just writes).
-        """
+        """Write ``data`` if the object is still ``expected`` (see :meth:`.writers.Writer.put`); its new version tag."""
         fs, path = self.filesystem()
         if self.writer.read_only:
             raise BundleError(f"{self.name}: {self.protocol}:// bundles are read-only; publish to an object "

@@ -17,11 +17,7 @@ _COPY = re.compile(r"[0-9a-f]{20}-(all|[0-9a-f]{12})\.bundle")
 
 
 class Copies:
-    """The folder of one URL's copies. Each is named after the object version it holds (and, for a
-    copy of one entry, that entry's environment), so a copy can never be taken for another version.
-    A short lock (:attr:`readers`) lets one process of the machine download while the others wait
-    and then find the copy; a second (:attr:`writers`) serializes the machine's writers and its warmup.
-    Bundles read from here are called ``label`` in messages."""
+    """The folder of one URL's copies, each named after the version it holds; locks for its readers and writers."""
 
     def __init__(self, folder: Path, label: str, lock_timeout: float) -> None:
         self.folder = folder
@@ -42,23 +38,17 @@ class Copies:
         """The copy of ``version`` holding what the reader wants, if this machine keeps one."""
         if not version.tag or not version.size:
             return None
-        for candidate in [self.path(version, None)] + ([self.path(version, env)] if env is not None else []):
-            if candidate.is_file():
-                return candidate
-        return None
+        return next((p for p in (self.path(version, None), self.path(version, env)) if p.is_file()), None)
 
     def holds(self, version: Version) -> bool:
         """Whether this machine keeps a copy of ``version`` of the object (of all or part of it)."""
         return bool(version.tag) and any(self.folder.glob(f"{self._stem(version)}-*.bundle"))
 
     def keep(self, bundle: Bundle, version: Version, env: Mapping[str, str] | None) -> Bundle | None:
-        """Write ``bundle``'s entries as the copy of ``version`` (all of it, or only ``env``'s entry),
-        remove copies of other versions, and return the copy, open. Where the version has no tag, or
-        another process that holds a newer version removed this copy at once, keep nothing (``None``)."""
+        """Write ``bundle``'s entries as the copy of ``version`` (only ``env``'s, with ``env``); the copy, open."""
         if not version.tag or not version.size:
             return None
         target = self.path(version, env)
-        self.folder.mkdir(parents=True, exist_ok=True)
         write_bundle(Bundle(target, bundle.entries))
         try:
             kept = read_manifest(target, label=self.label)

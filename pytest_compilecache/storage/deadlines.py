@@ -1,18 +1,16 @@
-"""How long a store may take: every network operation runs against a deadline; one that passes is
-said with the store, the operation and the wait, and the store is not asked again (the same message)."""
+"""How long a store may take: every network operation has a deadline; once one passes, the store is not asked again."""
 
 from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, TypeVar
+from typing import Callable, TypeVar, cast
 
 from ..bundle.format import BundleError
 
 #: Seconds a store may take to answer a request (connect and first byte), and to go on sending.
 DEFAULT_TIMEOUT = 30.0
-#: The slowest transfer rate waited for (bytes a second): a transfer of N bytes gets N / MIN_RATE
-#: seconds more than the timeout, so a link trickling at twice this still works.
+#: The slowest transfer rate waited for (bytes a second): a transfer of N bytes gets N / MIN_RATE seconds more.
 MIN_RATE = 25_000
 #: How many times a read that failed or stalled midway is tried again, from a fresh read.
 READ_ATTEMPTS = 3
@@ -25,14 +23,12 @@ class StoreTimeout(BundleError):
 
 
 class Deadlines:
-    """The deadlines of one store's operations: ``timeout`` seconds, plus the time a transfer of its
-    size takes at :data:`MIN_RATE`; after one passes, every later operation fails at once."""
+    """The deadlines of one store's operations: ``timeout`` seconds, plus a transfer's time at :data:`MIN_RATE`."""
 
     def __init__(self, name: str, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.name = name
         self.timeout = timeout
-        #: The message of the deadline that passed ("" while the store answers); every later operation
-        #: fails at once with it.
+        #: The message of the deadline that passed ("" while the store answers), with which every later operation fails.
         self.gave_up: str = ""
 
     def seconds(self, size: int = 0) -> float:
@@ -40,8 +36,7 @@ class Deadlines:
         return self.timeout + size / MIN_RATE
 
     def run(self, doing: str, action: Callable[[], T], size: int = 0) -> T:
-        """``action()``, or :class:`StoreTimeout` if it has not returned within :meth:`seconds` (it is
-        left to finish on its own, its result unused). Its own exceptions pass through."""
+        """``action()``, or :class:`StoreTimeout` if it has not returned within :meth:`seconds` (it is left running)."""
         if self.gave_up:
             raise StoreTimeout(self.gave_up)
         seconds = self.seconds(size)
@@ -62,26 +57,24 @@ class Deadlines:
             raise StoreTimeout(self.gave_up)
         ok, value = outcome[0]
         if not ok:
-            assert isinstance(value, BaseException)
-            raise value
+            raise cast(BaseException, value)
         return value  # type: ignore[return-value]
 
     def retried(self, doing: str, action: Callable[[], T], transient: Callable[[BaseException], bool],
                 size: int = 0) -> T:
-        """:meth:`run` for a read: one that fails on the way (``transient``: a reset, a stall the
-        client's own timeout caught) is tried again from the start, all within one deadline."""
+        """:meth:`run`, trying ``action`` again where it fails on the way (``transient``), all within one deadline."""
         started = time.monotonic()
         budget = self.seconds(size)
 
         def attempts() -> T:
-            for attempt in range(READ_ATTEMPTS):
+            for attempt in range(READ_ATTEMPTS - 1):
                 try:
                     return action()
                 except Exception as exc:
                     left = budget - (time.monotonic() - started)
-                    if attempt + 1 == READ_ATTEMPTS or not transient(exc) or left < 1.0:
+                    if not transient(exc) or left < 1.0:
                         raise
                     time.sleep(min(0.2 * 2 ** attempt, left / 4))
-            raise AssertionError("unreachable")
+            return action()
 
         return self.run(doing, attempts, size)

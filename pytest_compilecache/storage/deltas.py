@@ -6,6 +6,7 @@ import contextlib
 import hashlib
 import os
 from pathlib import Path
+from typing import Any
 
 from .. import files
 from ..bundle.format import Bundle, BundleError, Entry, read_manifest, write_bundle
@@ -14,25 +15,21 @@ from .errors import Conflict, why
 
 
 class Deltas:
-    """``URL.deltas/<sha256>.bundle`` beside the object of ``client``: content-addressed and created
-    only where none is, each also kept in ``folder`` (this machine's copies)."""
+    """``URL.deltas/<sha256>.bundle`` beside the object of ``client``, each also kept in ``folder``."""
 
     def __init__(self, client: Client, folder: Path) -> None:
         self.client = client
         self.folder = folder
+        #: The folder of deltas beside the bundle.
+        self.url = client.url + ".deltas/"
 
-    @property
-    def url(self) -> str:
-        """The folder of deltas beside the bundle."""
-        return self.client.url + ".deltas/"
-
-    def _target(self, name: str) -> str:
-        _, path = self.client.filesystem()
-        return path.rstrip("/") + ".deltas/" + name
+    def _folder(self) -> tuple[Any, str]:
+        """fsspec's file system and the folder of deltas in it."""
+        fs, path = self.client.filesystem()
+        return fs, path.rstrip("/") + ".deltas"
 
     def upload(self, additions: list[Entry]) -> tuple[str, Bundle]:
         """Upload the additions as a delta; its URL (without credentials) and its local bundle, open."""
-        self.folder.mkdir(parents=True, exist_ok=True)
         staging = self.folder / f"delta-{os.getpid()}.bundle"
         write_bundle(Bundle(staging, additions))
         data = staging.read_bytes()
@@ -40,12 +37,11 @@ class Deltas:
         kept = self.folder / name
         files.replace(staging, kept)
         url = self.client.name + ".deltas/" + name
-        fs, path = self.client.filesystem()
-        target = self._target(name)
-        condition = self.client.writer.create_only()
-        with contextlib.suppress(Exception):
-            self.client.deadlines.run("creating its deltas' folder",  # file systems with folders
-                                      lambda: fs.makedirs(path.rstrip("/") + ".deltas", exist_ok=True))
+        fs, folder = self._folder()
+        target = f"{folder}/{name}"
+        condition = self.client.writer.create_only
+        with contextlib.suppress(Exception):  # file systems with folders
+            self.client.deadlines.run("creating its deltas' folder", lambda: fs.makedirs(folder, exist_ok=True))
         try:
             self.client.call("uploading its delta", lambda: fs.pipe_file(target, data, **condition), len(data))
             self.client.uploaded += len(data)
@@ -55,8 +51,7 @@ class Deltas:
 
     def waiting(self) -> list[str]:
         """The URLs of the deltas waiting beside the bundle."""
-        fs, path = self.client.filesystem()
-        folder = path.rstrip("/") + ".deltas"
+        fs, folder = self._folder()
         try:
             names = self.client.deadlines.run("listing its deltas", lambda: fs.ls(folder, detail=False))
         except FileNotFoundError:
@@ -72,14 +67,12 @@ class Deltas:
         return [url for url in urls if not self._remove(url)]
 
     def _remove(self, url: str) -> bool:
-        fs, _ = self.client.filesystem()
+        fs, folder = self._folder()
         name = url.rsplit("/", 1)[-1]
         with contextlib.suppress(OSError):
             (self.folder / name).unlink()
         try:
-            self.client.deadlines.run("removing a delta", lambda: fs.rm_file(self._target(name)))
-        except FileNotFoundError:
-            return True
-        except Exception:
-            return False
+            self.client.deadlines.run("removing a delta", lambda: fs.rm_file(f"{folder}/{name}"))
+        except Exception as exc:
+            return isinstance(exc, FileNotFoundError)
         return True

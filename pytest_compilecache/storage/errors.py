@@ -35,9 +35,8 @@ def precondition_failed(exc: BaseException) -> bool:
         response = getattr(seen, "response", None)
         error = response.get("Error") if isinstance(response, dict) else None
         code = error.get("Code") if isinstance(error, dict) else None
-        if code in ("PreconditionFailed", "ConditionalRequestConflict", "412", "409"):
-            return True
-        if isinstance(seen, FileExistsError) or getattr(seen, "status_code", None) in (409, 412):  # Azure's
+        if (code in ("PreconditionFailed", "ConditionalRequestConflict", "412", "409")
+                or isinstance(seen, FileExistsError) or getattr(seen, "status_code", None) in (409, 412)):  # Azure's
             return True
         seen = seen.__cause__ or seen.__context__
     text = str(exc).lower()
@@ -45,9 +44,7 @@ def precondition_failed(exc: BaseException) -> bool:
 
 
 def transient(exc: BaseException) -> bool:
-    """Whether a read that raised ``exc`` may succeed if read again from the start: a connection reset
-    or cut, a stall the client's own timeout caught, a short answer; not a missing object, a refusal,
-    a lost conditional write or an answer that is simply wrong."""
+    """Whether a read that raised ``exc`` may succeed if read again (a reset, a stall, a short answer)."""
     if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError, Conflict, NoConditionalWrite)):
         return False
     if type(exc).__name__ in ("TooManyRedirects", "InvalidURL", "NoCredentialsError", "ClientAuthenticationError"):

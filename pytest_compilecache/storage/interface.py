@@ -19,10 +19,7 @@ class Version(NamedTuple):
 
 @dataclass(frozen=True)
 class Transfer:
-    """Bytes a store moved down and up, and its conditional writes retried after a conflict.
-
-    ``counted`` is False for a store that moves nothing over a network (a local path): its
-    figures stay 0 and reports leave them out."""
+    """Bytes a store moved down and up, and conditional writes retried; not ``counted`` for a local path."""
 
     counted: bool = False
     downloaded: int = 0
@@ -36,18 +33,15 @@ class Transfer:
 
     def to_json(self) -> dict[str, int]:
         """The report's form: empty where nothing is counted."""
-        if not self.counted:
-            return {}
-        return {"downloaded": self.downloaded, "uploaded": self.uploaded, "conflicts": self.conflicts}
+        moved = {"downloaded": self.downloaded, "uploaded": self.uploaded, "conflicts": self.conflicts}
+        return moved if self.counted else {}
 
 
 class TransferProgress(Protocol):
     """Told how a transfer goes, for a display (the session's progress line on a terminal)."""
 
     def transfer(self, verb: str, total: int) -> ContextManager[Callable[[int], None] | None]:
-        """Around one transfer (``verb``: "downloading", "uploading") of ``total`` bytes (0: unknown);
-        yields ``moved(n)``, to be called with the bytes moved so far, or ``None`` where nothing is shown
-        (a reader then has no reason to split a read into parts)."""
+        """Around one transfer of ``total`` bytes (0: unknown); yields ``moved(n)`` for the bytes moved, or ``None``."""
 
 
 class NoProgress:
@@ -72,8 +66,7 @@ class Written(enum.Enum):
 class Saved:
     """What :meth:`BundleStore.add` did."""
 
-    #: The bundle now holding the additions (open: close it): the one written, the one that already
-    #: held them, or the delta's own.
+    #: The bundle now holding the additions (open: close it): the one written, the one that held them, or the delta.
     bundle: Bundle
     status: Written = Written.SAVED
     #: The bundle's size in bytes (the whole object's, where only an entry of it was read).
@@ -87,8 +80,7 @@ class Saved:
     #: ``{artifact type: count}`` dropped as unused in too many updating runs.
     unused: dict[str, int] = field(default_factory=dict)
     transfer: Transfer = Transfer()
-    #: Whether the additions held an artifact or binary the bundle lacked (False: a write recorded only
-    #: the run's use of what it held, which ``prune --max-size`` and ``compile_cache_max_unused_runs`` read).
+    #: Whether the additions held an artifact or binary the bundle lacked (False: a write recorded only usage).
     added: bool = True
     #: ``{artifact type: count}`` of artifacts under keys the bundle did not hold (``cpp``: carried binaries).
     added_artifacts: dict[str, int] = field(default_factory=dict)
@@ -110,64 +102,40 @@ class Look:
 class BundleStore(Protocol):
     """A bundle at a local path or a URL: the only code that reads or writes it."""
 
-    @property
-    def name(self) -> str:
-        """The bundle as messages show it (a URL without credentials)."""
-
-    @property
-    def lock_file(self) -> str:
-        """The lock this machine's writers (and a session's warmup) hold, for messages."""
-
-    @property
-    def deltas(self) -> str:
-        """Where deltas wait beside the bundle ("" where none are ever left)."""
-
-    @property
-    def may_be_unreachable(self) -> bool:
-        """Whether reading or writing can fail for the store's sake (a network, a server), not the
-        bundle's: a session then warms up without it and keeps what it compiled unpublished."""
+    #: The bundle as messages show it (a URL without credentials).
+    name: str
+    #: The lock this machine's writers (and a session's warmup) hold, for messages.
+    lock_file: str
+    #: Where deltas wait beside the bundle ("" where none are ever left).
+    deltas: str
+    #: Whether reading or writing can fail for the store's sake (a network, a server), not the bundle's.
+    may_be_unreachable: bool
 
     @property
     def unreachable(self) -> str:
-        """Why this process no longer asks the store (it gave no answer within its deadline, here or,
-        as told at opening, in the xdist controller); "" while it answers."""
+        """Why this process no longer asks the store (no answer within its deadline); "" while it answers."""
 
     @property
     def transfer(self) -> Transfer:
         """What this store moved so far (take it before and after an operation: :meth:`Transfer.since`)."""
 
     def read(self, env: Mapping[str, str] | None = None) -> Bundle | None:
-        """The bundle now (open for payload reads; close it), or ``None`` if missing. With ``env``, that
-        entry comes back read and checked where the store copies bundles from elsewhere."""
+        """The bundle now (open: close it), or ``None`` if missing; with ``env``, that entry read where it is copied."""
 
     def locked(self) -> ContextManager[None]:
         """Hold this machine's writers' lock (reentrant in one thread); raises ``BundleError`` naming it."""
-
-    def version(self) -> Version | None:
-        """The bundle's version now, or ``None`` when it is missing."""
-
-    def holds(self, version: Version) -> bool:
-        """Whether this machine has ``version`` of the bundle (all or part of it)."""
 
     def describe(self) -> Look:
         """How the bundle looks now, cheaply."""
 
     def add(self, additions: list[Entry], history: Mapping[str, object] | None = None, run: float | None = None,
             max_unused_runs: int = 0, rebuild: bool = False) -> Saved:
-        """Merge ``additions`` (new payloads, each with its environment) into the bundle: the union.
+        """Merge ``additions`` into the bundle (see :func:`.merge.combine`); ``rebuild`` replaces one unreadable."""
 
-        ``run`` (the session's start) is noted as an updating run that used every artifact of the
-        additions; with ``max_unused_runs``, artifacts of those environments that none of their last
-        that many runs used are dropped. With ``rebuild``, what the bundle holds for the additions'
-        environments is replaced, unless this same run wrote it; a bundle that cannot be read is
-        then replaced too (never a file that is not a bundle).
-        """
-
-    def update(self, change: Callable[[Bundle | None], list[Entry] | None],
-               unconditional: bool = False) -> Bundle | None:
-        """Read the bundle whole, let ``change`` compute the new entries (``None``: leave it), write them
-        so that no other writer's change is lost; the bundle now. ``unconditional`` writes a store
-        that has no conditional write (see :meth:`write_warning`) without one."""
+    def update(self, change: Callable[[Bundle | None], list[Entry] | None], unconditional: bool = False,
+               dropped: list[str] | None = None) -> Bundle | None:
+        """Read the bundle whole, let ``change`` compute its entries (``None``: leave it), and write them safely.
+        ``dropped``: an unreadable bundle counts as empty, said there; ``unconditional``: see :meth:`write_warning`."""
 
     def write_warning(self) -> str:
         """Why a write here cannot be made safe against other writers ("" where it can)."""

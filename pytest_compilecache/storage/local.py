@@ -9,16 +9,14 @@ from typing import Callable, Iterator, Mapping
 import filelock
 
 from .. import files
-from ..bundle.format import (Bundle, BundleError, Entry, NotABundle, NotAFile, Unreadable, encoded_size,
-                             read_manifest, write_bundle)
+from ..bundle.format import Bundle, BundleError, Entry, NotABundle, NotAFile, Unreadable, read_manifest, write_bundle
 from ..words import counted
-from .interface import Look, Saved, Transfer, Version
-from .merge import New, combine, stamp, what_is_new
+from .interface import Look, Saved, Transfer
+from .merge import fold, stamp
 
 
 def lock_file(path: Path) -> Path:
-    """Where the writers of the bundle at ``path`` take their lock: ``.NAME.lock`` beside it, hidden,
-    empty, left in place (every process that may write the bundle sees its folder)."""
+    """Where the writers of the bundle at ``path`` take their lock: ``.NAME.lock`` beside it (see docs/design.md)."""
     return path.with_name(f".{path.name}.lock")
 
 
@@ -44,10 +42,8 @@ class Lock:
         except filelock.Timeout:
             holders = files.lock_holders(self.file)
             who = f"held by {', '.join(holders)}" if holders else "another process holds it"
-            raise BundleError(
-                f"{self.file}: could not take the lock within {self.timeout:g} s "
-                f"({who}; raise --compile-cache-lock-timeout)"
-            ) from None
+            raise BundleError(f"{self.file}: could not take the lock within {self.timeout:g} s "
+                              f"({who}; raise --compile-cache-lock-timeout)") from None
         except OSError as exc:
             raise BundleError(f"{self.path}: cannot create its lock file {self.file}: {exc.strerror or exc}") from None
         try:
@@ -59,49 +55,22 @@ class Lock:
 class LocalStore:
     """A bundle path, its lock, and the only code that reads or writes it (see :class:`.interface.BundleStore`)."""
 
+    #: Deltas are left only beside bundles at URLs; a path fails only for its own sake and moves nothing over a network.
+    deltas = ""
+    may_be_unreachable = False
+    unreachable = ""
+    transfer = Transfer()
+
     def __init__(self, path: Path, lock_timeout: float) -> None:
         self.path = Path(path)
         self._lock = Lock(self.path, lock_timeout)
-
-    @property
-    def name(self) -> str:
-        """The bundle as the user named it, for messages."""
-        return str(self.path)
-
-    @property
-    def lock_file(self) -> str:
-        """``.NAME.lock`` beside the bundle (:func:`lock_file`)."""
-        return self._lock.file
-
-    @property
-    def deltas(self) -> str:
-        """"": deltas are left only beside bundles at URLs."""
-        return ""
-
-    @property
-    def may_be_unreachable(self) -> bool:
-        """A path fails only for its own sake (a corrupt file, a folder that cannot be written)."""
-        return False
-
-    @property
-    def unreachable(self) -> str:
-        """A path is always reached."""
-        return ""
-
-    @property
-    def transfer(self) -> Transfer:
-        """Nothing is moved over a network."""
-        return Transfer()
+        self.name = str(self.path)
+        self.lock_file = self._lock.file
 
     def read(self, env: Mapping[str, str] | None = None) -> Bundle | None:
-        """The bundle as it is now (its file kept open for payload reads), or ``None`` if missing.
-
-        ``env`` is not needed: the whole file is here. An empty file counts as missing: it holds
-        nothing to lose, and writes always replace whole files."""
+        """The bundle as it is now (its file kept open), or ``None`` if missing or empty; ``env`` is not needed."""
         try:
-            if self.path.stat().st_size == 0:
-                return None
-            return read_manifest(self.path)
+            return read_manifest(self.path) if self.path.stat().st_size else None
         except FileNotFoundError:
             return None
         except NotADirectoryError:
@@ -114,20 +83,6 @@ class LocalStore:
         """Hold the bundle's lock file (reentrant in one thread), or raise :class:`BundleError` naming it."""
         return self._lock.held()
 
-    def version(self) -> Version | None:
-        """The file's modification time and size, or ``None`` when it is missing (or empty, which counts as missing)."""
-        try:
-            info = self.path.stat()
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        except OSError as exc:
-            raise BundleError(f"{self.path}: cannot read: {exc.strerror or exc}") from None
-        return Version(f"mtime={info.st_mtime_ns}", info.st_size) if info.st_size else None
-
-    def holds(self, version: Version) -> bool:
-        """Whether the file is ``version`` now."""
-        return self.version() == version
-
     def describe(self) -> Look:
         """The bundle's environments and size (its manifest is read), or that it is missing."""
         try:
@@ -135,24 +90,15 @@ class LocalStore:
         except BundleError as exc:
             return Look(str(exc), True, str(exc), Unreadable.of(exc))
         if bundle is None:
-            empty = self.path.is_file()
-            return Look(f"{self.path}: {'an empty file' if empty else 'missing'}, the session will write the bundle "
-                        "there", False)
+            what = "an empty file" if self.path.is_file() else "missing"
+            return Look(f"{self.path}: {what}, the session will write the bundle there", False)
         with bundle:
             size = self.path.stat().st_size
             return Look(f"{self.path}: {counted(len(bundle.entries), 'environment')}, {size / 1e6:.2f} MB", True)
 
-    def update(self, change: Callable[[Bundle | None], list[Entry] | None],
-               unconditional: bool = False) -> Bundle | None:
-        """Under the lock: read PATH, let ``change`` compute the new entries, write them atomically
-        (``unconditional`` changes nothing: the lock keeps every write safe). ``change`` returns ``None``
-        to leave PATH as it is. Returns the bundle now at PATH."""
-        return self._update(change, [])
-
-    def _update(self, change: Callable[[Bundle | None], list[Entry] | None], dropped: list[str],
-                replace_unreadable: bool = False) -> Bundle | None:
-        """:meth:`update`; with ``replace_unreadable``, a PATH that is a bundle but cannot be read
-        (corrupt, truncated) counts as empty, said in ``dropped``; a file that is not a bundle is never replaced."""
+    def update(self, change: Callable[[Bundle | None], list[Entry] | None], unconditional: bool = False,
+               dropped: list[str] | None = None) -> Bundle | None:
+        """Under the lock: :meth:`.interface.BundleStore.update` (``unconditional`` changes nothing)."""
         with self.locked():
             files.remove_leftovers(self.path)
             try:
@@ -162,7 +108,7 @@ class LocalStore:
             except NotABundle:
                 raise
             except BundleError as exc:
-                if not replace_unreadable:
+                if dropped is None:
                     raise
                 dropped.append(f"it could not be read ({exc}); its entries were dropped and a fresh one written")
                 current = None
@@ -181,21 +127,7 @@ class LocalStore:
             max_unused_runs: int = 0, rebuild: bool = False) -> Saved:
         """Merge ``additions`` into PATH, under its lock (see :meth:`.interface.BundleStore.add`)."""
         stamp(additions, history, run)
-        dropped: list[str] = []
-        combined = []
-
-        new: list[New] = []
-
-        def change(current: Bundle | None) -> list[Entry]:
-            new.append(what_is_new(current, additions))
-            combined.append(combine(current, additions, run=run, max_unused_runs=max_unused_runs, rebuild=rebuild))
-            return combined[-1].entries
-
-        result = self._update(change, dropped, replace_unreadable=rebuild)
-        assert result is not None
-        size = result.path.stat().st_size if result.path.is_file() else encoded_size(result)
-        return Saved(result, size=size, dropped=(*dropped, *combined[-1].dropped), unused=combined[-1].unused,
-                     added=not new[-1].nothing, added_artifacts=new[-1].counts)
+        return fold(self.update, additions, run=run, max_unused_runs=max_unused_runs, rebuild=rebuild)
 
     def write_warning(self) -> str:
         """Nothing: every write is made under the lock."""

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping, NamedTuple
 
 from .. import _torchapi
 from ..bundle import signing
 from .._torchapi.layout import is_cpp
 from ..bundle.binaries import CarriedBinaries
-from ..bundle.format import Bundle, BundleError, Entry, env_label, make_entry
+from ..bundle.format import Bundle, BundleError, Entry, encoded_size, env_label, make_entry
 from ..bundle.keyindex import KeyIndex, artifact_id
 from ..words import counted
+from .interface import Saved
 
 
 def env_id(env: Mapping[str, str]) -> str:
@@ -22,23 +22,13 @@ def env_id(env: Mapping[str, str]) -> str:
 
 
 def union(entries: Iterable[Entry]) -> list[Entry]:
-    """One entry per environment holding the union of the given entries' artifacts (see :func:`combine`
-    for what is dropped with the signing key set)."""
+    """One entry per environment holding the union of the entries' artifacts; with the signing key set, an entry
+    not vouched for is dropped beside one that is (with none, kept unmerged). Every section must be read."""
     return _union(entries)[0]
 
 
 def _union(entries: Iterable[Entry]) -> tuple[list[Entry], list[str]]:
-    """The union, and what it dropped, in words.
-
-    Artifacts are merged over (type, key, content), so guard variants kept under one key survive;
-    carried binaries over (build, path). History: what an earlier entry recorded wins (it
-    describes the run that first built the entry); later entries only add keys, and tests.
-    Every entry's payload and binaries must already be read.
-
-    With the signing key set, an entry read without a valid signature is never merged into one
-    that will be signed: beside a vouched-for entry of its environment it is dropped (and said);
-    with none, it is kept as it is, unmerged and unsigned.
-    """
+    """The union (merged over type, key and content; the earliest history wins) and what it dropped, in words."""
     secret = signing.key()
     groups: dict[str, list[Entry]] = {}
     for entry in entries:
@@ -52,10 +42,8 @@ def _union(entries: Iterable[Entry]) -> tuple[list[Entry], list[str]]:
             if not trusted:
                 merged.extend(group)
                 continue
-            for entry in group:
-                if why[id(entry)]:
-                    dropped.append(f"dropped a bundle entry for {env_label(entry.env)}: {why[id(entry)]} "
-                                   f"({signing.KEY_ENV} is set); it was not merged into the signed one")
+            dropped += [f"dropped a bundle entry for {env_label(e.env)}: {why[id(e)]} ({signing.KEY_ENV} is set); "
+                        "it was not merged into the signed one" for e in group if why[id(e)]]
             group = trusted
         group.sort(key=lambda e: e.created or float("inf"))
         payloads = list(dict.fromkeys(e.payload for e in group if e.payload is not None))
@@ -87,19 +75,25 @@ def _union(entries: Iterable[Entry]) -> tuple[list[Entry], list[str]]:
     return merged, dropped
 
 
-@dataclass(frozen=True)
-class Combined:
-    """The entries a write leaves, what it dropped (in words), and the artifacts it dropped as unused."""
+class New(NamedTuple):
+    """What additions bring: whether a write would change nothing, and ``{artifact type: count}`` under new keys."""
+
+    nothing: bool
+    counts: dict[str, int]
+
+
+class Combined(NamedTuple):
+    """The entries a write leaves, what it dropped (in words), the artifacts it dropped as unused, and what was new."""
 
     entries: list[Entry]
-    dropped: tuple[str, ...] = ()
+    dropped: tuple[str, ...]
     #: ``{artifact type: count}`` dropped as unused in too many updating runs.
-    unused: dict[str, int] = field(default_factory=dict)
+    unused: dict[str, int]
+    new: New
 
 
 def stamp(additions: list[Entry], history: Mapping[str, object] | None, run: float | None) -> None:
-    """Give new entries the session's history, their creation time, and (with ``run``) a note that
-    this run used every artifact they hold."""
+    """Give new entries the session's history and creation time and, with ``run``, a note that it used them all."""
     now = time.time()
     for entry in additions:
         entry.history = {**(history or {}), **({"run": run} if run is not None else {}), **entry.history}
@@ -113,14 +107,8 @@ def stamp(additions: list[Entry], history: Mapping[str, object] | None, run: flo
 
 def combine(current: Bundle | None, additions: list[Entry], *, run: float | None = None, max_unused_runs: int = 0,
             rebuild: bool = False) -> Combined:
-    """The entries of ``current`` (read whole) with the (stamped) ``additions`` merged in.
-
-    With ``max_unused_runs``, artifacts of the additions' environments that none of their last that
-    many updating runs used are dropped. With ``rebuild``, what ``current`` holds for the additions'
-    environments is replaced, unless the same ``run`` wrote it (a rebuilding session's first write
-    replaces, its later writes merge). With the signing key set, an entry not vouched for is dropped
-    beside a vouched-for one of its environment.
-    """
+    """The entries of ``current`` (read whole) with the (stamped) ``additions`` merged in, less artifacts unused in
+    ``max_unused_runs``; with ``rebuild``, what ``current`` holds for them is replaced unless ``run`` wrote it."""
     touched = {env_id(e.env) for e in additions}
     existing = list(current.entries) if current else []
     if rebuild:
@@ -129,28 +117,28 @@ def combine(current: Bundle | None, additions: list[Entry], *, run: float | None
     unused: dict[str, int] = {}
     if max_unused_runs > 0:
         merged = [_without_unused(e, max_unused_runs, unused) if env_id(e.env) in touched else e for e in merged]
-    return Combined(merged, tuple(dropped), unused)
+    return Combined(merged, tuple(dropped), unused, what_is_new(current, additions))
 
 
-def adds_nothing(current: Bundle | None, additions: list[Entry]) -> bool:
-    """Whether every artifact and carried binary of ``additions`` is already in ``current`` (read whole),
-    in an entry that a write would not change (with the signing key set: one that is vouched for)."""
-    return what_is_new(current, additions).nothing
+def fold(update: Callable[..., Bundle | None], additions: list[Entry], *, run: float | None, max_unused_runs: int,
+         rebuild: bool) -> Saved:
+    """Fold the (stamped) ``additions`` into a store's bundle by its ``update`` (see :func:`combine`); what it did."""
+    dropped: list[str] = []
+    combined: list[Combined] = []
 
+    def change(current: Bundle | None) -> list[Entry]:
+        combined.append(combine(current, additions, run=run, max_unused_runs=max_unused_runs, rebuild=rebuild))
+        return combined[-1].entries
 
-@dataclass(frozen=True)
-class New:
-    """What ``additions`` bring that a bundle lacks."""
-
-    #: Whether a write would change nothing (see :func:`adds_nothing`).
-    nothing: bool
-    #: ``{artifact type: count}`` of artifacts under keys the bundle does not hold (``cpp``: carried binaries).
-    counts: dict[str, int] = field(default_factory=dict)
+    written = update(change, dropped=dropped if rebuild else None)
+    assert written is not None
+    last = combined[-1]
+    return Saved(written, size=written_size(written), dropped=(*dropped, *last.dropped), unused=last.unused,
+                 added=not last.new.nothing, added_artifacts=last.new.counts)
 
 
 def what_is_new(current: Bundle | None, additions: list[Entry]) -> New:
-    """What ``additions`` bring that ``current`` (read whole) lacks: whether anything at all, and how
-    many artifacts of each type under keys it does not hold."""
+    """What ``additions`` bring that ``current`` (read whole) lacks."""
     secret = signing.key()
     nothing = current is not None
     counts: dict[str, int] = {}
@@ -171,8 +159,7 @@ def what_is_new(current: Bundle | None, additions: list[Entry]) -> New:
         carried = entry.binaries.files if entry.binaries else {}
         kept = have.binaries.files if have is not None and have.binaries else {}
         fresh = [path for build, path in carried if (build, path) not in kept]
-        if fresh:
-            nothing = False
+        nothing = nothing and not fresh
         probes = entry.binaries.probes(_torchapi.cpu_probe_sources()) if entry.binaries else set()
         binaries = sum(1 for path in fresh if is_cpp(path) and path not in probes)
         if binaries:
@@ -196,6 +183,11 @@ def _without_unused(entry: Entry, runs: int, counts: dict[str, int]) -> Entry:
     index = entry.index.restricted(kept, f"no test using it in {counted(runs, 'updating run')} "
                                          "(compile_cache_max_unused_runs)", time.time())
     return entry.with_payload(payload, _torchapi.describe_artifacts(payload), index)
+
+
+def written_size(bundle: Bundle) -> int:
+    """The size of a bundle just written (or kept), or that it would have."""
+    return bundle.path.stat().st_size if bundle.path.is_file() else encoded_size(bundle)
 
 
 def bundle_payload(entry: Entry) -> bytes:

@@ -1,5 +1,4 @@
-"""A bundle at a URL (fsspec: s3://, gs://, az://, http(s)://, memory://), read through this
-machine's copies and written conditionally."""
+"""A bundle at a URL (fsspec: s3://, gs://, az://, http(s)://, memory://), read through copies, written safely."""
 
 from __future__ import annotations
 
@@ -9,18 +8,19 @@ import io
 import os
 import random
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .. import files
-from ..bundle.format import Bundle, BundleError, Entry, NotABundle, encoded_size, parse, read_manifest, write_bundle
+from ..bundle.format import Bundle, BundleError, Entry, NotABundle, parse, read_manifest, write_bundle
 from .client import Client
 from .copies import Copies
 from .deadlines import DEFAULT_TIMEOUT
 from .deltas import Deltas
 from .errors import Conflict
 from .interface import Look, Saved, Transfer, Version, Written
-from .merge import Combined, New, adds_nothing, combine, env_id, stamp, what_is_new
+from .merge import env_id, fold, stamp, what_is_new, written_size
 from .ranges import HEAD_BYTES, Ranges
 from .urls import redacted
 
@@ -29,18 +29,11 @@ ATTEMPTS = 8
 
 
 class UrlStore:
-    """A bundle at a URL (see :class:`.interface.BundleStore`); ``copies`` is the folder of this
-    machine's copies of bundles at URLs, this URL's in a folder of their own under it. Every request
-    has a deadline (``network_timeout``, :mod:`.deadlines`); ``unreachable`` is why another process of
-    the session stopped asking the store (then this one never asks).
+    """A bundle at a URL (docs/urls.md), read by range requests through this machine's copies under ``copies``,
+    written conditionally (else as a delta); ``unreachable``: as in :func:`.stores.open_store`."""
 
-    Reading asks the object's version first and uses this machine's copy of that version as it is;
-    otherwise the manifest is read by a range request and only the wanted entry is downloaded (by
-    ranges too) and checked before it is kept as the copy. Writing folds the additions in with a
-    conditional write (:mod:`.writers`), reading again and retrying on conflict; where the store has
-    none, or the write fails, the additions go to a delta (:mod:`.deltas`) instead, and that is said.
-    No reader ever sees a half-written object. fsspec is imported only when a URL is used; no torch.
-    """
+    #: A network and a server stand between this machine and the bundle.
+    may_be_unreachable = True
 
     def __init__(self, url: str, copies: Path, lock_timeout: float,
                  storage_options: Mapping[str, Any] | None = None, network_timeout: float = DEFAULT_TIMEOUT,
@@ -50,26 +43,14 @@ class UrlStore:
         folder = Path(copies) / hashlib.sha256(redacted(url).encode()).hexdigest()[:16]
         self.copies = Copies(folder, self.client.name, lock_timeout)
         self._deltas = Deltas(self.client, folder)
-
-    @property
-    def name(self) -> str:
-        """The URL as messages show it (:func:`.urls.redacted`)."""
-        return self.client.name
-
-    @property
-    def lock_file(self) -> str:
-        """This machine's writers' lock for the URL, in its folder of copies."""
-        return self.copies.writers.file
-
-    @property
-    def deltas(self) -> str:
-        """The folder of deltas beside the bundle."""
-        return self._deltas.url
-
-    @property
-    def may_be_unreachable(self) -> bool:
-        """A network and a server stand between this machine and the bundle."""
-        return True
+        self.name = self.client.name
+        self.lock_file = self.copies.writers.file
+        self.deltas = self._deltas.url
+        #: The object's version now (``None``: missing), the writers' lock, and the deltas' listing and removal.
+        self.version = self.client.version
+        self.locked = self.copies.writers.held
+        self.list_deltas = self._deltas.waiting
+        self.remove_deltas = self._deltas.remove
 
     @property
     def unreachable(self) -> str:
@@ -81,18 +62,6 @@ class UrlStore:
         """Bytes this object downloaded and uploaded, and its conditional writes retried."""
         return Transfer(True, self.client.downloaded, self.client.uploaded, self.client.conflicts)
 
-    def locked(self) -> contextlib.AbstractContextManager[None]:
-        """Hold this machine's writers' lock for the URL (a session's warmup holds it while it runs)."""
-        return self.copies.writers.held()
-
-    def version(self) -> Version | None:
-        """The object's version now, or ``None`` when it does not exist. A size of 0 means unknown."""
-        return self.client.version()
-
-    def holds(self, version: Version) -> bool:
-        """Whether this machine keeps a copy of ``version`` of the object (of all or part of it)."""
-        return self.copies.holds(version)
-
     def describe(self) -> Look:
         """The object's size and version, and whether this machine keeps a copy (one request, nothing downloaded)."""
         try:
@@ -101,39 +70,19 @@ class UrlStore:
             return Look(str(exc), True, str(exc))
         if version is None:
             return Look(f"{self.name}: missing, the session will create it", False)
-        kept = "; this machine keeps a copy of this version" if self.holds(version) else ""
+        kept = "; this machine keeps a copy of this version" if self.copies.holds(version) else ""
         return Look(f"{self.name}: {version.size / 1e6:.1f} MB, version {version.tag or '(none given)'}{kept}", True)
 
-    # --- reading ---
-
     def read(self, env: Mapping[str, str] | None = None) -> Bundle | None:
-        """The bundle (through this machine's copy), or ``None`` if there is no object at the URL.
-
-        With ``env``, only that entry is downloaded, and it comes back read and checked (payload and
-        carried binaries); a bundle with no entry for ``env`` is returned with its manifest only. A copy
-        whose payload or carried binaries fail their checksum is downloaded again. Messages name the URL.
-        """
+        """The bundle (through this machine's copy), or ``None``; with ``env``, only that entry is read, and checked."""
         with self.copies.readers.held():
             for attempt in range(2):
                 version = self.version()
                 if version is None:
                     return None
-                held = self.copies.held(version, env)
+                held = self._held(version, env)
                 if held is not None:
-                    try:
-                        bundle = read_manifest(held, label=self.name)
-                    except (BundleError, FileNotFoundError):  # corrupt, or removed by a writer just now
-                        held.unlink(missing_ok=True)
-                    else:
-                        try:
-                            entry = bundle.find(env) if env is not None else None
-                            if entry is not None:
-                                bundle.payload(entry)
-                                bundle.carried(entry)
-                            return bundle
-                        except BundleError:
-                            bundle.close()
-                            held.unlink(missing_ok=True)
+                    return held
                 try:
                     return self._fetch(version, env)
                 except BundleError as exc:
@@ -142,61 +91,52 @@ class UrlStore:
                     raise exc
         raise AssertionError("unreachable")
 
+    def _held(self, version: Version, env: Mapping[str, str] | None, whole: bool = False) -> Bundle | None:
+        """This machine's copy of ``version``, read ``whole`` or ``env``'s entry checked; one that fails is removed."""
+        held = self.copies.held(version, env)
+        if held is None:
+            return None
+        bundle = None
+        try:
+            bundle = read_manifest(held, label=self.name)
+            if whole:
+                bundle.read_all()
+            return _checked(bundle, env)
+        except (BundleError, FileNotFoundError):  # corrupt, or removed by a writer just now
+            if bundle is not None:
+                bundle.close()
+            held.unlink(missing_ok=True)
+            return None
+
     def _fetch(self, version: Version, env: Mapping[str, str] | None) -> Bundle:
         """Read the manifest by range, then only the wanted entries' sections; keep them as a copy."""
         fetched = self.copies.folder / "fetch"
-        raw: Ranges | None = None
-        shown = contextlib.ExitStack()
-        if version.size:
-            raw = Ranges(self.client.read_range, version.size,
-                         shown.enter_context(self.client.progress.transfer("downloading", version.size)))
-            try:
+        with contextlib.ExitStack() as shown:
+            if version.size:
+                raw = Ranges(self.client.read_range, version.size,
+                             shown.enter_context(self.client.progress.transfer("downloading", version.size)))
                 remote = Bundle.over(raw, fetched, self.name, head=HEAD_BYTES)
-            except BaseException:
-                shown.close()
-                raise
-        else:  # a server that gives no size: the whole object, once
-            remote = parse(io.BytesIO(self.client.cat()), fetched, self.name)
-        try:
+            else:  # a server that gives no size: the whole object, once
+                remote = parse(io.BytesIO(self.client.cat()), fetched, self.name)
+            shown.callback(remote.close)
             wanted = remote.entries if env is None else [e for e in [remote.find(env)] if e is not None]
             if env is not None and not wanted:
                 return remote
             for entry in wanted:
                 remote.read_entry(entry)
-        finally:
-            remote.close()
-            shown.close()
         whole = len(wanted) == len(remote.entries)
         kept = self.copies.keep(Bundle(fetched, wanted), version, None if whole else env)
-        if kept is None:
-            return Bundle(fetched, wanted, label=self.name)
-        found = kept.find(env) if env is not None else None
-        if found is not None:  # as a held copy is returned: the reader's entry read and checked
-            kept.payload(found)
-            kept.carried(found)
-        return kept
+        return Bundle(fetched, wanted, label=self.name) if kept is None else _checked(kept, env)
 
-    def read_whole(self) -> tuple[Version | None, Bundle | None]:
-        """The object's version and the whole bundle, read (every payload checked), for a writer.
-
-        Raises :class:`NotABundle` for an object that is not a bundle at all, :class:`BundleError`
-        for one that cannot be read, :class:`Conflict` when it changed while it was read."""
-        return self._read_whole(False, [])
-
-    def _read_whole(self, replace_unreadable: bool, dropped: list[str]) -> tuple[Version | None, Bundle | None]:
-        """:meth:`read_whole`; with ``replace_unreadable``, a bundle whose downloaded bytes cannot be
-        read counts as empty (said in ``dropped``); nothing is replaced where the store cannot be read."""
+    def read_whole(self, dropped: list[str] | None = None) -> tuple[Version | None, Bundle | None]:
+        """The object's version and the whole bundle, read, for a writer (``dropped``: as in :meth:`update`).
+        Raises :class:`NotABundle`, :class:`BundleError`, or :class:`Conflict` when it changed while read."""
         version = self.version()
         if version is None:
             return None, None
-        held = self.copies.held(version, None)
+        held = self._held(version, None, whole=True)
         if held is not None:
-            try:
-                current = read_manifest(held, label=self.name)
-                current.read_all()
-                return version, current
-            except (BundleError, FileNotFoundError):
-                held.unlink(missing_ok=True)
+            return version, held
         data = self.client.cat()
         if version.size and len(data) != version.size:
             raise Conflict("the object changed while it was read")
@@ -206,7 +146,7 @@ class UrlStore:
         except NotABundle:
             raise
         except BundleError as exc:
-            if not replace_unreadable:
+            if dropped is None:
                 raise
             dropped.append(f"it could not be read ({exc}); its entries were dropped and a fresh one written")
             return version, None
@@ -216,37 +156,25 @@ class UrlStore:
             kept.close()
         return version, downloaded
 
-    # --- writing ---
-
     def write_warning(self) -> str:
         """Why a write here cannot be safe against other writers: no conditional write ("" where there is one)."""
-        if self.client.writer.conditional:
-            return ""
-        return (f"{self.client.protocol}:// offers no conditional write this plugin can use; it is written without "
-                "one, so run this where no other writer runs (a final CI job)")
+        return "" if self.client.writer.conditional else (
+            f"{self.client.protocol}:// offers no conditional write this plugin can use; it is written without one, so "
+            "run this where no other writer runs (a final CI job)")
 
-    def update(self, change: Callable[[Bundle | None], list[Entry] | None],
-               unconditional: bool = False) -> Bundle | None:
-        """Read the bundle, let ``change`` compute the new entries, write them if the object is still the
-        version read; on conflict, again from a fresh read. ``change`` returns ``None`` to leave it.
-
-        Raises :class:`.errors.NoConditionalWrite` where the store has none (nothing is written then),
-        unless ``unconditional``: then it writes without a condition.
-        """
-        return self._update(change, [], unconditional=unconditional)
-
-    def _update(self, change: Callable[[Bundle | None], list[Entry] | None], dropped: list[str],
-                replace_unreadable: bool = False, unconditional: bool = False) -> Bundle | None:
-        """:meth:`update`, reading with ``replace_unreadable`` (see :meth:`_read_whole`); what an attempt
-        said in ``dropped`` is taken back when it is retried."""
-        said = len(dropped)
+    def update(self, change: Callable[[Bundle | None], list[Entry] | None], unconditional: bool = False,
+               dropped: list[str] | None = None) -> Bundle | None:
+        """:meth:`.interface.BundleStore.update` by conditional write, retried from a fresh read on conflict; raises
+        :class:`.errors.NoConditionalWrite` where the store has none, unless ``unconditional``."""
+        said = len(dropped) if dropped is not None else 0
         for attempt in range(ATTEMPTS):
-            del dropped[said:]
+            if dropped is not None:
+                del dropped[said:]
             with self.locked():
                 current: Bundle | None = None
                 staging = self.copies.folder / f"upload-{os.getpid()}.bundle"
                 try:
-                    version, current = self._read_whole(replace_unreadable, dropped)
+                    version, current = self.read_whole(dropped)
                     entries = change(current)
                     if entries is None:
                         return current
@@ -273,37 +201,20 @@ class UrlStore:
                           "fold its artifacts in")
 
     def _holds_already(self, additions: list[Entry]) -> Bundle | None:
-        """The bundle (through this machine's copy of each addition's entry) when it already holds
-        every addition, so that nothing needs writing; else ``None``."""
+        """The bundle when it already holds every addition (through this machine's copy), else ``None``."""
         envs = {env_id(e.env): e.env for e in additions}
-        if len(envs) != 1:
-            try:
-                _, current = self.read_whole()
-            except (Conflict, BundleError):
-                return None
-            if current is not None and not adds_nothing(current, additions):
-                current.close()
-                return None
-            return current
-        env = next(iter(envs.values()))
         try:
-            current = self.read(env)
-        except BundleError:
+            current = self.read(next(iter(envs.values()))) if len(envs) == 1 else self.read_whole()[1]
+        except (Conflict, BundleError):
             return None  # the update reads it again, and says what is wrong
-        if current is not None and not adds_nothing(current, additions):
+        if current is not None and not what_is_new(current, additions).nothing:
             current.close()
             return None
         return current
 
     def add(self, additions: list[Entry], history: Mapping[str, object] | None = None, run: float | None = None,
             max_unused_runs: int = 0, rebuild: bool = False) -> Saved:
-        """Publish ``additions`` (see :meth:`.interface.BundleStore.add`): nothing when the bundle already
-        holds them (only this machine's entry is read for that); else into the bundle itself by conditional write.
-
-        Where the store has no conditional write, the additions are uploaded as a delta (said in the
-        outcome's note). Where the bundle cannot be updated (other writers won every attempt, the
-        store failed), a delta is left too, and the :class:`BundleError` raised says where.
-        """
+        """Publish ``additions`` (see :meth:`.interface.BundleStore.add`), as a delta where no conditional write can."""
         before = self.transfer
         if self.client.writer.read_only:
             raise BundleError(f"{self.name}: {self.client.protocol}:// bundles are read-only; this run's artifacts "
@@ -319,19 +230,10 @@ class UrlStore:
             note = (f"{self.client.protocol}:// offers no conditional write this plugin can use, so the bundle itself "
                     f"is never written by a session; `pytest-compilecache merge --deltas -o {self.name}` "
                     "folds the deltas in")
-            return Saved(bundle, Written.DELTA, size=_size(bundle), delta=delta, note=note,
+            return Saved(bundle, Written.DELTA, size=written_size(bundle), delta=delta, note=note,
                          transfer=self.transfer.since(before))
-        dropped: list[str] = []
-        combined: list[Combined] = []
-        new: list[New] = []
-
-        def change(current: Bundle | None) -> list[Entry]:
-            new.append(what_is_new(current, additions))
-            combined.append(combine(current, additions, run=run, max_unused_runs=max_unused_runs, rebuild=rebuild))
-            return combined[-1].entries
-
         try:
-            result = self._update(change, dropped, replace_unreadable=rebuild)
+            saved = fold(self.update, additions, run=run, max_unused_runs=max_unused_runs, rebuild=rebuild)
         except NotABundle:
             raise
         except BundleError as exc:
@@ -342,22 +244,16 @@ class UrlStore:
             kept.close()
             raise BundleError(f"{exc}; this run's artifacts wait in {delta} for "
                               f"`pytest-compilecache merge --deltas -o {self.name}`") from None
-        assert result is not None
-        return Saved(result, size=_size(result), dropped=(*dropped, *combined[-1].dropped),
-                     unused=combined[-1].unused, transfer=self.transfer.since(before), added=not new[-1].nothing, added_artifacts=new[-1].counts)
-
-    def list_deltas(self) -> list[str]:
-        """The URLs of the deltas waiting beside the bundle."""
-        return self._deltas.waiting()
-
-    def remove_deltas(self, urls: list[str]) -> list[str]:
-        """Remove deltas once they are folded into the bundle; those that could not be removed."""
-        return self._deltas.remove(urls)
+        return replace(saved, transfer=self.transfer.since(before))
 
 
-def _size(bundle: Bundle) -> int:
-    """The size of a bundle just written (or kept)."""
-    return bundle.path.stat().st_size if bundle.path.is_file() else encoded_size(bundle)
+def _checked(bundle: Bundle, env: Mapping[str, str] | None) -> Bundle:
+    """``bundle``, with ``env``'s entry (if it has one) read and checked: payload and carried binaries."""
+    entry = bundle.find(env) if env is not None else None
+    if entry is not None:
+        bundle.payload(entry)
+        bundle.carried(entry)
+    return bundle
 
 
 def read_url(url: str, copies: Path, storage_options: Mapping[str, Any] | None = None,

@@ -12,9 +12,7 @@ CHUNK_BYTES = 1024 * 1024
 
 
 class Ranges(io.RawIOBase):
-    """An object read by range requests, counting the bytes it moves. A server that ignores ranges
-    answers with the whole object; it is then kept and sliced. ``moved`` (for a progress display) is
-    told the bytes moved so far after each request; reads are then split into requests of :data:`CHUNK_BYTES`."""
+    """An object read by range requests, counting the bytes it moves (``moved`` is told after each request)."""
 
     def __init__(self, read: Callable[[int, int], bytes], size: int,
                  moved: Callable[[int], None] | None = None) -> None:
@@ -31,9 +29,6 @@ class Ranges(io.RawIOBase):
 
     def seekable(self) -> bool:
         return True
-
-    def tell(self) -> int:
-        return self.pos
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence]
@@ -52,8 +47,7 @@ class Ranges(io.RawIOBase):
     def _get(self, start: int, end: int) -> bytes:
         head = self._head
         if head and start < len(head):
-            known = bytes(head[start:min(end, len(head))])
-            return known + (self._get(len(head), end) if end > len(head) else b"")
+            return bytes(head[start:min(end, len(head))]) + (self._get(len(head), end) if end > len(head) else b"")
         if self._whole is None:
             data = self._request(start, end)
             if len(data) <= end - start:

@@ -15,10 +15,8 @@ from .urls import file_url_path, is_url
 def open_store(where: str | Path, lock_timeout: float, copies: Path,
                storage_options: Mapping[str, Any] | None = None, network_timeout: float = DEFAULT_TIMEOUT,
                unreachable: str = "") -> BundleStore:
-    """The store of the bundle at ``where``: a URL (its copies kept under ``copies``, fsspec given
-    ``storage_options``, each request given ``network_timeout`` seconds, more by size), or a path
-    (also as a ``file://`` URL; one naming another host raises ``BundleError``). ``unreachable``: why
-    another process of the session stopped asking the store at the URL."""
+    """The store of the bundle at ``where``: a URL (copies under ``copies``; ``unreachable``: why another process
+    of the session stopped asking it), or a path, also as a ``file://`` URL."""
     name = str(where)
     if is_url(name):
         return UrlStore(name, copies, lock_timeout, storage_options, network_timeout, unreachable)

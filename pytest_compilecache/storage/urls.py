@@ -11,8 +11,7 @@ from ..bundle.format import BundleError
 
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")  # one letter is a Windows drive, not a scheme
 
-#: The environment variable that holds fsspec options for bundle URLs (a JSON object), read by the
-#: plugin (over the ini value ``compile_cache_storage_options``) and by the command line.
+#: The environment variable of fsspec options for bundle URLs (a JSON object), over ``compile_cache_storage_options``.
 STORAGE_OPTIONS_ENV = "PYTEST_COMPILE_CACHE_STORAGE_OPTIONS"
 
 
@@ -22,9 +21,7 @@ def is_url(text: str) -> bool:
 
 
 def file_url_path(text: str) -> str | None:
-    """The local path a ``file://`` URL names, or ``None`` for anything else.
-
-    Raises :class:`BundleError` for a ``file://`` URL that names another host (or a relative path)."""
+    """The local path a ``file://`` URL names (:class:`BundleError` for another host's), else ``None``."""
     if not text.lower().startswith("file://"):
         return None
     parts = urlsplit(text)
@@ -32,7 +29,6 @@ def file_url_path(text: str) -> str | None:
         raise BundleError(f"{text}: a file:// URL names a path on this machine: file:///absolute/path "
                           f"(not the host {parts.netloc!r})")
     from urllib.request import url2pathname  # here: urllib.request pulls in http, email and ssl (about 10 ms)
-
     return url2pathname(parts.path)
 
 
@@ -50,9 +46,8 @@ def parse_storage_options(text: str) -> dict[str, Any]:
 
 
 def redacted(url: str) -> str:
-    """``url`` as messages and reports show it: without a ``user:password@`` or a query (which can
-    carry credentials, such as a presigned URL's signature). A ``name@host`` without a password stays
-    (adlfs writes ``abfs://container@account.dfs.core.windows.net/...``)."""
+    """``url`` as messages show it: without a ``user:password@`` or a query, which can carry credentials
+    (a ``name@host`` without a password stays: adlfs writes ``abfs://container@account...``)."""
     parts = urlsplit(url)
     userinfo, at, host = parts.netloc.rpartition("@")
     secret = bool(at) and ":" in userinfo

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import threading
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Mapping
 
 from .errors import Conflict, NoConditionalWrite
 from .interface import Version
@@ -20,23 +20,14 @@ class Writer:
     read_only: ClassVar[bool] = False
     #: What a path's first part names that must exist before anything is written ("" where nothing).
     bucket: ClassVar[str] = ""
+    #: fsspec's ``pipe_file`` arguments that write only where no object is ({} where there are none).
+    create_only: ClassVar[Mapping[str, Any]] = {}
 
     def __init__(self, protocol: str) -> None:
         self.protocol = protocol
 
-    def install_hint(self) -> str:
-        """What to install for the protocol: this package's extra where it has one."""
-        if self.extra:
-            return f"pip install 'pytest-compilecache[{self.extra}]'"
-        return f"install the package fsspec names for {self.protocol}://"
-
-    def create_only(self) -> dict[str, Any]:
-        """fsspec's ``pipe_file`` arguments that write only where no object is ({} where there are none)."""
-        return {}
-
     def with_timeouts(self, options: dict[str, Any], seconds: float) -> dict[str, Any]:
-        """fsspec's ``options`` with the client's own connect and read timeouts set to ``seconds`` where
-        the user set none, so that a stalled request fails and is retried within its deadline."""
+        """fsspec's ``options`` with the client's connect and read timeouts at ``seconds`` where none are set."""
         return options
 
     def unreachable(self, exc: FileNotFoundError) -> BaseException | None:
@@ -46,10 +37,7 @@ class Writer:
     def put(self, fs: Any, path: str, data: bytes, expected: Version | None, unconditional: bool,
             version: Callable[[], Version | None]) -> str:
         """Write ``data`` if the object is still ``expected`` (absent: ``None``); its new version tag ("": unknown).
-
-        Raises :class:`Conflict` when another writer got there first, :class:`NoConditionalWrite`
-        where there is no conditional write (unless ``unconditional``: then it just writes).
-        ``version`` asks the object's version now."""
+        Raises :class:`Conflict` if another writer came first, :class:`NoConditionalWrite` unless ``unconditional``."""
         if not unconditional:
             raise NoConditionalWrite()
         fs.pipe_file(path, data)
@@ -68,9 +56,7 @@ class S3Writer(Writer):
     extra = "s3"
     conditional = True
     bucket = "bucket"
-
-    def create_only(self) -> dict[str, Any]:
-        return {"mode": "create"}
+    create_only = {"mode": "create"}
 
     def with_timeouts(self, options: dict[str, Any], seconds: float) -> dict[str, Any]:
         config = {"connect_timeout": seconds, "read_timeout": seconds, **options.get("config_kwargs", {})}
@@ -80,7 +66,7 @@ class S3Writer(Writer):
             version: Callable[[], Version | None]) -> str:
         if expected is not None and not expected.tag:
             raise NoConditionalWrite()
-        condition = {"IfMatch": expected.tag} if expected is not None else self.create_only()
+        condition = {"IfMatch": expected.tag} if expected is not None else dict(self.create_only)
         return _tag(fs.pipe_file(path, data, chunksize=5 * 2**30, **condition))
 
 
@@ -90,9 +76,7 @@ class AzureWriter(Writer):
     extra = "azure"
     conditional = True
     bucket = "container"
-
-    def create_only(self) -> dict[str, Any]:
-        return {"mode": "create"}
+    create_only = {"mode": "create"}
 
     def with_timeouts(self, options: dict[str, Any], seconds: float) -> dict[str, Any]:
         whole = max(int(math.ceil(seconds)), 1)
@@ -100,14 +84,12 @@ class AzureWriter(Writer):
 
     def put(self, fs: Any, path: str, data: bytes, expected: Version | None, unconditional: bool,
             version: Callable[[], Version | None]) -> str:
-        if expected is not None and not expected.tag:
+        if expected is None:
+            return _tag(fs.pipe_file(path, data, **self.create_only))
+        if not expected.tag:
             raise NoConditionalWrite()
-        condition = self.create_only()
-        if expected is not None:
-            from azure.core import MatchConditions  # adlfs depends on it
-
-            condition = {"etag": expected.tag, "match_condition": MatchConditions.IfNotModified}
-        return _tag(fs.pipe_file(path, data, **condition))
+        from azure.core import MatchConditions  # adlfs depends on it
+        return _tag(fs.pipe_file(path, data, etag=expected.tag, match_condition=MatchConditions.IfNotModified))
 
 
 class GcsWriter(Writer):
@@ -154,11 +136,8 @@ class MemoryWriter(Writer):
 
 
 _WRITERS: dict[str, type[Writer]] = {
-    "s3": S3Writer, "s3a": S3Writer,
-    "az": AzureWriter, "abfs": AzureWriter, "abfss": AzureWriter,
-    "gs": GcsWriter, "gcs": GcsWriter,
-    "http": HttpWriter, "https": HttpWriter,
-    "memory": MemoryWriter,
+    "s3": S3Writer, "s3a": S3Writer, "az": AzureWriter, "abfs": AzureWriter, "abfss": AzureWriter,
+    "gs": GcsWriter, "gcs": GcsWriter, "http": HttpWriter, "https": HttpWriter, "memory": MemoryWriter,
 }
 
 
