@@ -101,6 +101,10 @@ def main() -> None:
     where = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--work=")), None)
     against = dict(a.split("=", 2)[1:] for a in sys.argv if a.startswith("--against="))
     argv = [a for a in sys.argv if a != "--phases" and not a.startswith(("--tmpfs=", "--work=", "--against="))]
+    if any(not a.isdigit() for a in argv[1:]):
+        raise SystemExit(f"unknown arguments {[a for a in argv[1:] if not a.isdigit()]}; usage: "
+                         "small_tests_vs_kept.py [ROUNDS] [PLAIN] [WARM] [--phases] [--tmpfs=DIR] [--work=DIR] "
+                         "[--against=NAME=DIR]")
     rounds = int(argv[1]) if len(argv) > 1 else 5
     plain = int(argv[2]) if len(argv) > 2 else 40
     warm = int(argv[3]) if len(argv) > 3 else 20
