@@ -19,9 +19,11 @@ On a GPU machine with timm and transformers (see benchmarks/gpu_models/):
 
 5. With ``--against NAME=DIR``: a third side in the same rounds, the plugin's suite with the package
    found first in DIR (another checkout of the plugin), warm from the same bundle. ``--no-eager``
-   leaves out step 3.
+   leaves out step 3. With ``--select EXPR``, the warm rounds run only the tests ``-k EXPR`` picks (one
+   test re-run from the whole suite's bundle, issue 45).
 
     python3 benchmarks/gpu_vs_kept.py [--repeats 5] [--cold-mlp 3] [--steps] [--against NAME=DIR] [--no-eager]
+                                      [--select EXPR]
 """
 
 from __future__ import annotations
@@ -97,7 +99,9 @@ def main() -> None:
     parser.add_argument("--steps", action="store_true", help="time the plugin's own steps too (probe/steps.py)")
     parser.add_argument("--against", default="", help="NAME=DIR: the plugin from another checkout, as a third side")
     parser.add_argument("--no-eager", action="store_true", help="leave out the eager floor")
+    parser.add_argument("--select", default="", help="-k EXPR for the warm rounds (the builds run every test)")
     args = parser.parse_args()
+    select = ["-k", args.select] if args.select else []
     other, _, other_dir = args.against.partition("=")
     print(f"plugin byte-compiled as pip installs it: {as_installed()}", flush=True)
     work = Path(tempfile.mkdtemp(prefix="gpu-vs-kept-"))
@@ -135,17 +139,17 @@ def main() -> None:
         for who in order:
             if who == other:
                 found_first = os.pathsep.join([str(Path(other_dir).resolve()), probe["PYTHONPATH"]])
-                took, out = run([*plugin, "-p", "phases", "--durations=0"],
+                took, out = run([*plugin, *select, "-p", "phases", "--durations=0"],
                                 {"GPU_MODELS_LOG": str(log), **probe, "PYTHONPATH": found_first})
             elif who == "plugin":
                 steps = ["-p", "steps"] if args.steps else []
-                took, out = run([*plugin, "-p", "phases", *steps, "--durations=0"],
+                took, out = run([*plugin, *select, "-p", "phases", *steps, "--durations=0"],
                                 {"GPU_MODELS_LOG": str(log), **probe, "STEPS_OUT": str(steps_log)})
                 for line in lines(steps_log):
                     for name, value in line["seconds"].items():
                         step_times.setdefault(name, []).append(value)
             else:
-                took, out = run([*plain, "-p", "phases", "--durations=0"], {**kept_env, **probe})
+                took, out = run([*plain, *select, "-p", "phases", "--durations=0"], {**kept_env, **probe})
             for seconds, phase, test in re.findall(r"^([0-9.]+)s (setup|call|teardown) +\S+::(\S+)$", out, re.M):
                 durations[who].setdefault(f"{test.replace('_is_warm', '')} {phase}", []).append(float(seconds))
             walls[who].append(took)

@@ -181,7 +181,7 @@ def bundle_sizes(path: Path) -> list[str]:
     with read_manifest(path) as bundle:
         bundle.read_all()
     bare = path.with_name("without-binaries.bundle")
-    entries = [make_entry(e.env, e.payload or b"", e.artifacts, e.created) for e in bundle.entries]
+    entries = [make_entry(e.env, bundle.payload(e), e.artifacts, e.created) for e in bundle.entries]
     write_bundle(Bundle(bare, entries))
     carried = sum((e.binaries.counts()["count"] if e.binaries else 0) for e in bundle.entries)
     return [f"examples bundle: {path.stat().st_size / 1e6:.2f} MB with {carried} C++ binaries, "

@@ -126,7 +126,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             if args.check:
                 item["problems"] = [*_entry_problems(bundle, entry), *binaries.get("problems", [])]
             items.append(item)
-        data: dict[str, Any] = {"path": bundle.name, "format": 1, "entries": items,
+        data: dict[str, Any] = {"path": bundle.name, "format": bundle.format, "entries": items,
                                 "bytes": bundle.path.stat().st_size if bundle.path.is_file() else encoded_size(bundle)}
         if args.json:
             print(json.dumps(data, indent=1, sort_keys=True))
@@ -143,7 +143,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 def _show(bundle: Bundle, data: dict[str, Any], check: bool) -> None:
     """``inspect``'s listing as text."""
-    _say(f"{bundle.name}: bundle format 1, {data['bytes']:,d} bytes on disk (the sizes below unpacked), "
+    _say(f"{bundle.name}: bundle format {data['format']}, {data['bytes']:,d} bytes on disk (the sizes below unpacked), "
          f"{counted(len(bundle.entries), 'environment')}")
     for item in data["entries"]:
         created, updated = _when(item["created"]), _when(item["updated"])
@@ -151,7 +151,9 @@ def _show(bundle: Bundle, data: dict[str, Any], check: bool) -> None:
         _say(f"[{item['index']}] {env_label(item['env'])}: {match}")
         for key, value in item["env"].items():
             _say(f"    {key:14} {value if value != '' else '(none)'}")
-        _say(f"    created {created}, updated {updated}, payload {item['size']:,d} bytes, sha256 {item['sha256'][:16]}...")
+        held = (f"payload {item['size']:,d} bytes" if item.get("stored") is None
+                else f"artifacts {item['stored']:,d} bytes stored one by one, table")
+        _say(f"    created {created}, updated {updated}, {held}, sha256 {item['sha256'][:16]}...")
         _say(f"    signature      {item['signature']}")
         for kind in in_layer_order(item["artifacts"]):
             counts = item["artifacts"][kind]

@@ -34,3 +34,8 @@ def in_layer_order(kinds: Iterable[str]) -> list[str]:
 def artifact_counts(counts: dict[str, int]) -> str:
     """``{artifact type: count}`` as ``2 fx_graph, 1 aot_autograd``, named and ordered as the per-layer table."""
     return ", ".join(f"{counts[kind]} {layer_of(kind)}" for kind in in_layer_order(counts))
+
+
+def placed_counts(placed: dict[str, int], held: dict[str, int]) -> str:
+    """How many of the entry's artifacts torch asked for, as ``1 of 3 fx_graph, 1 of 3 aot_autograd``."""
+    return ", ".join(f"{placed.get(kind, 0)} of {held[kind]} {layer_of(kind)}" for kind in in_layer_order(held))

@@ -38,6 +38,7 @@ from pytest_compilecache import _torchapi, cli
 from pytest_compilecache.bundle import signing
 from pytest_compilecache.bundle.binaries import BinaryPool
 from pytest_compilecache.bundle.format import Bundle, BundleError, make_entry, read_manifest, write_bundle
+from pytest_compilecache.bundle.members import WHOLE, Members, unpack_table
 from pytest_compilecache.storage.local import LocalStore
 from pytest_compilecache.session.warmup import Preparer
 
@@ -118,6 +119,8 @@ class Seeds:
     payloads: list[bytes]
     signed_payloads: set[bytes]
     signed_binaries: set[str]
+    #: The sha256 of every artifact of the signed payloads.
+    signed_artifacts: set[str] = dataclasses.field(default_factory=set)
 
     @classmethod
     def from_real(cls, real: Path, folder: Path) -> "Seeds":
@@ -127,8 +130,8 @@ class Seeds:
         with read_manifest(real) as bundle:
             bundle.read_all()
         read = bundle.entries[0]
-        assert read.payload is not None and read.binaries, f"{real}: the real run carried no binaries"
-        entry = make_entry(read.env, read.payload, read.artifacts, read.created, read.binaries)
+        assert read.binaries, f"{real}: the real run carried no binaries"
+        entry = make_entry(read.env, bundle.payload(read), read.artifacts, read.created, read.binaries)
         entry.history = read.history
         part = {kind: items[:1] for kind, items in _deserialize(entry.payload).items()}
         sub = serialize(part)
@@ -145,7 +148,8 @@ class Seeds:
             signed.read_all()
             shas = {f.sha256 for e in signed.entries for f in signed.carried(e)[0].files.values()}
         assert all(e.signature for e in signed.entries)
-        return cls(bundles, [entry.payload, sub], {entry.payload, sub}, shas)
+        artifacts = {hashlib.sha256(c).hexdigest() for p in (bundle.payload(read), sub) for *_, c in contents(p)}
+        return cls(bundles, [bundle.payload(read), sub], {bundle.payload(read), sub}, shas, artifacts)
 
 
 # ---------------------------------------------------------------- bundle bytes, leniently
@@ -171,10 +175,32 @@ def join(manifest_text: bytes, body: bytes, length: bytes | None = None) -> byte
     return b"PYTEST-COMPILECACHE-BUNDLE\n" + line + manifest_text + body
 
 
-def stated(data: bytes) -> tuple[set[str], set[str]]:
-    """The payload and carried-file checksums a (possibly mutated) bundle's manifest states."""
+def contents(payload: bytes) -> list[tuple[str, str, bytes]]:
+    """A payload's artifacts as format 2 stores them: taken apart by torch, else one whole member."""
     try:
-        manifest, _ = split(data)
+        return _torchapi.artifact_contents(payload)
+    except _torchapi.MegaCacheError:
+        return [(WHOLE, "", payload)]
+
+
+def packed(payload: bytes) -> tuple[bytes, bytes]:
+    """The table and the members' bytes format 2 stores ``payload`` as."""
+    members = Members.packed(contents(payload))
+    return members.table_blob(), b"".join(members.raw(m) for m in members.table)
+
+
+def unpacked(table: bytes, region: bytes) -> bytes:
+    """The payload an intact format-2 entry's table and members hold."""
+    members = Members(unpack_table(table), lambda at, size: region[at:at + size])
+    listed = list(members.contents())
+    return listed[0][2] if listed[0][0] == WHOLE else _torchapi.artifacts_bytes(listed)
+
+
+def stated(data: bytes) -> tuple[set[str], set[str]]:
+    """The artifact and carried-file checksums a (possibly mutated) bundle states: an entry's (format 1), or
+    its table's rows where the table matches the checksum the manifest states for it (format 2)."""
+    try:
+        manifest, body = split(data)
         entries = manifest["entries"]
     except Exception:
         return set(), set()
@@ -183,6 +209,10 @@ def stated(data: bytes) -> tuple[set[str], set[str]]:
         if isinstance(e, dict):
             if isinstance(e.get("sha256"), str):
                 payloads.add(e["sha256"])
+                with contextlib.suppress(Exception):
+                    table = body[e["offset"]:e["offset"] + e["size"]]
+                    if hashlib.sha256(table).hexdigest() == e["sha256"]:
+                        payloads.update(m.sha256 for m in unpack_table(table))
             section = e.get("binaries")
             if isinstance(section, dict) and isinstance(section.get("files"), list):
                 files.update(str(f[2]) for f in section["files"] if isinstance(f, list) and len(f) > 2)
@@ -202,7 +232,9 @@ class Parts:
         manifest, body = split(data)
         payloads, blobs = [], []
         for e in manifest["entries"]:
-            payloads.append(body[e["offset"]:e["offset"] + e["size"]])
+            start, end = e["offset"] + e["size"], e["offset"] + e["size"] + e.get("stored", 0)
+            payloads.append(unpacked(body[e["offset"]:start], body[start:end]) if "stored" in e
+                            else body[e["offset"]:start])
             b = e.get("binaries")
             blobs.append(body[b["offset"]:b["offset"] + b["size"]] if b else None)
         return cls(manifest, payloads, blobs)
@@ -212,9 +244,8 @@ class Parts:
         return list(self.manifest["entries"])
 
     def set_payload(self, i: int, data: bytes) -> None:
-        """Replace entry ``i``'s payload, with a size and checksum that match."""
+        """Replace entry ``i``'s payload (stored as format 2 stores it, with a table whose checksum matches)."""
         self.payloads[i] = data
-        self.manifest["entries"][i].update(size=len(data), sha256=hashlib.sha256(data).hexdigest())
 
     def set_blob(self, i: int, blob: bytes) -> None:
         self.blobs[i] = blob
@@ -224,9 +255,10 @@ class Parts:
         """The body, with every entry's offsets set to where its blobs now lie."""
         body, at = [], 0
         for e, payload, blob in zip(self.manifest["entries"], self.payloads, self.blobs):
-            e["offset"] = at
-            body.append(payload)
-            at += len(payload)
+            table, region = packed(payload)
+            e.update(offset=at, size=len(table), stored=len(region), sha256=hashlib.sha256(table).hexdigest())
+            body += [table, region]
+            at += len(table) + len(region)
             if blob is not None and isinstance(e.get("binaries"), dict):
                 e["binaries"]["offset"] = at
                 body.append(blob)
@@ -242,7 +274,7 @@ class Parts:
 
     def sign(self, i: int, secret: str) -> None:
         e = self.manifest["entries"][i]
-        described = {k: e[k] for k in ("history", "env", "created", "updated", "size", "sha256", "artifacts")}
+        described = {k: e[k] for k in ("history", "env", "created", "updated", "size", "sha256", "artifacts", "stored")}
         e["signature"] = signing.sign(described, e.get("binaries"), secret.encode())
 
 
@@ -867,15 +899,30 @@ class Harness:
         out.loaded[label] = loaded
         for problem in preparer.report.problems:
             self._names(problem.text, [path], f"prepare[{label}] problem", out)
-        if loaded and not handed:
-            out.violations.append(f"prepare[{label}]: loaded, but torch was handed nothing")
+        if loaded:
+            _torchapi.make_whole(self.template)  # every artifact read on demand, written now
+        written = [p.read_bytes() for layer in ("fxgraph", "aotautograd") for p in (self.template / layer).rglob("*")
+                   if p.is_file()]
+        damaged = any("artifact" in p.text and "left out" in p.text for p in preparer.report.problems)
+        if loaded and not handed and not written and not damaged:
+            out.violations.append(f"prepare[{label}]: loaded, but torch was handed nothing, and it does not say why")
         for data in handed:
-            if secret is not None and data not in self.seeds.signed_payloads:
+            whole = data in self.seeds.signed_payloads or hashlib.sha256(data).hexdigest() in shas
+            parts = [hashlib.sha256(c).hexdigest() for *_, c in contents(data)]
+            if secret is not None and not (data in self.seeds.signed_payloads
+                                           or set(parts) <= self.seeds.signed_artifacts):
                 out.violations.append(f"prepare[{label}]: torch was handed bytes that are not an original signed payload")
-            if hashlib.sha256(data).hexdigest() not in shas:
+            if not whole and not set(parts) <= shas:
                 out.violations.append(f"prepare[{label}]: torch was handed bytes whose sha256 no manifest entry states")
             for problem in self._escaping_keys(data):
                 out.violations.append(f"prepare[{label}]: torch was handed {problem}")
+        for data in written:
+            sha = hashlib.sha256(data).hexdigest()
+            if secret is not None and sha not in self.seeds.signed_artifacts:
+                out.violations.append(f"prepare[{label}]: an artifact read on demand is not an original signed one")
+            if sha not in shas:
+                out.violations.append(f"prepare[{label}]: an artifact read on demand has a sha256 no table states")
+        _torchapi.fill_from(self.template, None)
         for rel, file in pool.files().items():
             sha = hashlib.sha256(file.read_bytes()).hexdigest()
             if secret is not None and sha not in self.seeds.signed_binaries:

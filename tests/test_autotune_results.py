@@ -24,6 +24,8 @@ torch = pytest.importorskip("torch")
 
 from pytest_compilecache import _torchapi  # noqa: E402
 from pytest_compilecache._torchapi import megacache  # noqa: E402
+from pytest_compilecache.bundle.format import make_entry, payload_of  # noqa: E402
+from pytest_compilecache.storage.merge import union  # noqa: E402
 
 KEY = "ab/cabcdef0123456789.best_config"
 
@@ -49,6 +51,16 @@ def payload(*results: dict[str, object], key: str = KEY) -> bytes:
     return megacache._serialize({"autotune": artifacts})
 
 
+def merged(*blobs: bytes) -> bytes:
+    """The Mega-Cache bytes of the entry a bundle merge makes of entries holding ``blobs``, in that order."""
+    (entry,) = union([make_entry({"torch": "here"}, blob, {}, created=n + 1.0) for n, blob in enumerate(blobs)])
+    return payload_of(entry, "merged")
+
+
+def keys(data: bytes) -> list[tuple[str, str]]:
+    return [(kind, key) for kind, key, _ in _torchapi.artifact_contents(data)]
+
+
 def loaded(data: bytes, folder: Path, key: str = KEY) -> dict[str, object]:
     _torchapi.load_artifacts(data, str(folder))
     return json.loads((folder / key).read_bytes())
@@ -61,23 +73,24 @@ def test_a_heuristic_result_written_after_the_coordinate_descent_one_does_not_wi
 
 def test_a_merge_keeps_one_result_per_kernel_the_coordinate_descent_one(tmp_path: Path) -> None:
     coordesc, heuristic = result(True, 64), result(False, 128)
-    merged = _torchapi.merge_artifacts([payload(coordesc), payload(heuristic)])
-    assert [(kind, key) for kind, key, _ in _torchapi.artifact_sizes(merged)] == [("autotune", KEY)]
-    assert loaded(merged, tmp_path) == coordesc
+    for blobs in [(payload(coordesc), payload(heuristic)), (payload(heuristic), payload(coordesc))]:
+        both = merged(*blobs)
+        assert keys(both) == [("autotune", KEY)]
+        assert loaded(both, tmp_path) == coordesc
 
 
 def test_among_results_of_one_kind_the_last_written_wins(tmp_path: Path) -> None:
     older, newer = result(True, 64), result(True, 32)
-    assert loaded(_torchapi.merge_artifacts([payload(older), payload(newer)]), tmp_path) == newer
+    assert loaded(merged(payload(older), payload(newer)), tmp_path) == newer
     plain_old, plain_new = result(False, 64), result(False, 32)
     assert loaded(payload(plain_old, plain_new), tmp_path / "plain") == plain_new
 
 
 def test_results_of_other_kernels_are_all_kept(tmp_path: Path) -> None:
     other = "cd/cother0123456789.best_config"
-    merged = _torchapi.merge_artifacts([payload(result(True, 64)), payload(result(False, 16), key=other)])
-    assert sorted(key for _, key, _ in _torchapi.artifact_sizes(merged)) == [KEY, other]
-    assert loaded(merged, tmp_path, other) == result(False, 16)
+    both = merged(payload(result(True, 64)), payload(result(False, 16), key=other))
+    assert sorted(key for _, key in keys(both)) == [KEY, other]
+    assert loaded(both, tmp_path, other) == result(False, 16)
 
 
 class _Config:

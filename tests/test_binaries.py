@@ -96,8 +96,8 @@ def rewrite(source: Path, target: Path, change: Callable[[CarriedBinaries], Carr
     with read_manifest(source) as bundle:
         bundle.read_all()
     entry = bundle.entries[0]
-    assert entry.binaries and entry.payload is not None
-    new = make_entry(entry.env, entry.payload, entry.artifacts, entry.created, binaries=change(entry.binaries))
+    assert entry.binaries
+    new = make_entry(entry.env, bundle.payload(entry), entry.artifacts, entry.created, binaries=change(entry.binaries))
     new.history = entry.history
     write_bundle(Bundle(target, [new]))
 

@@ -141,13 +141,13 @@ def test_inspect_shows_environments_and_layers(good_bundle: Path, foreign_bundle
     # A newcomer: the sizes listed summed to more than the file ("0.41 MB"), "payload 322430 bytes"
     # beside "155,296 bytes", "1 artifacts", and "inductor" where the summary's table says fx_graph.
     size = good_bundle.stat().st_size
-    assert f"bundle format 1, {size:,d} bytes on disk (the sizes below unpacked), 1 environment" in result.stdout, \
+    assert f"bundle format 2, {size:,d} bytes on disk (the sizes below unpacked), 1 environment" in result.stdout, \
         result.stdout
     lines = result.stdout.splitlines()
     assert any(line.strip().startswith("fx_graph (inductor)") and " 2 artifacts " in line for line in lines), lines
     assert any(line.strip().startswith("aot_autograd") and " artifacts " in line for line in lines), lines
-    payload = next(line for line in lines if "payload " in line)
-    assert re.search(r"payload \d{1,3}(,\d{3})+ bytes", payload), payload
+    stored = next(line for line in lines if "artifacts " in line and "stored one by one" in line)
+    assert re.search(r"artifacts \d{1,3}(,\d{3})+ bytes stored one by one", stored), stored
     data = json.loads(cli("inspect", good_bundle, "--json").stdout)
     entry = data["entries"][0]
     assert entry["matches_here"] is True and entry["differences"] == []
@@ -403,9 +403,8 @@ def test_a_key_that_leaves_the_cache_folder_is_never_loaded(good_bundle: Path, t
     with read_manifest(good_bundle) as bundle:
         bundle.read_all()
     entry = bundle.entries[0]
-    assert entry.payload is not None
     crafted = tmp_path / "project" / "crafted.bundle"
-    bad = rekeyed(entry.payload, "inductor", "../../../../escaped")
+    bad = rekeyed(bundle.payload(entry), "inductor", "../../../../escaped")
     write_bundle(Bundle(crafted, [make_entry(entry.env, bad, entry.artifacts, entry.created)]))
     assert_user_error(cli("verify", crafted), 1, str(crafted), "'../../../../escaped'", "outside the cache folder")
     assert_user_error(cli("inspect", crafted, "--check"), 1, str(crafted), "'../../../../escaped'")

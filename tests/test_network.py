@@ -29,7 +29,7 @@ S3_KEYS = {"key": "testing", "secret": "testing"}
 
 
 def _entry(tag: str) -> Entry:
-    """The entry of the GPU bundle in tests/data (248 kB), as if made for ``cache_key_tag=tag`` (no torch needed)."""
+    """The entry of the GPU bundle in tests/data (64 kB once written), as if made for ``cache_key_tag=tag``."""
     with read_manifest(DATA_BUNDLE) as bundle:
         bundle.read_all()
         entry = bundle.entries[0]
@@ -174,7 +174,7 @@ def test_a_session_against_a_store_that_never_answers_runs_warm_without_it(
 @pytest.mark.parametrize("kind", ["s3", "az"])
 def test_an_upload_cut_midway_leaves_the_object_as_it_was(kind: str, request: pytest.FixtureRequest,
                                                          tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every upload reset after 64 kB: with no object, none appears (nor a delta); with one, it stays
+    """Every upload reset after 16 kB: with no object, none appears (nor a delta); with one, it stays
     byte for byte; the next writer on a sound network saves, and what it saved reads back. (The
     deadline's allowance for a slow link is lifted: a cut upload is retried until its deadline.)"""
     monkeypatch.setattr(deadlines, "MIN_RATE", 10**9)
@@ -182,7 +182,7 @@ def test_an_upload_cut_midway_leaves_the_object_as_it_was(kind: str, request: py
     root = _s3_bucket(port) if kind == "s3" else _az_container(port)
     url = f"{kind}://{root}/b.bundle"
     direct = _store(url, tmp_path / "direct", _options(kind, port))
-    with FaultProxy(port, cut_uploads_after=64 * 1024) as cut:
+    with FaultProxy(port, cut_uploads_after=16 * 1024) as cut:
         through = _store(url, tmp_path / "through", _options(kind, cut.port), timeout=5.0)
         with pytest.raises(BundleError):
             through.add([_entry("first")])

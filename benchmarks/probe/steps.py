@@ -19,7 +19,7 @@ STEPS = [
     ("pytest_compilecache.session.warmup", "Preparer._load"),
     ("pytest_compilecache.session.warmup", "Preparer._load_binaries"),
     ("pytest_compilecache.session.warmup", "Preparer._use_index"),
-    ("pytest_compilecache.bundle.format", "Bundle.payload"),
+    ("pytest_compilecache.bundle.format", "Bundle.members"),
     ("pytest_compilecache.bundle.format", "Bundle.carried"),
     ("pytest_compilecache.bundle.format", "Bundle.read_key_index"),
     ("pytest_compilecache.bundle.keyindex", "KeyIndex.unpack"),

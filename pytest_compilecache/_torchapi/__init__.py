@@ -19,10 +19,11 @@ if TYPE_CHECKING:
     from .isolation import bootstrap, caches_disabled_by_config, remote_caches_on, reset_in_memory
     from .isolation import without_remote_caches
     from .keys import empty_folder, note_bundle_keys
-    from .megacache import MegaCacheError, artifact_identities, artifact_sizes, can_leave_out, check_keys
-    from .megacache import describe_artifacts, fresh_recording, load_artifacts, merge_artifacts, ready_to_read
-    from .megacache import save_artifacts, select_artifacts
-    from .ondemand import complete_warm_folder, fill_warm_folder, link_whole, placing_from
+    from .megacache import MegaCacheError, artifact_contents, artifact_identities, artifacts_bytes, can_leave_out
+    from .megacache import check_artifact_keys, check_keys, describe_artifacts, found_by_coordinate_descent
+    from .megacache import fresh_recording, load_artifacts, ready_to_read, save_artifacts
+    from .ondemand import complete_warm_folder, fill_from, fill_warm_folder, kinds_on_demand, link_whole, make_whole
+    from .ondemand import placing_from
 
 __all__ = [
     "build_identity", "cpu_probe_sources", "cpu_probes_in", "header_build_seconds", "mark_carried",
@@ -30,10 +31,11 @@ __all__ = [
     "compiler_loaded", "inductor_config_loaded", "torch_module", "read_counts", "record_bypass_reasons",
     "unobservable_fields", "unobservable_layers", "headers_at", "redirect", "gpu_count", "environment_fingerprint",
     "made_with", "bootstrap", "caches_disabled_by_config", "remote_caches_on", "reset_in_memory",
-    "without_remote_caches", "empty_folder", "note_bundle_keys", "MegaCacheError", "artifact_identities",
-    "artifact_sizes", "can_leave_out", "check_keys", "describe_artifacts", "fresh_recording", "load_artifacts",
-    "merge_artifacts", "ready_to_read", "save_artifacts", "select_artifacts", "complete_warm_folder",
-    "fill_warm_folder", "link_whole", "placing_from",
+    "without_remote_caches", "empty_folder", "note_bundle_keys", "MegaCacheError", "artifact_contents",
+    "artifact_identities", "artifacts_bytes", "can_leave_out", "check_artifact_keys", "check_keys",
+    "describe_artifacts", "found_by_coordinate_descent", "fresh_recording", "load_artifacts", "ready_to_read",
+    "save_artifacts", "complete_warm_folder", "fill_from", "fill_warm_folder", "kinds_on_demand", "link_whole",
+    "make_whole", "placing_from",
 ]
 #: The module of this package each name of :data:`__all__` lives in.
 _MODULES = {
@@ -48,10 +50,11 @@ _MODULES = {
     "isolation": ("bootstrap", "caches_disabled_by_config", "remote_caches_on", "reset_in_memory",
                   "without_remote_caches"),
     "keys": ("empty_folder", "note_bundle_keys"),
-    "megacache": ("MegaCacheError", "artifact_identities", "artifact_sizes", "can_leave_out", "check_keys",
-                  "describe_artifacts", "fresh_recording", "load_artifacts", "merge_artifacts", "ready_to_read",
-                  "save_artifacts", "select_artifacts"),
-    "ondemand": ("complete_warm_folder", "fill_warm_folder", "link_whole", "placing_from"),
+    "megacache": ("MegaCacheError", "artifact_contents", "artifact_identities", "artifacts_bytes", "can_leave_out",
+                  "check_artifact_keys", "check_keys", "describe_artifacts", "found_by_coordinate_descent",
+                  "fresh_recording", "load_artifacts", "ready_to_read", "save_artifacts"),
+    "ondemand": ("complete_warm_folder", "fill_from", "fill_warm_folder", "kinds_on_demand", "link_whole", "make_whole",
+                 "placing_from"),
 }
 _WHERE = {name: module for module, names in _MODULES.items() for name in names}
 

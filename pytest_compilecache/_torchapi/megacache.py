@@ -8,7 +8,7 @@ import json
 import logging
 import re
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Iterable, Iterator
 
 from ..environment import SavedEnv, point_cache_dirs_at
 from .core import torch_module
@@ -111,25 +111,52 @@ _KEY_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}$")
 _KEY_SHAPES = {"inductor": re.compile(r"^f[a-z0-9]{20,100}$"), "aot_autograd": re.compile(r"^a[a-z0-9]{20,100}$")}
 
 
-def _unsafe_keys(groups: dict[str, list[Any]]) -> list[str]:
-    """The problem, in words, of each artifact key that could reach outside the cache folder or is not of its form."""
+def _unsafe_keys(pairs: Iterable[tuple[str, Any]]) -> list[str]:
+    """The problem, in words, of each (type, key) whose key could reach outside the cache folder or is not of its form."""
     problems = []
-    for kind, items in groups.items():
+    for kind, key in pairs:
         shape = _KEY_SHAPES.get(kind)
-        for artifact in items:
-            key = getattr(artifact, "key", None)
-            parts = key.replace("\\", "/").split("/") if isinstance(key, str) else []
-            if not isinstance(key, str) or not key or len(key) > 512 or len(parts) > 4 \
-                    or not all(_KEY_PART.match(part) for part in parts):
-                problems.append(f"{kind} artifact key {key!r} could write outside the cache folder")
-            elif shape is not None and not shape.match(key):
-                problems.append(f"{kind} artifact key {key!r} is not of the form torch gives {kind} keys")
+        parts = key.replace("\\", "/").split("/") if isinstance(key, str) else []
+        if not isinstance(key, str) or not key or len(key) > 512 or len(parts) > 4 \
+                or not all(_KEY_PART.match(part) for part in parts):
+            problems.append(f"{kind} artifact key {key!r} could write outside the cache folder")
+        elif shape is not None and not shape.match(key):
+            problems.append(f"{kind} artifact key {key!r} is not of the form torch gives {kind} keys")
     return problems
+
+
+def _pairs(groups: dict[str, list[Any]]) -> Iterator[tuple[str, Any]]:
+    return ((kind, getattr(artifact, "key", None)) for kind, items in groups.items() for artifact in items)
 
 
 def check_keys(data: bytes) -> None:
     """Raise :class:`MegaCacheError` naming the bad keys unless every artifact key is safe."""
-    _refuse(_unsafe_keys(_deserialize(data)))
+    _refuse(_unsafe_keys(_pairs(_deserialize(data))))
+
+
+def check_artifact_keys(pairs: Iterable[tuple[str, str]]) -> None:
+    """:func:`check_keys` for (type, key) pairs listed apart from the artifacts (a bundle's table)."""
+    _refuse(_unsafe_keys(pairs))
+
+
+def artifact_contents(data: bytes) -> list[tuple[str, str, bytes]]:
+    """``(type, key, content)`` of every artifact in Mega-Cache bytes, in their order."""
+    return [(kind, str(a.key), bytes(a.content)) for kind, items in _deserialize(data).items() for a in items]
+
+
+def artifacts_bytes(contents: Iterable[tuple[str, str, bytes]]) -> bytes:
+    """Mega-Cache bytes of ``(type, key, content)`` triples (what :func:`artifact_contents` took apart)."""
+    _manager()
+    from torch.compiler import _cache
+
+    factory = getattr(_cache, "CacheArtifactFactory", None)
+    artifact: Any = _cache.CacheArtifact  # 2.7's is a dataclass of a type enum, a key and content
+    groups: dict[str, list[Any]] = {}
+    for kind, key, content in contents:
+        made = (factory.create(kind, key, content) if factory is not None
+                else artifact(getattr(_cache, "CacheArtifactType")[kind.upper()], key, content))
+        groups.setdefault(kind, []).append(made)
+    return _serialize(groups)
 
 
 def _refuse(problems: list[str]) -> None:
@@ -165,22 +192,10 @@ def _serialize(groups: dict[str, list[Any]]) -> bytes:
     return bytes(flat.to_bytes())
 
 
-def select_artifacts(data: bytes, keep: Callable[[str, str], bool]) -> tuple[bytes, dict[str, int]]:
-    """Mega-Cache bytes holding only the artifacts ``keep(type, key)`` accepts, and ``{type: dropped}``."""
-    groups = _deserialize(data)
-    kept = {kind: [a for a in items if keep(kind, str(a.key))] for kind, items in groups.items()}
-    dropped = {kind: len(items) - len(kept[kind]) for kind, items in groups.items() if len(items) > len(kept[kind])}
-    return (_serialize(kept) if dropped else data), dropped
-
-
-def artifact_sizes(data: bytes) -> list[tuple[str, str, int]]:
-    """``(type, key, bytes of content)`` of every artifact in Mega-Cache bytes."""
-    return [(kind, str(a.key), len(bytes(a.content))) for kind, items in _deserialize(data).items() for a in items]
-
-
-def _found_by_coordinate_descent(artifact: Any) -> bool:
+def found_by_coordinate_descent(content: bytes) -> bool:
+    """Whether an autotune result was found by coordinate descent (kept over a heuristic one for its kernel)."""
     try:
-        return json.loads(bytes(artifact.content)).get("found_by_coordesc") is True
+        return json.loads(content).get("found_by_coordesc") is True
     except (ValueError, AttributeError, TypeError):
         return False
 
@@ -191,8 +206,8 @@ def _one_result_per_kernel(groups: dict[str, list[Any]]) -> bool:
     chosen: dict[str, Any] = {}
     for artifact in items:
         key = str(artifact.key)
-        if (key not in chosen or _found_by_coordinate_descent(artifact)
-                or not _found_by_coordinate_descent(chosen[key])):
+        if (key not in chosen or found_by_coordinate_descent(bytes(artifact.content))
+                or not found_by_coordinate_descent(bytes(chosen[key].content))):
             chosen[key] = artifact
     if len(chosen) == len(items):
         return False
@@ -200,27 +215,11 @@ def _one_result_per_kernel(groups: dict[str, list[Any]]) -> bool:
     return True
 
 
-def merge_artifacts(blobs: list[bytes]) -> bytes:
-    """One Mega-Cache byte string holding the union of ``blobs`` over (type, key, content): one key may hold
-    several entries (one per guard variant), but an autotune result is one per kernel."""
-    _manager()
-    merged: dict[str, dict[tuple[str, bytes], Any]] = {}
-    for blob in blobs:
-        for kind, items in _deserialize(blob).items():
-            bucket = merged.setdefault(kind, {})
-            for artifact in items:
-                content = bytes(artifact.content)
-                bucket.setdefault((str(artifact.key), hashlib.sha256(content).digest()), artifact)
-    groups = {kind: list(items.values()) for kind, items in merged.items()}
-    _one_result_per_kernel(groups)
-    return _serialize(groups)
-
-
 def load_artifacts(data: bytes, into: str) -> dict[str, list[str]]:
     """Write Mega-Cache bytes into the cache folder ``into``; ``{artifact type: keys}`` loaded."""
     torch = torch_module()
     groups = _deserialize(data)
-    _refuse(_unsafe_keys(groups))
+    _refuse(_unsafe_keys(_pairs(groups)))
     if _one_result_per_kernel(groups):
         data = _serialize(groups)
     saved = SavedEnv()

@@ -1,6 +1,7 @@
 """A warm test's FX graph and AOTAutograd entries and C++ binaries, linked into its folder from the template
-when torch first asks for their key or folder (docs/design.md says why); a process the test starts has no
-such wrapper and finds only what was asked for so far, unless the test calls :func:`link_whole` first."""
+when torch first asks for their key or folder, the template's entries written from the bundle at that moment
+(docs/design.md says why); a process the test starts finds only what was asked for so far, unless the test
+calls :func:`link_whole` first."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import dataclasses
 import functools
 import os
 import threading
-from typing import Any, Callable, Iterator
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from .. import files
 from . import patches
@@ -22,7 +24,24 @@ _WRITTEN_BY_TORCH = (".cpp",)
 #: two-character folders, as autotune results, are found by other paths: linked when a test starts).
 _BUILT = (".so", ".o")
 
+#: The Mega-Cache type of the entries each of those folders holds.
+_KINDS = {"fxgraph": "inductor", "aotautograd": "aot_autograd"}
+
 _lock = threading.RLock()
+
+
+class EntrySource(Protocol):
+    """Where a template's on-demand entries come from (a bundle's entry, read in part)."""
+
+    def contents(self, kind: str, key: str) -> list[bytes]:
+        """The checked contents torch keeps under ``key`` (none: torch misses, and compiles)."""
+
+    def keys(self) -> Iterable[tuple[str, str]]:
+        """Every (type, key) it holds."""
+
+
+#: Per template (its real path): the source of its entries and the (type, key) written into it so far.
+_sources: dict[str, tuple[EntrySource, set[tuple[str, str]]]] = {}
 
 
 @dataclasses.dataclass
@@ -67,6 +86,58 @@ def on_demand() -> frozenset[str]:
     return frozenset(folder for attribute, folder in _FOLDERS.items() if patches.took(attribute))
 
 
+def kinds_on_demand() -> frozenset[str]:
+    """The Mega-Cache types written into a template only when torch asks for their key."""
+    return frozenset(_KINDS[folder] for folder in on_demand())
+
+
+def fill_from(template: str | os.PathLike[str], source: EntrySource | None) -> None:
+    """From now on, write ``template``'s on-demand entries from ``source`` as torch asks (``None``: no more)."""
+    with _lock:
+        if source is None:
+            _sources.pop(os.path.realpath(template), None)
+        else:
+            _sources[os.path.realpath(template)] = (source, set())
+
+
+def _entry_folder(kind: str, key: str) -> str:
+    """Where torch keeps ``key``'s entries, from its cache folder (``_get_tmp_dir_for_key``, 2.8-2.15)."""
+    return os.path.join("fxgraph", key[1:3], key) if kind == "inductor" else os.path.join("aotautograd", key)
+
+
+def _fill(template: str, relative: str) -> None:
+    """Write the entries of the on-demand folder ``relative`` into ``template`` from its source, once."""
+    known = _sources.get(template)
+    parts = relative.split(os.sep)
+    kind = _KINDS.get(parts[0]) if len(parts) == (3 if parts[0] == "fxgraph" else 2) else None
+    if known is None or kind is None or (kind, parts[-1]) in known[1]:
+        return
+    _write_entry(template, kind, parts[-1], known[0].contents(kind, parts[-1]))
+    known[1].add((kind, parts[-1]))
+
+
+def _write_entry(template: str, kind: str, key: str, contents: list[bytes]) -> None:
+    from torch._inductor.codecache import sha256_hash
+
+    folder = os.path.join(template, _entry_folder(kind, key))
+    for content in contents:
+        os.makedirs(folder, exist_ok=True)
+        files.write_atomic(Path(folder, sha256_hash(content)), content, fsync=False)
+
+
+def make_whole(template: str | os.PathLike[str]) -> None:
+    """Write every entry of ``template``'s source into it now (a folder copied or linked whole needs them)."""
+    with _lock:
+        known = _sources.get(os.path.realpath(template))
+        if known is None:
+            return
+        source, written = known
+        for kind, key in source.keys():
+            if kind in kinds_on_demand() and (kind, key) not in written:
+                _write_entry(os.path.realpath(template), kind, key, source.contents(kind, key))
+                written.add((kind, key))
+
+
 def _place(path: str, without: tuple[str, ...] = ()) -> None:
     with _lock:
         active = _active
@@ -77,6 +148,7 @@ def _place(path: str, without: tuple[str, ...] = ()) -> None:
             return  # placed already, or a folder torch was pointed at inside the test, not this cache's
         source = os.path.join(active.template, relative)
         try:
+            _fill(active.template, relative)
             if os.path.isdir(source):
                 files.link_tree(source, path, without=without)
         except OSError:
@@ -90,6 +162,7 @@ def link_whole() -> None:
         active = _active
         if active is None or active.whole:
             return
+        make_whole(active.template)
         for folder in on_demand():
             if os.path.isdir(os.path.join(active.template, folder)):
                 files.link_tree(os.path.join(active.template, folder), os.path.join(active.folder, folder))

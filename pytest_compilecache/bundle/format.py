@@ -1,4 +1,5 @@
-"""The bundle file (docs/file-format.md): a manifest, then its entries' payloads, each checked before torch sees it."""
+"""The bundle file (docs/file-format.md): a manifest, then per entry a table of its artifacts and each artifact
+compressed alone (format 2; format 1 held one payload an entry), each checked before torch sees it."""
 
 from __future__ import annotations
 
@@ -12,15 +13,18 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Mapping, cast
+from typing import Any, BinaryIO, Iterator, Mapping, cast
 
 from .. import files
 from . import signing
 from .binaries import CarriedBinaries, check_section, unpack
 from .keyindex import KeyIndex, KeyIndexError
+from .members import WHOLE, Member, MemberDamaged, Members, unpack_table
 
 MAGIC = b"PYTEST-COMPILECACHE-BUNDLE\n"
-FORMAT = 1
+FORMAT = 2
+#: Formats this version reads: 1 (one payload an entry, loaded whole) and 2 (written).
+READS = (1, 2)
 _MAX_MANIFEST = 64 * 1024 * 1024
 #: Keep a bundle open while its payloads are read; on Windows an open file blocks a writer's rename.
 HOLD_OPEN = os.name != "nt"
@@ -61,6 +65,7 @@ class Entry:
     """The artifacts of one environment inside a bundle."""
 
     env: dict[str, str]
+    #: Mega-Cache bytes: made here, or read whole (format 1, or format 2 put back together for a merge).
     payload: bytes | None = None
     artifacts: dict[str, dict[str, int]] = field(default_factory=dict)
     created: float = 0.0
@@ -80,15 +85,21 @@ class Entry:
     _binaries_blob: bytes | None = field(default=None, repr=False)
     #: Why the key index is unusable ("": it is usable; ``None``: not checked yet).
     _index_problem: str | None = field(default=None, repr=False)
+    #: Format 2: bytes of its members after the table (``offset``, ``size`` and ``sha256`` are the table's).
+    stored: int | None = None
+    #: Format 2: its members as read from its bundle (copied as stored into another), and the table as stored.
+    _members: Members | None = field(default=None, repr=False)
+    _table: bytes | None = field(default=None, repr=False)
+    #: Its payload's members, packed for a merge (the entry is written as they are).
+    _repacked: Members | None = field(default=None, repr=False)
 
     def vouched(self, secret: bytes) -> str:
         """``""`` when this entry may be signed with ``secret`` (made here, or read validly signed), else why not."""
         return "" if not self.from_file else signing.check(self.describe(), self.binaries_section, self.signature, secret)
 
-    def with_payload(self, payload: bytes, artifacts: dict[str, dict[str, int]], index: KeyIndex | None,
-                     binaries: bool = True) -> "Entry":
+    def with_members(self, members: Members, index: KeyIndex | None, binaries: bool = True) -> "Entry":
         """This entry with fewer artifacts (or no carried binaries), as trusted as it was."""
-        smaller = make_entry(self.env, payload, artifacts, self.created, self.binaries if binaries else None, index)
+        smaller = entry_of(self.env, members, self.created, self.binaries if binaries else None, index)
         smaller.history = self.history
         secret = signing.key()
         smaller.from_file = self.from_file and (secret is None or bool(self.vouched(secret)))
@@ -110,6 +121,8 @@ class Entry:
         described: dict[str, Any] = {"history": self.history, "env": self.env, "created": self.created,
                                      "updated": self.updated, "size": self.size, "sha256": self.sha256,
                                      "artifacts": self.artifacts}
+        if self.stored is not None:
+            described["stored"] = self.stored
         if self.index_section is not None:
             described["index"] = {k: self.index_section[k] for k in ("size", "sha256")}
         elif (blob := self.index_blob()) is not None:
@@ -127,6 +140,8 @@ class Bundle:
     _start: int = 0
     #: What messages call the bundle when ``path`` is only a local copy of it (the URL it came from).
     label: str = ""
+    #: The format it was read in (a bundle made here is written in :data:`FORMAT`).
+    format: int = FORMAT
 
     @classmethod
     def over(cls, source: io.RawIOBase, path: Path, label: str = "", head: int = io.DEFAULT_BUFFER_SIZE) -> "Bundle":
@@ -164,9 +179,13 @@ class Bundle:
         return f"{self.name}: no entry matches this machine ({why})"
 
     def payload(self, entry: Entry) -> bytes:
-        """The entry's payload, read from the same file as the manifest and checked against its checksum."""
+        """The entry's Mega-Cache bytes, each part checked: read from the same file as the manifest (format 1), or
+        put back together from its members (format 2: this needs torch)."""
         if entry.payload is not None:
             return entry.payload
+        if entry.stored is not None:
+            self.members(entry)
+            return payload_of(entry, self.name)
         data = self._read(entry, "the payload", entry.offset, entry.size)
         if len(data) != entry.size:
             raise BundleError(f"{self.name}: truncated: the payload for {env_label(entry.env)} is cut short")
@@ -185,9 +204,69 @@ class Bundle:
         except OSError as exc:
             raise BundleError(f"{self.name}: cannot read: {exc.strerror or exc}") from None
 
+    def members(self, entry: Entry) -> Members:
+        """The entry's artifacts, listed (its table checked), each read alone when asked; they outlive :meth:`close`.
+        A format-1 entry's are its payload, read whole and taken apart by torch."""
+        if entry._members is not None:
+            return entry._members
+        if entry.stored is None:
+            entry._members = Members.uncompressed(_artifacts_of(self.payload(entry)))
+            return entry._members
+        table = self._read(entry, "the table of artifacts", entry.offset, entry.size)
+        if len(table) != entry.size:
+            raise BundleError(f"{self.name}: truncated: the table of artifacts for {env_label(entry.env)} is cut short")
+        if hashlib.sha256(table).hexdigest() != entry.sha256:
+            raise BundleError(f"{self.name}: corrupt: the table of artifacts for {env_label(entry.env)} fails its "
+                              "checksum")
+        try:
+            listed = unpack_table(table)
+        except MemberDamaged as exc:
+            raise BundleError(f"{self.name}: corrupt: the entry for {env_label(entry.env)}: {exc}") from None
+        if sum(m.stored for m in listed) != entry.stored:
+            raise BundleError(f"{self.name}: corrupt: the table of artifacts for {env_label(entry.env)} does not "
+                              "match the entry's size")
+        entry._members, entry._table = self._member_reader(entry, listed), table
+        return entry._members
+
+    def _member_reader(self, entry: Entry, listed: list[Member], in_memory: bool = False) -> Members:
+        """Members read from a file descriptor of their own where the bundle is a local file, else from memory."""
+        first = self._start + entry.offset + entry.size
+        try:
+            assert self._file is not None and hasattr(os, "pread") and not in_memory
+            fd = os.dup(self._file.fileno())
+        except (AssertionError, AttributeError, OSError, io.UnsupportedOperation):
+            region = self._read(entry, "the artifacts", entry.offset + entry.size, entry.stored or 0)
+            if len(region) != entry.stored:
+                raise BundleError(f"{self.name}: truncated: the artifacts for {env_label(entry.env)} are cut short")
+            return Members(listed, lambda offset, size: region[offset:offset + size])
+        closed: list[bool] = []
+
+        def close() -> None:
+            if not closed:
+                closed.append(True)
+                os.close(fd)
+
+        return Members(listed, lambda offset, size: os.pread(fd, size, first + offset), close=close)
+
+    def check(self, entry: Entry) -> None:
+        """Read and check what a session reads of ``entry`` before its first test: the payload (format 1), or the
+        table of its artifacts (format 2: each artifact is checked when read)."""
+        self.members(entry) if entry.stored is not None else self.payload(entry)
+
     def read_entry(self, entry: Entry) -> None:
-        """Read every section of ``entry`` now, so that it outlives :meth:`close` (the key index as stored)."""
-        self.payload(entry)
+        """Read (and check) every section of ``entry`` now, so that it outlives :meth:`close` (the key index as stored)."""
+        if entry.stored is not None:
+            members = self.members(entry)
+            if not members.in_memory:
+                members.close()
+                members = entry._members = self._member_reader(entry, members.table, in_memory=True)
+            try:
+                for member in members.table:  # a copy kept of a bundle at a URL is whole
+                    members.read(member)
+            except MemberDamaged as exc:
+                raise BundleError(f"{self.name}: corrupt: the entry for {env_label(entry.env)}: {exc}") from None
+        else:
+            self.payload(entry)
         self.carried(entry)
         section = entry.index_section
         if section is not None and entry._index_blob is None:
@@ -254,14 +333,30 @@ class Bundle:
         return entry._index_problem
 
     def read_all(self) -> None:
-        """Read and check every payload (carried binaries, key index) now, then close the file."""
+        """Read and check every entry (payload or table, carried binaries, key index) now, then close the file."""
         try:
             for entry in self.entries:
-                self.payload(entry)
+                self.check(entry)
                 self.carried(entry)
                 self.key_index(entry)
         finally:
             self.close()
+
+
+def payload_of(entry: Entry, name: str) -> bytes:
+    """The Mega-Cache bytes of an entry already read (or made here), its members put back together by torch."""
+    if entry.payload is None:
+        if entry._members is None:
+            raise BundleError(f"{name}: the payload for {env_label(entry.env)} was not read")
+        from .._torchapi import artifacts_bytes
+
+        try:
+            listed = list(entry._members.contents())
+            whole = len(listed) == 1 and listed[0][0] == WHOLE
+            entry.payload = listed[0][2] if whole else artifacts_bytes(listed)
+        except MemberDamaged as exc:
+            raise BundleError(f"{name}: corrupt: the entry for {env_label(entry.env)}: {exc}") from None
+    return entry.payload
 
 
 _UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
@@ -309,7 +404,7 @@ def _finite(value: Any) -> bool:
         return False
 
 
-def _entry(raw: Any) -> Entry:
+def _entry(raw: Any, version: int) -> Entry:
     env = raw["env"]
     artifacts = raw.get("artifacts", {})
     history = raw.get("history", {})
@@ -337,9 +432,12 @@ def _entry(raw: Any) -> Entry:
             isinstance(index.get(k), int) and not isinstance(index.get(k), bool) and index[k] >= 0
             for k in ("offset", "size"))):
         raise TypeError("index must hold a non-negative offset and size and a sha256")
+    stored = raw["stored"] if version >= 2 else None
+    if version >= 2 and (not isinstance(stored, int) or isinstance(stored, bool) or stored < 0):
+        raise TypeError("stored must be a non-negative integer")
     return Entry(env={str(k): str(v) for k, v in env.items()}, artifacts=artifacts, created=float(numbers[0]),
                  updated=float(numbers[1]), sha256=sha, size=raw["size"], offset=raw["offset"], history=dict(history),
-                 binaries_section=binaries, signature=signature, index_section=index, from_file=True)
+                 binaries_section=binaries, signature=signature, index_section=index, from_file=True, stored=stored)
 
 
 def read_manifest(path: Path, label: str = "") -> Bundle:
@@ -384,23 +482,25 @@ def parse(f: BinaryIO, path: Path, label: str = "") -> Bundle:
         raise BundleError(f"{name}: corrupt: the manifest is not valid JSON") from None
     if not isinstance(manifest, dict) or "format" not in manifest:
         raise BundleError(f"{name}: corrupt: the manifest has no format version")
-    if manifest["format"] != FORMAT:
-        raise BundleError(f"{name}: bundle format {manifest['format']!r} is not supported by this pytest-compilecache "
-                          f"(it reads format {FORMAT}); upgrade the plugin or rebuild the bundle")
+    version = manifest["format"]
+    if version not in READS or isinstance(version, bool):
+        raise BundleError(f"{name}: bundle format {version!r} is not supported by this pytest-compilecache "
+                          f"(it reads formats {READS[0]} to {READS[-1]}); upgrade the plugin or rebuild the bundle")
     try:
-        entries = [_entry(raw_entry) for raw_entry in manifest["entries"]]
+        entries = [_entry(raw_entry, version) for raw_entry in manifest["entries"]]
     except (KeyError, TypeError, ValueError, AttributeError):
         raise BundleError(f"{name}: corrupt: the manifest's entries are malformed") from None
     for e in entries:
-        if e.offset < 0 or e.size < 0 or start + e.offset + e.size > end:
-            raise BundleError(f"{name}: truncated: the payload for {env_label(e.env)} lies past the end of the file")
+        if e.offset < 0 or e.size < 0 or start + e.offset + e.size + (e.stored or 0) > end:
+            what = "payload" if e.stored is None else "artifacts"
+            raise BundleError(f"{name}: truncated: the {what} for {env_label(e.env)} lies past the end of the file")
         section = e.binaries_section
         if section is not None and start + section["offset"] + section["size"] > end:
             raise BundleError(f"{name}: truncated: the binaries for {env_label(e.env)} lie past the end of the file")
         index = e.index_section
         if index is not None and start + index["offset"] + index["size"] > end:
             raise BundleError(f"{name}: truncated: the key index for {env_label(e.env)} lies past the end of the file")
-    return Bundle(path, entries, f, start, label)
+    return Bundle(path, entries, f, start, label, version)
 
 
 def make_entry(env: Mapping[str, str], payload: bytes, artifacts: dict[str, dict[str, int]], created: float = 0.0,
@@ -412,11 +512,30 @@ def make_entry(env: Mapping[str, str], payload: bytes, artifacts: dict[str, dict
                  index=index or None)
 
 
+def entry_of(env: Mapping[str, str], members: Members, created: float = 0.0, binaries: CarriedBinaries | None = None,
+             index: KeyIndex | None = None) -> Entry:
+    """A new entry of ``members`` (and the compiled binaries it carries), stamped now."""
+    table, now = members.table_blob(), time.time()
+    return Entry(env=dict(env), artifacts=members.counts(), created=created or now, updated=now,
+                 sha256=hashlib.sha256(table).hexdigest(), size=len(table), binaries=binaries or None,
+                 index=index or None, stored=members.stored, _members=members, _table=table)
+
+
+def members_of(entry: Entry, name: str) -> Members:
+    """The members of an entry already read (or made here), each compressed: as read, or packed by torch (once)."""
+    if entry._members is not None and entry._table is not None:
+        return entry._members
+    if entry._repacked is None:
+        entry._repacked = Members.packed(_artifacts_of(payload_of(entry, name)))
+    return entry._repacked
+
+
 def write_bundle(bundle: Bundle) -> int:
     """Write ``bundle`` atomically (a file beside it, fsynced, renamed into place); returns the file size. With the
-    signing key set, only an entry made here or validly signed is signed: a write vouches only for what it checked."""
+    signing key set, only an entry made here or validly signed is signed: a write vouches only for what it checked.
+    Members are copied as stored, a chunk at a time: writing holds no bundle in memory."""
     path = bundle.path
-    chunks, placed = _encode(bundle)
+    chunks, _, placed = _encode(bundle)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         size = files.write_atomic(path, chunks)
@@ -431,18 +550,53 @@ def write_bundle(bundle: Bundle) -> int:
 
 def encoded_size(bundle: Bundle) -> int:
     """How many bytes :func:`write_bundle` would write for ``bundle``."""
-    return sum(len(chunk) for chunk in _encode(bundle)[0])
+    return _encode(bundle)[1]
 
 
-def _encode(bundle: Bundle) -> tuple[list[bytes], list[tuple[Entry, str, dict[str, Any]]]]:
-    """The file's bytes, and per entry the signature and manifest description they give it."""
+def _packed(bundle: Bundle, entry: Entry, may_sign: bool) -> None:
+    """Give ``entry`` its table and members: read from its bundle, or packed from its payload (made here, or read
+    in format 1, whose signature, unless it may be signed again, no longer holds)."""
+    if entry.stored is not None:
+        bundle.members(entry)
+        return
+    members = entry._members = entry._repacked or Members.packed(_artifacts_of(bundle.payload(entry)))
+    table = entry._table = members.table_blob()
+    entry.stored, entry.size, entry.sha256 = members.stored, len(table), hashlib.sha256(table).hexdigest()
+    if entry.from_file:
+        entry.from_file, entry.signature = not may_sign, ""
+
+
+def _artifacts_of(payload: bytes) -> list[tuple[str, str, bytes]]:
+    """The artifacts of Mega-Cache bytes, taken apart by torch; one :data:`WHOLE` member where torch cannot."""
+    from .. import _torchapi
+
+    try:
+        return _torchapi.artifact_contents(payload)
+    except (_torchapi.MegaCacheError, _torchapi.TorchUnavailable):
+        return [(WHOLE, "", payload)]
+
+
+def _members_of(entry: Entry) -> Iterator[bytes]:
+    members = entry._members
+    assert members is not None and entry._table is not None
+    yield entry._table
+    for member in members.table:
+        yield members.raw(member)
+
+
+def _encode(bundle: Bundle) -> tuple[Iterator[bytes], int, list[tuple[Entry, str, dict[str, Any]]]]:
+    """The file's bytes (members read as they are written), their length, and per entry the signature and
+    manifest description they give it."""
     secret = signing.key()
-    blobs: list[bytes] = []
+    parts: list[tuple[int, Any]] = []
     placed = []
+    at = 0
     for entry in bundle.entries:
-        data = bundle.payload(entry)
-        description = {**entry.describe(), "offset": sum(map(len, blobs))}
-        blobs.append(data)
+        may_sign = secret is not None and not entry.vouched(secret)
+        _packed(bundle, entry, may_sign)
+        description = {**entry.describe(), "offset": at}
+        parts.append((entry.size + (entry.stored or 0), entry))
+        at += parts[-1][0]
         section = None
         if entry._binaries_blob is not None and entry.binaries_section is not None:
             blob = entry._binaries_blob
@@ -452,19 +606,27 @@ def _encode(bundle: Bundle) -> tuple[list[bytes], list[tuple[Entry, str, dict[st
             if carried:
                 blob, section = carried.pack()
         if section is not None:
-            description["binaries"] = {**section, "offset": sum(map(len, blobs))}
-            blobs.append(blob)
+            description["binaries"] = {**section, "offset": at}
+            parts.append((len(blob), blob))
+            at += len(blob)
         bundle.read_key_index(entry)  # copied as stored, never unpacked for it
         index = entry.index_blob()
         if index is not None:
-            description["index"] = {**description["index"], "offset": sum(map(len, blobs))}
-            blobs.append(index)
+            description["index"] = {**description["index"], "offset": at}
+            parts.append((len(index), index))
+            at += len(index)
         else:
             description.pop("index", None)
-        sign = secret is not None and not entry.vouched(secret)
-        signature = signing.sign(entry.describe(), section, secret) if sign and secret else entry.signature
+        signature = signing.sign(entry.describe(), section, secret) if may_sign and secret else entry.signature
         if signature:
             description["signature"] = signature
         placed.append((entry, signature, description))
     manifest = json.dumps({"format": FORMAT, "entries": [d for *_, d in placed]}, indent=1, sort_keys=True).encode()
-    return [MAGIC, b"%d\n" % len(manifest), manifest, *blobs], placed
+    head = [MAGIC, b"%d\n" % len(manifest), manifest]
+
+    def chunks() -> Iterator[bytes]:
+        yield from head
+        for _, part in parts:
+            yield from _members_of(part) if isinstance(part, Entry) else [part]
+
+    return chunks(), sum(map(len, head)) + at, placed

@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from .. import _torchapi
 from ..words import artifact_counts, counted
-from .format import Bundle, Entry, encoded_size, env_label
+from .format import Bundle, Entry, encoded_size, env_label, members_of
+from .members import Members
 from .keyindex import KeyIndex, artifact_id
 
 
@@ -44,7 +44,7 @@ def _plan(path: Path, entries: list[Entry], limit: int, binaries_first: bool) ->
             if size <= limit:
                 return
             entry = entries[number]
-            entries[number] = entry.with_payload(entry.payload or b"", entry.artifacts, entry.index, binaries=False)
+            entries[number] = entry.with_members(members_of(entry, str(path)), entry.index, binaries=False)
             size = encoded_size(Bundle(path, entries))
             lines.append(f"dropped the carried binaries of {env_label(entry.env)}")
 
@@ -55,7 +55,8 @@ def _plan(path: Path, entries: list[Entry], limit: int, binaries_first: bool) ->
         index = entry.index or KeyIndex()
         first = index.runs[0] if index.runs else 0.0
         last = index.runs[-1] if index.runs else None
-        for kind, key, n in _torchapi.artifact_sizes(entry.payload or b""):
+        for member in members_of(entry, str(path)).table:
+            kind, key, n = member.kind, member.key, member.stored
             used = index.used.get(artifact_id(kind, key), first)
             # Among artifacts used as recently: AOTAutograd first (it needs its FX graph), then the largest.
             candidates.append((used, kind != "aot_autograd", -n, number, kind, key, n,
@@ -73,7 +74,7 @@ def _plan(path: Path, entries: list[Entry], limit: int, binaries_first: bool) ->
             gone_kinds[kind] = gone_kinds.get(kind, 0) + 1
             recent += last_used
             excess -= n
-        entries = [_without(e, dropped.get(i, set())) for i, e in enumerate(entries)]
+        entries = [_without(e, dropped.get(i, set()), str(path)) for i, e in enumerate(entries)]
         size = encoded_size(Bundle(path, entries))
     gone = total - len(candidates)
     if gone:
@@ -85,11 +86,11 @@ def _plan(path: Path, entries: list[Entry], limit: int, binaries_first: bool) ->
     return entries, size, lines
 
 
-def _without(entry: Entry, names: set[str]) -> Entry:
+def _without(entry: Entry, names: set[str], name: str) -> Entry:
     """``entry`` without the artifacts called ``names`` (see :func:`artifact_id`)."""
     if not names:
         return entry
-    payload, _ = _torchapi.select_artifacts(entry.payload or b"", lambda kind, key: artifact_id(kind, key) not in names)
-    kept = {key for _, key, _ in _torchapi.artifact_sizes(payload)}
-    return entry.with_payload(payload, _torchapi.describe_artifacts(payload),
-                              entry.index.restricted(kept, "`prune --max-size`", time.time()) if entry.index else None)
+    members = members_of(entry, name)
+    kept = [m for m in members.table if artifact_id(m.kind, m.key) not in names]
+    index = entry.index.restricted({m.key for m in kept}, "`prune --max-size`", time.time()) if entry.index else None
+    return entry.with_members(Members.chosen((members, m) for m in kept), index)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..words import artifact_counts
+from ..words import artifact_counts, placed_counts
 from .model import SaveStatus, SessionReport, Status
 
 #: The environment variable GitHub Actions names the job summary's file in.
@@ -43,6 +43,9 @@ def _bundle_lines(report: SessionReport) -> list[str]:
         if process.loaded:
             line += (f"; loaded {artifact_counts(process.loaded)} ({_mb(process.loaded_bytes)} of compiled artifacts "
                      f"in {process.load_seconds:.2f} s)")
+        if process.on_demand:
+            line += (f"; on demand: {placed_counts(process.placed, process.on_demand)} read as torch asked "
+                     f"({_mb(process.placed_bytes)})")
         if process.downloaded_bytes:
             line += f"; downloaded {_mb(process.downloaded_bytes)}"
         if process.warmup_seconds is not None and not process.warmup_error:

@@ -85,9 +85,14 @@ class ProcessReport:
     process: str = "main"
     status: Status = Status.UNUSED
     reason: str = ""
+    #: Artifacts (by type) read into the cache folder before the first test, their bytes, and the seconds it took.
     loaded: dict[str, int] = field(default_factory=dict)
     loaded_bytes: int = 0
     load_seconds: float = 0.0
+    #: Artifacts the entry holds that are read only when torch asks for their key, and those it asked for.
+    on_demand: dict[str, int] = field(default_factory=dict)
+    placed: dict[str, int] = field(default_factory=dict)
+    placed_bytes: int = 0
     #: Bytes this process downloaded from a bundle URL (``None``: the bundle is a local path).
     downloaded_bytes: int | None = None
     warmup_seconds: float | None = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..stats import CacheStats
-from ..words import artifact_counts
+from ..words import artifact_counts, placed_counts
 from .model import ExpectationsReport, SaveStatus, SessionReport, Status
 
 
@@ -164,6 +164,9 @@ def summary_lines(report: SessionReport) -> list[str]:
         if process.loaded:
             lines.append(f"  loaded {artifact_counts(process.loaded)} ({process.loaded_bytes / 1e6:.2f} MB of compiled "
                          f"artifacts in {process.load_seconds:.2f} s)")
+        if process.on_demand:
+            lines.append(f"  on demand: {placed_counts(process.placed, process.on_demand)} read as torch asked "
+                         f"({process.placed_bytes / 1e6:.2f} MB)")
         if process.downloaded_bytes:
             lines.append(f"  downloaded {process.downloaded_bytes / 1e6:.2f} MB from {report.bundle_path}")
         elif process.downloaded_bytes == 0 and process.status is Status.LOADED and report.bundle_path \

@@ -152,6 +152,7 @@ class BundlePreparation:
             pool.seed(folder)
         elif self.options.isolation is Isolation.WORKER:
             pool.seed(template)
+            _torchapi.make_whole(template)
             files.link_tree(template, folder, replace=True)
             pool.seed(folder)
         else:
@@ -195,6 +196,7 @@ class BundlePreparation:
         cache = CompileCache(kept.path if kept is not None else self.folders.for_test("warmup"), self.folders.process,
                              self.options.headers_dir, CacheKind.WARMUP, explain=self.options.explain)
         if previous is not None:
+            _torchapi.make_whole(previous)
             shutil.copytree(previous, cache.path, dirs_exist_ok=True)
         if self._pool is not None:
             self._pool.seed(cache.path)  # the loaded bundle's binaries, as a warm_cache test gets them

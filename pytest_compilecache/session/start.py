@@ -72,7 +72,7 @@ def _entry_problems(store: BundleStore, process_dir: Path, report: SessionReport
             secret = signing.key()
             if refused := bundle.signature_problem(entry, secret) if secret else "":
                 return [refused]
-            bundle.payload(entry)
+            bundle.check(entry)
     except (BundleError, _torchapi.TorchUnavailable) as exc:
         return [str(exc)]
     finally:

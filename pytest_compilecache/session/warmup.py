@@ -18,10 +18,12 @@ from ..bundle.binaries import BinaryPool, identity_differences, pooled
 from ..bundle.format import (Bundle, BundleError, Entry, NotABundle, NotAFile, Unreadable, env_label, make_entry,
                              read_manifest, write_bundle)
 from ..bundle.keyindex import KeyIndex
+from ..bundle.members import WHOLE, MemberDamaged
 from ..report.model import Concern, Problem, ProcessReport, Status
 from ..storage.interface import BundleStore, Written
 from ..storage.merge import union
 from .marker import Outcome, WarmupMarker
+from .entries import EntryOnDemand
 from .protocol import Next, Published, decide
 
 
@@ -157,15 +159,22 @@ class Preparer:
             self._problem(Status.UNUSABLE, refused)
             return False
         try:
-            payload = bundle.payload(entry)
+            members = bundle.members(entry)
+            _torchapi.check_artifact_keys((m.kind, m.key) for m in members.table if m.kind != WHOLE)
             shutil.rmtree(self.template, ignore_errors=True)
             self.template.mkdir(parents=True)
-            loaded = _torchapi.load_artifacts(payload, str(self.template))
-        except (BundleError, _torchapi.MegaCacheError) as exc:
+            later = _torchapi.kinds_on_demand()
+            source = EntryOnDemand(members, bundle.name, self.report)
+            now = source.up_front(later)
+            data = now[0][2] if len(now) == 1 and now[0][0] == WHOLE else _torchapi.artifacts_bytes(now)
+            loaded = _torchapi.load_artifacts(data, str(self.template)) if now else {}
+            _torchapi.fill_from(self.template, source)
+        except (BundleError, _torchapi.MegaCacheError, MemberDamaged) as exc:
             message = str(exc) if str(exc).startswith(bundle.name) else f"{bundle.name}: {exc}"
             self._problem(Status.UNUSABLE, message)
             if isinstance(exc, BundleError) and self.source is not None and bundle.name == self.source.name:
                 self._unreadable(message, Unreadable.of(exc))
+            _torchapi.fill_from(self.template, None)
             shutil.rmtree(self.template, ignore_errors=True)
             return False
         self.report.own_warmup = self._own(bundle)
@@ -175,8 +184,12 @@ class Preparer:
         self._status(Status.LOADED, f"{shown}: {env_label(entry.env)}")
         self.report.history = dict(entry.history)
         self.report.loaded = {kind: len(keys) for kind, keys in loaded.items()}
-        self._use_index(bundle, entry, loaded)
-        self.report.loaded_bytes = len(payload)
+        self.report.loaded_bytes = sum(len(content) for *_, content in now)
+        held: dict[str, list[str]] = {}
+        for member in members.table:
+            held.setdefault(member.kind, []).append(member.key)
+        self.report.on_demand = {kind: len(keys) for kind, keys in held.items() if kind in later}
+        self._use_index(bundle, entry, held)
         if self.binaries is not None:
             self._load_binaries(bundle, entry, self.binaries)
         self.report.load_seconds = time.perf_counter() - start

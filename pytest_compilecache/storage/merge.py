@@ -10,7 +10,8 @@ from .. import _torchapi
 from ..bundle import signing
 from .._torchapi.layout import is_cpp
 from ..bundle.binaries import CarriedBinaries
-from ..bundle.format import Bundle, BundleError, Entry, encoded_size, env_label, make_entry
+from ..bundle.format import Bundle, BundleError, Entry, encoded_size, entry_of, env_label, members_of
+from ..bundle.members import WHOLE, Member, Members
 from ..bundle.keyindex import KeyIndex, artifact_id
 from ..words import counted
 from .interface import Saved
@@ -46,7 +47,6 @@ def _union(entries: Iterable[Entry]) -> tuple[list[Entry], list[str]]:
                         "it was not merged into the signed one" for e in group if why[id(e)]]
             group = trusted
         group.sort(key=lambda e: e.created or float("inf"))
-        payloads = list(dict.fromkeys(e.payload for e in group if e.payload is not None))
         history: dict[str, object] = {}
         tests: dict[str, object] = {}
         for entry in reversed(group):
@@ -55,24 +55,47 @@ def _union(entries: Iterable[Entry]) -> tuple[list[Entry], list[str]]:
                 tests.update(entry.history["tests"])
         if tests:
             history["tests"] = tests
-        if len(payloads) == 1 and len(group) == 1:
+        if len(group) == 1:
             merged.append(group[0])
             continue
         try:
-            for data in payloads:
-                _torchapi.check_keys(data)
-            payload = _torchapi.merge_artifacts(payloads) if len(payloads) > 1 else payloads[0]
-            artifacts = _torchapi.describe_artifacts(payload)
-            keys = {key for _, key, _ in _torchapi.artifact_sizes(payload)}
+            members = _merged([mergeable(e) for e in group])
         except _torchapi.MegaCacheError as exc:
             raise BundleError(f"cannot merge the entries for {env_label(group[0].env)}: {exc}") from None
         created = min((e.created for e in group if e.created), default=0.0)
         binaries = CarriedBinaries.union(e.binaries for e in reversed(group) if e.binaries is not None)
+        keys = {member.key for member in members.table}
         index = KeyIndex.union(e.index for e in group if e.index is not None).restricted(keys)
-        entry = make_entry(group[0].env, payload, artifacts, created, binaries, index)
+        entry = entry_of(group[0].env, members, created, binaries, index)
         entry.history = history
         merged.append(entry)
     return merged, dropped
+
+
+def mergeable(entry: Entry) -> Members:
+    """An entry's members, its artifacts' keys checked; an entry torch could not take apart is taken apart now."""
+    members = members_of(entry, "the bundle")
+    whole = [m for m in members.table if m.kind == WHOLE]
+    if whole:
+        members = Members.packed(_torchapi.artifact_contents(members.read(whole[0])))
+    _torchapi.check_artifact_keys((m.kind, m.key) for m in members.table)
+    return members
+
+
+def _merged(sources: list[Members]) -> Members:
+    """The union of ``sources`` over (type, key, content), the first met kept; one key may hold several entries
+    (one per guard variant), but an autotune result is one per kernel, coordinate descent's over a heuristic one."""
+    picked: dict[tuple[str, str, str], tuple[Members, Member]] = {}
+    autotune: dict[str, tuple[Members, Member, bool]] = {}
+    for members in sources:
+        for member in members.table:
+            if member.kind != "autotune":
+                picked.setdefault((member.kind, member.key, member.sha256), (members, member))
+                continue
+            coordesc = _torchapi.found_by_coordinate_descent(members.read(member))
+            if member.key not in autotune or coordesc or not autotune[member.key][2]:
+                autotune[member.key] = (members, member, coordesc)
+    return Members.chosen([*picked.values(), *((m, member) for m, member, _ in autotune.values())])
 
 
 class New(NamedTuple):
@@ -99,7 +122,7 @@ def stamp(additions: list[Entry], history: Mapping[str, object] | None, run: flo
         entry.history = {**(history or {}), **({"run": run} if run is not None else {}), **entry.history}
         entry.created = entry.created or now
         if run is not None:
-            used = [artifact_id(kind, key) for kind, key, _ in _torchapi.artifact_sizes(bundle_payload(entry))]
+            used = [artifact_id(m.kind, m.key) for m in members_of(entry, "the bundle").table]
             entry.index = KeyIndex.union([entry.index or KeyIndex()])
             entry.index.note_run(run, used)
             entry.reset_index()
@@ -149,8 +172,8 @@ def what_is_new(current: Bundle | None, additions: list[Entry]) -> New:
             for kind, described in entry.artifacts.items():
                 counts[kind] = counts.get(kind, 0) + int(described.get("count", 0))
         else:
-            mine = _torchapi.artifact_identities(bundle_payload(entry))
-            held = _torchapi.artifact_identities(bundle_payload(have))
+            mine = {(m.kind, m.key, m.sha256) for m in mergeable(entry).table}
+            held = {(m.kind, m.key, m.sha256) for m in mergeable(have).table}
             if (secret is not None and have.vouched(secret)) or not mine <= held:
                 nothing = False
             held_keys = {(kind, key) for kind, key, _ in held}
@@ -171,27 +194,20 @@ def _without_unused(entry: Entry, runs: int, counts: dict[str, int]) -> Entry:
     """``entry`` without the artifacts none of its last ``runs`` updating runs used (counted in ``counts``)."""
     if entry.index is None:
         return entry
-    sizes = _torchapi.artifact_sizes(bundle_payload(entry))
-    unused = entry.index.unused_for(runs, [artifact_id(kind, key) for kind, key, _ in sizes])
+    members = mergeable(entry)
+    unused = entry.index.unused_for(runs, [artifact_id(m.kind, m.key) for m in members.table])
     if not unused:
         return entry
-    payload, dropped = _torchapi.select_artifacts(bundle_payload(entry),
-                                                  lambda kind, key: artifact_id(kind, key) not in unused)
-    for kind, n in dropped.items():
-        counts[kind] = counts.get(kind, 0) + n
-    kept = {key for kind, key, _ in sizes if artifact_id(kind, key) not in unused}
-    index = entry.index.restricted(kept, f"no test using it in {counted(runs, 'updating run')} "
-                                         "(compile_cache_max_unused_runs)", time.time())
-    return entry.with_payload(payload, _torchapi.describe_artifacts(payload), index)
+    kept = [m for m in members.table if artifact_id(m.kind, m.key) not in unused]
+    for member in members.table:
+        if artifact_id(member.kind, member.key) in unused:
+            counts[member.kind] = counts.get(member.kind, 0) + 1
+    index = entry.index.restricted({m.key for m in kept}, f"no test using it in {counted(runs, 'updating run')} "
+                                                          "(compile_cache_max_unused_runs)", time.time())
+    return entry.with_members(Members.chosen((members, m) for m in kept), index)
 
 
 def written_size(bundle: Bundle) -> int:
     """The size of a bundle just written (or kept), or that it would have."""
     return bundle.path.stat().st_size if bundle.path.is_file() else encoded_size(bundle)
 
-
-def bundle_payload(entry: Entry) -> bytes:
-    """The payload of an entry already read (or made here)."""
-    if entry.payload is None:
-        raise BundleError(f"the payload for {env_label(entry.env)} was not read")
-    return entry.payload

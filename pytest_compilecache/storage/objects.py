@@ -251,7 +251,7 @@ def _checked(bundle: Bundle, env: Mapping[str, str] | None) -> Bundle:
     """``bundle``, with ``env``'s entry (if it has one) read and checked: payload and carried binaries."""
     entry = bundle.find(env) if env is not None else None
     if entry is not None:
-        bundle.payload(entry)
+        bundle.check(entry)
         bundle.carried(entry)
     return bundle
 

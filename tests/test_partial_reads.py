@@ -1,0 +1,157 @@
+"""Bundle format 2: an entry's artifacts read one by one, when torch asks; a damaged one costs only itself."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import pytest
+
+from pytest_compilecache.bundle.format import read_manifest
+from pytest_compilecache.bundle.members import MemberDamaged, Members, unpack_table
+
+pytestmark = pytest.mark.slow
+
+CONFTEST = """
+import torch
+
+def f(x):
+    return torch.sin(x) + 1
+
+def g(x):
+    return torch.cos(x) * 2
+
+def h(x):
+    return torch.tanh(x) - 3
+
+def pytest_compilecache_warmup(cache):
+    for fn in (f, g, h):
+        torch.compile(fn)(torch.randn(8))
+"""
+
+TESTS = """
+import pytest
+import torch
+from conftest import f, g, h
+
+@pytest.mark.parametrize("fn", [f, g, h], ids=["f", "g", "h"])
+def test_compiles(warm_cache, fn):
+    torch.compile(fn)(torch.randn(8))
+"""
+
+
+def build(pytester: pytest.Pytester, run_inner) -> Path:
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_three=TESTS)
+    bundle = pytester.path / "three.bundle"
+    run_inner(f"--compile-cache-bundle={bundle}").assert_outcomes(passed=3)
+    return bundle
+
+
+def totals(report: Path) -> tuple[dict, dict]:
+    data = json.loads(report.read_text())
+    return data["totals"]["fx_graph"], data["bundle"]["processes"][0]
+
+
+def test_one_test_reads_only_its_own_artifacts(pytester: pytest.Pytester, run_inner) -> None:
+    """Re-running one test from a bundle of three reads that test's FX graph and AOTAutograd entries, not the
+    others': the report says what the entry holds and what torch asked for, and the test hits."""
+    bundle = build(pytester, run_inner)
+    with read_manifest(bundle) as read:
+        assert read.format == 2 and read.entries[0].stored
+        table = read.members(read.entries[0]).table
+    kinds = sorted(m.kind for m in table)
+    on_demand = sum(m.size for m in table if m.kind in ("inductor", "aot_autograd"))
+    assert kinds.count("inductor") == 3 and kinds.count("aot_autograd") == 3, kinds
+    report = pytester.path / "one.json"
+    result = run_inner(f"--compile-cache-bundle={bundle}", f"--compile-cache-report={report}", "-k", "f]", fresh=True)
+    result.assert_outcomes(passed=1, deselected=2)
+    fx, process = totals(report)
+    assert (fx["hits"], fx["misses"]) == (1, 0)
+    assert process["on_demand"] == {"inductor": 3, "aot_autograd": 3}, process
+    assert process["placed"] == {"inductor": 1, "aot_autograd": 1}, process
+    assert 0 < process["placed_bytes"] < on_demand / 2, (process["placed_bytes"], on_demand)
+    result.stdout.fnmatch_lines(["*on demand: 1 of 3 fx_graph, 1 of 3 aot_autograd*"])
+
+
+def test_a_damaged_artifact_costs_only_itself(pytester: pytest.Pytester, run_inner) -> None:
+    """One FX graph's bytes damaged in the file: the test that needs it compiles (a miss), the others hit, the
+    summary names that artifact once, and the bundle is left as it is."""
+    bundle = build(pytester, run_inner)
+    with read_manifest(bundle) as read:
+        entry = read.entries[0]
+        victim = next(m for m in read.members(entry).table if m.kind == "inductor")
+        at = read._start + entry.offset + entry.size + victim.offset + victim.stored // 2
+    data = bytearray(bundle.read_bytes())
+    data[at] ^= 0xFF
+    bundle.write_bytes(bytes(data))
+    report = pytester.path / "damaged.json"
+    result = run_inner(f"--compile-cache-bundle={bundle}", f"--compile-cache-report={report}", fresh=True)
+    result.assert_outcomes(passed=3)
+    summary = json.loads(report.read_text())
+    process = summary["bundle"]["processes"][0]
+    missed = [name for name, test in summary["tests"].items() if test["fx_graph"]["misses"]]
+    assert len(missed) == 1, summary["tests"]
+    assert all(test["fx_graph"]["hits"] == 1 for name, test in summary["tests"].items() if name not in missed)
+    named = [p for p in process["problems"] if victim.key in p]
+    assert len(named) == 1 and str(bundle) in named[0], process["problems"]
+    assert result.stdout.str().count(victim.key) == 1
+    assert bundle.read_bytes() == bytes(data), "a bundle is not rewritten without --compile-cache-update"
+
+
+FORMAT_1 = """
+import hashlib, json, sys
+from pathlib import Path
+from pytest_compilecache.bundle.format import MAGIC, read_manifest
+
+with read_manifest(Path(sys.argv[1])) as read:
+    entry = read.entries[0]
+    payload = read.payload(entry)
+described = {k: v for k, v in entry.describe().items() if k not in ("stored", "index")}
+described.update(offset=0, size=len(payload), sha256=hashlib.sha256(payload).hexdigest())
+manifest = json.dumps({"format": 1, "entries": [described]}).encode()
+Path(sys.argv[2]).write_bytes(MAGIC + b"%d\\n" % len(manifest) + manifest + payload)
+"""
+
+
+def test_a_format_1_bundle_loads_and_an_update_writes_format_2(pytester: pytest.Pytester, run_inner) -> None:
+    """A bundle written by an earlier version (one payload an entry) still loads whole, and hits; an updating
+    run writes it in format 2."""
+    bundle = build(pytester, run_inner)
+    old = pytester.path / "old.bundle"
+    # torch puts the artifacts back together in a process of its own (pytester forgets modules a test imports).
+    done = subprocess.run([sys.executable, "-c", FORMAT_1, str(bundle), str(old)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    report = pytester.path / "old.json"
+    result = run_inner(f"--compile-cache-bundle={old}", f"--compile-cache-report={report}", fresh=True)
+    result.assert_outcomes(passed=3)
+    fx, process = totals(report)
+    assert (fx["hits"], fx["misses"]) == (3, 0) and process["status"] == "loaded", process
+    run_inner(f"--compile-cache-bundle={old}", "--compile-cache-update").assert_outcomes(passed=3)
+    with read_manifest(old) as updated:
+        assert updated.format == 2
+        assert len(updated.members(updated.entries[0]).table) >= 6
+
+
+def test_members_are_checked_one_by_one() -> None:
+    """The table lists each artifact; reading one checks its bytes; a cut or altered one is named."""
+    contents = [("inductor", "fabc", b"x" * 1000), ("autotune", "ab/k.best_config", b'{"a": 1}')]
+    packed = Members.packed(contents)
+    listed = unpack_table(packed.table_blob())
+    assert listed == packed.table
+    region = b"".join(packed.raw(member) for member in packed.table)
+    members = Members(listed, lambda offset, size: region[offset:offset + size])
+    assert list(members.contents()) == contents
+    assert [m.key for m in members.keyed("inductor", "fabc")] == ["fabc"]
+    cut = Members(listed, lambda offset, size: region[offset:offset + size - 1])
+    with pytest.raises(MemberDamaged, match="inductor artifact fabc is cut short"):
+        cut.read(listed[0])
+    other = zlib.compress(b"y" * 1000, 1)
+    swapped = Members(listed[:1], lambda offset, size: other)
+    with pytest.raises(MemberDamaged, match="fails its checksum|cut short"):
+        swapped.read(listed[0])
+    with pytest.raises(MemberDamaged, match="table of artifacts is malformed"):
+        unpack_table(zlib.compress(b'[["inductor", "k", -1, 0, "s"]]'))
