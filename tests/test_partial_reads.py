@@ -56,6 +56,7 @@ def totals(report: Path) -> tuple[dict, dict]:
     return data["totals"]["fx_graph"], data["bundle"]["processes"][0]
 
 
+@pytest.mark.compat
 def test_one_test_reads_only_its_own_artifacts(pytester: pytest.Pytester, run_inner) -> None:
     """Re-running one test from a bundle of three reads that test's FX graph and AOTAutograd entries, not the
     others': the report says what the entry holds and what torch asked for, and the test hits."""
@@ -64,17 +65,20 @@ def test_one_test_reads_only_its_own_artifacts(pytester: pytest.Pytester, run_in
         assert read.format == 2 and read.entries[0].stored
         table = read.members(read.entries[0]).table
     kinds = sorted(m.kind for m in table)
-    on_demand = sum(m.size for m in table if m.kind in ("inductor", "aot_autograd"))
     assert kinds.count("inductor") == 3 and kinds.count("aot_autograd") == 3, kinds
     report = pytester.path / "one.json"
     result = run_inner(f"--compile-cache-bundle={bundle}", f"--compile-cache-report={report}", "-k", "f]", fresh=True)
     result.assert_outcomes(passed=1, deselected=2)
     fx, process = totals(report)
     assert (fx["hits"], fx["misses"]) == (1, 0)
-    assert process["on_demand"] == {"inductor": 3, "aot_autograd": 3}, process
-    assert process["placed"] == {"inductor": 1, "aot_autograd": 1}, process
-    assert 0 < process["placed_bytes"] < on_demand / 2, (process["placed_bytes"], on_demand)
-    result.stdout.fnmatch_lines(["*on demand: 1 of 3 fx_graph, 1 of 3 aot_autograd*"])
+    # AOTAutograd entries are read on demand where torch finds them through _get_tmp_dir_for_key (2.8 and later).
+    later = process["on_demand"]
+    assert later.get("inductor") == 3 and later.keys() <= {"inductor", "aot_autograd"}, process
+    assert process["placed"] == {kind: 1 for kind in later}, process
+    assert process["loaded"].get("aot_autograd", 3) == 3, process
+    held = sum(m.size for m in table if m.kind in later)
+    assert 0 < process["placed_bytes"] < held * 0.6, (process["placed_bytes"], held)
+    result.stdout.fnmatch_lines(["*on demand: 1 of 3 fx_graph*"])
 
 
 def test_a_damaged_artifact_costs_only_itself(pytester: pytest.Pytester, run_inner) -> None:
@@ -117,6 +121,7 @@ Path(sys.argv[2]).write_bytes(MAGIC + b"%d\\n" % len(manifest) + manifest + payl
 """
 
 
+@pytest.mark.compat
 def test_a_format_1_bundle_loads_and_an_update_writes_format_2(pytester: pytest.Pytester, run_inner) -> None:
     """A bundle written by an earlier version (one payload an entry) still loads whole, and hits; an updating
     run writes it in format 2."""

@@ -3,6 +3,7 @@ compressed alone (format 2; format 1 held one payload an entry), each checked be
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import hashlib
 import io
@@ -231,22 +232,23 @@ class Bundle:
     def _member_reader(self, entry: Entry, listed: list[Member], in_memory: bool = False) -> Members:
         """Members read from a file descriptor of their own where the bundle is a local file, else from memory."""
         first = self._start + entry.offset + entry.size
-        try:
-            assert self._file is not None and hasattr(os, "pread") and not in_memory
-            fd = os.dup(self._file.fileno())
-        except (AssertionError, AttributeError, OSError, io.UnsupportedOperation):
+        fd = None
+        if self._file is not None and hasattr(os, "pread") and not in_memory:
+            with contextlib.suppress(AttributeError, OSError, io.UnsupportedOperation):
+                fd = os.dup(self._file.fileno())
+        if fd is None:
             region = self._read(entry, "the artifacts", entry.offset + entry.size, entry.stored or 0)
             if len(region) != entry.stored:
                 raise BundleError(f"{self.name}: truncated: the artifacts for {env_label(entry.env)} are cut short")
             return Members(listed, lambda offset, size: region[offset:offset + size])
-        closed: list[bool] = []
+        held, closed = fd, [False]
 
         def close() -> None:
-            if not closed:
-                closed.append(True)
-                os.close(fd)
+            if not closed[0]:
+                closed[0] = True
+                os.close(held)
 
-        return Members(listed, lambda offset, size: os.pread(fd, size, first + offset), close=close)
+        return Members(listed, lambda offset, size: os.pread(held, size, first + offset), close=close)
 
     def check(self, entry: Entry) -> None:
         """Read and check what a session reads of ``entry`` before its first test: the payload (format 1), or the
