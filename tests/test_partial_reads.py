@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tracemalloc
 import zlib
 from pathlib import Path
 
@@ -160,3 +161,36 @@ def test_members_are_checked_one_by_one() -> None:
         swapped.read(listed[0])
     with pytest.raises(MemberDamaged, match="table of artifacts is malformed"):
         unpack_table(zlib.compress(b'[["inductor", "k", -1, 0, "s"]]'))
+
+
+def test_a_member_is_never_inflated_past_its_stated_size_and_a_table_row_must_hold_bytes() -> None:
+    """A crafted member that inflates to 50 MB, stated as 100 bytes, is refused after 101; a row of zero stored
+    bytes (which would share its place with the next row) makes the table malformed."""
+    bomb = zlib.compress(bytes(50 * 1024 * 1024), 9)
+    listed = unpack_table(zlib.compress(json.dumps([["inductor", "fbomb", len(bomb), 100, "0" * 64]]).encode()))
+    tracemalloc.start()
+    try:
+        with pytest.raises(MemberDamaged, match="fails its checksum"):
+            Members(listed, lambda offset, size: bomb).read(listed[0])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 5 * 1024 * 1024, peak
+    with pytest.raises(MemberDamaged, match="malformed"):
+        unpack_table(zlib.compress(json.dumps([["inductor", "fa", 0, 0, "0" * 64]]).encode()))
+
+
+def test_a_merge_keeps_the_intact_copy_and_leaves_out_a_damaged_autotune_result() -> None:
+    """An update's union over (type, key, content): where the bundle's stored copy is damaged and the run made the
+    same artifact again, the run's copy is kept (the damage is repaired); a damaged autotune result is left out."""
+    from pytest_compilecache.storage.merge import _merged
+
+    made = [("inductor", "fk", b"x" * 100), ("autotune", "ab/k.best_config", b'{"found_by_coordesc": true}')]
+    fresh = Members.packed(made)
+    stored = bytearray(b"".join(fresh.raw(m) for m in fresh.table))
+    for member in fresh.table:
+        stored[member.offset + 3] ^= 0xFF
+    old = Members(fresh.table, lambda offset, size: bytes(stored[offset:offset + size]))
+    assert list(_merged([old, fresh]).contents()) == made
+    only_old = _merged([old])
+    assert [m.kind for m in only_old.table] == ["inductor"], "the damaged autotune result is left out"

@@ -146,15 +146,18 @@ def artifact_contents(data: bytes) -> list[tuple[str, str, bytes]]:
 
 def artifacts_bytes(contents: Iterable[tuple[str, str, bytes]]) -> bytes:
     """Mega-Cache bytes of ``(type, key, content)`` triples (what :func:`artifact_contents` took apart)."""
-    _manager()
+    ready_to_read()
     from torch.compiler import _cache
 
     factory = getattr(_cache, "CacheArtifactFactory", None)
     artifact: Any = _cache.CacheArtifact  # 2.7's is a dataclass of a type enum, a key and content
     groups: dict[str, list[Any]] = {}
     for kind, key, content in contents:
-        made = (factory.create(kind, key, content) if factory is not None
-                else artifact(getattr(_cache, "CacheArtifactType")[kind.upper()], key, content))
+        try:
+            made = (factory.create(kind, key, content) if factory is not None
+                    else artifact(getattr(_cache, "CacheArtifactType")[kind.upper()], key, content))
+        except (AssertionError, KeyError, ValueError, TypeError):
+            raise MegaCacheError(f"torch knows no artifact type {kind!r} (of key {key!r})") from None
         groups.setdefault(kind, []).append(made)
     return _serialize(groups)
 

@@ -66,7 +66,7 @@ class Entry:
     """The artifacts of one environment inside a bundle."""
 
     env: dict[str, str]
-    #: Mega-Cache bytes: made here, or read whole (format 1, or format 2 put back together for a merge).
+    #: Mega-Cache bytes: made here, or read whole (format 1, or format 2 put back together for ``verify``).
     payload: bytes | None = None
     artifacts: dict[str, dict[str, int]] = field(default_factory=dict)
     created: float = 0.0
@@ -583,7 +583,11 @@ def _members_of(entry: Entry) -> Iterator[bytes]:
     assert members is not None and entry._table is not None
     yield entry._table
     for member in members.table:
-        yield members.raw(member)
+        raw = members.raw(member)
+        if len(raw) != member.stored:
+            raise BundleError(f"the {member} of {env_label(entry.env)} is cut short where it is read from; "
+                              "nothing was written")
+        yield raw
 
 
 def _encode(bundle: Bundle) -> tuple[Iterator[bytes], int, list[tuple[Entry, str, dict[str, Any]]]]:

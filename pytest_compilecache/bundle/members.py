@@ -46,7 +46,7 @@ def unpack_table(blob: bytes) -> list[Member]:
         table, offset = [], 0
         for kind, key, stored, size, sha in rows:
             if not all(isinstance(v, str) for v in (kind, key, sha)) or not all(
-                    isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (stored, size)):
+                    isinstance(v, int) and not isinstance(v, bool) and v >= low for v, low in ((stored, 1), (size, 0))):
                 raise TypeError
             table.append(Member(kind, key, offset, stored, size, sha))
             offset += stored
@@ -86,7 +86,7 @@ class Members:
         """Members made of members of others (each compressed), in the order given, read from where they are."""
         table, sources, offset = [], {}, 0
         for members, member in picks:
-            assert members._compressed
+            assert members._compressed and member.stored > 0
             table.append(replace(member, offset=offset))
             sources[offset] = (members, member)
             offset += member.stored
@@ -142,7 +142,7 @@ class Members:
         if len(blob) != member.stored:
             raise MemberDamaged(f"{member} is cut short")
         try:
-            content = zlib.decompress(blob) if self._compressed else blob
+            content = zlib.decompressobj().decompress(blob, member.size + 1) if self._compressed else blob
         except zlib.error:
             raise MemberDamaged(f"{member} is corrupt (it does not inflate)") from None
         if len(content) != member.size or hashlib.sha256(content).hexdigest() != member.sha256:

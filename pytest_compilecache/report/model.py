@@ -89,7 +89,8 @@ class ProcessReport:
     loaded: dict[str, int] = field(default_factory=dict)
     loaded_bytes: int = 0
     load_seconds: float = 0.0
-    #: Artifacts the entry holds that are read only when torch asks for their key, and those it asked for.
+    #: Artifacts the entry holds that are read only when needed (torch asks for their key, or a folder is made
+    #: whole), and those read.
     on_demand: dict[str, int] = field(default_factory=dict)
     placed: dict[str, int] = field(default_factory=dict)
     placed_bytes: int = 0

@@ -165,7 +165,7 @@ def summary_lines(report: SessionReport) -> list[str]:
             lines.append(f"  loaded {artifact_counts(process.loaded)} ({process.loaded_bytes / 1e6:.2f} MB of compiled "
                          f"artifacts in {process.load_seconds:.2f} s)")
         if process.on_demand:
-            lines.append(f"  on demand: {placed_counts(process.placed, process.on_demand)} read as torch asked "
+            lines.append(f"  on demand: {placed_counts(process.placed, process.on_demand)} read when needed "
                          f"({process.placed_bytes / 1e6:.2f} MB)")
         if process.downloaded_bytes:
             lines.append(f"  downloaded {process.downloaded_bytes / 1e6:.2f} MB from {report.bundle_path}")

@@ -166,7 +166,8 @@ class Preparer:
             later = _torchapi.kinds_on_demand()
             source = EntryOnDemand(members, bundle.name, self.report)
             now = source.up_front(later)
-            data = now[0][2] if len(now) == 1 and now[0][0] == WHOLE else _torchapi.artifacts_bytes(now)
+            whole = len(now) == 1 and now[0][0] == WHOLE
+            data = now[0][2] if whole else _torchapi.artifacts_bytes(now) if now else b""
             loaded = _torchapi.load_artifacts(data, str(self.template)) if now else {}
             _torchapi.fill_from(self.template, source)
         except (BundleError, _torchapi.MegaCacheError, MemberDamaged) as exc:

@@ -11,7 +11,7 @@ from ..bundle import signing
 from .._torchapi.layout import is_cpp
 from ..bundle.binaries import CarriedBinaries
 from ..bundle.format import Bundle, BundleError, Entry, encoded_size, entry_of, env_label, members_of
-from ..bundle.members import WHOLE, Member, Members
+from ..bundle.members import WHOLE, Member, MemberDamaged, Members
 from ..bundle.keyindex import KeyIndex, artifact_id
 from ..words import counted
 from .interface import Saved
@@ -77,22 +77,28 @@ def mergeable(entry: Entry) -> Members:
     members = members_of(entry, "the bundle")
     whole = [m for m in members.table if m.kind == WHOLE]
     if whole:
-        members = Members.packed(_torchapi.artifact_contents(members.read(whole[0])))
+        try:
+            members = Members.packed(_torchapi.artifact_contents(members.read(whole[0])))
+        except MemberDamaged as exc:
+            raise BundleError(f"the bundle's entry for {env_label(entry.env)}: {exc}") from None
     _torchapi.check_artifact_keys((m.kind, m.key) for m in members.table)
     return members
 
 
 def _merged(sources: list[Members]) -> Members:
-    """The union of ``sources`` over (type, key, content), the first met kept; one key may hold several entries
+    """The union of ``sources`` over (type, key, content), the last met kept; one key may hold several entries
     (one per guard variant), but an autotune result is one per kernel, coordinate descent's over a heuristic one."""
     picked: dict[tuple[str, str, str], tuple[Members, Member]] = {}
     autotune: dict[str, tuple[Members, Member, bool]] = {}
     for members in sources:
         for member in members.table:
-            if member.kind != "autotune":
-                picked.setdefault((member.kind, member.key, member.sha256), (members, member))
+            if member.kind != "autotune":  # the last copy: one made here replaces a damaged one stored before
+                picked[(member.kind, member.key, member.sha256)] = (members, member)
                 continue
-            coordesc = _torchapi.found_by_coordinate_descent(members.read(member))
+            try:
+                coordesc = _torchapi.found_by_coordinate_descent(members.read(member))
+            except MemberDamaged:  # said when it was loaded; left out
+                continue
             if member.key not in autotune or coordesc or not autotune[member.key][2]:
                 autotune[member.key] = (members, member, coordesc)
     return Members.chosen([*picked.values(), *((m, member) for m, member, _ in autotune.values())])
