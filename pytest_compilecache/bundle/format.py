@@ -574,7 +574,7 @@ def _artifacts_of(payload: bytes) -> list[tuple[str, str, bytes]]:
 
     try:
         return _torchapi.artifact_contents(payload)
-    except (_torchapi.MegaCacheError, _torchapi.TorchUnavailable):
+    except (_torchapi.MegaCacheError, _torchapi.TorchUnavailable, OSError):  # OSError: torch's import failed to write
         return [(WHOLE, "", payload)]
 
 
