@@ -2,13 +2,17 @@
 
 For each SIZE, a suite of SIZE ``warm_cache`` tests, each compiling a function of its own (the
 generator of ``small_tests_vs_kept.py``), is built twice: once into a bundle (the warmup compiles every
-function), once into a kept ``TORCHINDUCTOR_CACHE_DIR`` with ``-p no:compilecache``. Then, in ROUNDS
+function), once into a kept ``TORCHINDUCTOR_CACHE_DIR`` with ``-p no:compilecache`` (by two workers). Then, in ROUNDS
 alternating pairs: one test picked with ``-k`` (what a developer re-running a failing test does), pytest's
 wall seconds and the peak memory (largest resident set of the pytest process, and of each ``-n 2``
 worker); then the whole suite once per side; then an update: one function edited and its test re-run
 with ``--compile-cache-update``, timed, with the bundle's growth.
 
-    python benchmarks/one_test_vs_kept.py [ROUNDS] SIZE [SIZE ...]
+    python benchmarks/one_test_vs_kept.py [--keep=DIR] [ROUNDS] SIZE [SIZE ...]
+
+With ``--keep=DIR``, each size's suites, bundle and kept folder are built in ``DIR/SIZE`` and left
+there; a later run with the same DIR measures them without building again (at 1,000 tests a build
+takes about half an hour a side on two cores). The update's edit is undone afterwards there.
 """
 
 from __future__ import annotations
@@ -35,12 +39,17 @@ def _peaks(folder: Path) -> list[float]:
 
 
 def measure(work: Path, size: int, rounds: int) -> None:
-    """Build both sides for ``size`` tests in ``work`` and print their figures."""
-    plugin = suite(work / "plugin", 0, size, plugin=True)
-    kept = suite(work / "kept", 0, size, plugin=False)
+    """Build both sides for ``size`` tests in ``work`` (unless built there already) and print their figures."""
     bundle = work / "suite.bundle"
+    reuse = bundle.exists() and (work / "kept-cache").exists() and (work / "built").exists()
+    if not reuse:
+        for made in ("plugin", "kept", "kept-cache", "xdg"):
+            shutil.rmtree(work / made, ignore_errors=True)
+        bundle.unlink(missing_ok=True)
+    plugin = work / "plugin" if reuse else suite(work / "plugin", 0, size, plugin=True)
+    kept = work / "kept" if reuse else suite(work / "kept", 0, size, plugin=False)
     peaks = work / "peaks"
-    peaks.mkdir()
+    peaks.mkdir(exist_ok=True)
     probe_env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(PEAK), os.environ.get("PYTHONPATH", "")])),
                  "PEAK_OUT": str(peaks)}
     sides = {"plugin": (plugin, [f"--compile-cache-bundle={bundle}"], {"XDG_CACHE_HOME": str(work / "xdg")}),
@@ -51,9 +60,13 @@ def measure(work: Path, size: int, rounds: int) -> None:
         ran = pytest_run([*QUIET, *own, "-p", "peak", *args], folder, {**env, **probe_env})
         return ran.seconds, _peaks(peaks)
 
-    built = {side: run(side)[0] for side in sides}
-    print(f"\n{size} tests: built plugin {built['plugin']:.1f} s, kept {built['kept']:.1f} s; "
-          f"bundle {bundle.stat().st_size / 1e6:.2f} MB", flush=True)
+    if reuse:
+        print(f"\n{size} tests: built before in {work}; bundle {bundle.stat().st_size / 1e6:.2f} MB", flush=True)
+    else:
+        built = {"plugin": run("plugin")[0], "kept": run("kept", "-n", "2")[0]}  # the same folder, sooner
+        (work / "built").write_text(f"plugin {built['plugin']:.1f} s, kept (-n 2) {built['kept']:.1f} s\n")
+        print(f"\n{size} tests: built plugin {built['plugin']:.1f} s, kept (-n 2) {built['kept']:.1f} s; "
+              f"bundle {bundle.stat().st_size / 1e6:.2f} MB", flush=True)
     one = f"test_warm_{size // 2:03d}"
     times: dict[str, list[float]] = {}
     memory: dict[str, list[float]] = {}
@@ -73,19 +86,31 @@ def measure(work: Path, size: int, rounds: int) -> None:
               f"({whole['plugin'][0] / whole['kept'][0]:.3f}x); largest process MB: plugin {max(whole['plugin'][1]):.0f}, "
               f"kept {max(whole['kept'][1]):.0f}", flush=True)
     small = plugin / "small.py"
-    small.write_text(small.read_text().replace(f"def f_{size // 2}(x):\n    y = torch.sin(x * ",
-                                               f"def f_{size // 2}(x):\n    y = torch.sin(x * 2 * "))
+    original = small.read_text()
+    shutil.copyfile(bundle, work / "suite.bundle.before-update")
+    small.write_text(original.replace(f"def f_{size // 2}(x):\n    y = torch.sin(x * ",
+                                      f"def f_{size // 2}(x):\n    y = torch.sin(x * 2 * "))
     before = bundle.stat().st_size
-    seconds, peak = run("plugin", "-k", one, "--compile-cache-update")
-    print(f"  update after one edit: {seconds:.2f} s, peak {max(peak):.0f} MB, bundle {before / 1e6:.2f} -> "
-          f"{bundle.stat().st_size / 1e6:.2f} MB", flush=True)
+    try:
+        seconds, peak = run("plugin", "-k", one, "--compile-cache-update")
+        print(f"  update after one edit: {seconds:.2f} s, peak {max(peak):.0f} MB, bundle {before / 1e6:.2f} -> "
+              f"{bundle.stat().st_size / 1e6:.2f} MB", flush=True)
+    finally:
+        small.write_text(original)
+        os.replace(work / "suite.bundle.before-update", bundle)
 
 
 def main() -> None:
-    rounds = int(sys.argv[1]) if len(sys.argv) > 2 else 7
-    sizes = [int(a) for a in sys.argv[2:]] or [20, 200]
+    args = [a for a in sys.argv[1:] if not a.startswith("--keep=")]
+    keep = next((Path(a.split("=", 1)[1]).resolve() for a in sys.argv[1:] if a.startswith("--keep=")), None)
+    rounds = int(args[0]) if len(args) > 1 else 7
+    sizes = [int(a) for a in args[1:]] or [20, 200]
     print(f"plugin byte-compiled as pip installs it: {as_installed()}", flush=True)
     for size in sizes:
+        if keep is not None:
+            (keep / str(size)).mkdir(parents=True, exist_ok=True)
+            measure(keep / str(size), size, rounds)
+            continue
         work = Path(tempfile.mkdtemp(prefix=f"one-test-{size}-")).resolve()
         try:
             measure(work, size, rounds)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_compilecache.bundle.format import read_manifest
+from pytest_compilecache.bundle.format import Bundle, BundleError, entry_of, read_manifest, write_bundle
 from pytest_compilecache.bundle.members import MemberDamaged, Members, unpack_table
 
 pytestmark = pytest.mark.slow
@@ -73,13 +73,18 @@ def test_one_test_reads_only_its_own_artifacts(pytester: pytest.Pytester, run_in
     fx, process = totals(report)
     assert (fx["hits"], fx["misses"]) == (1, 0)
     # AOTAutograd entries are read on demand where torch finds them through _get_tmp_dir_for_key (2.8 and later).
+    # C++ binaries where torch names their folder through get_path (every version tested): one kernel each here.
     later = process["on_demand"]
-    assert later.get("inductor") == 3 and later.keys() <= {"inductor", "aot_autograd"}, process
+    assert later.get("inductor") == 3 and later.keys() <= {"inductor", "aot_autograd", "cpp"}, process
     assert process["placed"] == {kind: 1 for kind in later}, process
     assert process["loaded"].get("aot_autograd", 3) == 3, process
-    held = sum(m.size for m in table if m.kind in later)
+    (test,) = json.loads(report.read_text())["tests"].values()
+    assert test["cpp"]["hits"] == test["cpp"]["from_bundle"] == 1 and test["cpp"]["misses"] == 0, test["cpp"]
+    with read_manifest(bundle) as read:
+        files = read.entries[0].binaries_section["files"]
+    held = sum(m.size for m in table if m.kind in later) + sum(f[3] for f in files if f[1].endswith(".so"))
     assert 0 < process["placed_bytes"] < held * 0.6, (process["placed_bytes"], held)
-    result.stdout.fnmatch_lines(["*on demand: 1 of 3 fx_graph*"])
+    result.stdout.fnmatch_lines(["*on demand: 1 of 3 fx_graph*, 1 of 3 cpp read when needed*"])
 
 
 def test_a_damaged_artifact_costs_only_itself(pytester: pytest.Pytester, run_inner) -> None:
@@ -194,3 +199,50 @@ def test_a_merge_keeps_the_intact_copy_and_leaves_out_a_damaged_autotune_result(
     assert list(_merged([old, fresh]).contents()) == made
     only_old = _merged([old])
     assert [m.kind for m in only_old.table] == ["inductor"], "the damaged autotune result is left out"
+
+
+def test_carried_binaries_are_read_one_by_one_and_each_checked(tmp_path: Path) -> None:
+    """A bundle's carried binaries are listed without reading them; each file read alone is checked against its
+    own checksum (a damaged one is named, the others read), and a closed listing reads nothing."""
+    from pytest_compilecache.bundle.binaries import BinaryDamaged, CarriedBinaries, build_id
+
+    identity = {"compiler": "cc 1"}
+    carried = CarriedBinaries(builds={build_id(identity): identity})
+    for path, data in [("ab/cabc.so", b"\x7fELF" * 300), ("ab/cabc.cpp", b"int main(){}"), ("cd/cdef.so", b"so" * 50)]:
+        carried.add(build_id(identity), path, data)
+    path = tmp_path / "b.bundle"
+    write_bundle(Bundle(path, [entry_of({"device": "cpu"}, Members.packed([("inductor", "fk", b"x")]),
+                                        binaries=carried)]))
+    with read_manifest(path) as bundle:
+        entry = bundle.entries[0]
+        section = entry.binaries_section
+        listing = bundle.carried_listing(entry)
+    assert entry.binaries is None, "listing reads no binary"
+    fitting = listing.fitting(build_id(identity))
+    assert sorted(fitting) == ["ab/cabc.cpp", "ab/cabc.so", "cd/cdef.so"]
+    assert listing.read(fitting["cd/cdef.so"]) == b"so" * 50, "read after the bundle is closed, by its own descriptor"
+    damaged = bytearray(path.read_bytes())
+    with read_manifest(path) as bundle:
+        damaged[bundle._start + section["offset"] + fitting["ab/cabc.so"].at + 2] ^= 0xFF
+    path.write_bytes(bytes(damaged))
+    with read_manifest(path) as bundle:
+        again = bundle.carried_listing(bundle.entries[0])
+    with pytest.raises(BinaryDamaged, match="carried binary ab/cabc.so fails its checksum"):
+        again.read(again.fitting(build_id(identity))["ab/cabc.so"])
+    assert again.read(again.fitting(build_id(identity))["ab/cabc.cpp"]) == b"int main(){}"
+    again.close()
+    with pytest.raises(BinaryDamaged, match="cannot be read"):
+        again.read(again.fitting(build_id(identity))["cd/cdef.so"])
+    listing.close()
+
+
+def test_a_member_that_cannot_be_read_while_copied_names_the_source_not_the_destination(tmp_path: Path) -> None:
+    """A write copies members from where they are read; a read error there is said as such, nothing is written."""
+    def fail(offset: int, size: int) -> bytes:
+        raise OSError(5, "Input/output error")
+
+    table = Members.packed([("inductor", "fk", b"x" * 10)]).table
+    target = tmp_path / "out.bundle"
+    with pytest.raises(BundleError, match="inductor artifact fk .* cannot be read where it is read from: Input/output"):
+        write_bundle(Bundle(target, [entry_of({"device": "cpu"}, Members(table, fail))]))
+    assert not target.exists() and not list(tmp_path.iterdir())

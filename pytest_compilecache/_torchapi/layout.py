@@ -152,6 +152,12 @@ def merge_timings(first: bytes, second: bytes) -> bytes:
     return json.dumps(union(one, two), indent=4).encode()
 
 
+def in_subdir(path: str) -> bool:
+    """Whether a carried file lies in one of torch's two-character folders (C++ binaries and their sources)."""
+    folder, _, name = path.partition("/")
+    return len(folder) == 2 and bool(name) and "/" not in name
+
+
 def is_cpp(path: str) -> bool:
     """Whether a carried file is a C++ binary (not a source, not a Triton kernel file)."""
     return path.endswith(_BINARY) and not path.startswith(TRITON + "/")

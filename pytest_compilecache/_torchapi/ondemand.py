@@ -39,6 +39,15 @@ class EntrySource(Protocol):
     def keys(self) -> Iterable[tuple[str, str]]:
         """Every (type, key) it holds."""
 
+    def place_folder(self, name: str, template: str) -> None:
+        """Put the carried binaries of the two-character folder ``name`` into ``template`` (none: torch builds)."""
+
+    def folders(self) -> Iterable[str]:
+        """The two-character folders whose binaries :meth:`place_folder` puts in place."""
+
+    def close(self) -> None:
+        """Let go of what it reads from (no more is asked of it)."""
+
 
 #: Per template (its real path): the source of its entries and the (type, key) written into it so far.
 _sources: dict[str, tuple[EntrySource, set[tuple[str, str]]]] = {}
@@ -86,6 +95,11 @@ def on_demand() -> frozenset[str]:
     return frozenset(folder for attribute, folder in _FOLDERS.items() if patches.took(attribute))
 
 
+def binaries_on_demand() -> bool:
+    """Whether C++ binaries are put into a template only when torch asks for their folder (``get_path``)."""
+    return patches.took("get_path")
+
+
 def kinds_on_demand() -> frozenset[str]:
     """The Mega-Cache types written into a template only when torch asks for their key."""
     return frozenset(_KINDS[folder] for folder in on_demand())
@@ -94,9 +108,10 @@ def kinds_on_demand() -> frozenset[str]:
 def fill_from(template: str | os.PathLike[str], source: EntrySource | None) -> None:
     """From now on, write ``template``'s on-demand entries from ``source`` as torch asks (``None``: no more)."""
     with _lock:
-        if source is None:
-            _sources.pop(os.path.realpath(template), None)
-        else:
+        before = _sources.pop(os.path.realpath(template), None)
+        if before is not None and before[0] is not source:
+            before[0].close()
+        if source is not None:
             _sources[os.path.realpath(template)] = (source, set())
 
 
@@ -106,14 +121,22 @@ def _entry_folder(kind: str, key: str) -> str:
 
 
 def _fill(template: str, relative: str) -> None:
-    """Write the entries of the on-demand folder ``relative`` into ``template`` from its source, once."""
+    """Write the entries (or binaries) of the on-demand folder ``relative`` into ``template`` from its source, once."""
     known = _sources.get(template)
-    parts = relative.split(os.sep)
-    kind = _KINDS.get(parts[0]) if len(parts) == (3 if parts[0] == "fxgraph" else 2) else None
-    if known is None or kind is None or (kind, parts[-1]) in known[1]:
+    if known is None:
         return
-    _write_entry(template, kind, parts[-1], known[0].contents(kind, parts[-1]))
-    known[1].add((kind, parts[-1]))
+    source, written = known
+    parts = relative.split(os.sep)
+    if len(parts) == 1 and len(relative) == 2:
+        if ("", relative) not in written:
+            source.place_folder(relative, template)
+            written.add(("", relative))
+        return
+    kind = _KINDS.get(parts[0]) if len(parts) == (3 if parts[0] == "fxgraph" else 2) else None
+    if kind is None or (kind, parts[-1]) in written:
+        return
+    _write_entry(template, kind, parts[-1], source.contents(kind, parts[-1]))
+    written.add((kind, parts[-1]))
 
 
 def _write_entry(template: str, kind: str, key: str, contents: list[bytes]) -> None:
@@ -126,16 +149,17 @@ def _write_entry(template: str, kind: str, key: str, contents: list[bytes]) -> N
 
 
 def make_whole(template: str | os.PathLike[str]) -> None:
-    """Write every entry of ``template``'s source into it now (a folder copied or linked whole needs them)."""
+    """Write every entry and binary of ``template``'s source into it now (a folder copied or linked whole needs them)."""
     with _lock:
-        known = _sources.get(os.path.realpath(template))
-        if known is None:
+        real = os.path.realpath(template)
+        if real not in _sources:
             return
-        source, written = known
-        for kind, key in source.keys():
-            if kind in kinds_on_demand() and (kind, key) not in written:
-                _write_entry(os.path.realpath(template), kind, key, source.contents(kind, key))
-                written.add((kind, key))
+        later = kinds_on_demand()
+        for kind, key in _sources[real][0].keys():
+            if kind in later:
+                _fill(real, _entry_folder(kind, key))
+        for name in _sources[real][0].folders():
+            _fill(real, name)
 
 
 def _place(path: str, without: tuple[str, ...] = ()) -> None:

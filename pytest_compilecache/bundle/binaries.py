@@ -12,12 +12,13 @@ import uuid
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Collection, Iterable, Mapping
+from typing import Any, Callable, Collection, Iterable, Mapping, Protocol
 
 from filelock import FileLock
 
 from .. import files
 from .._torchapi import layout
+from .members import no_file
 
 #: The pool's file whose content changes with every add or drop (see :meth:`BinaryPool.version`).
 _VERSION = "version"
@@ -156,8 +157,10 @@ class BinaryPool:
             _write_atomic(dest, new)
         return True
 
-    def add_all(self, items: Iterable[tuple[str, bytes]]) -> tuple[int, list[tuple[str, OSError]]]:
-        """Add each ``(rel, bytes)`` the pool lacks; how many were added, and those that could not be written."""
+    def add_all(self, items: Iterable[tuple[str, bytes]],
+                written: float | None = None) -> tuple[int, list[tuple[str, OSError]]]:
+        """Add each ``(rel, bytes)`` the pool lacks, its time set to ``written`` if given (a file loaded from a bundle
+        when torch asks for it is no binary built then); how many were added, and those that could not be written."""
         added, failed = 0, []
         try:
             for rel, data in items:
@@ -166,6 +169,8 @@ class BinaryPool:
                         added += self._merge(rel, data)
                     elif not (self.path / rel).exists():
                         _write_atomic(self.path / rel, data)
+                        if written is not None:
+                            os.utime(self.path / rel, (written, written))
                         added += 1
                 except OSError as exc:
                     failed.append((rel, exc))
@@ -173,6 +178,16 @@ class BinaryPool:
             if added:
                 self._changed()
         return added, failed
+
+    def put(self, folder: Path, paths: Iterable[str]) -> int:
+        """Link these pooled files (no timings) into a cache folder where missing; how many were placed."""
+        placed = 0
+        for rel in paths:
+            try:
+                placed += _place(self.path / rel, Path(folder) / rel)
+            except OSError:
+                continue
+        return placed
 
     def drop(self, names: Iterable[str]) -> int:
         """Remove the pooled files with these names (binaries that failed to load); returns how many."""
@@ -264,16 +279,11 @@ class CarriedBinaries:
 
     def probes(self, probe_sources: Collection[str]) -> set[str]:
         """The carried binaries (paths) built from one of ``probe_sources``: torch's CPU probes, no test's kernel."""
-        texts = {source.encode() for source in probe_sources}
-        sources = {f.path.rsplit(".", 1)[0] for f in self.files.values()
-                   if f.path.endswith(".cpp") and f.data in texts}
-        return {f.path for f in self.files.values() if layout.is_cpp(f.path) and f.path.rsplit(".", 1)[0] in sources}
+        return _probes(self.files.values(), probe_sources)
 
     def triton_counts(self) -> dict[str, int]:
         """``{"count": Triton kernels, "bytes": size of all Triton files}`` (its compiled modules are no kernels)."""
-        files = [f for f in self.files.values() if f.path.startswith(layout.TRITON + "/")]
-        kernels = {f.path.rsplit("/", 1)[0] for f in files if layout.is_group_file(f.path.rsplit("/", 1)[1])}
-        return {"count": len(kernels), "bytes": sum(f.size for f in files)}
+        return _triton_counts(self.files.values())
 
     @staticmethod
     def union(parts: Iterable["CarriedBinaries"]) -> "CarriedBinaries":
@@ -332,28 +342,133 @@ def check_section(section: Any) -> None:
         raise TypeError("binaries.files do not add up to binaries.size")
 
 
+class _File(Protocol):
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def sha256(self) -> str: ...
+
+    @property
+    def size(self) -> int: ...
+
+
+def _probes(files: Iterable[_File], probe_sources: Collection[str]) -> set[str]:
+    """The binaries (paths) among ``files`` built from one of ``probe_sources``, told by their sources' checksums."""
+    texts = {hashlib.sha256(source.encode()).hexdigest() for source in probe_sources}
+    listed = list(files)
+    sources = {f.path.rsplit(".", 1)[0] for f in listed if f.path.endswith(".cpp") and f.sha256 in texts}
+    return {f.path for f in listed if layout.is_cpp(f.path) and f.path.rsplit(".", 1)[0] in sources}
+
+
+def _triton_counts(files: Iterable[_File]) -> dict[str, int]:
+    triton = [f for f in files if f.path.startswith(layout.TRITON + "/")]
+    kernels = {f.path.rsplit("/", 1)[0] for f in triton if layout.is_group_file(f.path.rsplit("/", 1)[1])}
+    return {"count": len(kernels), "bytes": sum(f.size for f in triton)}
+
+
+class BinaryDamaged(Exception):
+    """A carried file cannot be used; the message names it and says why."""
+
+
+@dataclass(frozen=True)
+class Listed:
+    """One carried file as its bundle lists it; ``at``: where its stored (compressed) bytes start in the section."""
+
+    build: str
+    path: str
+    sha256: str
+    size: int
+    stored: int
+    at: int
+
+
+class CarriedListing:
+    """The binaries a bundle entry carries, listed at once, each read and checked when asked for (the listing, with
+    every file's checksum, is what an entry's signature covers)."""
+
+    def __init__(self, builds: dict[str, dict[str, str]], files: dict[tuple[str, str], Listed],
+                 problems: list[str], fetch: Callable[[Listed], bytes | None],
+                 close: Callable[[], None] = no_file) -> None:
+        #: The build identities named by their build ids, and the files of those builds with usable names.
+        self.builds, self.files = builds, files
+        #: One per build or file left out at once (a forged build id, a name outside torch's cache layout).
+        self.problems = problems
+        self._fetch, self._close = fetch, close
+
+    @classmethod
+    def of_section(cls, section: Mapping[str, Any], fetch: Callable[[int, int], bytes],
+                   close: Callable[[], None] = no_file) -> "CarriedListing":
+        """The files a checked manifest section lists, their bytes read by ``fetch(at, size)`` from the section."""
+        forged = {b for b, i in section["builds"].items() if build_id(i) != b}
+        builds = {b: dict(i) for b, i in section["builds"].items() if b not in forged}
+        problems = [f"carried binaries of build {b} do not match its build identity; not used" for b in sorted(forged)]
+        files, at = {}, 0
+        for build, path, sha, size, stored in section["files"]:
+            if build not in forged and not layout.valid_path(path):
+                problems.append(f"carried binary {path!r} has a name outside torch's cache layout; not used")
+            elif build not in forged:
+                files[(build, path)] = Listed(build, path, sha, size, stored, at)
+            at += stored
+
+        def read(listed: Listed) -> bytes | None:
+            chunk = fetch(listed.at, listed.stored)
+            return _inflated(chunk, listed.size, listed.sha256) if len(chunk) == listed.stored else None
+
+        return cls(builds, files, problems, read, close)
+
+    @classmethod
+    def of(cls, carried: "CarriedBinaries") -> "CarriedListing":
+        """A listing of binaries in memory (made in this process, or read and checked whole)."""
+        files = {key: Listed(f.build, f.path, f.sha256, f.size, f.size, 0) for key, f in carried.files.items()}
+        return cls(dict(carried.builds), files, [], lambda listed: carried.files[(listed.build, listed.path)].data)
+
+    def fitting(self, build: str) -> dict[str, Listed]:
+        """``{path: file}`` of the files of ``build`` (the binaries that fit a machine of that build identity)."""
+        return {path: listed for (b, path), listed in self.files.items() if b == build}
+
+    def read(self, listed: Listed) -> bytes:
+        """A file's content, checked against its checksum; raises :class:`BinaryDamaged`."""
+        try:
+            data = self._fetch(listed)
+        except OSError as exc:
+            raise BinaryDamaged(f"carried binary {listed.path} cannot be read: {exc.strerror or exc}; not used") \
+                from None
+        if data is None:
+            raise BinaryDamaged(f"carried binary {listed.path} fails its checksum; not used")
+        return data
+
+    def probes(self, probe_sources: Collection[str]) -> set[str]:
+        """The listed binaries (paths) built from one of ``probe_sources``: torch's CPU probes, no test's kernel."""
+        return _probes(self.files.values(), probe_sources)
+
+    def triton_counts(self) -> dict[str, int]:
+        """``{"count": Triton kernels, "bytes": size of all Triton files}`` (its compiled modules are no kernels)."""
+        return _triton_counts(self.files.values())
+
+    def close(self) -> None:
+        """Let go of the file the binaries are read from."""
+        self._close()
+
+
+def _inflated(chunk: bytes, size: int, sha: str) -> bytes | None:
+    """``chunk`` inflated, where that gives ``size`` bytes with checksum ``sha`` (never inflating past ``size``)."""
+    try:
+        data = zlib.decompressobj().decompress(chunk, min(size, sys.maxsize - 1) + 1)
+    except zlib.error:
+        return None
+    return data if len(data) == size and hashlib.sha256(data).hexdigest() == sha else None
+
+
 def unpack(blob: bytes, section: Mapping[str, Any]) -> tuple["CarriedBinaries", list[str]]:
     """The files of a checked blob, and one problem per file that is unusable (bad name, bad checksum)."""
-    forged = {b for b, i in section["builds"].items() if build_id(i) != b}
-    carried = CarriedBinaries(builds={b: dict(i) for b, i in section["builds"].items() if b not in forged})
-    problems = [f"carried binaries of build {b} do not match its build identity; not used" for b in sorted(forged)]
-    at = 0
-    for build, path, sha, size, stored in section["files"]:
-        chunk = blob[at:at + stored]
-        at += stored
-        if build in forged:
-            continue
-        if not layout.valid_path(path):
-            problems.append(f"carried binary {path!r} has a name outside torch's cache layout; not used")
-            continue
+    listing = CarriedListing.of_section(section, lambda at, size: blob[at:at + size])
+    carried, problems = CarriedBinaries(builds=listing.builds), list(listing.problems)
+    for key, listed in listing.files.items():
         try:
-            data = zlib.decompressobj().decompress(chunk, min(size, sys.maxsize - 1) + 1)
-        except zlib.error:
-            data = b""
-        if len(data) != size or hashlib.sha256(data).hexdigest() != sha:
-            problems.append(f"carried binary {path} fails its checksum; not used")
-            continue
-        carried.files[(build, path)] = CarriedFile(build, path, sha, size, data)
+            carried.files[key] = CarriedFile(listed.build, listed.path, listed.sha256, listed.size, listing.read(listed))
+        except BinaryDamaged as exc:
+            problems.append(str(exc))
     return carried, problems
 
 

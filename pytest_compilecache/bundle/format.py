@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import errno
 import hashlib
 import io
 import json
@@ -14,13 +15,13 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator, Mapping, cast
+from typing import Any, BinaryIO, Callable, Iterator, Mapping, cast
 
 from .. import files
 from . import signing
-from .binaries import CarriedBinaries, check_section, unpack
+from .binaries import CarriedBinaries, CarriedListing, check_section, unpack
 from .keyindex import KeyIndex, KeyIndexError
-from .members import WHOLE, Member, MemberDamaged, Members, unpack_table
+from .members import WHOLE, Member, MemberDamaged, Members, no_file, unpack_table
 
 MAGIC = b"PYTEST-COMPILECACHE-BUNDLE\n"
 FORMAT = 2
@@ -231,24 +232,36 @@ class Bundle:
 
     def _member_reader(self, entry: Entry, listed: list[Member], in_memory: bool = False) -> Members:
         """Members read from a file descriptor of their own where the bundle is a local file, else from memory."""
-        first = self._start + entry.offset + entry.size
+        fetch, close = self._ranges(entry, "the artifacts", entry.offset + entry.size, entry.stored or 0, in_memory)
+        return Members(listed, fetch, close=close)
+
+    def _ranges(self, entry: Entry, what: str, offset: int, size: int,
+                in_memory: bool = False) -> tuple[Callable[[int, int], bytes], Callable[[], None]]:
+        """Reads by range of ``what`` (``size`` bytes at ``offset``), and how to let go of them: through a file
+        descriptor of their own (they outlive :meth:`close`) where the bundle is a local file, else from memory."""
+        first = self._start + offset
         fd = None
         if self._file is not None and hasattr(os, "pread") and not in_memory:
             with contextlib.suppress(AttributeError, OSError, io.UnsupportedOperation):
                 fd = os.dup(self._file.fileno())
         if fd is None:
-            region = self._read(entry, "the artifacts", entry.offset + entry.size, entry.stored or 0)
-            if len(region) != entry.stored:
-                raise BundleError(f"{self.name}: truncated: the artifacts for {env_label(entry.env)} are cut short")
-            return Members(listed, lambda offset, size: region[offset:offset + size])
+            region = self._read(entry, what, offset, size)
+            if len(region) != size:
+                raise BundleError(f"{self.name}: truncated: {what} for {env_label(entry.env)} are cut short")
+            return (lambda at, length: region[at:at + length]), no_file
         held, closed = fd, [False]
+
+        def fetch(at: int, length: int) -> bytes:
+            if closed[0]:  # its number may belong to another file by now
+                raise OSError(errno.EBADF, "the bundle was closed")
+            return os.pread(held, length, first + at)
 
         def close() -> None:
             if not closed[0]:
                 closed[0] = True
                 os.close(held)
 
-        return Members(listed, lambda offset, size: os.pread(held, size, first + offset), close=close)
+        return fetch, close
 
     def check(self, entry: Entry) -> None:
         """Read and check what a session reads of ``entry`` before its first test: the payload (format 1), or the
@@ -299,6 +312,16 @@ class Bundle:
         entry.binaries = carried
         entry._binaries_blob = blob
         return carried, [f"{self.name}: {p}" for p in problems]
+
+    def carried_listing(self, entry: Entry) -> CarriedListing:
+        """The entry's compiled binaries, listed, each read and checked when asked for; close the listing."""
+        if entry.binaries is not None:
+            return CarriedListing.of(entry.binaries)
+        section = entry.binaries_section
+        if section is None:
+            return CarriedListing.of(CarriedBinaries())
+        return CarriedListing.of_section(section, *self._ranges(entry, "the binaries", section["offset"],
+                                                                section["size"]))
 
     def key_index(self, entry: Entry) -> tuple[KeyIndex | None, str]:
         """The entry's key index (``None`` when it has none or it is unusable) and the problem, if any."""
@@ -583,7 +606,11 @@ def _members_of(entry: Entry) -> Iterator[bytes]:
     assert members is not None and entry._table is not None
     yield entry._table
     for member in members.table:
-        raw = members.raw(member)
+        try:
+            raw = members.raw(member)
+        except OSError as exc:
+            raise BundleError(f"the {member} of {env_label(entry.env)} cannot be read where it is read from: "
+                              f"{exc.strerror or exc}; nothing was written") from None
         if len(raw) != member.stored:
             raise BundleError(f"the {member} of {env_label(entry.env)} is cut short where it is read from; "
                               "nothing was written")

@@ -55,15 +55,15 @@ def unpack_table(blob: bytes) -> list[Member]:
     return table
 
 
-def _no_file() -> None:
-    """What closing members read from memory does."""
+def no_file() -> None:
+    """What closing reads from memory does (nothing)."""
 
 
 class Members:
     """The artifacts of one entry: listed at once, each read alone and checked before anyone sees a byte of it."""
 
     def __init__(self, table: list[Member], fetch: Callable[[int, int], bytes], compressed: bool = True,
-                 close: Callable[[], None] = _no_file) -> None:
+                 close: Callable[[], None] = no_file) -> None:
         self.table = table
         self._fetch, self._compressed, self._close = fetch, compressed, close
         self._by_key: dict[tuple[str, str], list[Member]] = {}
@@ -118,7 +118,7 @@ class Members:
     @property
     def in_memory(self) -> bool:
         """Whether they are read from memory (no file stays open for them)."""
-        return self._close is _no_file
+        return self._close is no_file
 
     @property
     def stored(self) -> int:

@@ -1,9 +1,14 @@
-"""A loaded entry's artifacts handed to torch's cache folder as torch asks for them; a damaged one is said once."""
+"""A loaded entry's artifacts and carried binaries handed to torch's cache folder as torch asks for them; a damaged
+artifact is said once for all, a damaged binary once each."""
 
 from __future__ import annotations
 
-from typing import Collection, Iterable
+import time
+from pathlib import Path
+from typing import Collection, Iterable, Iterator, Mapping
 
+from .._torchapi.layout import in_order, is_cpp
+from ..bundle.binaries import BinaryDamaged, BinaryPool, CarriedListing, Listed
 from ..bundle.members import WHOLE, Member, MemberDamaged, Members
 from ..report.model import Concern, Problem, ProcessReport
 
@@ -16,6 +21,12 @@ class EntryOnDemand:
         self._damaged: list[str] = []
         #: Where in ``report.problems`` the damaged artifacts are said (once for all of them).
         self._said: int | None = None
+        #: The carried binaries put in place when torch asks for their two-character folder, by folder.
+        self._binaries: CarriedListing | None = None
+        self._pool: BinaryPool | None = None
+        self._folders: dict[str, list[tuple[str, Listed]]] = {}
+        #: When the binaries were loaded: the time of those written later (they are loaded, not built, then).
+        self._loaded = 0.0
 
     def up_front(self, later: Collection[str]) -> list[tuple[str, str, bytes]]:
         """(type, key, content) of the artifacts whose types are not in ``later``, each checked (a damaged one is
@@ -46,3 +57,44 @@ class EntryOnDemand:
 
     def keys(self) -> Iterable[tuple[str, str]]:
         return dict.fromkeys((member.kind, member.key) for member in self.members.table)
+
+    def carry(self, carried: CarriedListing, later: Mapping[str, Listed], pool: BinaryPool) -> None:
+        """Put the binaries ``later`` (of ``carried``) into ``pool`` and a template when torch asks for their folder."""
+        self._binaries, self._pool, self._loaded = carried, pool, time.time()
+        for path, listed in in_order(later):
+            self._folders.setdefault(path.split("/", 1)[0], []).append((path, listed))
+        if cpp := sum(1 for path in later if is_cpp(path)):
+            self.report.on_demand["cpp"] = cpp
+
+    def checked_binaries(self, carried: CarriedListing, files: Iterable[tuple[str, Listed]]
+                         ) -> Iterator[tuple[str, bytes]]:
+        """(path, content) of ``files``, each checked as it is read; a damaged one is said and left out."""
+        for path, listed in files:
+            try:
+                yield path, carried.read(listed)
+            except BinaryDamaged as exc:
+                self.report.problems.append(Problem(Concern.BINARY, f"{self.name}: {exc}", self.name))
+
+    def place_folder(self, name: str, template: str) -> None:
+        wanted, pool, carried = self._folders.get(name), self._pool, self._binaries
+        if not wanted or pool is None or carried is None:
+            return
+        missing = [(path, listed) for path, listed in wanted if not (pool.path / path).exists()]
+        _, failed = pool.add_all(self.checked_binaries(carried, missing), written=self._loaded)
+        for path, error in failed:
+            self.report.problems.append(Problem(Concern.BINARY, f"{self.name}: carried binary {path} could not be "
+                                                                f"pooled: {error}", self.name))
+        pool.put(Path(template), [path for path, _ in wanted])
+        unwritten = {path for path, _ in failed}
+        self.report.placed_bytes += sum(listed.size for path, listed in missing
+                                        if path not in unwritten and (pool.path / path).exists())
+        placed = sum(1 for path, _ in wanted if is_cpp(path) and Path(template, path).exists())
+        self.report.placed["cpp"] = self.report.placed.get("cpp", 0) + placed
+
+    def folders(self) -> Iterable[str]:
+        return list(self._folders)
+
+    def close(self) -> None:
+        self.members.close()
+        if self._binaries is not None:
+            self._binaries.close()

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from .. import _torchapi, files, misses
 from ..bundle import signing
-from .._torchapi.layout import in_order, is_cpp
+from .._torchapi.layout import in_order, in_subdir, is_cpp
 from ..bundle.binaries import BinaryPool, identity_differences, pooled
 from ..bundle.format import (Bundle, BundleError, Entry, NotABundle, NotAFile, Unreadable, env_label, make_entry,
                              read_manifest, write_bundle)
@@ -192,7 +192,7 @@ class Preparer:
         self.report.on_demand = {kind: len(keys) for kind, keys in held.items() if kind in later}
         self._use_index(bundle, entry, held)
         if self.binaries is not None:
-            self._load_binaries(bundle, entry, self.binaries)
+            self._load_binaries(bundle, entry, self.binaries, source)
         self.report.load_seconds = time.perf_counter() - start
         return True
 
@@ -225,21 +225,26 @@ class Preparer:
         return bundle.path.name == _UNPUBLISHED or (self.fallback is not None and bundle.name == self.fallback.name
                                                     and (self.source is None or self.source.name != bundle.name))
 
-    def _load_binaries(self, bundle: Bundle, entry: Entry, pool: BinaryPool) -> None:
-        """Put the entry's binaries that fit this machine into the pool; say why others do not."""
+    def _load_binaries(self, bundle: Bundle, entry: Entry, pool: BinaryPool, source: EntryOnDemand) -> None:
+        """Put the entry's binaries that fit this machine into the pool, now or (C++ binaries, where torch says
+        which folder it builds in) when torch asks for their folder; say why others do not fit."""
         try:
-            carried, problems = bundle.carried(entry)
+            carried = bundle.carried_listing(entry)
         except BundleError as exc:
             self._say(Concern.BINARY, f"{exc}; no carried binary is used, kernels are built here", bundle.name)
             return
-        self.report.problems.extend(Problem(Concern.BINARY, problem, bundle.name) for problem in problems)
-        fitting = {path: f for (build, path), f in carried.files.items() if build == pool.build}
-        _, failed = pool.add_all((path, file.data) for path, file in in_order(fitting))
+        for problem in carried.problems:
+            self._say(Concern.BINARY, f"{bundle.name}: {problem}", bundle.name)
+        fitting = carried.fitting(pool.build)
+        later = {path: f for path, f in fitting.items() if _torchapi.binaries_on_demand() and in_subdir(path)}
+        now = [(path, f) for path, f in in_order(fitting) if path not in later]
+        _, failed = pool.add_all(source.checked_binaries(carried, now))
         for path, error in failed:
             self._say(Concern.BINARY, f"{bundle.name}: carried binary {path} could not be pooled: {error}", bundle.name)
+        source.carry(carried, later, pool)
         _torchapi.mark_carried(fitting)
-        listed = (entry.binaries_section or {}).get("files") or [[b, p] for b, p in carried.files]
         probes = carried.probes(_torchapi.cpu_probe_sources())
+        listed = (entry.binaries_section or {}).get("files") or [[b, p] for b, p in carried.files]
         cpp = [item[1] for item in listed if is_cpp(item[1])]
         count = sum(1 for path in cpp if path not in probes)
         fit = sum(1 for path in fitting if is_cpp(path) and path not in probes)
