@@ -111,9 +111,9 @@ def _linked(source: str, link: str) -> bool:
     return True
 
 
-def write_atomic(path: Path, chunks: bytes | Iterable[bytes], fsync: bool = True) -> int:
-    """Write ``chunks`` to ``path`` atomically; return the size. Raises :class:`OSError` (with
-    ``filename`` set to ``path``) after removing the temporary file."""
+def write_atomic(path: Path, chunks: bytes | Iterable[bytes], fsync: bool = True, mtime: float | None = None) -> int:
+    """Write ``chunks`` to ``path`` atomically (its file time ``mtime`` if given, before anyone sees it); return the
+    size. Raises :class:`OSError` (with ``filename`` set to ``path``) after removing the temporary file."""
     path = Path(path)
     prefix, suffix = temporary_name(path)
     fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=path.parent)
@@ -126,6 +126,8 @@ def write_atomic(path: Path, chunks: bytes | Iterable[bytes], fsync: bool = True
                 os.fsync(f.fileno())
             size = f.tell()
         os.chmod(tmp, 0o666 & ~umask())
+        if mtime is not None:
+            os.utime(tmp, (mtime, mtime))
         replace(tmp, path)
     except BaseException as exc:
         with contextlib.suppress(OSError):

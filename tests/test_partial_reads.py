@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tracemalloc
@@ -57,6 +58,18 @@ def totals(report: Path) -> tuple[dict, dict]:
     return data["totals"]["fx_graph"], data["bundle"]["processes"][0]
 
 
+def kernels_name_their_folder(folder: Path) -> bool:
+    """Whether this torch writes a C++ kernel's cache folder into its source (torch 2.7: its key then differs per
+    folder, and the plugin carries no kernel), found by compiling one in a fresh process."""
+    code = "import torch; torch.compile(lambda x: (x.sin() + 1).relu())(torch.randn(8))"
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(folder)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    sources = [p for p in folder.glob("*/*.cpp") if p.with_suffix(".so").exists()]
+    assert sources, "a C++ kernel was built"
+    return any(str(folder) in p.read_text(errors="replace") for p in sources)
+
+
 @pytest.mark.compat
 def test_one_test_reads_only_its_own_artifacts(pytester: pytest.Pytester, run_inner) -> None:
     """Re-running one test from a bundle of three reads that test's FX graph and AOTAutograd entries, not the
@@ -79,12 +92,18 @@ def test_one_test_reads_only_its_own_artifacts(pytester: pytest.Pytester, run_in
     assert process["placed"] == {kind: 1 for kind in later}, process
     assert process["loaded"].get("aot_autograd", 3) == 3, process
     (test,) = json.loads(report.read_text())["tests"].values()
-    assert test["cpp"]["hits"] == test["cpp"]["from_bundle"] == 1 and test["cpp"]["misses"] == 0, test["cpp"]
+    carried = process["binaries"].get("carried", 0)
+    if kernels_name_their_folder(pytester.path / "probe"):
+        assert carried == 0 and "cpp" not in later, process  # torch 2.7: a kernel built elsewhere is not the same
+    else:
+        assert later["cpp"] == carried == 3, process
+        assert test["cpp"]["hits"] == test["cpp"]["from_bundle"] == 1 and test["cpp"]["misses"] == 0, test["cpp"]
     with read_manifest(bundle) as read:
-        files = read.entries[0].binaries_section["files"]
-    held = sum(m.size for m in table if m.kind in later) + sum(f[3] for f in files if f[1].endswith(".so"))
+        files = (read.entries[0].binaries_section or {}).get("files", [])
+    held = sum(m.size for m in table if m.kind in later) + sum(f[3] for f in files if f[1].endswith((".so", ".cpp")))
     assert 0 < process["placed_bytes"] < held * 0.6, (process["placed_bytes"], held)
-    result.stdout.fnmatch_lines(["*on demand: 1 of 3 fx_graph*, 1 of 3 cpp read when needed*"])
+    result.stdout.fnmatch_lines(["*on demand: 1 of 3 fx_graph*" + (", 1 of 3 cpp read when needed*" if carried
+                                                                   else "read when needed*")])
 
 
 def test_a_damaged_artifact_costs_only_itself(pytester: pytest.Pytester, run_inner) -> None:

@@ -34,7 +34,8 @@ __all__ = [
     "without_remote_caches", "empty_folder", "note_bundle_keys", "MegaCacheError", "artifact_contents",
     "artifact_identities", "artifacts_bytes", "can_leave_out", "check_artifact_keys", "check_keys",
     "describe_artifacts", "found_by_coordinate_descent", "fresh_recording", "load_artifacts", "ready_to_read",
-    "save_artifacts", "binaries_on_demand", "complete_warm_folder", "fill_from", "fill_warm_folder", "kinds_on_demand", "link_whole",
+    "save_artifacts", "binaries_on_demand", "complete_warm_folder", "fill_from", "fill_warm_folder",
+    "kinds_on_demand", "link_whole",
     "make_whole", "placing_from",
 ]
 #: The module of this package each name of :data:`__all__` lives in.
@@ -53,7 +54,8 @@ _MODULES = {
     "megacache": ("MegaCacheError", "artifact_contents", "artifact_identities", "artifacts_bytes", "can_leave_out",
                   "check_artifact_keys", "check_keys", "describe_artifacts", "found_by_coordinate_descent",
                   "fresh_recording", "load_artifacts", "ready_to_read", "save_artifacts"),
-    "ondemand": ("binaries_on_demand", "complete_warm_folder", "fill_from", "fill_warm_folder", "kinds_on_demand", "link_whole", "make_whole",
+    "ondemand": ("binaries_on_demand", "complete_warm_folder", "fill_from", "fill_warm_folder", "kinds_on_demand",
+                 "link_whole", "make_whole",
                  "placing_from"),
 }
 _WHERE = {name: module for module, names in _MODULES.items() for name in names}

@@ -39,8 +39,9 @@ class EntrySource(Protocol):
     def keys(self) -> Iterable[tuple[str, str]]:
         """Every (type, key) it holds."""
 
-    def place_folder(self, name: str, template: str) -> None:
-        """Put the carried binaries of the two-character folder ``name`` into ``template`` (none: torch builds)."""
+    def place_folder(self, name: str, template: str) -> bool:
+        """Put the carried binaries of the two-character folder ``name`` into ``template`` (none: torch builds);
+        False when one could not be written (the next ask tries again)."""
 
     def folders(self) -> Iterable[str]:
         """The two-character folders whose binaries :meth:`place_folder` puts in place."""
@@ -106,7 +107,8 @@ def kinds_on_demand() -> frozenset[str]:
 
 
 def fill_from(template: str | os.PathLike[str], source: EntrySource | None) -> None:
-    """From now on, write ``template``'s on-demand entries from ``source`` as torch asks (``None``: no more)."""
+    """From now on, write ``template``'s on-demand entries from ``source`` as torch asks (``None``: no more); the
+    source it replaces is closed."""
     with _lock:
         before = _sources.pop(os.path.realpath(template), None)
         if before is not None and before[0] is not source:
@@ -128,8 +130,7 @@ def _fill(template: str, relative: str) -> None:
     source, written = known
     parts = relative.split(os.sep)
     if len(parts) == 1 and len(relative) == 2:
-        if ("", relative) not in written:
-            source.place_folder(relative, template)
+        if ("", relative) not in written and source.place_folder(relative, template):
             written.add(("", relative))
         return
     kind = _KINDS.get(parts[0]) if len(parts) == (3 if parts[0] == "fxgraph" else 2) else None
@@ -149,7 +150,8 @@ def _write_entry(template: str, kind: str, key: str, contents: list[bytes]) -> N
 
 
 def make_whole(template: str | os.PathLike[str]) -> None:
-    """Write every entry and binary of ``template``'s source into it now (a folder copied or linked whole needs them)."""
+    """Write every entry and binary of ``template``'s source into it now (a folder copied or linked whole needs
+    them)."""
     with _lock:
         real = os.path.realpath(template)
         if real not in _sources:

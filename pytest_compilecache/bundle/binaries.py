@@ -29,9 +29,9 @@ def build_id(identity: Mapping[str, str]) -> str:
     return hashlib.sha256(json.dumps(dict(identity), sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _write_atomic(dest: Path, data: bytes) -> None:
+def _write_atomic(dest: Path, data: bytes, mtime: float | None = None) -> None:
     dest.parent.mkdir(parents=True, exist_ok=True)
-    files.write_atomic(dest, data, fsync=False)
+    files.write_atomic(dest, data, fsync=False, mtime=mtime)
 
 
 def _place(source: Path, dest: Path) -> bool:
@@ -157,10 +157,8 @@ class BinaryPool:
             _write_atomic(dest, new)
         return True
 
-    def add_all(self, items: Iterable[tuple[str, bytes]],
-                written: float | None = None) -> tuple[int, list[tuple[str, OSError]]]:
-        """Add each ``(rel, bytes)`` the pool lacks, its time set to ``written`` if given (a file loaded from a bundle
-        when torch asks for it is no binary built then); how many were added, and those that could not be written."""
+    def add_all(self, items: Iterable[tuple[str, bytes]]) -> tuple[int, list[tuple[str, OSError]]]:
+        """Add each ``(rel, bytes)`` the pool lacks; how many were added, and those that could not be written."""
         added, failed = 0, []
         try:
             for rel, data in items:
@@ -169,8 +167,6 @@ class BinaryPool:
                         added += self._merge(rel, data)
                     elif not (self.path / rel).exists():
                         _write_atomic(self.path / rel, data)
-                        if written is not None:
-                            os.utime(self.path / rel, (written, written))
                         added += 1
                 except OSError as exc:
                     failed.append((rel, exc))
@@ -178,6 +174,22 @@ class BinaryPool:
             if added:
                 self._changed()
         return added, failed
+
+    def add_loaded(self, items: Iterable[tuple[str, bytes]],
+                   loaded: float) -> tuple[list[str], list[tuple[str, OSError]]]:
+        """Add binaries (no timings) read from a bundle when torch asks for their folder: each the pool lacks,
+        with the file time ``loaded`` (when the bundle was loaded: they are loaded, not built, then). The pool's
+        version stays (every process places these itself when torch asks, so no :meth:`seed` must rescan); the
+        paths written, and those that could not be."""
+        written, failed = [], []
+        for rel, data in items:
+            try:
+                if not (self.path / rel).exists():
+                    _write_atomic(self.path / rel, data, mtime=loaded)
+                    written.append(rel)
+            except OSError as exc:
+                failed.append((rel, exc))
+        return written, failed
 
     def put(self, folder: Path, paths: Iterable[str]) -> int:
         """Link these pooled files (no timings) into a cache folder where missing; how many were placed."""
@@ -466,7 +478,8 @@ def unpack(blob: bytes, section: Mapping[str, Any]) -> tuple["CarriedBinaries", 
     carried, problems = CarriedBinaries(builds=listing.builds), list(listing.problems)
     for key, listed in listing.files.items():
         try:
-            carried.files[key] = CarriedFile(listed.build, listed.path, listed.sha256, listed.size, listing.read(listed))
+            data = listing.read(listed)
+            carried.files[key] = CarriedFile(listed.build, listed.path, listed.sha256, listed.size, data)
         except BinaryDamaged as exc:
             problems.append(str(exc))
     return carried, problems

@@ -27,6 +27,7 @@ class EntryOnDemand:
         self._folders: dict[str, list[tuple[str, Listed]]] = {}
         #: When the binaries were loaded: the time of those written later (they are loaded, not built, then).
         self._loaded = 0.0
+        self._probes: set[str] = set()
 
     def up_front(self, later: Collection[str]) -> list[tuple[str, str, bytes]]:
         """(type, key, content) of the artifacts whose types are not in ``later``, each checked (a damaged one is
@@ -58,13 +59,18 @@ class EntryOnDemand:
     def keys(self) -> Iterable[tuple[str, str]]:
         return dict.fromkeys((member.kind, member.key) for member in self.members.table)
 
-    def carry(self, carried: CarriedListing, later: Mapping[str, Listed], pool: BinaryPool) -> None:
-        """Put the binaries ``later`` (of ``carried``) into ``pool`` and a template when torch asks for their folder."""
-        self._binaries, self._pool, self._loaded = carried, pool, time.time()
+    def carry(self, carried: CarriedListing, later: Mapping[str, Listed], pool: BinaryPool,
+              probes: Collection[str] = ()) -> None:
+        """Put the binaries ``later`` (of ``carried``) into ``pool`` and a template when torch asks for their folder;
+        ``probes``: those that are torch's CPU probes (counted apart: no test's kernel)."""
+        if not later:
+            carried.close()
+            return
+        self._binaries, self._pool, self._loaded, self._probes = carried, pool, time.time(), set(probes)
         for path, listed in in_order(later):
             self._folders.setdefault(path.split("/", 1)[0], []).append((path, listed))
-        if cpp := sum(1 for path in later if is_cpp(path)):
-            self.report.on_demand["cpp"] = cpp
+        if kernels := sum(1 for path in later if is_cpp(path) and path not in self._probes):
+            self.report.on_demand["cpp"] = kernels
 
     def checked_binaries(self, carried: CarriedListing, files: Iterable[tuple[str, Listed]]
                          ) -> Iterator[tuple[str, bytes]]:
@@ -75,21 +81,21 @@ class EntryOnDemand:
             except BinaryDamaged as exc:
                 self.report.problems.append(Problem(Concern.BINARY, f"{self.name}: {exc}", self.name))
 
-    def place_folder(self, name: str, template: str) -> None:
+    def place_folder(self, name: str, template: str) -> bool:
         wanted, pool, carried = self._folders.get(name), self._pool, self._binaries
         if not wanted or pool is None or carried is None:
-            return
+            return True
         missing = [(path, listed) for path, listed in wanted if not (pool.path / path).exists()]
-        _, failed = pool.add_all(self.checked_binaries(carried, missing), written=self._loaded)
+        written, failed = pool.add_loaded(self.checked_binaries(carried, missing), self._loaded)
         for path, error in failed:
             self.report.problems.append(Problem(Concern.BINARY, f"{self.name}: carried binary {path} could not be "
                                                                 f"pooled: {error}", self.name))
         pool.put(Path(template), [path for path, _ in wanted])
-        unwritten = {path for path, _ in failed}
-        self.report.placed_bytes += sum(listed.size for path, listed in missing
-                                        if path not in unwritten and (pool.path / path).exists())
-        placed = sum(1 for path, _ in wanted if is_cpp(path) and Path(template, path).exists())
-        self.report.placed["cpp"] = self.report.placed.get("cpp", 0) + placed
+        sizes = {path: listed.size for path, listed in missing}
+        self.report.placed_bytes += sum(sizes[path] for path in written)
+        kernels = sum(1 for path, _ in wanted if is_cpp(path) and path not in self._probes)
+        self.report.placed["cpp"] = self.report.placed.get("cpp", 0) + kernels
+        return not failed
 
     def folders(self) -> Iterable[str]:
         return list(self._folders)

@@ -106,7 +106,7 @@ class TestSide:
             if not self._keep(request.node):
                 self.folders.discard(cache.path)
             elif template is not None:
-                _torchapi.complete_warm_folder(template, cache.path)  # kept to be looked at: the whole bundle
+                _torchapi.complete_warm_folder(template, cache.path)  # kept to be looked at: what the template holds
 
     def _isolated_before_torch(self, request: pytest.FixtureRequest) -> Iterator[None]:
         """Per-test isolation before torch is imported: only the cache folders are the test's own (nothing to reset)."""

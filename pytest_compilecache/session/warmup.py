@@ -238,12 +238,14 @@ class Preparer:
         fitting = carried.fitting(pool.build)
         later = {path: f for path, f in fitting.items() if _torchapi.binaries_on_demand() and in_subdir(path)}
         now = [(path, f) for path, f in in_order(fitting) if path not in later]
-        _, failed = pool.add_all(source.checked_binaries(carried, now))
+        probes = carried.probes(_torchapi.cpu_probe_sources())
+        try:
+            _, failed = pool.add_all(source.checked_binaries(carried, now))
+        finally:
+            source.carry(carried, later, pool, probes)
         for path, error in failed:
             self._say(Concern.BINARY, f"{bundle.name}: carried binary {path} could not be pooled: {error}", bundle.name)
-        source.carry(carried, later, pool)
         _torchapi.mark_carried(fitting)
-        probes = carried.probes(_torchapi.cpu_probe_sources())
         listed = (entry.binaries_section or {}).get("files") or [[b, p] for b, p in carried.files]
         cpp = [item[1] for item in listed if is_cpp(item[1])]
         count = sum(1 for path in cpp if path not in probes)
