@@ -6,6 +6,7 @@ import getpass
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
@@ -92,6 +93,20 @@ def _reports_match_their_schema(request: pytest.FixtureRequest) -> Iterator[None
         if isinstance(document, dict) and {"format", "totals", "tests", "bundle"} <= document.keys():
             errors = report_schema_errors(document)
             assert not errors, f"{path} does not match the report schema:\n" + "\n".join(errors)
+
+
+@pytest.fixture(scope="session")
+def kernels_name_their_folder(tmp_path_factory: pytest.TempPathFactory) -> bool:
+    """Whether this torch writes a C++ kernel's cache folder into its source (torch 2.7: its key then differs per
+    folder, and the plugin carries no kernel), found by compiling one in a fresh process."""
+    folder = tmp_path_factory.mktemp("kernel-source")
+    code = "import torch; torch.compile(lambda x: (x.sin() + 1).relu())(torch.randn(8))"
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(folder)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    sources = [p for p in folder.glob("*/*.cpp") if p.with_suffix(".so").exists()]
+    assert sources, "a C++ kernel was built"
+    return any(str(folder) in p.read_text(errors="replace") for p in sources)
 
 
 @pytest.fixture(scope="session")

@@ -91,6 +91,14 @@ def built(kernels: Kernels) -> tuple[Path, dict[str, Any]]:
     return bundle, kernels.run(bundle)
 
 
+@pytest.fixture
+def carrying(built: tuple[Path, dict[str, Any]], kernels_name_their_folder: bool) -> tuple[Path, dict[str, Any]]:
+    """The built bundle, where this torch's kernels can be carried at all (not torch 2.7's: see conftest)."""
+    if kernels_name_their_folder:
+        pytest.skip("this torch writes a kernel's cache folder into its source: no kernel is carried")
+    return built
+
+
 def rewrite(source: Path, target: Path, change: Callable[[CarriedBinaries], CarriedBinaries | None]) -> None:
     """Copy a bundle with its one entry's carried binaries changed (or dropped, when ``change`` gives None)."""
     with read_manifest(source) as bundle:
@@ -111,22 +119,22 @@ def shared_objects(carried: CarriedBinaries) -> list[tuple[str, str]]:
     return sorted(key for key in carried.files if key[1].endswith(".so"))
 
 
-def test_a_kernel_is_built_once_per_session_and_cold_cache_stays_cold(built: tuple[Path, dict[str, Any]]) -> None:
-    _, run = built
+def test_a_kernel_is_built_once_per_session_and_cold_cache_stays_cold(carrying: tuple[Path, dict[str, Any]]) -> None:
+    bundle_path, run = carrying
     assert run["test_a_builds"]["cpp"]["misses"] >= 2, run["test_a_builds"]
     reused = run["test_b_reuses"]
     assert reused["fx_graph"]["misses"] >= 2, "FX entries stay isolated between warm_cache tests"
     assert reused["cpp"]["misses"] == 0 and reused["cpp"]["hits"] >= 2, f"a binary was built twice: {reused}"
     assert run["test_c_is_cold"]["cpp"]["misses"] >= 1, "cold_cache must build its kernels itself"
-    with read_manifest(built[0]) as bundle:
+    with read_manifest(bundle_path) as bundle:
         bundle.read_all()
     assert len(shared_objects(bundle.entries[0].binaries or CarriedBinaries())) >= 2
 
 
 def test_broken_binaries_are_rebuilt_and_reported_once(
-    built: tuple[Path, dict[str, Any]], kernels: Kernels
+    carrying: tuple[Path, dict[str, Any]], kernels: Kernels
 ) -> None:
-    source, _ = built
+    source, _ = carrying
     tampered = kernels.root / "tampered.bundle"
     garbage = b"\x7fELF but not a shared object " * 64
 
@@ -156,9 +164,9 @@ def test_broken_binaries_are_rebuilt_and_reported_once(
 
 
 def test_binaries_of_another_build_are_not_used(
-    built: tuple[Path, dict[str, Any]], kernels: Kernels
+    carrying: tuple[Path, dict[str, Any]], kernels: Kernels
 ) -> None:
-    source, _ = built
+    source, _ = carrying
     foreign = kernels.root / "foreign.bundle"
 
     def elsewhere(carried: CarriedBinaries) -> CarriedBinaries:
@@ -304,12 +312,12 @@ def test_tritons_compiled_helper_modules_are_pooled_and_carried(tmp_path: Path) 
     assert (seeded / "triton" / key / name).read_bytes() != b"\x7fELF rebuilt", "a folder's own link is left alone"
 
 
-def test_an_updating_warmup_uses_the_carried_binaries(kernels: Kernels, built: tuple[Path, dict[str, Any]],
+def test_an_updating_warmup_uses_the_carried_binaries(kernels: Kernels, carrying: tuple[Path, dict[str, Any]],
                                                       tmp_path: Path) -> None:
     """With --compile-cache-update the warmup runs again over the loaded bundle: its graphs hit, and
     their C++ kernels come from the bundle's carried binaries, not from a rebuild."""
     bundle = tmp_path / "update.bundle"
-    bundle.write_bytes(built[0].read_bytes())
+    bundle.write_bytes(carrying[0].read_bytes())
     kernels.run(bundle, "--compile-cache-update")
     process = json.loads(bundle.with_suffix(".json").read_text())["bundle"]["processes"][0]
     assert process["warmup_seconds"] is not None, "the warmup ran again"
