@@ -248,11 +248,11 @@ class UrlStore:
 
 
 def _checked(bundle: Bundle, env: Mapping[str, str] | None) -> Bundle:
-    """``bundle``, with ``env``'s entry (if it has one) checked as a session reads it before its first test (its
-    payload or table: its artifacts and carried binaries are checked one by one when read)."""
+    """``bundle``, with ``env``'s entry (if it has one) read and checked: payload and carried binaries."""
     entry = bundle.find(env) if env is not None else None
     if entry is not None:
         bundle.check(entry)
+        bundle.carried(entry)
     return bundle
 
 
