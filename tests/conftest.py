@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import os
 import shutil
@@ -93,6 +94,17 @@ def _reports_match_their_schema(request: pytest.FixtureRequest) -> Iterator[None
         if isinstance(document, dict) and {"format", "totals", "tests", "bundle"} <= document.keys():
             errors = report_schema_errors(document)
             assert not errors, f"{path} does not match the report schema:\n" + "\n".join(errors)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _torch_compiler_imported_before_pytester() -> None:
+    """Import, once and before any test, what the plugin imports in this process to take Mega-Cache bytes apart
+    (writing a bundle entry does): pytester forgets the modules a test imports, and torch's compiler cannot be
+    imported twice in one process (its operator libraries register once)."""
+    from pytest_compilecache import _torchapi
+
+    with contextlib.suppress(Exception):
+        _torchapi.artifact_contents(b"")
 
 
 @pytest.fixture(scope="session")
