@@ -12,6 +12,8 @@
 # under -n 2, warm tests, explanations, compile expectations, the command line): `-m "not slow or compat"`.
 # One line per version: passed/failed/skipped and wall time; logs in $COMPAT_LOGS (default
 # benchmarks/results/compat), one per version, plus summary.txt. Exit status: 1 if any version failed.
+# COMPAT_DISCARD=1 removes each venv once its tier has run, so that one CUDA build (about 5 GB) is on disk at a
+# time (CI does this).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
@@ -81,6 +83,7 @@ for version in "$@"; do
   outcome=$(grep -E "^=* ?[0-9]+ (passed|failed)|^=+ .*(passed|failed|error).* in " "$log" | tail -1 | sed -E 's/=//g; s/^ +| +$//g')
   [ -n "$outcome" ] || outcome="no result (rc $rc, see the log)"
   [ "$rc" -eq 0 ] || failed=1
+  [ "${COMPAT_DISCARD:-0}" = 1 ] && rm -rf "$venv"
   line=$(printf "torch %-7s %-6s %-60s %4d s  %s" "$version" "$([ "$rc" -eq 0 ] && echo ok || echo FAILED)" "$outcome" "$seconds" "${log#"$repo/"}")
   echo "$line" | tee -a "$summary"
 done

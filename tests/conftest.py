@@ -96,6 +96,31 @@ def _reports_match_their_schema(request: pytest.FixtureRequest) -> Iterator[None
             assert not errors, f"{path} does not match the report schema:\n" + "\n".join(errors)
 
 
+_PASSED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if report.when == "call":
+        item.stash[_PASSED] = report.passed
+    return report
+
+
+@pytest.fixture(autouse=True)
+def _passing_tests_leave_no_folders(request: pytest.FixtureRequest, _reports_match_their_schema: None) -> Iterator[None]:
+    """A passing test's ``pytester`` and ``tmp_path`` folders are removed when it ends (its inner sessions' compile
+    caches and precompiled headers: 2 GB for the suite); a failing test's stay, as pytest keeps them.
+
+    CI's disk holds the suite beside a CUDA build of torch (about 5 GB) for the compat tier.
+    """
+    folders = [request.getfixturevalue(name) for name in ("pytester", "tmp_path") if name in request.fixturenames]
+    yield
+    if request.node.stash.get(_PASSED, False):
+        for folder in folders:
+            shutil.rmtree(getattr(folder, "path", folder), ignore_errors=True)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _torch_compiler_imported_before_pytester() -> None:
     """Import, once and before any test, what the plugin imports in this process to take Mega-Cache bytes apart
