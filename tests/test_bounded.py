@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -62,28 +63,63 @@ def project(pytester: pytest.Pytester, built: Path) -> pytest.Pytester:
     return pytester
 
 
-def test_artifacts_no_updating_run_used_are_dropped(project: pytest.Pytester,
-                                                    run_inner: Callable[..., pytest.RunResult]) -> None:
-    bundle = project.path / "b.bundle"
-    ini = "compile_cache_max_unused_runs = 1"
-    args = (f"--compile-cache-bundle={bundle}",)
-    assert inductor_count(bundle) == 2
-    assert set(codes(bundle)) == {"<lambda> (test_b.py)"} and codes(bundle)["<lambda> (test_b.py)"] == 4
-
-    before = bundle.read_bytes()
-    run_inner(*args, "-k", "kept", ini=ini).assert_outcomes(passed=1)
-    assert bundle.read_bytes() == before, "a run that does not update PATH never rewrites it"
-
-    update = run_inner(*args, "--compile-cache-update", "-k", "kept", ini=ini)
-    update.assert_outcomes(passed=1)
-    update.stdout.fnmatch_lines(["*dropped as unused in the last updating runs (compile_cache_max_unused_runs): "
-                                 "1 fx_graph, 1 aot_autograd*"])
-    assert inductor_count(bundle) == 1
+def keys(bundle: Path) -> list[str]:
+    """The artifact keys the bundle's (one) entry's index records."""
     with read_manifest(bundle) as b:
         b.read_all()
         index, _ = b.key_index(b.entries[0])
-    assert index is not None and len(index.runs) == 2 and len(index.keys) == 2
+    assert index is not None
+    return list(index.keys)
 
+
+def runs_recorded(bundle: Path) -> int:
+    """How many updating runs of the whole suite the bundle's (one) entry counts."""
+    with read_manifest(bundle) as b:
+        b.read_all()
+        index, _ = b.key_index(b.entries[0])
+    assert index is not None
+    return len(index.runs)
+
+
+def test_an_edited_tests_old_artifacts_are_dropped_by_runs_of_the_whole_suite_only(
+        project: pytest.Pytester, run_inner: Callable[..., pytest.RunResult]) -> None:
+    """An updating run that ran part of the suite (-k, a named test, -x) records what it used but does not count
+    toward compile_cache_max_unused_runs, so it never drops what the tests it left out use; a run of the whole
+    suite after an edit drops the edited function's old artifacts."""
+    bundle = project.path / "b.bundle"
+    ini = "compile_cache_max_unused_runs = 1"
+    args = (f"--compile-cache-bundle={bundle}", "--compile-cache-report=r.json")
+    assert inductor_count(bundle) == 2 and runs_recorded(bundle) == 1
+    assert set(codes(bundle)) == {"<lambda> (test_b.py)"} and codes(bundle)["<lambda> (test_b.py)"] == 4
+    built_keys = set(keys(bundle))
+
+    before = bundle.read_bytes()
+    run_inner(*args, "-k", "kept", ini=ini).assert_outcomes(passed=1, deselected=1)
+    assert bundle.read_bytes() == before, "a run that does not update PATH never rewrites it"
+
+    deselected = "it deselected 1 test (-k, -m, --deselect, --lf or --sw)"
+    for part, why in ((("-k", "kept"), deselected), (("-n", "2", "-k", "kept"), deselected),
+                      (("test_b.py::test_kept",), "it named tests or files (test_b.py::test_kept)")):
+        update = run_inner(*args, "--compile-cache-update", *part, ini=ini)
+        assert update.parseoutcomes()["passed"] == 1, update.stdout.str()
+        update.stdout.fnmatch_lines([f"*not counted toward compile_cache_max_unused_runs: {why}*"])
+        assert "dropped as unused" not in update.stdout.str()
+        assert json.loads((project.path / "r.json").read_text())["bundle"]["saved"]["not_counted"] == why
+        assert inductor_count(bundle) == 2 and runs_recorded(bundle) == 1, part
+
+    project.makepyfile(test_b=TESTS.replace("torch.cos(x) - 3", "torch.tan(x) - 3"))
+    stopped = run_inner(*args, "--compile-cache-update", "-x", "-k", "not kept", ini=ini)
+    stopped.assert_outcomes(passed=1, deselected=1)
+    assert inductor_count(bundle) == 3 and runs_recorded(bundle) == 1, "the edit added; nothing counted"
+
+    whole = run_inner(*args, "--compile-cache-update", ini=ini)
+    whole.assert_outcomes(passed=2)
+    whole.stdout.fnmatch_lines(["*dropped as unused in the last updating runs (compile_cache_max_unused_runs): "
+                                "1 fx_graph, 1 aot_autograd*"])
+    assert "not counted" not in whole.stdout.str()
+    assert "not_counted" not in json.loads((project.path / "r.json").read_text())["bundle"]["saved"]
+    assert inductor_count(bundle) == 2 and runs_recorded(bundle) == 2
+    assert len(keys(bundle)) == 4 and len(set(keys(bundle)) & built_keys) == 2, "test_kept's kept, test_once's new"
 
 
 def test_prune_max_size_drops_the_least_recently_used(project: pytest.Pytester, built: Path,

@@ -89,9 +89,10 @@ class KeyIndex:
             dropped.update({k: (dropped_by, when) for k in self.keys if k not in wanted})
         return KeyIndex(self.torch, configs, kept, list(self.runs), used, _newest(dropped))
 
-    def note_run(self, when: float, used: Iterable[str]) -> None:
-        """An updating run at ``when`` used the artifacts ``used`` (as :func:`artifact_id` names them)."""
-        if when not in self.runs:
+    def note_run(self, when: float, used: Iterable[str], counted: bool = True) -> None:
+        """An updating run at ``when`` used the artifacts ``used`` (as :func:`artifact_id` names them); only a
+        ``counted`` run (one that ran the whole suite) is one of the runs :meth:`unused_for` counts."""
+        if counted and when not in self.runs:
             self.runs = sorted([*self.runs, when])[-MAX_RUNS:]
         for name in used:
             self.used[name] = max(self.used.get(name, 0.0), when)

@@ -120,6 +120,8 @@ class ProcessReport:
     own_warmup: bool = False
     #: The register of patches (``patches.status()``); ``None`` where torch's compiler was never set up here.
     patches: dict[str, Any] | None = None
+    #: Why this process ran part of the suite (deselected tests, collection errors, tests named); "" if it did not.
+    left_out: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """A plain dict (for ``workeroutput`` and the JSON report)."""
@@ -169,6 +171,9 @@ class SaveResult:
     added_artifacts: dict[str, int] = field(default_factory=dict)
     #: Seconds spent importing torch's compiler before saving (not in ``seconds``).
     import_seconds: float = 0.0
+    #: Why this updating run does not count toward ``compile_cache_max_unused_runs`` ("" where it counts or
+    #: nothing is dropped as unused).
+    not_counted: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form; empty when nothing was asked."""
@@ -178,6 +183,8 @@ class SaveResult:
         if self.status in (SaveStatus.SAVED, SaveStatus.UNCHANGED, SaveStatus.DELTA):
             data.update(path=self.path, artifacts=self.artifacts, bytes=self.bytes, seconds=self.seconds,
                         dropped_unused=self.dropped_unused, import_seconds=self.import_seconds)
+            if self.not_counted and self.status is SaveStatus.SAVED:
+                data["not_counted"] = self.not_counted
             if self.status is SaveStatus.SAVED:
                 data.update(added=self.added, added_artifacts=self.added_artifacts)
         else:

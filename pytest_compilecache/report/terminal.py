@@ -208,6 +208,8 @@ def summary_lines(report: SessionReport) -> list[str]:
         lines.append(f"bundle not written, nothing to save: {saved.reason}" + moved)
     elif saved.status is not SaveStatus.NOT_ASKED:
         lines.append(f"bundle {saved.status.value}: {saved.reason}" + moved)
+    if saved.not_counted and saved.status is SaveStatus.SAVED:
+        lines.append(f"  not counted toward compile_cache_max_unused_runs: {saved.not_counted}")
     failure = report.warmup_failed
     if failure:
         lines.append("WARMUP FAILED (this run's warm_cache tests skip):")

@@ -15,6 +15,7 @@ from .collector import Collector
 from .options import Options
 from .progress import Progress
 from .saving import exit_status, save, write_json
+from .selection import stopped_early
 from .start import check_at_start, check_remote, describe
 
 #: When the plugin was loaded: a process's first session counts its wall clock from here, a later one from its start.
@@ -56,12 +57,13 @@ class SessionLife:
         with self.progress.showing():
             check_at_start(self.options, self.store, self.at_start, process_dir, self.report)
 
-    def finish(self, session: pytest.Session, processes: list[ProcessReport],
+    def finish(self, session: pytest.Session, exitstatus: int | pytest.ExitCode, processes: list[ProcessReport],
                artifacts: list[tuple[dict[str, str], bytes, Any]], pools: Path) -> None:
         """Save what the processes compiled, then the report, the JSON file and the exit status."""
         self.report.processes = processes
+        left_out = next((p.left_out for p in processes if p.left_out), "") or stopped_early(session, exitstatus)
         with self.progress.showing():
-            save(self.report, artifacts, self.store, self.options, self.at_start, self.run, pools)
+            save(self.report, artifacts, self.store, self.options, self.at_start, self.run, pools, left_out)
         self.report.session_seconds = time.time() - self.report.started
         if self.keeper is not None:
             self.report.expectations = self.keeper.finish(session)

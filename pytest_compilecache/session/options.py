@@ -19,6 +19,8 @@ from ..storage.urls import STORAGE_OPTIONS_ENV, file_url_path, is_url, parse_sto
 from .remote import check_url
 
 DEFAULT_LOCK_TIMEOUT = 900.0
+#: Updating runs of the whole suite after which an artifact none of them used is dropped (an edit's old entry).
+DEFAULT_MAX_UNUSED_RUNS = 10
 BUNDLE_ENV = "PYTEST_COMPILE_CACHE_BUNDLE"
 REMOTE_ENV = "PYTEST_COMPILE_CACHE_REMOTE"
 
@@ -61,7 +63,7 @@ class Options:
     update: bool = False
     rebuild: bool = False
     explain: bool = False
-    max_unused_runs: int = 0
+    max_unused_runs: int = DEFAULT_MAX_UNUSED_RUNS
     remote: str | None = None
     strict: bool = False
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT
@@ -162,7 +164,7 @@ class Options:
         if network_timeout == 0:
             raise pytest.UsageError("compile_cache_network_timeout must be more than 0 seconds")
         home = path("compile_cache_home") or user_cache_dir()
-        unused = str(pick("compile_cache_max_unused_runs")[0] or "0").strip()
+        unused = str(pick("compile_cache_max_unused_runs")[0] or str(DEFAULT_MAX_UNUSED_RUNS)).strip()
         if not re.fullmatch(r"[0-9]+", unused):
             raise pytest.UsageError(f"compile_cache_max_unused_runs must be a whole number of updating runs "
                                     f"(0: keep everything), not {unused!r}")
@@ -270,7 +272,8 @@ def add_options(parser: pytest.Parser) -> None:
                   'URL, e.g. {"endpoint_url": "http://127.0.0.1:9000"} (credentials come from the environment; '
                   f"env: {STORAGE_OPTIONS_ENV})")
     parser.addini("compile_cache_max_unused_runs", type="string", help="with --compile-cache-update: drop artifacts "
-                  "that none of the last N updating runs used (default 0: keep everything)")
+                  "that none of the last N updating runs of the whole suite used (default "
+                  f"{DEFAULT_MAX_UNUSED_RUNS}; 0: keep everything)")
     parser.addini("compile_cache_home", type="string", help="per-user folder for precompiled C++ headers and "
                   "per-worker caches (default: the platform's user cache folder, e.g. ~/.cache/pytest-compilecache)")
     parser.addini("compile_cache_headers_dir", type="string", help="folder for precompiled C++ headers, shared by "

@@ -23,6 +23,7 @@ from .life import SessionLife, teller
 from .options import Options
 from .progress import Progress
 from .saving import read_index
+from .selection import Selection
 from .start import header_lines, open_bundle_store
 from .testside import TestSide
 from .warmup import died_in_warmup
@@ -37,10 +38,12 @@ class _RunsTests:
     def __init__(self, config: pytest.Config, options: Options, side: TestSide) -> None:
         self.config, self.options, self.side = config, options, side
         self.recorder = Recorder.create(config, options.expect, options.expect_update, side.counts)
+        self.selection = Selection(config)
 
     def start(self, plugins: pytest.PytestPluginManager, saved: SavedEnv | None) -> None:
         """Register this role's hooks; set the process's environment up (see :meth:`TestSide.configure`)."""
         plugins.register(self, "compilecache-role")
+        plugins.register(self.selection, "compilecache-selection")
         if self.recorder is not None:
             plugins.register(self.recorder, "compilecache-expect-recorder")
         self.side.configure(saved)
@@ -66,13 +69,15 @@ class _RunsTests:
         self.side.runtest_setup(item)
 
     @pytest.hookimpl(tryfirst=True)
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int | pytest.ExitCode) -> None:
         """Each role's end of the session, with its warnings in pytest's summary."""
         with warnings_to_pytest(self.config):
             process = self.side.bundle.finish()
-            self._finish(session, process, self.side.bundle.own_artifacts(process))
+            process.left_out = self.selection.left_out()
+            self._finish(session, exitstatus, process, self.side.bundle.own_artifacts(process))
 
-    def _finish(self, session: pytest.Session, process: ProcessReport, own: tuple[bytes, KeyIndex] | None) -> None:
+    def _finish(self, session: pytest.Session, exitstatus: int | pytest.ExitCode, process: ProcessReport,
+                own: tuple[bytes, KeyIndex] | None) -> None:
         raise NotImplementedError
 
     @pytest.hookimpl(wrapper=True)
@@ -106,9 +111,11 @@ class SingleProcess(_RunsTests):
     def _stop(self, session: pytest.Session, failure: str) -> None:
         raise pytest.UsageError(failure)
 
-    def _finish(self, session: pytest.Session, process: ProcessReport, own: tuple[bytes, KeyIndex] | None) -> None:
+    def _finish(self, session: pytest.Session, exitstatus: int | pytest.ExitCode, process: ProcessReport,
+                own: tuple[bytes, KeyIndex] | None) -> None:
         env = process.env
-        self.life.finish(session, [process], [(env, *own)] if own and env else [], self.side.folders.shared / "binaries")
+        self.life.finish(session, exitstatus, [process], [(env, *own)] if own and env else [],
+                         self.side.folders.shared / "binaries")
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         return header_lines(self.options, self.life.report, self.side.bundle.process_report)
@@ -128,7 +135,8 @@ class Worker(_RunsTests):
     def _stop(self, session: pytest.Session, failure: str) -> None:
         session.shouldstop = failure
 
-    def _finish(self, session: pytest.Session, process: ProcessReport, own: tuple[bytes, KeyIndex] | None) -> None:
+    def _finish(self, session: pytest.Session, exitstatus: int | pytest.ExitCode, process: ProcessReport,
+                own: tuple[bytes, KeyIndex] | None) -> None:
         if own is not None:
             shared, name = self.side.folders.shared, f"{os.getpid()}-{uuid.uuid4().hex}"
             data, index = shared / f"artifacts-{name}.bin", shared / f"index-{name}.bin"
@@ -189,12 +197,12 @@ class Controller:
             report.longrepr = f"{report.longrepr}\ncompilecache: {why}; this test had not started"
 
     @pytest.hookimpl(tryfirst=True)
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int | pytest.ExitCode) -> None:
         with warnings_to_pytest(self.config):
             artifacts = [(process.env, Path(process.artifacts_file).read_bytes(), read_index(process.index_file))
                          for process in self.processes
                          if process.artifacts_file and process.env and os.path.exists(process.artifacts_file)]
-            self.life.finish(session, self.processes, artifacts, self.folders.shared / "binaries")
+            self.life.finish(session, exitstatus, self.processes, artifacts, self.folders.shared / "binaries")
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         return header_lines(self.options, self.life.report, None)

@@ -21,8 +21,10 @@ from .options import Options
 
 
 def save(report: SessionReport, blobs: list[tuple[dict[str, str], bytes, KeyIndex | None]], store: BundleStore | None,
-         options: Options, at_start: BundleAtStart, run: float, pools: Path) -> None:
-    """Merge every process's artifacts and the pooled binaries into PATH once, under its lock; fill ``report.saved``."""
+         options: Options, at_start: BundleAtStart, run: float, pools: Path, left_out: str = "") -> None:
+    """Merge every process's artifacts and the pooled binaries into PATH once, under its lock; fill ``report.saved``.
+    ``left_out``: why the session ran part of the suite ("" if it ran it whole): such a run records what it used but
+    does not count toward ``compile_cache_max_unused_runs``."""
     if store is None:
         return
     path = store.name
@@ -69,7 +71,7 @@ def save(report: SessionReport, blobs: list[tuple[dict[str, str], bytes, KeyInde
         additions = [make_entry(env, blob, _torchapi.describe_artifacts(blob), binaries=binaries, index=index)
                      for env, blob, index in blobs]
         saved = store.add(additions, history, run=run, max_unused_runs=options.max_unused_runs,
-                          rebuild=options.rebuild)
+                          rebuild=options.rebuild, counted=not left_out)
         merged = saved.bundle
         report.problems.extend(Problem(Concern.SAVING, f"{path}: {why}", str(path)) for why in saved.dropped)
         artifacts: dict[str, dict[str, int]] = {}
@@ -97,7 +99,8 @@ def save(report: SessionReport, blobs: list[tuple[dict[str, str], bytes, KeyInde
     report.saved = SaveResult(_SAVE_STATUS[saved.status], saved.note, path=saved.delta or path, artifacts=artifacts,
                               bytes=saved.size, seconds=round(time.perf_counter() - start, 3), added=saved.added,
                               dropped_unused=dict(saved.unused), transfer=saved.transfer.to_json(),
-                              added_artifacts=dict(saved.added_artifacts), import_seconds=round(imported, 3))
+                              added_artifacts=dict(saved.added_artifacts), import_seconds=round(imported, 3),
+                              not_counted=left_out if options.max_unused_runs > 0 else "")
 
 
 def _failed(report: SessionReport, message: str, where: str) -> None:

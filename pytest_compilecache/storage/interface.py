@@ -129,8 +129,10 @@ class BundleStore(Protocol):
         """How the bundle looks now, cheaply."""
 
     def add(self, additions: list[Entry], history: Mapping[str, object] | None = None, run: float | None = None,
-            max_unused_runs: int = 0, rebuild: bool = False) -> Saved:
-        """Merge ``additions`` into the bundle (see :func:`.merge.combine`); ``rebuild`` replaces one unreadable."""
+            max_unused_runs: int = 0, rebuild: bool = False, counted: bool = True) -> Saved:
+        """Merge ``additions`` into the bundle (see :func:`.merge.combine`); ``rebuild`` replaces one unreadable;
+        ``counted``: ``run`` ran the whole suite, so it counts toward ``max_unused_runs`` (see :func:`.merge.stamp`).
+        A run that adds nothing to a bundle at a URL writes nothing, so it records no use and counts for nothing."""
 
     def update(self, change: Callable[[Bundle | None], list[Entry] | None], unconditional: bool = False,
                dropped: list[str] | None = None) -> Bundle | None:

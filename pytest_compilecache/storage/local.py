@@ -124,9 +124,9 @@ class LocalStore:
                     current.close()
 
     def add(self, additions: list[Entry], history: Mapping[str, object] | None = None, run: float | None = None,
-            max_unused_runs: int = 0, rebuild: bool = False) -> Saved:
+            max_unused_runs: int = 0, rebuild: bool = False, counted: bool = True) -> Saved:
         """Merge ``additions`` into PATH, under its lock (see :meth:`.interface.BundleStore.add`)."""
-        stamp(additions, history, run)
+        stamp(additions, history, run, counted)
         return fold(self.update, additions, run=run, max_unused_runs=max_unused_runs, rebuild=rebuild)
 
     def write_warning(self) -> str:

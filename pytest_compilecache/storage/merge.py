@@ -121,8 +121,10 @@ class Combined(NamedTuple):
     new: New
 
 
-def stamp(additions: list[Entry], history: Mapping[str, object] | None, run: float | None) -> None:
-    """Give new entries the session's history and creation time and, with ``run``, a note that it used them all."""
+def stamp(additions: list[Entry], history: Mapping[str, object] | None, run: float | None,
+          counted: bool = True) -> None:
+    """Give new entries the session's history and creation time and, with ``run``, a note that it used them all
+    (``counted``: a run that ran the whole suite, one of those ``compile_cache_max_unused_runs`` counts)."""
     now = time.time()
     for entry in additions:
         entry.history = {**(history or {}), **({"run": run} if run is not None else {}), **entry.history}
@@ -130,7 +132,7 @@ def stamp(additions: list[Entry], history: Mapping[str, object] | None, run: flo
         if run is not None:
             used = [artifact_id(m.kind, m.key) for m in members_of(entry, "the bundle").table]
             entry.index = KeyIndex.union([entry.index or KeyIndex()])
-            entry.index.note_run(run, used)
+            entry.index.note_run(run, used, counted)
             entry.reset_index()
 
 

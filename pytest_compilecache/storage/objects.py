@@ -213,14 +213,14 @@ class UrlStore:
         return current
 
     def add(self, additions: list[Entry], history: Mapping[str, object] | None = None, run: float | None = None,
-            max_unused_runs: int = 0, rebuild: bool = False) -> Saved:
+            max_unused_runs: int = 0, rebuild: bool = False, counted: bool = True) -> Saved:
         """Publish ``additions`` (see :meth:`.interface.BundleStore.add`), as a delta where no conditional write can."""
         before = self.transfer
         if self.client.writer.read_only:
             raise BundleError(f"{self.name}: {self.client.protocol}:// bundles are read-only; this run's artifacts "
                               "were not published (publish to an object store such as s3:// and serve that over HTTP)")
-        stamp(additions, history, run)
-        if not rebuild and max_unused_runs == 0:
+        stamp(additions, history, run, counted)
+        if not rebuild:
             with self.locked():
                 held = self._holds_already(additions)
             if held is not None:

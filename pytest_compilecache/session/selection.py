@@ -1,0 +1,46 @@
+"""Whether a run ran the whole suite: only such an updating run counts toward ``compile_cache_max_unused_runs``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ..words import counted
+
+
+class Selection:
+    """Watches what a process that runs tests left out of its collection: deselected tests (``-k``, ``-m``,
+    ``--deselect``, ``--lf``, ``--sw``), collection errors, and tests or files named on the command line."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        where = Path(config.invocation_params.dir)
+        self._named = [arg for arg in config.args if "::" in arg or (where / arg).is_file()]
+        self._deselected = 0
+        self._errors = 0
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        self._deselected += len(items)
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self._errors += 1
+
+    def left_out(self) -> str:
+        """Why this process ran part of the suite, in words; "" when it ran every test its paths hold."""
+        if self._named:
+            return f"it named tests or files ({self._named[0]}{', ...' if len(self._named) > 1 else ''})"
+        if self._deselected:
+            return f"it deselected {counted(self._deselected, 'test')} (-k, -m, --deselect, --lf or --sw)"
+        if self._errors:
+            return f"{counted(self._errors, 'collection error')} left tests out"
+        return ""
+
+
+def stopped_early(session: pytest.Session, exitstatus: int | pytest.ExitCode) -> str:
+    """Why the session did not run every test it selected (``-x``, ``--maxfail``, an interrupt), or ""."""
+    if session.shouldfail or session.shouldstop:
+        return f"it stopped early ({session.shouldfail or session.shouldstop})"
+    if exitstatus == pytest.ExitCode.INTERRUPTED:
+        return "it was interrupted"
+    return ""
