@@ -68,7 +68,8 @@ def report_schema_errors(document: Any) -> list[str]:
 
 
 @pytest.fixture(autouse=True)
-def _reports_match_their_schema(request: pytest.FixtureRequest) -> Iterator[None]:
+def _reports_match_their_schema(request: pytest.FixtureRequest,
+                                _passing_tests_leave_no_folders: None) -> Iterator[None]:
     """Every ``--compile-cache-report`` file a test's inner runs write validates against the published schema.
 
     Checked wherever ``jsonschema`` is installed (the ``test`` extra, so in CI); a machine that
@@ -108,11 +109,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 @pytest.fixture(autouse=True)
-def _passing_tests_leave_no_folders(request: pytest.FixtureRequest, _reports_match_their_schema: None) -> Iterator[None]:
+def _passing_tests_leave_no_folders(request: pytest.FixtureRequest) -> Iterator[None]:
     """A passing test's ``pytester`` and ``tmp_path`` folders are removed when it ends (its inner sessions' compile
     caches and precompiled headers: 2 GB for the suite); a failing test's stay, as pytest keeps them.
 
-    CI's disk holds the suite beside a CUDA build of torch (about 5 GB) for the compat tier.
+    CI's disk holds the suite beside a CUDA build of torch (about 5 GB) for the compat tier. The report schema's
+    check depends on this fixture, so it reads the folder before it goes.
     """
     folders = [request.getfixturevalue(name) for name in ("pytester", "tmp_path") if name in request.fixturenames]
     yield

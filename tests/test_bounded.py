@@ -73,19 +73,41 @@ def keys(bundle: Path) -> list[str]:
 
 
 def runs_recorded(bundle: Path) -> int:
-    """How many updating runs of the whole suite the bundle's (one) entry counts."""
+    """How many runs of the whole suite the bundle's (one) entry counts (its building run among them)."""
     with read_manifest(bundle) as b:
         b.read_all()
         index, _ = b.key_index(b.entries[0])
     assert index is not None
-    return len(index.runs)
+    return len(index.whole_runs)
+
+
+WARMUP = """
+import torch
+
+def g(x):
+    return torch.exp(x) + 1
+
+def pytest_compilecache_warmup(cache):
+    with torch.no_grad():
+        torch.compile(g, dynamic=False)(torch.randn(8))
+"""
+
+STOPS = """
+import os
+import torch
+
+def test_stop():
+    with torch.no_grad():
+        torch.compile(lambda x: torch.sin(x) * 3, dynamic=False)(torch.randn(8))
+    assert not os.path.exists("stop.flag")
+"""
 
 
 def test_an_edited_tests_old_artifacts_are_dropped_by_runs_of_the_whole_suite_only(
         project: pytest.Pytester, run_inner: Callable[..., pytest.RunResult]) -> None:
-    """An updating run that ran part of the suite (-k, a named test, -x) records what it used but does not count
-    toward compile_cache_max_unused_runs, so it never drops what the tests it left out use; a run of the whole
-    suite after an edit drops the edited function's old artifacts."""
+    """An updating run that ran part of the suite (-k, a named test, -x, --lf) records what it used but does not
+    count toward compile_cache_max_unused_runs, whether or not its warmup wrote PATH first, so it never drops what
+    the tests it left out use; a run of the whole suite after an edit drops the edited function's old artifacts."""
     bundle = project.path / "b.bundle"
     ini = "compile_cache_max_unused_runs = 1"
     args = (f"--compile-cache-bundle={bundle}", "--compile-cache-report=r.json")
@@ -97,7 +119,8 @@ def test_an_edited_tests_old_artifacts_are_dropped_by_runs_of_the_whole_suite_on
     run_inner(*args, "-k", "kept", ini=ini).assert_outcomes(passed=1, deselected=1)
     assert bundle.read_bytes() == before, "a run that does not update PATH never rewrites it"
 
-    deselected = "it deselected 1 test (-k, -m, --deselect, --lf or --sw)"
+    project.makeconftest(WARMUP)  # its warmup writes PATH at the start of each updating run
+    deselected = "it deselected 1 test (-k, -m, --deselect or --sw)"
     for part, why in ((("-k", "kept"), deselected), (("-n", "2", "-k", "kept"), deselected),
                       (("test_b.py::test_kept",), "it named tests or files (test_b.py::test_kept)")):
         update = run_inner(*args, "--compile-cache-update", *part, ini=ini)
@@ -105,21 +128,30 @@ def test_an_edited_tests_old_artifacts_are_dropped_by_runs_of_the_whole_suite_on
         update.stdout.fnmatch_lines([f"*not counted toward compile_cache_max_unused_runs: {why}*"])
         assert "dropped as unused" not in update.stdout.str()
         assert json.loads((project.path / "r.json").read_text())["bundle"]["saved"]["not_counted"] == why
-        assert inductor_count(bundle) == 2 and runs_recorded(bundle) == 1, part
+        assert inductor_count(bundle) == 3 and runs_recorded(bundle) == 1, part  # the warmup's g added
 
-    project.makepyfile(test_b=TESTS.replace("torch.cos(x) - 3", "torch.tan(x) - 3"))
-    stopped = run_inner(*args, "--compile-cache-update", "-x", "-k", "not kept", ini=ini)
-    stopped.assert_outcomes(passed=1, deselected=1)
-    assert inductor_count(bundle) == 3 and runs_recorded(bundle) == 1, "the edit added; nothing counted"
+    project.makepyfile(test_b=TESTS.replace("torch.cos(x) - 3", "torch.tan(x) - 3"), test_c=STOPS)
+    (project.path / "stop.flag").touch()
+    stopped = run_inner(*args, "--compile-cache-update", "-x", ini=ini)
+    stopped.assert_outcomes(passed=2, failed=1)
+    stopped.stdout.fnmatch_lines(["*not counted toward compile_cache_max_unused_runs: it stopped early*"])
+    assert inductor_count(bundle) == 4 and runs_recorded(bundle) == 1, "the edit added; nothing counted"
+
+    (project.path / "stop.flag").unlink()
+    last_failed = run_inner(*args, "--compile-cache-update", "--lf", ini=ini)
+    last_failed.assert_outcomes(passed=1)
+    last_failed.stdout.fnmatch_lines(["*not counted toward compile_cache_max_unused_runs: "
+                                      "it ran the last failures only (--lf)*"])
+    assert inductor_count(bundle) == 4 and runs_recorded(bundle) == 1
 
     whole = run_inner(*args, "--compile-cache-update", ini=ini)
-    whole.assert_outcomes(passed=2)
+    whole.assert_outcomes(passed=3)
     whole.stdout.fnmatch_lines(["*dropped as unused in the last updating runs (compile_cache_max_unused_runs): "
                                 "1 fx_graph, 1 aot_autograd*"])
     assert "not counted" not in whole.stdout.str()
     assert "not_counted" not in json.loads((project.path / "r.json").read_text())["bundle"]["saved"]
-    assert inductor_count(bundle) == 2 and runs_recorded(bundle) == 2
-    assert len(keys(bundle)) == 4 and len(set(keys(bundle)) & built_keys) == 2, "test_kept's kept, test_once's new"
+    assert inductor_count(bundle) == 3 and runs_recorded(bundle) == 2
+    assert len(keys(bundle)) == 6 and len(set(keys(bundle)) & built_keys) == 2, "test_kept's kept, test_once's new"
 
 
 def test_prune_max_size_drops_the_least_recently_used(project: pytest.Pytester, built: Path,

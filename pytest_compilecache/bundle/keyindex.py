@@ -53,6 +53,9 @@ class KeyIndex:
     used: dict[str, float] = field(default_factory=dict)
     #: ``{key: (why, when)}``: keys whose artifacts were dropped from the bundle, and what dropped them.
     dropped: dict[str, tuple[str, float]] = field(default_factory=dict)
+    #: Of ``runs``, those that ran the whole suite: what ``compile_cache_max_unused_runs`` counts (a bundle written
+    #: before they were told apart has none, so its earlier runs never count).
+    whole_runs: list[float] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return bool(self.keys or self.runs or self.used)
@@ -87,22 +90,25 @@ class KeyIndex:
         dropped = {k: d for k, d in self.dropped.items() if k not in wanted}
         if dropped_by:
             dropped.update({k: (dropped_by, when) for k in self.keys if k not in wanted})
-        return KeyIndex(self.torch, configs, kept, list(self.runs), used, _newest(dropped))
+        return KeyIndex(self.torch, configs, kept, list(self.runs), used, _newest(dropped), list(self.whole_runs))
 
     def note_run(self, when: float, used: Iterable[str], counted: bool = True) -> None:
         """An updating run at ``when`` used the artifacts ``used`` (as :func:`artifact_id` names them); only a
         ``counted`` run (one that ran the whole suite) is one of the runs :meth:`unused_for` counts."""
-        if counted and when not in self.runs:
+        if when not in self.runs:
             self.runs = sorted([*self.runs, when])[-MAX_RUNS:]
+        if counted and when not in self.whole_runs:
+            self.whole_runs = sorted([*self.whole_runs, when])[-MAX_RUNS:]
         for name in used:
             self.used[name] = max(self.used.get(name, 0.0), when)
 
     def unused_for(self, runs: int, artifacts: Iterable[str]) -> set[str]:
-        """Those of ``artifacts`` none of the last ``runs`` updating runs used (no record: used at the first run)."""
-        if runs <= 0 or len(self.runs) < runs:
+        """Those of ``artifacts`` none of the last ``runs`` updating runs of the whole suite used (no record: used at
+        the first run)."""
+        if runs <= 0 or len(self.whole_runs) < runs:
             return set()
-        since = self.runs[-runs]
-        first = self.runs[0]
+        since = self.whole_runs[-runs]
+        first = min(self.runs[0], self.whole_runs[0]) if self.runs else self.whole_runs[0]
         return {a for a in artifacts if self.used.get(a, first) < since}
 
     @staticmethod
@@ -115,6 +121,7 @@ class KeyIndex:
             for key, record in part.keys.items():
                 out.keys.setdefault(key, record)
             out.runs = sorted(set(out.runs) | set(part.runs))[-MAX_RUNS:]
+            out.whole_runs = sorted(set(out.whole_runs) | set(part.whole_runs))[-MAX_RUNS:]
             for name, when in part.used.items():
                 out.used[name] = max(out.used.get(name, 0.0), when)
             out.dropped = {**part.dropped, **out.dropped}
@@ -127,6 +134,8 @@ class KeyIndex:
                                 "runs": self.runs, "used": self.used}
         if self.dropped:
             data["dropped"] = {k: list(d) for k, d in self.dropped.items()}
+        if self.whole_runs:
+            data["whole_runs"] = self.whole_runs
         return zlib.compress(json.dumps(data, sort_keys=True, separators=(",", ":")).encode(), 6)
 
     @classmethod
@@ -150,6 +159,7 @@ class KeyIndex:
                 runs=sorted(_number(t) for t in _list(data.get("runs", [])))[-MAX_RUNS:],
                 used={_str(a): _number(t) for a, t in _dict(data.get("used", {})).items()},
                 dropped=_newest({_str(k): _drop(d) for k, d in _dict(data.get("dropped", {})).items()}),
+                whole_runs=sorted(_number(t) for t in _list(data.get("whole_runs", [])))[-MAX_RUNS:],
             )
         except TypeError as exc:
             raise KeyIndexError(f"the key index is malformed: {exc}") from None

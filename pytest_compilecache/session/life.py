@@ -58,10 +58,13 @@ class SessionLife:
             check_at_start(self.options, self.store, self.at_start, process_dir, self.report)
 
     def finish(self, session: pytest.Session, exitstatus: int | pytest.ExitCode, processes: list[ProcessReport],
-               artifacts: list[tuple[dict[str, str], bytes, Any]], pools: Path) -> None:
-        """Save what the processes compiled, then the report, the JSON file and the exit status."""
+               artifacts: list[tuple[dict[str, str], bytes, Any]], pools: Path, left_out: str = "") -> None:
+        """Save what the processes compiled, then the report, the JSON file and the exit status; ``left_out``: why
+        the run did not run the whole suite, where the role knows (a worker died)."""
         self.report.processes = processes
-        left_out = next((p.left_out for p in processes if p.left_out), "") or stopped_early(session, exitstatus)
+        left_out = (left_out or next((p.left_out for p in processes if p.left_out), "")
+                    or stopped_early(session, exitstatus)
+                    or ("the warmup failed, so warm_cache tests were skipped" if self.report.warmup_failed else ""))
         with self.progress.showing():
             save(self.report, artifacts, self.store, self.options, self.at_start, self.run, pools, left_out)
         self.report.session_seconds = time.time() - self.report.started

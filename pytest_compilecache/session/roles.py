@@ -158,6 +158,7 @@ class Controller:
         self.life = SessionLife(config, options, self.store, time.time(), Progress.of_store(config, self.store), None)
         self.processes: list[ProcessReport] = []
         self._died_in_warmup: dict[str, str] = {}
+        self._died: list[str] = []
 
     def start(self, plugins: pytest.PytestPluginManager, saved: SavedEnv | None) -> None:
         """Register this role's hooks, the session's collector and keeper (it runs no test: it redirects nothing)."""
@@ -185,6 +186,7 @@ class Controller:
             self.processes.append(told.process)
         if error is not None:
             worker = str(node.gateway.id)
+            self._died.append(worker)
             if why := died_in_warmup(self.folders.shared / "warmup-done", worker):
                 self._died_in_warmup[worker] = why
                 self.life.report.problems.append(Problem(Concern.WARMUP, why))
@@ -202,7 +204,9 @@ class Controller:
             artifacts = [(process.env, Path(process.artifacts_file).read_bytes(), read_index(process.index_file))
                          for process in self.processes
                          if process.artifacts_file and process.env and os.path.exists(process.artifacts_file)]
-            self.life.finish(session, exitstatus, self.processes, artifacts, self.folders.shared / "binaries")
+            died = (f"a worker died ({', '.join(self._died)}), so what its tests used is not known"
+                    if self._died else "")
+            self.life.finish(session, exitstatus, self.processes, artifacts, self.folders.shared / "binaries", died)
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         return header_lines(self.options, self.life.report, None)

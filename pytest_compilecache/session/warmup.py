@@ -339,7 +339,7 @@ class Preparer:
                               index=misses.index_for(data))
         try:
             saved = self.publish.add([addition], {"warmup_seconds": round(ran.seconds, 3)}, run=self.run,
-                                     rebuild=self.rebuild and to_path)
+                                     rebuild=self.rebuild and to_path, counted=False)  # the session's end decides
         except BundleError as exc:
             if not self.publish.may_be_unreachable:
                 raise
