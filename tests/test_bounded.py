@@ -104,10 +104,11 @@ def test_stop():
 
 
 def test_an_edited_tests_old_artifacts_are_dropped_by_runs_of_the_whole_suite_only(
-        project: pytest.Pytester, run_inner: Callable[..., pytest.RunResult]) -> None:
+        project: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], kernels_name_their_folder: bool) -> None:
     """An updating run that ran part of the suite (-k, a named test, -x, --lf) records what it used but does not
     count toward compile_cache_max_unused_runs, whether or not its warmup wrote PATH first, so it never drops what
-    the tests it left out use; a run of the whole suite after an edit drops the edited function's old artifacts."""
+    the tests it left out use; a run of the whole suite after an edit drops the edited function's old artifacts and
+    the C++ kernel no run asked for since."""
     bundle = project.path / "b.bundle"
     ini = "compile_cache_max_unused_runs = 1"
     args = (f"--compile-cache-bundle={bundle}", "--compile-cache-report=r.json")
@@ -136,6 +137,7 @@ def test_an_edited_tests_old_artifacts_are_dropped_by_runs_of_the_whole_suite_on
     stopped.assert_outcomes(passed=2, failed=1)
     stopped.stdout.fnmatch_lines(["*not counted toward compile_cache_max_unused_runs: it stopped early*"])
     assert inductor_count(bundle) == 4 and runs_recorded(bundle) == 1, "the edit added; nothing counted"
+    kernels = json.loads((project.path / "r.json").read_text())["bundle"]["saved"]["artifacts"].get("cpp", {})
 
     (project.path / "stop.flag").unlink()
     last_failed = run_inner(*args, "--compile-cache-update", "--lf", ini=ini)
@@ -146,16 +148,23 @@ def test_an_edited_tests_old_artifacts_are_dropped_by_runs_of_the_whole_suite_on
 
     whole = run_inner(*args, "--compile-cache-update", ini=ini)
     whole.assert_outcomes(passed=3)
-    whole.stdout.fnmatch_lines(["*dropped as unused in the last updating runs (compile_cache_max_unused_runs): "
-                                "1 fx_graph, 1 aot_autograd*"])
-    assert "not counted" not in whole.stdout.str()
-    assert "not_counted" not in json.loads((project.path / "r.json").read_text())["bundle"]["saved"]
+    saved = json.loads((project.path / "r.json").read_text())["bundle"]["saved"]
+    if kernels_name_their_folder:  # torch 2.7: no kernel is carried
+        assert not kernels and "cpp" not in saved["artifacts"]
+        whole.stdout.fnmatch_lines(["*dropped as unused in the last updating runs (compile_cache_max_unused_runs): "
+                                    "1 fx_graph, 1 aot_autograd"])
+    else:  # the cos kernel goes with its graph: sin's, tan's and the warmup's stay
+        assert kernels["count"] == 4 and saved["artifacts"]["cpp"]["count"] == 3, (kernels, saved["artifacts"])
+        whole.stdout.fnmatch_lines(["*dropped as unused in the last updating runs (compile_cache_max_unused_runs): "
+                                    "1 fx_graph, 1 aot_autograd, 1 cpp"])
+    assert "not counted" not in whole.stdout.str() and "not_counted" not in saved
     assert inductor_count(bundle) == 3 and runs_recorded(bundle) == 2
     assert len(keys(bundle)) == 6 and len(set(keys(bundle)) & built_keys) == 2, "test_kept's kept, test_once's new"
 
 
 def test_prune_max_size_drops_the_least_recently_used(project: pytest.Pytester, built: Path,
-                                                      run_inner: Callable[..., pytest.RunResult]) -> None:
+                                                      run_inner: Callable[..., pytest.RunResult],
+                                                      kernels_name_their_folder: bool) -> None:
     cli = [sys.executable, "-m", "pytest_compilecache", "prune"]
     spare = project.path / "spare.bundle"
     with read_manifest(built) as b:
@@ -186,8 +195,11 @@ def test_prune_max_size_drops_the_least_recently_used(project: pytest.Pytester, 
     assert index is not None
     before = set(index.keys)
     newest = max(index.used.values())
-    recent = {name.split("/", 1)[1] for name, when in index.used.items() if when == newest}
+    recent = {name.split("/", 1)[1] for name, when in index.used.items() if when == newest
+              and not name.startswith("cpp/")}
     assert len(recent) == 2, "the update run used the kept test's FX and AOTAutograd entries"
+    kernels = [name for name, when in index.used.items() if when == newest and name.startswith("cpp/")]
+    assert len(kernels) == (0 if kernels_name_their_folder else 1), f"and the kept test's C++ kernel: {kernels}"
     size = bundle.stat().st_size
     binaries = entry.binaries.counts()["bytes"] if entry.binaries else 0
 

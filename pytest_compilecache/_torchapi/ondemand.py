@@ -63,6 +63,8 @@ class _Placing:
 
 
 _active: _Placing | None = None
+#: The C++ binaries torch asked for in this process (``xx/<key>``, the carried files' names less their suffix).
+_asked: set[str] = set()
 
 
 def wrap_tmp_dir_for_key(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -85,6 +87,7 @@ def wrap_get_path(original: Callable[..., Any]) -> Callable[..., Any]:
         found = original(*args, **kwargs)
         subdir = found[1] if isinstance(found, tuple) and len(found) == 3 else None
         if isinstance(subdir, str) and len(os.path.basename(subdir)) == 2:
+            _asked.add(f"{os.path.basename(subdir)}/{found[0]}")
             _place(subdir, without=_WRITTEN_BY_TORCH)
         return found
 
@@ -94,6 +97,11 @@ def wrap_get_path(original: Callable[..., Any]) -> Callable[..., Any]:
 def on_demand() -> frozenset[str]:
     """The top-level folders of a cache folder whose entries are placed when torch asks for them."""
     return frozenset(folder for attribute, folder in _FOLDERS.items() if patches.took(attribute))
+
+
+def asked_binaries() -> frozenset[str]:
+    """The C++ binaries (``xx/<key>``) torch asked for in this process, built or loaded: what it used."""
+    return frozenset(_asked)
 
 
 def binaries_on_demand() -> bool:

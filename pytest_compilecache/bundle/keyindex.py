@@ -42,6 +42,16 @@ def artifact_id(kind: str, key: str) -> str:
     return f"{kind}/{key}"
 
 
+#: The type under which carried C++ binaries are named in usage records: ``cpp/xx/<key>``.
+BINARY = "cpp"
+
+
+def binary_id(path: str) -> str:
+    """How a carried C++ file (``xx/<key>.so``, ``xx/<key>.cpp``) is named in usage records."""
+    folder, _, name = path.rpartition("/")
+    return artifact_id(BINARY, f"{folder}/{name.split('.', 1)[0]}")
+
+
 @dataclass
 class KeyIndex:
     """Key components per artifact key, config sets stored once, and usage."""
@@ -86,7 +96,7 @@ class KeyIndex:
         wanted = set(keys)
         kept = {k: r for k, r in self.keys.items() if k in wanted}
         configs = {c: v for c, v in self.configs.items() if c in {r["config"] for r in kept.values()}}
-        used = {a: t for a, t in self.used.items() if a.split("/", 1)[-1] in wanted}
+        used = {a: t for a, t in self.used.items() if a.split("/", 1)[-1] in wanted or a.startswith(BINARY + "/")}
         dropped = {k: d for k, d in self.dropped.items() if k not in wanted}
         if dropped_by:
             dropped.update({k: (dropped_by, when) for k in self.keys if k not in wanted})
@@ -99,8 +109,17 @@ class KeyIndex:
             self.runs = sorted([*self.runs, when])[-MAX_RUNS:]
         if counted and when not in self.whole_runs:
             self.whole_runs = sorted([*self.whole_runs, when])[-MAX_RUNS:]
+        self.note_used(when, used)
+
+    def note_used(self, when: float, used: Iterable[str]) -> None:
+        """The artifacts ``used`` (as :func:`artifact_id` names them) were used by a run at ``when``."""
         for name in used:
             self.used[name] = max(self.used.get(name, 0.0), when)
+
+    def forget(self, names: Iterable[str]) -> None:
+        """Drop the usage records of ``names`` (artifacts no longer held)."""
+        for name in names:
+            self.used.pop(name, None)
 
     def unused_for(self, runs: int, artifacts: Iterable[str]) -> set[str]:
         """Those of ``artifacts`` none of the last ``runs`` updating runs of the whole suite used (no record: used at

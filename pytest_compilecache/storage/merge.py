@@ -12,7 +12,7 @@ from .._torchapi.layout import is_cpp
 from ..bundle.binaries import CarriedBinaries
 from ..bundle.format import Bundle, BundleError, Entry, encoded_size, entry_of, env_label, members_of
 from ..bundle.members import WHOLE, Member, MemberDamaged, Members
-from ..bundle.keyindex import KeyIndex, artifact_id
+from ..bundle.keyindex import BINARY, KeyIndex, artifact_id, binary_id
 from ..words import counted
 from .interface import Saved
 
@@ -199,12 +199,17 @@ def what_is_new(current: Bundle | None, additions: list[Entry]) -> New:
 
 
 def _without_unused(entry: Entry, runs: int, counts: dict[str, int]) -> Entry:
-    """``entry`` without the artifacts none of its last ``runs`` updating runs used (counted in ``counts``)."""
+    """``entry`` without the artifacts and carried C++ binaries none of its last ``runs`` updating runs used
+    (counted in ``counts``)."""
     if entry.index is None:
         return entry
     members = mergeable(entry)
     unused = entry.index.unused_for(runs, [artifact_id(m.kind, m.key) for m in members.table])
-    if not unused:
+    binaries = _without_unused_binaries(entry.index, entry.binaries, runs)
+    unread = entry.binaries is None and entry.binaries_section is not None
+    held = {binary_id(f.path) for f in binaries.files.values()} if binaries else set()
+    stale = set() if unread else {n for n in entry.index.used if n.startswith(BINARY + "/") and n not in held}
+    if not unused and binaries is entry.binaries and not stale:
         return entry
     kept = [m for m in members.table if artifact_id(m.kind, m.key) not in unused]
     for member in members.table:
@@ -212,7 +217,33 @@ def _without_unused(entry: Entry, runs: int, counts: dict[str, int]) -> Entry:
             counts[member.kind] = counts.get(member.kind, 0) + 1
     index = entry.index.restricted({m.key for m in kept}, f"no test using it in {counted(runs, 'updating run')} "
                                                           "(compile_cache_max_unused_runs)", time.time())
-    return entry.with_members(Members.chosen((members, m) for m in kept), index)
+    index.forget(stale)  # the records of binaries it no longer carries, or never did (a cold_cache test's)
+    if binaries is not entry.binaries:
+        assert entry.binaries is not None and binaries is not None
+        gone = {f.path for f in entry.binaries.files.values()} - {f.path for f in binaries.files.values()}
+        counts["cpp"] = counts.get("cpp", 0) + sum(1 for path in gone if is_cpp(path))
+    smaller = entry.with_members(Members.chosen((members, m) for m in kept), index)
+    smaller.binaries = binaries or None
+    return smaller
+
+
+def _without_unused_binaries(index: KeyIndex, binaries: CarriedBinaries | None,
+                             runs: int) -> CarriedBinaries | None:
+    """``binaries`` less the C++ kernels (binary and source) none of the last ``runs`` updating runs asked for;
+    ``binaries`` itself where none goes, or where no run in that window recorded asking for any (a torch whose
+    ``get_path`` the plugin could not wrap records nothing, and must lose nothing). Torch's CPU probes stay."""
+    if not binaries or runs <= 0 or len(index.whole_runs) < runs:
+        return binaries
+    since = index.whole_runs[-runs]
+    if not any(name.startswith(BINARY + "/") and when >= since for name, when in index.used.items()):
+        return binaries
+    probes = binaries.probes(_torchapi.cpu_probe_sources())
+    kernels = {binary_id(f.path) for f in binaries.files.values() if is_cpp(f.path) and f.path not in probes}
+    unused = index.unused_for(runs, kernels)
+    if not unused:
+        return binaries
+    return CarriedBinaries(dict(binaries.builds), {key: f for key, f in binaries.files.items()
+                                                   if not (binary_id(f.path) in unused and f.path not in probes)})
 
 
 def written_size(bundle: Bundle) -> int:
