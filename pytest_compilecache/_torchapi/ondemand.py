@@ -63,7 +63,7 @@ class _Placing:
 
 
 _active: _Placing | None = None
-#: The C++ binaries torch asked for in this process (``xx/<key>``, the carried files' names less their suffix).
+#: The C++ kernels torch asked for in this process, by key (the carried files' names less folder and suffixes).
 _asked: set[str] = set()
 
 
@@ -87,7 +87,9 @@ def wrap_get_path(original: Callable[..., Any]) -> Callable[..., Any]:
         found = original(*args, **kwargs)
         subdir = found[1] if isinstance(found, tuple) and len(found) == 3 else None
         if isinstance(subdir, str) and len(os.path.basename(subdir)) == 2:
-            _asked.add(f"{os.path.basename(subdir)}/{found[0]}")
+            extension = args[1] if len(args) > 1 else kwargs.get("extension", "")
+            if isinstance(extension, str) and extension.endswith("cpp"):  # not the Python, Triton, autotune files
+                _asked.add(str(found[0]))
             _place(subdir, without=_WRITTEN_BY_TORCH)
         return found
 
@@ -100,7 +102,7 @@ def on_demand() -> frozenset[str]:
 
 
 def asked_binaries() -> frozenset[str]:
-    """The C++ binaries (``xx/<key>``) torch asked for in this process, built or loaded: what it used."""
+    """The keys of the C++ kernels torch asked for in this process (their source, to build or load): what it used."""
     return frozenset(_asked)
 
 

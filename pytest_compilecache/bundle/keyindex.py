@@ -42,14 +42,14 @@ def artifact_id(kind: str, key: str) -> str:
     return f"{kind}/{key}"
 
 
-#: The type under which carried C++ binaries are named in usage records: ``cpp/xx/<key>``.
+#: The type under which carried C++ kernels are named in usage records: ``cpp/<key>``.
 BINARY = "cpp"
 
 
 def binary_id(path: str) -> str:
-    """How a carried C++ file (``xx/<key>.so``, ``xx/<key>.cpp``) is named in usage records."""
-    folder, _, name = path.rpartition("/")
-    return artifact_id(BINARY, f"{folder}/{name.split('.', 1)[0]}")
+    """How a carried C++ file (``xx/<key>.main.so``, ``xx/<key>.cpp``; or a kernel's key) is named in usage records:
+    by its key alone (an object torch builds for one kernel may lie in another kernel's folder)."""
+    return artifact_id(BINARY, path.rpartition("/")[2].split(".", 1)[0])
 
 
 @dataclass
@@ -66,6 +66,8 @@ class KeyIndex:
     #: Of ``runs``, those that ran the whole suite: what ``compile_cache_max_unused_runs`` counts (a bundle written
     #: before they were told apart has none, so its earlier runs never count).
     whole_runs: list[float] = field(default_factory=list)
+    #: The first run that recorded which C++ kernels torch asked for (0: none did); none is judged unused before.
+    kernels_since: float = 0.0
 
     def __bool__(self) -> bool:
         return bool(self.keys or self.runs or self.used)
@@ -100,7 +102,8 @@ class KeyIndex:
         dropped = {k: d for k, d in self.dropped.items() if k not in wanted}
         if dropped_by:
             dropped.update({k: (dropped_by, when) for k in self.keys if k not in wanted})
-        return KeyIndex(self.torch, configs, kept, list(self.runs), used, _newest(dropped), list(self.whole_runs))
+        return KeyIndex(self.torch, configs, kept, list(self.runs), used, _newest(dropped), list(self.whole_runs),
+                        self.kernels_since)
 
     def note_run(self, when: float, used: Iterable[str], counted: bool = True) -> None:
         """An updating run at ``when`` used the artifacts ``used`` (as :func:`artifact_id` names them); only a
@@ -115,6 +118,21 @@ class KeyIndex:
         """The artifacts ``used`` (as :func:`artifact_id` names them) were used by a run at ``when``."""
         for name in used:
             self.used[name] = max(self.used.get(name, 0.0), when)
+
+    def note_kernels(self, when: float, keys: Iterable[str]) -> None:
+        """A run at ``when`` recorded the C++ kernels torch asked for (``keys``, none maybe: it still recorded)."""
+        self.kernels_since = min(self.kernels_since or when, when)
+        self.note_used(when, (binary_id(key) for key in keys))
+
+    def unused_kernels(self, runs: int, kernels: Iterable[str]) -> set[str]:
+        """Those of ``kernels`` (as :func:`binary_id` names them) none of the last ``runs`` whole runs asked for, where
+        every one of those runs recorded its asks; else none."""
+        if runs <= 0 or len(self.whole_runs) < runs or not self.kernels_since:
+            return set()
+        since = self.whole_runs[-runs]
+        if self.kernels_since > since:
+            return set()
+        return {k for k in kernels if self.used.get(k, self.kernels_since) < since}
 
     def forget(self, names: Iterable[str]) -> None:
         """Drop the usage records of ``names`` (artifacts no longer held)."""
@@ -141,6 +159,7 @@ class KeyIndex:
                 out.keys.setdefault(key, record)
             out.runs = sorted(set(out.runs) | set(part.runs))[-MAX_RUNS:]
             out.whole_runs = sorted(set(out.whole_runs) | set(part.whole_runs))[-MAX_RUNS:]
+            out.kernels_since = min(filter(None, (out.kernels_since, part.kernels_since)), default=0.0)
             for name, when in part.used.items():
                 out.used[name] = max(out.used.get(name, 0.0), when)
             out.dropped = {**part.dropped, **out.dropped}
@@ -155,6 +174,8 @@ class KeyIndex:
             data["dropped"] = {k: list(d) for k, d in self.dropped.items()}
         if self.whole_runs:
             data["whole_runs"] = self.whole_runs
+        if self.kernels_since:
+            data["kernels_since"] = self.kernels_since
         return zlib.compress(json.dumps(data, sort_keys=True, separators=(",", ":")).encode(), 6)
 
     @classmethod
@@ -179,6 +200,7 @@ class KeyIndex:
                 used={_str(a): _number(t) for a, t in _dict(data.get("used", {})).items()},
                 dropped=_newest({_str(k): _drop(d) for k, d in _dict(data.get("dropped", {})).items()}),
                 whole_runs=sorted(_number(t) for t in _list(data.get("whole_runs", [])))[-MAX_RUNS:],
+                kernels_since=_number(data.get("kernels_since", 0.0)),
             )
         except TypeError as exc:
             raise KeyIndexError(f"the key index is malformed: {exc}") from None

@@ -16,7 +16,7 @@ from .. import _torchapi, files, misses
 from .._torchapi import patches
 from ..bundle.binaries import BinaryPool, drop_from
 from ..bundle.format import Unreadable
-from ..bundle.keyindex import KeyIndex, binary_id
+from ..bundle.keyindex import KeyIndex
 from ..cache import CacheKind, CompileCache
 from ..report.model import Concern, Problem, ProcessReport
 from ..storage.interface import BundleStore
@@ -229,7 +229,8 @@ class BundlePreparation:
             if report.env is None:
                 report.env = _torchapi.environment_fingerprint()
             index = misses.index_for(data)
-            index.note_used(self.run, (binary_id(path) for path in _torchapi.asked_binaries()))
+            if _torchapi.binaries_on_demand():  # the get_path wrapper that records the asks took
+                index.note_kernels(self.run, _torchapi.asked_binaries())
             return data, index
         except Exception as exc:  # torch failing to serialize must not lose the session's results
             report.problems.append(Problem(Concern.SAVING, f"could not save this process's compile artifacts: {exc}"))

@@ -147,7 +147,11 @@ def combine(current: Bundle | None, additions: list[Entry], *, run: float | None
     merged, dropped = _union([*existing, *additions])
     unused: dict[str, int] = {}
     if max_unused_runs > 0:
-        merged = [_without_unused(e, max_unused_runs, unused) if env_id(e.env) in touched else e for e in merged]
+        carried: dict[str, set[str]] = {}  # the kernels each environment's entry carried before this write
+        for e in existing:
+            carried.setdefault(env_id(e.env), set()).update(_kernel_ids(e.binaries))
+        merged = [_without_unused(e, max_unused_runs, unused, carried.get(env_id(e.env), set()))
+                  if env_id(e.env) in touched else e for e in merged]
     return Combined(merged, tuple(dropped), unused, what_is_new(current, additions))
 
 
@@ -198,14 +202,19 @@ def what_is_new(current: Bundle | None, additions: list[Entry]) -> New:
     return New(nothing, counts)
 
 
-def _without_unused(entry: Entry, runs: int, counts: dict[str, int]) -> Entry:
-    """``entry`` without the artifacts and carried C++ binaries none of its last ``runs`` updating runs used
-    (counted in ``counts``)."""
+def _kernel_ids(binaries: CarriedBinaries | None) -> set[str]:
+    """The C++ kernels ``binaries`` carry, as usage records name them."""
+    return {binary_id(f.path) for f in binaries.files.values() if is_cpp(f.path)} if binaries else set()
+
+
+def _without_unused(entry: Entry, runs: int, counts: dict[str, int], carried: set[str]) -> Entry:
+    """``entry`` without the artifacts and the C++ kernels of ``carried`` (those it carried before this write) none
+    of its last ``runs`` updating runs used (counted in ``counts``)."""
     if entry.index is None:
         return entry
     members = mergeable(entry)
     unused = entry.index.unused_for(runs, [artifact_id(m.kind, m.key) for m in members.table])
-    binaries = _without_unused_binaries(entry.index, entry.binaries, runs)
+    binaries = _without_unused_binaries(entry.index, entry.binaries, runs, carried)
     unread = entry.binaries is None and entry.binaries_section is not None
     held = {binary_id(f.path) for f in binaries.files.values()} if binaries else set()
     stale = set() if unread else {n for n in entry.index.used if n.startswith(BINARY + "/") and n not in held}
@@ -227,19 +236,17 @@ def _without_unused(entry: Entry, runs: int, counts: dict[str, int]) -> Entry:
     return smaller
 
 
-def _without_unused_binaries(index: KeyIndex, binaries: CarriedBinaries | None,
-                             runs: int) -> CarriedBinaries | None:
-    """``binaries`` less the C++ kernels (binary and source) none of the last ``runs`` updating runs asked for;
-    ``binaries`` itself where none goes, or where no run in that window recorded asking for any (a torch whose
-    ``get_path`` the plugin could not wrap records nothing, and must lose nothing). Torch's CPU probes stay."""
-    if not binaries or runs <= 0 or len(index.whole_runs) < runs:
-        return binaries
-    since = index.whole_runs[-runs]
-    if not any(name.startswith(BINARY + "/") and when >= since for name, when in index.used.items()):
+def _without_unused_binaries(index: KeyIndex, binaries: CarriedBinaries | None, runs: int,
+                             carried: set[str]) -> CarriedBinaries | None:
+    """``binaries`` less the C++ kernels (every file of one: binary, object, source) of ``carried`` none of the last
+    ``runs`` updating runs asked for (see :meth:`.KeyIndex.unused_kernels`: where a run in that window did not
+    record its asks, none goes); ``binaries`` itself where none goes. A kernel this write brings stays (a child
+    process may have built it, unseen), and so do torch's CPU probes."""
+    if not binaries:
         return binaries
     probes = binaries.probes(_torchapi.cpu_probe_sources())
     kernels = {binary_id(f.path) for f in binaries.files.values() if is_cpp(f.path) and f.path not in probes}
-    unused = index.unused_for(runs, kernels)
+    unused = index.unused_kernels(runs, kernels & carried)
     if not unused:
         return binaries
     return CarriedBinaries(dict(binaries.builds), {key: f for key, f in binaries.files.items()
