@@ -162,6 +162,64 @@ def test_an_edited_tests_old_artifacts_are_dropped_by_runs_of_the_whole_suite_on
     assert len(keys(bundle)) == 6 and len(set(keys(bundle)) & built_keys) == 2, "test_kept's kept, test_once's new"
 
 
+def test_a_run_that_lost_a_worker_or_its_warmup_is_not_counted(project: pytest.Pytester,
+                                                             run_inner: Callable[..., pytest.RunResult]) -> None:
+    """A run whose xdist worker died, or whose warmup failed, ran part of the suite as far as usage goes: it
+    records what it used but does not count toward compile_cache_max_unused_runs, and drops nothing."""
+    bundle = project.path / "b.bundle"
+    ini = "compile_cache_max_unused_runs = 1"
+    args = (f"--compile-cache-bundle={bundle}", "--compile-cache-update", "--compile-cache-report=r.json")
+    project.makepyfile(test_b=TESTS.replace("torch.cos(x) - 3", "torch.tan(x) - 3"),
+                       test_d="import os\n\ndef test_dies():\n    os._exit(3)\n")
+    died = run_inner(*args, "-n", "2", ini=ini)
+    died.assert_outcomes(passed=2, failed=1)
+    died.stdout.fnmatch_lines(["*not counted toward compile_cache_max_unused_runs: a worker died (gw?), so what "
+                               "its tests used is not known*"])
+    assert "dropped as unused" not in died.stdout.str()
+    assert inductor_count(bundle) == 3 and runs_recorded(bundle) == 1, "tan's graph added, nothing counted"
+
+    (project.path / "test_d.py").unlink()
+    project.makeconftest("def pytest_compilecache_warmup(cache):\n    raise RuntimeError('no warmup today')\n")
+    failed = run_inner(*args, ini=ini)
+    assert failed.parseoutcomes()["passed"] == 2, failed.stdout.str()
+    failed.stdout.fnmatch_lines(["*not counted toward compile_cache_max_unused_runs: the warmup failed, so "
+                                 "warm_cache tests were skipped*"])
+    assert "dropped as unused" not in failed.stdout.str()
+    assert json.loads((project.path / "r.json").read_text())["bundle"]["saved"]["not_counted"].startswith("the warmup")
+    assert inductor_count(bundle) == 3 and runs_recorded(bundle) == 1
+
+
+def test_kernels_go_only_after_every_run_in_the_window_recorded_what_torch_asked_for(
+        project: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], kernels_name_their_folder: bool) -> None:
+    """A bundle whose counted runs did not record the C++ kernels torch asked for (written before the plugin recorded
+    them) loses no kernel until every run in the window did: then an edited function's kernel goes with its graph."""
+    if kernels_name_their_folder:
+        pytest.skip("this torch writes a kernel's folder into its source: the plugin carries no C++ kernel")
+    bundle = project.path / "b.bundle"
+    with read_manifest(bundle) as b:
+        b.read_all()
+        (entry,) = b.entries
+    assert entry.index is not None and entry.index.kernels_since and len(entry.index.whole_runs) == 1
+    entry.index.kernels_since = 0.0
+    entry.index.forget([name for name in entry.index.used if name.startswith("cpp/")])
+    entry.reset_index()
+    write_bundle(Bundle(bundle, [entry]))
+
+    ini = "compile_cache_max_unused_runs = 2"
+    args = (f"--compile-cache-bundle={bundle}", "--compile-cache-update", "--compile-cache-report=r.json")
+    project.makepyfile(test_b=TESTS.replace("torch.cos(x) - 3", "torch.tan(x) - 3"))
+    first = run_inner(*args, ini=ini)
+    first.assert_outcomes(passed=2)
+    assert "dropped as unused" not in first.stdout.str(), "the building run in the window recorded no asks"
+    cpp = json.loads((project.path / "r.json").read_text())["bundle"]["saved"]["artifacts"]["cpp"]["count"]
+
+    second = run_inner(*args, ini=ini)
+    second.assert_outcomes(passed=2)
+    second.stdout.fnmatch_lines(["*dropped as unused in the last updating runs (compile_cache_max_unused_runs): "
+                                 "1 fx_graph, 1 aot_autograd, 1 cpp"])
+    assert json.loads((project.path / "r.json").read_text())["bundle"]["saved"]["artifacts"]["cpp"]["count"] == cpp - 1
+
+
 def test_prune_max_size_drops_the_least_recently_used(project: pytest.Pytester, built: Path,
                                                       run_inner: Callable[..., pytest.RunResult],
                                                       kernels_name_their_folder: bool) -> None:

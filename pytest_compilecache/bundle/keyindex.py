@@ -132,7 +132,7 @@ class KeyIndex:
         since = self.whole_runs[-runs]
         if self.kernels_since > since:
             return set()
-        return {k for k in kernels if self.used.get(k, self.kernels_since) < since}
+        return {k for k in kernels if self.used.get(k, 0.0) < since}
 
     def forget(self, names: Iterable[str]) -> None:
         """Drop the usage records of ``names`` (artifacts no longer held)."""

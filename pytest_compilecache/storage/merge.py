@@ -242,15 +242,15 @@ def _without_unused_binaries(index: KeyIndex, binaries: CarriedBinaries | None, 
     ``runs`` updating runs asked for (see :meth:`.KeyIndex.unused_kernels`: where a run in that window did not
     record its asks, none goes); ``binaries`` itself where none goes. A kernel this write brings stays (a child
     process may have built it, unseen), and so do torch's CPU probes."""
-    if not binaries:
+    unused = index.unused_kernels(runs, _kernel_ids(binaries) & carried)
+    if not binaries or not unused:
         return binaries
     probes = binaries.probes(_torchapi.cpu_probe_sources())
-    kernels = {binary_id(f.path) for f in binaries.files.values() if is_cpp(f.path) and f.path not in probes}
-    unused = index.unused_kernels(runs, kernels & carried)
+    unused -= {binary_id(path) for path in probes}
     if not unused:
         return binaries
     return CarriedBinaries(dict(binaries.builds), {key: f for key, f in binaries.files.items()
-                                                   if not (binary_id(f.path) in unused and f.path not in probes)})
+                                                   if binary_id(f.path) not in unused})
 
 
 def written_size(bundle: Bundle) -> int:
