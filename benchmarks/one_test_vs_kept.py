@@ -9,11 +9,13 @@ worker); then the whole suite once per side; then an update: one function edited
 with ``--compile-cache-update``, timed, with the bundle's growth, beside the same edit's test run from
 the kept folder (which compiles it too).
 
-    python benchmarks/one_test_vs_kept.py [--keep=DIR] [ROUNDS] SIZE [SIZE ...]
+    python benchmarks/one_test_vs_kept.py [--keep=DIR] [--phases] [ROUNDS] SIZE [SIZE ...]
 
 With ``--keep=DIR``, each size's suites, bundle and kept folder are built in ``DIR/SIZE`` and left
 there; a later run with the same DIR measures them without building again (at 1,000 tests a build
-takes about half an hour a side on two cores). The update's edit is undone afterwards there.
+takes about half an hour a side on two cores). The update's edit is undone afterwards there. With
+``--phases``, the one-test runs also sum where their time goes (``probe/phases.py``), medians per side
+and of each pair's difference; a round of ROUNDS 0 builds and measures nothing.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import tempfile
 from pathlib import Path
 
 from probe.installed import as_installed
+from probe.phase_log import read_phases
 from probe.runner import pytest_run, spread
 from small_tests_vs_kept import QUIET, suite
 
@@ -39,7 +42,7 @@ def _peaks(folder: Path) -> list[float]:
     return found
 
 
-def measure(work: Path, size: int, rounds: int) -> None:
+def measure(work: Path, size: int, rounds: int, with_phases: bool = False) -> None:
     """Build both sides for ``size`` tests in ``work`` (unless built there already) and print their figures."""
     bundle = work / "suite.bundle"
     reuse = bundle.exists() and (work / "kept-cache").exists() and (work / "built").exists()
@@ -51,8 +54,9 @@ def measure(work: Path, size: int, rounds: int) -> None:
     kept = work / "kept" if reuse else suite(work / "kept", 0, size, plugin=False)
     peaks = work / "peaks"
     peaks.mkdir(exist_ok=True)
+    phase_log = work / "phases.log"
     probe_env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(PEAK), os.environ.get("PYTHONPATH", "")])),
-                 "PEAK_OUT": str(peaks)}
+                 "PEAK_OUT": str(peaks), "PHASES_OUT": str(phase_log)}
     sides = {"plugin": (plugin, [f"--compile-cache-bundle={bundle}"], {"XDG_CACHE_HOME": str(work / "xdg")}),
              "kept": (kept, ["-p", "no:compilecache"], {"TORCHINDUCTOR_CACHE_DIR": str(work / "kept-cache")})}
 
@@ -68,19 +72,33 @@ def measure(work: Path, size: int, rounds: int) -> None:
         (work / "built").write_text(f"plugin {built['plugin']:.1f} s, kept (-n 2) {built['kept']:.1f} s\n")
         print(f"\n{size} tests: built plugin {built['plugin']:.1f} s, kept (-n 2) {built['kept']:.1f} s; "
               f"bundle {bundle.stat().st_size / 1e6:.2f} MB", flush=True)
+    if rounds == 0:
+        return
     one = f"test_warm_{size // 2:03d}"
     times: dict[str, list[float]] = {}
     memory: dict[str, list[float]] = {}
+    phases: dict[str, list[dict[str, float]]] = {"plugin": [], "kept": []}
     for round_ in range(rounds):
         for side in (("plugin", "kept") if round_ % 2 == 0 else ("kept", "plugin")):
-            seconds, peak = run(side, "-k", one)
+            seconds, peak = run(side, "-k", one, *(("-p", "phases") if with_phases else ()))
             times.setdefault(side, []).append(seconds)
             memory.setdefault(side, []).append(max(peak))
+            if with_phases:
+                summed = read_phases(phase_log)
+                summed["outside the probe (interpreter's end)"] = seconds - summed.get("total", 0.0) - summed.get(
+                    "all.process start to probe import", 0.0) - summed.get("all.unconfigure to atexit", 0.0)
+                phases[side].append(summed)
     ratios = [p / k for p, k in zip(times["plugin"], times["kept"])]
     over = [p - k for p, k in zip(times["plugin"], times["kept"])]
     print(f"  one test (-k {one}), {rounds} pairs: plugin {spread(times['plugin'])} s, kept {spread(times['kept'])} s, "
           f"each pair's ratio {spread(ratios, 3)}x, plugin - kept {spread(over)} s")
     print(f"  peak memory of pytest, MB: plugin {spread(memory['plugin'], 0)}, kept {spread(memory['kept'], 0)}")
+    if with_phases:
+        print("\n  | phase (seconds, one test) | plugin | kept folder | plugin - kept, each pair |\n  |---|---|---|---|")
+        for key in sorted({k for side in phases.values() for run_ in side for k in run_}):
+            mine, theirs = ([p.get(key, 0.0) for p in phases[side]] for side in ("plugin", "kept"))
+            print(f"  | {key} | {spread(mine)} | {spread(theirs)} | {spread([a - b for a, b in zip(mine, theirs)])} |")
+        print(flush=True)
     for mode in ([], ["-n", "2"]):
         whole = {side: run(side, *mode) for side in ("plugin", "kept")}
         print(f"  whole suite{' -n 2' if mode else ''}: plugin {whole['plugin'][0]:.2f} s, kept {whole['kept'][0]:.2f} s "
@@ -106,7 +124,8 @@ def measure(work: Path, size: int, rounds: int) -> None:
 
 
 def main() -> None:
-    args = [a for a in sys.argv[1:] if not a.startswith("--keep=")]
+    with_phases = "--phases" in sys.argv
+    args = [a for a in sys.argv[1:] if not a.startswith("--keep=") and a != "--phases"]
     keep = next((Path(a.split("=", 1)[1]).resolve() for a in sys.argv[1:] if a.startswith("--keep=")), None)
     rounds = int(args[0]) if len(args) > 1 else 7
     sizes = [int(a) for a in args[1:]] or [20, 200]
@@ -114,11 +133,11 @@ def main() -> None:
     for size in sizes:
         if keep is not None:
             (keep / str(size)).mkdir(parents=True, exist_ok=True)
-            measure(keep / str(size), size, rounds)
+            measure(keep / str(size), size, rounds, with_phases)
             continue
         work = Path(tempfile.mkdtemp(prefix=f"one-test-{size}-")).resolve()
         try:
-            measure(work, size, rounds)
+            measure(work, size, rounds, with_phases)
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
