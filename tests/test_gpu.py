@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 
@@ -169,6 +169,43 @@ def test_the_plugin_never_initialises_cuda(
         result.assert_outcomes(passed=3)
     if mode == ["bundle"]:
         result.stdout.fnmatch_lines(["*bundle: loaded*"])
+
+
+WRAPPED = '''
+import torch
+
+def test_wrapped():
+    f = torch.compile(lambda x: torch.relu(x) * 2 + 1, options={"cpp_wrapper": True})
+    f(torch.randn(1024, device="cuda"))
+'''
+
+
+def test_whole_updating_runs_of_a_cpp_wrapper_graph_drop_nothing(
+    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult]
+) -> None:
+    """A CUDA graph compiled with ``cpp_wrapper``: updating runs of the whole suite with
+    ``compile_cache_max_unused_runs = 1`` drop nothing it uses, and it hits warm. (Its wrapper's C++ source names
+    the cache folder's Triton kernels by path, so, like torch 2.7's CPU kernels, the module is not carried: each
+    fresh folder builds it again, which the ``cpp`` layer counts as a miss.)"""
+    pytester.makepyfile(test_wrapped=WRAPPED)
+    bundle = pytester.path / "w.bundle"
+    report = pytester.path / "r.json"
+    args = (f"--compile-cache-bundle={bundle}", f"--compile-cache-report={report}")
+    ini = "compile_cache_max_unused_runs = 1"
+    run_inner(*args, ini=ini).assert_outcomes(passed=1)
+    def counts(saved: dict[str, Any]) -> dict[str, int]:
+        return {kind: n["count"] for kind, n in saved["artifacts"].items()}
+
+    built = counts(json.loads(report.read_text())["bundle"]["saved"])
+    for _ in range(2):
+        update = run_inner(*args, "--compile-cache-update", ini=ini)
+        update.assert_outcomes(passed=1)
+        assert "dropped as unused" not in update.stdout.str(), update.stdout.str()
+        saved = json.loads(report.read_text())["bundle"]["saved"]
+        assert counts(saved) == built, (saved, built)
+    (wrapped,) = json.loads(report.read_text())["tests"].values()
+    assert wrapped["fx_graph"]["misses"] == 0 and wrapped["fx_graph"]["from_bundle"] >= 1, wrapped
+    assert wrapped["triton"]["misses"] == 0, wrapped
 
 
 def test_real_models_reload_with_no_autotune_miss(tmp_path: Path) -> None:

@@ -214,40 +214,62 @@ def _two_character(template: str | os.PathLike[str]) -> set[str]:
 def _link_two_character(template: str | os.PathLike[str], folder: str | os.PathLike[str], built: bool = True) -> None:
     """Link the template's two-character folders into ``folder`` but for C++ sources (and binaries unless ``built``)."""
     without = _WRITTEN_BY_TORCH if built else _WRITTEN_BY_TORCH + _BUILT
-    names = _holding_more(template, without) if built else _holding_more_than_binaries(os.fspath(template))
+    names = _holding_more(template, _two_character(template), without) if built else _pool(template).holding_more
     for name in names:
         files.link_tree(os.path.join(template, name), os.path.join(folder, name), without=without)
 
 
-def _holding_more(template: str | os.PathLike[str], without: tuple[str, ...]) -> list[str]:
-    """The template's two-character folders that hold a file not ending with ``without`` (or a folder)."""
-    found = []
-    for name in _two_character(template):
+def _holding_more(template: str | os.PathLike[str], names: Iterable[str], without: tuple[str, ...]) -> set[str]:
+    """Those of the template's two-character folders ``names`` that hold a file not ending with ``without`` (or a
+    folder); a temporary file (``.name.xxxxxxxx.tmp``, being written) counts for nothing."""
+    found = set()
+    for name in names:
         with os.scandir(os.path.join(template, name)) as entries:
-            if any(entry.is_dir() or not entry.name.endswith(without) for entry in entries):
-                found.append(name)
+            if any(entry.is_dir() or not (entry.name.endswith(without) or entry.name.startswith("."))
+                   for entry in entries):
+                found.add(name)
     return found
 
 
-#: Per template: its state (inode, modification time, links) and its two-character folders that hold more
-#: than C++ sources and binaries (only the pool adds to them, and only those, until the template is made again).
-_more_than_binaries: dict[str, tuple[tuple[int, int, int], list[str]]] = {}
+@dataclasses.dataclass
+class _Pool:
+    """A template's two-character folders as last seen, and those that hold more than C++ sources and binaries."""
+
+    state: tuple[int, int, int]
+    names: set[str]
+    holding_more: set[str]
 
 
-def _holding_more_than_binaries(template: str) -> list[str]:
-    stat = os.stat(template)
+#: Per template: what :func:`_pool` saw. Only the pool adds to its two-character folders, and only C++ sources and
+#: binaries, until the template is made again (a new inode): a folder is looked into once, when it first appears.
+_pools: dict[str, _Pool] = {}
+
+
+def _pool(template: str | os.PathLike[str]) -> _Pool:
+    """The template's two-character folders, looked into only where new since the last call."""
+    key = os.fspath(template)
+    stat = os.stat(key)
     state = (stat.st_ino, stat.st_mtime_ns, stat.st_nlink)  # a folder added within a clock tick still counts
-    known = _more_than_binaries.get(template)
-    if known is None or known[0] != state:
-        known = _more_than_binaries[template] = (state, _holding_more(template, _WRITTEN_BY_TORCH + _BUILT))
-    return known[1]
+    known = _pools.get(key)
+    if known is not None and known.state == state:
+        return known
+    names = _two_character(key)
+    if known is None or known.state[0] != state[0]:
+        known = _pools[key] = _Pool(state, names, _holding_more(key, names, _WRITTEN_BY_TORCH + _BUILT))
+        return known
+    new = names - known.names
+    known.state, known.names = state, names
+    known.holding_more = (known.holding_more & names) | _holding_more(key, new, _WRITTEN_BY_TORCH + _BUILT)
+    return known
 
 
 def fill_warm_folder(template: str | os.PathLike[str], folder: str | os.PathLike[str]) -> None:
     """Link into ``folder`` what a warm test needs before its first compile: all of ``template`` but
     the entries and binaries :func:`placing_from` places on demand and the C++ sources torch writes itself."""
-    files.link_tree(template, folder, leave_out=on_demand() | _two_character(template))
-    _link_two_character(template, folder, built=not patches.took("get_path"))
+    built = not patches.took("get_path")
+    files.link_tree(template, folder, leave_out=on_demand() | (_two_character(template) if built else
+                                                               _pool(template).names))
+    _link_two_character(template, folder, built=built)
 
 
 def complete_warm_folder(template: str | os.PathLike[str], folder: str | os.PathLike[str]) -> None:
