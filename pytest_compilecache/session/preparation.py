@@ -193,9 +193,13 @@ class BundlePreparation:
     def _run_warmup(self, previous: Path | None) -> WarmupRun:
         hook = self.config.hook.pytest_compilecache_warmup
         kept = WorkerDir(self.options.home, "warmup") if self.options.isolation is Isolation.WORKER else None
+        on_demand = previous if kept is None else None  # a folder kept between runs gets the previous entry whole
         cache = CompileCache(kept.path if kept is not None else self.folders.for_test("warmup"), self.folders.process,
-                             self.options.headers_dir, CacheKind.WARMUP, explain=self.options.explain)
-        if previous is not None:
+                             self.options.headers_dir, CacheKind.WARMUP, explain=self.options.explain,
+                             template=on_demand)
+        if on_demand is not None:
+            _torchapi.fill_warm_folder(on_demand, cache.path)
+        elif previous is not None:
             _torchapi.make_whole(previous)
             shutil.copytree(previous, cache.path, dirs_exist_ok=True)
         if self._pool is not None:
