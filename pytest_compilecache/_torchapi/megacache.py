@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -61,14 +62,51 @@ def can_leave_out() -> bool:
     return getattr(_manager(), "with_fresh_cache", None) is not None
 
 
-def save_artifacts() -> bytes | None:
-    """``torch.compiler.save_cache_artifacts()`` as bytes, or ``None`` when nothing was recorded."""
+@dataclasses.dataclass(frozen=True)
+class Recorded:
+    """What :func:`save_artifacts` got from torch: Mega-Cache bytes (``None``: nothing) and why some were left out."""
+
+    data: bytes | None
+    #: One sentence per kind of artifact left out (how many, and why).
+    left_out: tuple[str, ...] = ()
+
+
+#: A C++ wrapper loading a GPU kernel by the absolute path of its binary in the cache folder it was compiled in
+#: (``cpp_wrapper`` on a GPU, torch before 2.12): torch reuses that source on a hit, and elsewhere the file is missing.
+_KERNEL_BY_PATH = re.compile(rb'loadKernel\(\s*"[^"]+\.(?:cubin|hsaco|fatbin|spv|zebin)"')
+
+
+def save_artifacts() -> Recorded:
+    """``torch.compiler.save_cache_artifacts()`` as bytes, less the FX graphs that could load only in this cache
+    folder (a C++ wrapper naming a GPU kernel's binary by its path here)."""
     torch = torch_module()
     result = torch.compiler.save_cache_artifacts()
     if result is None:
-        return None
+        return Recorded(None)
     data = result[0] if isinstance(result, tuple) else result
-    return data if describe_artifacts(data) else None
+    left_out: tuple[str, ...] = ()
+    if b"loadKernel" in data:
+        data, left_out = _portable(data)
+    return Recorded(data if describe_artifacts(data) else None, left_out)
+
+
+def _portable(data: bytes) -> tuple[bytes, tuple[str, ...]]:
+    """``data`` less the FX graphs loading kernels by path (:data:`_KERNEL_BY_PATH`) and the AOTAutograd entries
+    naming one of them (they could only miss); what was left out, in words."""
+    groups = _deserialize(data)
+    graphs = groups.get("inductor", [])
+    gone = {str(a.key) for a in graphs if _KERNEL_BY_PATH.search(bytes(a.content))}
+    if not gone:
+        return data, ()
+    groups["inductor"] = [a for a in graphs if str(a.key) not in gone]
+    entries = groups.get("aot_autograd", [])
+    groups["aot_autograd"] = [a for a in entries if not any(key.encode() in bytes(a.content) for key in gone)]
+    with_entries = len(entries) - len(groups["aot_autograd"])
+    also = f" (and {with_entries} AOTAutograd entr{'ies' if with_entries > 1 else 'y'} naming it)" if with_entries else ""
+    return _serialize(groups), (f"left out {len(gone)} fx_graph{'s' if len(gone) > 1 else ''} compiled with "
+                                f"cpp_wrapper{also}: a C++ wrapper of this torch (before 2.12) on a GPU loads its "
+                                "kernels by their path in this session's cache folder, so it would fail in any other "
+                                "folder; such a graph compiles again in each run",)
 
 
 def ready_to_read() -> float:

@@ -212,22 +212,24 @@ class BundlePreparation:
                         hook(cache=cache)
                     except Exception as exc:
                         raise _failed_in(hook, exc) from None
-                data = _torchapi.save_artifacts()
+                recorded = _torchapi.save_artifacts()
         finally:
             self.harvest(cache.path)
             if kept is not None:
                 kept.release()  # kept between runs, as the workers' folders: the next warmup hits
             else:
                 shutil.rmtree(cache.path, ignore_errors=True)
-        return WarmupRun(data, cache.stats.to_dict(), time.perf_counter() - start,
-                         str(kept.path) if kept is not None else "")
+        return WarmupRun(recorded.data, cache.stats.to_dict(), time.perf_counter() - start,
+                         str(kept.path) if kept is not None else "", recorded.left_out)
 
     def own_artifacts(self, report: ProcessReport) -> tuple[bytes, KeyIndex] | None:
         """This process's recorded Mega-Cache bytes and what it knows of their keys, when it writes the bundle."""
         if not _torchapi.compiler_loaded() or not self.writes_bundle:
             return None
         try:
-            data = _torchapi.save_artifacts()
+            recorded = _torchapi.save_artifacts()
+            report.problems.extend(Problem(Concern.SAVING, why) for why in recorded.left_out)
+            data = recorded.data
             if data is None:
                 return None
             if report.env is None:
