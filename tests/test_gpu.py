@@ -184,10 +184,10 @@ def test_a_cpp_wrapper_graph_never_fails_warm_and_updating_runs_drop_nothing(
     pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult]
 ) -> None:
     """A CUDA graph compiled with ``cpp_wrapper``. Where torch's C++ wrapper loads its kernels by their path in the
-    building session's cache folder (before 2.12), the graph is left out of the bundle, said, and compiled again in
-    each run (loaded from the bundle, it failed with "CUDA driver error: file not found"); else it hits. Either way
-    the warm runs pass, and updating runs of the whole suite with ``compile_cache_max_unused_runs = 1`` drop none of
-    its graph's artifacts."""
+    building session's cache folder (torch 2.11 and earlier), the graph is left out of the bundle, said, and
+    compiled again in each run (loaded from the bundle, it failed with "CUDA driver error: file not found"); else
+    it hits. Either way the warm runs pass, and updating runs of the whole suite with
+    ``compile_cache_max_unused_runs = 1`` drop none of its graph's artifacts."""
     pytester.makepyfile(test_wrapped=WRAPPED)
     bundle = pytester.path / "w.bundle"
     report = pytester.path / "r.json"

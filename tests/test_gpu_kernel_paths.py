@@ -1,6 +1,6 @@
 """An FX graph whose C++ wrapper loads GPU kernels by their path in the cache folder it was compiled in
-(``cpp_wrapper`` on a GPU, torch before 2.12: torch reuses that source on a hit, so in any other folder the
-kernel's file is missing and the call fails) is left out of what a process saves, and said. torch's own artifact
+(``cpp_wrapper`` on a GPU, torch 2.11 and earlier: torch reuses that source on a hit, so in any other folder
+the kernel's file is missing and the call fails) is left out of what a process saves, and said. torch's own artifact
 classes and serializer stand in for what a GPU records (CPU is enough: nothing is compiled);
 ``tests/test_gpu.py`` runs the real thing on a GPU."""
 
@@ -15,8 +15,10 @@ from pytest_compilecache import _torchapi  # noqa: E402
 #: torch 2.11's C++ wrapper: the kernel's binary by its absolute path in the cache folder.
 BY_PATH = ("f" + "a" * 51, b'cpp_wrapper_src = (r"""\n    kernels.triton_poi_0 = loadKernel('
                            b'"/tmp/pytest-of-root/s/compilecache/session-cache/35/c35j7t.cubin", "triton_poi_0", 0);\n')
-#: torch 2.12 on: the path looked up when the kernel is compiled, in the folder of the process that runs it.
-AT_RUN_TIME = ("f" + "b" * 51, b"kernels.triton_poi_0 = loadKernel(triton_poi_0_result.cubin_path, \"triton_poi_0\", 0);")
+#: torch 2.13 and 2.15 (read from their sources): the path looked up when the kernel is compiled, in the folder
+#: of the process that runs it.
+AT_RUN_TIME = ("f" + "b" * 51,
+               b'kernels.triton_poi_0 = loadKernel(triton_poi_0_result.cubin_path, "triton_poi_0", 0);')
 #: A Python wrapper names its kernels' sources in comments only: harmless anywhere.
 COMMENTED = ("f" + "c" * 51, b"# kernel path: /tmp/pytest-of-root/s/compilecache/session-cache/ab/cab.py\n")
 AOT = ("a" + "d" * 51, b"an AOTAutograd entry of " + AT_RUN_TIME[0].encode())

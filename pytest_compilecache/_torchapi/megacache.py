@@ -72,7 +72,8 @@ class Recorded:
 
 
 #: A C++ wrapper loading a GPU kernel by the absolute path of its binary in the cache folder it was compiled in
-#: (``cpp_wrapper`` on a GPU, torch before 2.12): torch reuses that source on a hit, and elsewhere the file is missing.
+#: (``cpp_wrapper`` on a GPU, torch 2.11 and earlier): torch reuses that source on a hit, and elsewhere the file
+#: is missing.
 _KERNEL_BY_PATH = re.compile(rb'loadKernel\(\s*"[^"]+\.(?:cubin|hsaco|fatbin|spv|zebin)"')
 
 
@@ -102,9 +103,10 @@ def _portable(data: bytes) -> tuple[bytes, tuple[str, ...]]:
     entries = groups.get("aot_autograd", [])
     groups["aot_autograd"] = [a for a in entries if not any(key.encode() in bytes(a.content) for key in gone)]
     with_entries = len(entries) - len(groups["aot_autograd"])
-    also = f" (and {with_entries} AOTAutograd entr{'ies' if with_entries > 1 else 'y'} naming it)" if with_entries else ""
+    entries_word = "entries" if with_entries > 1 else "entry"
+    also = f" (and {with_entries} AOTAutograd {entries_word} naming it)" if with_entries else ""
     return _serialize(groups), (f"left out {len(gone)} fx_graph{'s' if len(gone) > 1 else ''} compiled with "
-                                f"cpp_wrapper{also}: a C++ wrapper of this torch (before 2.12) on a GPU loads its "
+                                f"cpp_wrapper{also}: on a GPU, this torch's C++ wrapper loads its "
                                 "kernels by their path in this session's cache folder, so it would fail in any other "
                                 "folder; such a graph compiles again in each run",)
 
