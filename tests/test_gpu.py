@@ -195,11 +195,11 @@ def test_a_cpp_wrapper_graph_never_fails_warm_and_updating_runs_drop_nothing(
     ini = "compile_cache_max_unused_runs = 1"
     built = run_inner(*args, ini=ini)
     built.assert_outcomes(passed=1)
-    said = "left out 1 fx_graph compiled with cpp_wrapper (and 1 AOTAutograd entry naming it)"
+    said = "not saved: 1 fx_graph and 1 aot_autograd compiled with cpp_wrapper"
     left_out = said in built.stdout.str()
 
     def counts(saved: dict[str, Any]) -> dict[str, int]:
-        return {kind: n["count"] for kind, n in saved["artifacts"].items()}
+        return {kind: n["count"] for kind, n in saved.get("artifacts", {}).items()}
 
     first = counts(json.loads(report.read_text())["bundle"]["saved"])
     graph = 0 if left_out else 1  # its AOTAutograd entry goes with it
@@ -210,7 +210,7 @@ def test_a_cpp_wrapper_graph_never_fails_warm_and_updating_runs_drop_nothing(
         assert (said in update.stdout.str()) == left_out
         saved = json.loads(report.read_text())["bundle"]["saved"]
         # An autotune result only a compile reads may go, when the graph hits; what the graph itself needs stays.
-        assert set(saved["dropped_unused"]) <= {"autotune"}, (saved, update.stdout.str())
+        assert set(saved.get("dropped_unused", {})) <= {"autotune"}, (saved, update.stdout.str())
         assert {k: n for k, n in counts(saved).items() if k != "autotune"} == \
             {k: n for k, n in first.items() if k != "autotune"}, (saved, first)
     (wrapped,) = json.loads(report.read_text())["tests"].values()

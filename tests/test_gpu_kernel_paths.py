@@ -35,16 +35,39 @@ def test_a_graph_loading_its_kernels_by_path_is_left_out(monkeypatch: pytest.Mon
     assert saved.data is not None
     assert [(kind, key) for kind, key, _ in _torchapi.artifact_contents(saved.data)] == [
         ("inductor", AT_RUN_TIME[0]), ("inductor", COMMENTED[0]), ("aot_autograd", AOT[0])]
-    (why,) = saved.left_out
-    assert why.startswith("left out 1 fx_graph compiled with cpp_wrapper (and 1 AOTAutograd entry naming it): ")
-    assert "any other folder" in why
+    (why,) = saved.not_saved
+    assert why.startswith("1 fx_graph and 1 aot_autograd compiled with cpp_wrapper: ") and "any other folder" in why
 
     only = _torchapi.artifacts_bytes([("inductor", *BY_PATH)])
     monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: (only, None))
     alone = _torchapi.save_artifacts()
-    assert alone.data is None and len(alone.left_out) == 1, "nothing else recorded: nothing to save"
+    assert alone.data is None and len(alone.not_saved) == 1, "nothing else recorded: nothing to save"
 
     portable = _torchapi.artifacts_bytes([("inductor", *AT_RUN_TIME), ("aot_autograd", *AOT)])
     monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: (portable, None))
     kept = _torchapi.save_artifacts()
-    assert kept.data == portable and kept.left_out == (), "bytes with no graph to leave out pass untouched"
+    assert kept.data == portable and kept.not_saved == (), "bytes with no graph to leave out pass untouched"
+
+    bundled = ("a" + "f" * 51, b"an AOTAutograd entry holding its graph: " + BY_PATH[1])  # bundled_autograd_cache
+    holding = _torchapi.artifacts_bytes([("aot_autograd", *AOT), ("aot_autograd", *bundled)])
+    monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: (holding, None))
+    held = _torchapi.save_artifacts()
+    assert held.data is not None
+    assert [key for _, key, _ in _torchapi.artifact_contents(held.data)] == [AOT[0]]
+    assert held.not_saved[0].startswith("1 aot_autograd compiled with cpp_wrapper: ")
+
+
+def test_what_was_not_saved_is_said_once_and_is_no_problem() -> None:
+    """Each process says what it did not save; the summary says each sentence once, and it is not a problem (so
+    --compile-cache-strict lets it pass); the report carries it per process."""
+    from pytest_compilecache.report.model import ProcessReport, SessionReport, Status
+    from pytest_compilecache.report.terminal import summary_lines
+
+    why = "1 fx_graph and 1 aot_autograd compiled with cpp_wrapper: ..."
+    report = SessionReport(bundle_path="b.bundle")
+    report.processes = [ProcessReport(process=f"gw{i}", status=Status.LOADED, reason="b.bundle: here",
+                                      not_saved=[why]) for i in range(2)]
+    lines = summary_lines(report)
+    assert lines.count(f"  not saved: {why}") == 1, lines
+    assert not report.all_problems() and not any(line.startswith("PROBLEM") for line in lines)
+    assert ProcessReport.from_json(report.processes[0].to_json()).not_saved == [why]

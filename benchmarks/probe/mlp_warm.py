@@ -11,7 +11,9 @@ import torch, models
 if mode == "save":
     with CompileCache(root / "a", root / "process", root / "h") as c:
         models.compile_and_run("mlp_max_autotune")
-    blob.write_bytes(_torchapi.save_artifacts())
+    saved = _torchapi.save_artifacts().data
+    assert saved is not None, "the compile recorded nothing"
+    blob.write_bytes(saved)
     shutil.copytree(root / "a", str(blob) + ".dir")
     sys.exit()
 test = root / "test"

@@ -39,6 +39,8 @@ def _since_process_start():
 sums[("all", "process start to probe import")] = _since_process_start()
 _unconfigured = [0.0]
 def _at_exit():
+    if not _unconfigured[0]:
+        return
     with open(os.environ["PHASES_OUT"], "a") as f:
         f.write(f" all.unconfigure to atexit={time.perf_counter() - _unconfigured[0]:.2f}\n")
 atexit.register(_at_exit)

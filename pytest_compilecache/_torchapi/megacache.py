@@ -64,11 +64,11 @@ def can_leave_out() -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class Recorded:
-    """What :func:`save_artifacts` got from torch: Mega-Cache bytes (``None``: nothing) and why some were left out."""
+    """What :func:`save_artifacts` got from torch: Mega-Cache bytes (``None``: nothing) and what was not saved."""
 
     data: bytes | None
-    #: One sentence per kind of artifact left out (how many, and why).
-    left_out: tuple[str, ...] = ()
+    #: One sentence per kind of artifact left out of ``data`` (how many, and why).
+    not_saved: tuple[str, ...] = ()
 
 
 #: A C++ wrapper loading a GPU kernel by the absolute path of its binary in the cache folder it was compiled in
@@ -85,30 +85,32 @@ def save_artifacts() -> Recorded:
     if result is None:
         return Recorded(None)
     data = result[0] if isinstance(result, tuple) else result
-    left_out: tuple[str, ...] = ()
+    not_saved: tuple[str, ...] = ()
     if b"loadKernel" in data:
-        data, left_out = _portable(data)
-    return Recorded(data if describe_artifacts(data) else None, left_out)
+        data, not_saved = _portable(data)
+    return Recorded(data if describe_artifacts(data) else None, not_saved)
 
 
 def _portable(data: bytes) -> tuple[bytes, tuple[str, ...]]:
     """``data`` less the FX graphs loading kernels by path (:data:`_KERNEL_BY_PATH`) and the AOTAutograd entries
-    naming one of them (they could only miss); what was left out, in words."""
+    naming one of them (they could only miss) or holding such a graph themselves (a bundled AOTAutograd cache);
+    what was left out, in words."""
     groups = _deserialize(data)
     graphs = groups.get("inductor", [])
     gone = {str(a.key) for a in graphs if _KERNEL_BY_PATH.search(bytes(a.content))}
-    if not gone:
+    entries = groups.get("aot_autograd", [])
+    kept_entries = [a for a in entries if not _KERNEL_BY_PATH.search(bytes(a.content))
+                    and not any(key.encode() in bytes(a.content) for key in gone)]
+    if not gone and len(kept_entries) == len(entries):
         return data, ()
     groups["inductor"] = [a for a in graphs if str(a.key) not in gone]
-    entries = groups.get("aot_autograd", [])
-    groups["aot_autograd"] = [a for a in entries if not any(key.encode() in bytes(a.content) for key in gone)]
-    with_entries = len(entries) - len(groups["aot_autograd"])
-    entries_word = "entries" if with_entries > 1 else "entry"
-    also = f" (and {with_entries} AOTAutograd {entries_word} naming it)" if with_entries else ""
-    return _serialize(groups), (f"left out {len(gone)} fx_graph{'s' if len(gone) > 1 else ''} compiled with "
-                                f"cpp_wrapper{also}: on a GPU, this torch's C++ wrapper loads its "
-                                "kernels by their path in this session's cache folder, so it would fail in any other "
-                                "folder; such a graph compiles again in each run",)
+    groups["aot_autograd"] = kept_entries
+    parts = [f"{len(gone)} fx_graph{'s' if len(gone) != 1 else ''}" if gone else "",
+             f"{len(entries) - len(kept_entries)} aot_autograd" if len(kept_entries) < len(entries) else ""]
+    return _serialize(groups), (f"{' and '.join(p for p in parts if p)} compiled with cpp_wrapper: on a GPU, this "
+                                "torch's C++ wrapper loads kernels by their path in the cache folder they were "
+                                "compiled in, so these fail in any other folder and compile again in each test "
+                                "and run instead",)
 
 
 def ready_to_read() -> float:

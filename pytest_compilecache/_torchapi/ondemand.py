@@ -120,6 +120,7 @@ def fill_from(template: str | os.PathLike[str], source: EntrySource | None) -> N
     """From now on, write ``template``'s on-demand entries from ``source`` as torch asks (``None``: no more); the
     source it replaces is closed."""
     with _lock:
+        _pools.pop(os.path.realpath(template), None)  # made again (a file system may give it the same inode)
         before = _sources.pop(os.path.realpath(template), None)
         if before is not None and before[0] is not source:
             before[0].close()
@@ -241,13 +242,14 @@ class _Pool:
 
 
 #: Per template: what :func:`_pool` saw. Only the pool adds to its two-character folders, and only C++ sources and
-#: binaries, until the template is made again (a new inode): a folder is looked into once, when it first appears.
+#: binaries, until the template is made again (:func:`fill_from` forgets it then): a folder is looked into once,
+#: when it first appears.
 _pools: dict[str, _Pool] = {}
 
 
 def _pool(template: str | os.PathLike[str]) -> _Pool:
     """The template's two-character folders, looked into only where new since the last call."""
-    key = os.fspath(template)
+    key = os.path.realpath(template)
     stat = os.stat(key)
     state = (stat.st_ino, stat.st_mtime_ns, stat.st_nlink)  # a folder added within a clock tick still counts
     known = _pools.get(key)

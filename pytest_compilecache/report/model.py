@@ -122,6 +122,8 @@ class ProcessReport:
     patches: dict[str, Any] | None = None
     #: Why this process ran part of the suite (deselected tests, collection errors, tests named); "" if it did not.
     left_out: str = ""
+    #: What this process compiled but did not save, and why (one sentence each): no problem, a limit of torch's.
+    not_saved: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """A plain dict (for ``workeroutput`` and the JSON report)."""

@@ -210,6 +210,8 @@ def summary_lines(report: SessionReport) -> list[str]:
         lines.append(f"bundle {saved.status.value}: {saved.reason}" + moved)
     if saved.not_counted and saved.status is SaveStatus.SAVED:
         lines.append(f"  not counted toward compile_cache_max_unused_runs: {saved.not_counted}")
+    not_saved = dict.fromkeys(why for process in report.processes for why in process.not_saved)
+    lines.extend(f"  not saved: {why}" for why in not_saved)
     failure = report.warmup_failed
     if failure:
         lines.append("WARMUP FAILED (this run's warm_cache tests skip):")

@@ -220,7 +220,7 @@ class BundlePreparation:
             else:
                 shutil.rmtree(cache.path, ignore_errors=True)
         return WarmupRun(recorded.data, cache.stats.to_dict(), time.perf_counter() - start,
-                         str(kept.path) if kept is not None else "", recorded.left_out)
+                         str(kept.path) if kept is not None else "", recorded.not_saved)
 
     def own_artifacts(self, report: ProcessReport) -> tuple[bytes, KeyIndex] | None:
         """This process's recorded Mega-Cache bytes and what it knows of their keys, when it writes the bundle."""
@@ -228,7 +228,7 @@ class BundlePreparation:
             return None
         try:
             recorded = _torchapi.save_artifacts()
-            report.problems.extend(Problem(Concern.SAVING, why) for why in recorded.left_out)
+            report.not_saved.extend(why for why in recorded.not_saved if why not in report.not_saved)
             data = recorded.data
             if data is None:
                 return None

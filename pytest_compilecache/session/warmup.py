@@ -37,8 +37,8 @@ class WarmupRun:
     seconds: float
     #: The folder it compiled in, where that is kept between runs (worker mode); else "".
     kept_folder: str = ""
-    #: Why some of what it compiled was left out of ``data`` (one sentence each).
-    left_out: tuple[str, ...] = ()
+    #: What it compiled but left out of ``data``, and why (one sentence each).
+    not_saved: tuple[str, ...] = ()
 
 
 #: Beside the marker: the warmup's artifacts a failed store did not take; PATH's entry with the warmup's delta.
@@ -332,8 +332,7 @@ class Preparer:
             return False
         report, data, to_path = self.report, ran.data, self.publish is self.source
         report.warmup_seconds, report.warmup_stats, report.warmup_folder = ran.seconds, ran.stats, ran.kept_folder
-        for why in ran.left_out:
-            self._say(Concern.SAVING, f"the warmup: {why}", self.publish.name)
+        report.not_saved.extend(why for why in ran.not_saved if why not in report.not_saved)
         if data is None:
             self._write_marker(Outcome.NOTHING)
             return False
