@@ -82,8 +82,8 @@ def _binaries(bundle: Bundle, entry: Entry, check: bool) -> dict[str, Any]:
     if section is None and entry.binaries is None:
         return {}
     carried = None
-    try:  # read whole: the sources tell a test's kernels from torch's CPU probes
-        carried, problems = bundle.carried(entry)
+    try:
+        carried, problems = bundle.carried(entry, check=check)
     except BundleError as exc:
         if section is None:
             raise UserError(str(exc)) from None

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -140,9 +141,9 @@ def test_broken_binaries_are_rebuilt_and_reported_once(
 
     def break_all(carried: CarriedBinaries) -> CarriedBinaries:
         first, *rest = shared_objects(carried)
-        carried.files[first] = CarriedFile(*first, carried.files[first].sha256, len(garbage), garbage)
+        carried.files[first] = replace(CarriedFile.made(*first, garbage), sha256=carried.files[first].sha256)
         for key in rest:
-            carried.files[key] = CarriedFile(*key, hashlib.sha256(garbage).hexdigest(), len(garbage), garbage)
+            carried.files[key] = CarriedFile.made(*key, garbage)
         return carried
 
     rewrite(source, tampered, break_all)
@@ -174,7 +175,7 @@ def test_binaries_of_another_build_are_not_used(
         other = {**identity, "compiler_version": "g++ (Made Up) 1.0"}
         moved = CarriedBinaries(builds={build_id(other): other})
         for (_, path), file in carried.files.items():
-            moved.add(build_id(other), path, file.data)
+            moved.add(build_id(other), path, file.content())
         return moved
 
     rewrite(source, foreign, elsewhere)
@@ -255,8 +256,8 @@ def test_gemm_timings_are_merged_in_the_pool_and_the_bundle(tmp_path: Path) -> N
     two.add("b", "cache/" + "f" * 64, timings(("bmm", "y", 2.0)))
     two.add("b", "cache/" + "f" * 64, b"not json")
     (merged,) = CarriedBinaries.union([one, two]).files.values()
-    assert set(json.loads(merged.data)["cache"]) == {"mm", "bmm"}
-    assert merged.sha256 == hashlib.sha256(merged.data).hexdigest()
+    assert set(json.loads(merged.content())["cache"]) == {"mm", "bmm"}
+    assert merged.sha256 == hashlib.sha256(merged.content()).hexdigest()
 
 
 def test_a_triton_kernel_still_being_written_is_not_pooled(tmp_path: Path) -> None:

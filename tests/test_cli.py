@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -202,7 +203,8 @@ def test_inspect_check_fails_what_verify_fails(good_bundle: Path, tmp_path: Path
         assert entry.binaries, "the bundle carries the C++ binaries its test built"
         first = sorted(key for key in entry.binaries.files if key[1].endswith(".so"))[0]
         garbage = b"\x7fELF but not a shared object " * 64
-        entry.binaries.files[first] = CarriedFile(*first, entry.binaries.files[first].sha256, len(garbage), garbage)
+        entry.binaries.files[first] = replace(CarriedFile.made(*first, garbage),
+                                              sha256=entry.binaries.files[first].sha256)
         return make_entry(entry.env, entry.payload or b"", entry.artifacts, entry.created, entry.binaries)
 
     tampered = tmp_path / "tampered.bundle"

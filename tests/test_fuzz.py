@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("torch")
 
 from pytest_compilecache import cli
-from pytest_compilecache.bundle.binaries import unpack
+from pytest_compilecache.bundle.binaries import BinaryDamaged, CarriedListing
 from pytest_compilecache.bundle.format import BundleError, read_manifest
 
 #: Real sessions against real servers and suites: left out of the fast tier (-m "not slow").
@@ -162,9 +162,12 @@ def test_regression_a_zlib_bomb_among_carried_binaries_is_not_inflated() -> None
     identity = {"compiler": "x"}
     section["builds"] = {build_id(identity): identity}
     section["files"] = [[build_id(identity), "ab/bomb.so", "0" * 64, 10, len(stored)]]
+    listing = CarriedListing.of_section(section, lambda at, size: stored[at:at + size])
     tracemalloc.start()
     try:
-        carried, problems = unpack(stored, section)
+        carried, problems = listing.as_stored().checked()
+        with pytest.raises(BinaryDamaged, match="carried binary ab/bomb.so fails its checksum; not used"):
+            listing.read(listing.fitting(build_id(identity))["ab/bomb.so"])
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -179,7 +182,7 @@ def test_regression_a_huge_stated_binary_size_is_a_checksum_problem(harness: Any
     path = tmp_path / "size.bundle"
     path.write_bytes(_crafted(harness, lambda m: m["entries"][0]["binaries"]["files"][-1].__setitem__(3, size)))
     with read_manifest(path) as bundle:
-        _, problems = bundle.carried(bundle.entries[0])
+        _, problems = bundle.carried(bundle.entries[0], check=True)
     assert len(problems) == 1 and "fails its checksum" in problems[0] and str(path) in problems[0]
     assert not _run(harness, path.read_bytes()).violations
 

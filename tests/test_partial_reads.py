@@ -253,3 +253,48 @@ def test_a_member_that_cannot_be_read_while_copied_names_the_source_not_the_dest
     with pytest.raises(BundleError, match="inductor artifact fk .* cannot be read where it is read from: Input/output"):
         write_bundle(Bundle(target, [entry_of({"device": "cpu"}, Members(table, fail))]))
     assert not target.exists() and not list(tmp_path.iterdir())
+
+
+def test_an_update_copies_the_bundles_carried_binaries_as_stored_without_holding_them(tmp_path: Path,
+                                                                                   monkeypatch) -> None:
+    """An updating run's merge writes the binaries the bundle carries as they are stored (not inflated and compressed
+    again), one at a time: its memory does not grow with them."""
+    import os
+
+    from pytest_compilecache.bundle import binaries as binaries_module
+    from pytest_compilecache.bundle.binaries import CarriedBinaries, build_id
+    from pytest_compilecache.storage.local import LocalStore
+
+    identity = {"compiler": "cc 1"}
+    build = build_id(identity)
+    old = CarriedBinaries(builds={build: identity})
+    monkeypatch.setattr(binaries_module, "_LEVEL", 0)  # stored so by an earlier version: kept so
+    old.add(build, "ab/cabc.cpp", b"int main() { return 0; }\n" * 40)
+    for i in range(24):
+        old.add(build, f"{i:02x}/c{i:02x}.so", os.urandom(1024 * 1024))
+    monkeypatch.setattr(binaries_module, "_LEVEL", 6)
+    env = {"device": "cpu"}
+    path = tmp_path / "b.bundle"
+    write_bundle(Bundle(path, [entry_of(env, Members.packed([("inductor", "f" + "o" * 51, b"x" * 100)]), binaries=old)]))
+    with read_manifest(path) as bundle:
+        before = bundle.entries[0].binaries_section
+        stored_before = {(f[0], f[1]): f[4] for f in before["files"]}
+    new = CarriedBinaries(builds={build: identity})
+    new.add(build, "ef/cnew.so", b"\x7fELF" * 1000)
+    addition = entry_of(env, Members.packed([("inductor", "f" + "n" * 51, b"y" * 100)]), binaries=new)
+    tracemalloc.start()
+    try:
+        saved = LocalStore(path, 10).add([addition], run=1.0)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 6 * 1024 * 1024, f"the merge held {peak / 2**20:.1f} MB for 24 MB of carried binaries"
+    with read_manifest(saved.bundle.path) as bundle:
+        entry = bundle.entries[0]
+        after = {(f[0], f[1]): f[4] for f in entry.binaries_section["files"]}
+        listing = bundle.carried_listing(entry)
+    assert {key: after[key] for key in stored_before} == stored_before, "copied as stored, never compressed again"
+    assert after[(build, "ef/cnew.so")] < 4000, "a file made here is compressed"
+    assert listing.read(listing.fitting(build)["ab/cabc.cpp"]) == b"int main() { return 0; }\n" * 40
+    assert listing.read(listing.fitting(build)["ef/cnew.so"]) == b"\x7fELF" * 1000
+    listing.close()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -12,7 +13,7 @@ import uuid
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Collection, Iterable, Mapping, Protocol
+from typing import Any, Callable, Collection, Iterable, Iterator, Mapping, Protocol
 
 from filelock import FileLock
 
@@ -20,6 +21,8 @@ from .. import files
 from .._torchapi import layout
 from .members import no_file
 
+#: zlib's level for carried files (compressed once, when made; copied as stored from then on).
+_LEVEL = 6
 #: The pool's file whose content changes with every add or drop (see :meth:`BinaryPool.version`).
 _VERSION = "version"
 
@@ -254,13 +257,39 @@ def pooled(root: Path) -> "CarriedBinaries":
 
 @dataclass(frozen=True)
 class CarriedFile:
-    """One binary (or its source) inside a bundle; ``data`` is its uncompressed content."""
+    """One binary (or its source) a bundle entry carries, compressed as a bundle stores it: in memory (made in this
+    process), or read by range from the bundle it came from (copied as it is into another, never inflated for it)."""
 
     build: str
     path: str
     sha256: str
     size: int
-    data: bytes = field(repr=False, default=b"")
+    #: Bytes it takes in a bundle (compressed).
+    stored: int
+    _fetch: Callable[[], bytes] = field(repr=False, compare=False)
+
+    @classmethod
+    def made(cls, build: str, path: str, data: bytes) -> "CarriedFile":
+        """A file of content ``data``, compressed now."""
+        packed = zlib.compress(data, _LEVEL)
+        return cls(build, path, hashlib.sha256(data).hexdigest(), len(data), len(packed), lambda: packed)
+
+    def raw(self) -> bytes:
+        """Its bytes as stored (compressed), not checked; raises :class:`BinaryDamaged` where they cannot be read."""
+        try:
+            chunk = self._fetch()
+        except OSError as exc:
+            raise BinaryDamaged(f"carried binary {self.path} cannot be read: {exc.strerror or exc}") from None
+        if len(chunk) != self.stored:
+            raise BinaryDamaged(f"carried binary {self.path} is cut short")
+        return chunk
+
+    def content(self) -> bytes:
+        """Its content, checked against its checksum; raises :class:`BinaryDamaged`."""
+        data = _inflated(self.raw(), self.size, self.sha256)
+        if data is None:
+            raise BinaryDamaged(f"carried binary {self.path} fails its checksum; not used")
+        return data
 
 
 @dataclass
@@ -277,10 +306,10 @@ class CarriedBinaries:
         """Add a file unless one with this build and path is there (the first one wins; timing files are merged)."""
         old = self.files.get((build, path))
         if old is not None and layout.is_timings(path):
-            data = layout.merge_timings(old.data, data)
+            data = layout.merge_timings(old.content(), data)
         elif old is not None:
             return
-        self.files[(build, path)] = CarriedFile(build, path, hashlib.sha256(data).hexdigest(), len(data), data)
+        self.files[(build, path)] = CarriedFile.made(build, path, data)
 
     def counts(self, probe_sources: Collection[str] = ()) -> dict[str, int]:
         """``{"count": C++ binaries, "bytes": their size}``, with the CPU probes built from ``probe_sources`` apart."""
@@ -297,6 +326,20 @@ class CarriedBinaries:
         """``{"count": Triton kernels, "bytes": size of all Triton files}`` (its compiled modules are no kernels)."""
         return _triton_counts(self.files.values())
 
+    def checked(self) -> tuple["CarriedBinaries", list[str]]:
+        """These binaries less those that cannot be read or fail their checksum (each read now, one at a time), and
+        one problem per file left out."""
+        damaged = {}
+        for key, file in self.files.items():
+            try:
+                file.content()
+            except BinaryDamaged as exc:
+                damaged[key] = str(exc)
+        if not damaged:
+            return self, []
+        kept = {key: file for key, file in self.files.items() if key not in damaged}
+        return CarriedBinaries(dict(self.builds), kept), list(damaged.values())
+
     @staticmethod
     def union(parts: Iterable["CarriedBinaries"]) -> "CarriedBinaries":
         """Every build and file of ``parts``; for one build and path, the earliest part wins."""
@@ -306,23 +349,23 @@ class CarriedBinaries:
                 merged.builds.setdefault(build, identity)
             for key, file in part.files.items():
                 if key in merged.files and layout.is_timings(key[1]):
-                    merged.add(key[0], key[1], file.data)
+                    merged.add(key[0], key[1], file.content())
                 else:
                     merged.files.setdefault(key, file)
         return merged
 
-    def pack(self) -> tuple[bytes, dict[str, Any]]:
-        """The blob written into the bundle and its manifest section (without offset)."""
-        chunks: list[bytes] = []
-        listing = []
-        for file in sorted(self.files.values(), key=lambda f: (f.build, f.path)):
-            stored = zlib.compress(file.data, 6)
-            chunks.append(stored)
-            listing.append([file.build, file.path, file.sha256, file.size, len(stored)])
-        blob = b"".join(chunks)
-        used = {f.build for f in self.files.values()}
-        return blob, {"size": len(blob), "sha256": hashlib.sha256(blob).hexdigest(),
-                      "builds": {b: i for b, i in self.builds.items() if b in used}, "files": listing}
+    def packed(self) -> tuple[Callable[[], Iterator[bytes]], dict[str, Any]]:
+        """The section a bundle stores, a file at a time as stored (read once to check it, once to write it), and
+        its manifest section (without offset); raises :class:`BinaryDamaged` where a file cannot be read."""
+        ordered = sorted(self.files.values(), key=lambda f: (f.build, f.path))
+        digest = hashlib.sha256()
+        for file in ordered:
+            digest.update(file.raw())
+        listing = [[f.build, f.path, f.sha256, f.size, f.stored] for f in ordered]
+        used = {f.build for f in ordered}
+        section = {"size": sum(f.stored for f in ordered), "sha256": digest.hexdigest(),
+                   "builds": {b: i for b, i in self.builds.items() if b in used}, "files": listing}
+        return (lambda: (f.raw() for f in ordered)), section
 
 
 def check_section(section: Any) -> None:
@@ -401,12 +444,12 @@ class CarriedListing:
 
     def __init__(self, builds: dict[str, dict[str, str]], files: dict[tuple[str, str], Listed],
                  problems: list[str], fetch: Callable[[Listed], bytes | None],
-                 close: Callable[[], None] = no_file) -> None:
+                 close: Callable[[], None] = no_file, raw: Callable[[int, int], bytes] | None = None) -> None:
         #: The build identities named by their build ids, and the files of those builds with usable names.
         self.builds, self.files = builds, files
         #: One per build or file left out at once (a forged build id, a name outside torch's cache layout).
         self.problems = problems
-        self._fetch, self._close = fetch, close
+        self._fetch, self._close, self._raw = fetch, close, raw
 
     @classmethod
     def of_section(cls, section: Mapping[str, Any], fetch: Callable[[int, int], bytes],
@@ -427,13 +470,23 @@ class CarriedListing:
             chunk = fetch(listed.at, listed.stored)
             return _inflated(chunk, listed.size, listed.sha256) if len(chunk) == listed.stored else None
 
-        return cls(builds, files, problems, read, close)
+        return cls(builds, files, problems, read, close, fetch)
+
+    def as_stored(self) -> "CarriedBinaries":
+        """The listed files as :class:`CarriedBinaries` read by range as stored, unchecked (for a bundle to copy:
+        the section's checksum vouches for them)."""
+        raw = self._raw
+        assert raw is not None, "a listing of a bundle's section"
+        return CarriedBinaries(dict(self.builds), {
+            key: CarriedFile(f.build, f.path, f.sha256, f.size, f.stored, functools.partial(raw, f.at, f.stored))
+            for key, f in self.files.items()})
 
     @classmethod
     def of(cls, carried: "CarriedBinaries") -> "CarriedListing":
         """A listing of binaries in memory (made in this process, or read and checked whole)."""
         files = {key: Listed(f.build, f.path, f.sha256, f.size, f.size, 0) for key, f in carried.files.items()}
-        return cls(dict(carried.builds), files, [], lambda listed: carried.files[(listed.build, listed.path)].data)
+        return cls(dict(carried.builds), files, [],
+                   lambda listed: carried.files[(listed.build, listed.path)].content())
 
     def fitting(self, build: str) -> dict[str, Listed]:
         """``{path: file}`` of the files of ``build`` (the binaries that fit a machine of that build identity)."""
@@ -470,19 +523,6 @@ def _inflated(chunk: bytes, size: int, sha: str) -> bytes | None:
     except zlib.error:
         return None
     return data if len(data) == size and hashlib.sha256(data).hexdigest() == sha else None
-
-
-def unpack(blob: bytes, section: Mapping[str, Any]) -> tuple["CarriedBinaries", list[str]]:
-    """The files of a checked blob, and one problem per file that is unusable (bad name, bad checksum)."""
-    listing = CarriedListing.of_section(section, lambda at, size: blob[at:at + size])
-    carried, problems = CarriedBinaries(builds=listing.builds), list(listing.problems)
-    for key, listed in listing.files.items():
-        try:
-            data = listing.read(listed)
-            carried.files[key] = CarriedFile(listed.build, listed.path, listed.sha256, listed.size, data)
-        except BinaryDamaged as exc:
-            problems.append(str(exc))
-    return carried, problems
 
 
 def identity_differences(carried: Mapping[str, str], here: Mapping[str, str]) -> str:

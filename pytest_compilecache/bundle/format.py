@@ -19,7 +19,7 @@ from typing import Any, BinaryIO, Callable, Iterator, Mapping, cast
 
 from .. import files
 from . import signing
-from .binaries import CarriedBinaries, CarriedListing, check_section, unpack
+from .binaries import BinaryDamaged, CarriedBinaries, CarriedListing, check_section
 from .keyindex import KeyIndex, KeyIndexError
 from .members import WHOLE, Member, MemberDamaged, Members, no_file, unpack_table
 
@@ -28,6 +28,8 @@ FORMAT = 2
 #: Formats this version reads: 1 (one payload an entry, loaded whole) and 2 (written).
 READS = (1, 2)
 _MAX_MANIFEST = 64 * 1024 * 1024
+#: How much of a section is read at a time to check it.
+_CHUNK = 1024 * 1024
 #: Keep a bundle open while its payloads are read; on Windows an open file blocks a writer's rename.
 HOLD_OPEN = os.name != "nt"
 
@@ -84,7 +86,6 @@ class Entry:
     #: Read from a bundle file (its signature, if any, is what vouches for it), not made in this process.
     from_file: bool = False
     _index_blob: bytes | None = field(default=None, repr=False)
-    _binaries_blob: bytes | None = field(default=None, repr=False)
     #: Why the key index is unusable ("": it is usable; ``None``: not checked yet).
     _index_problem: str | None = field(default=None, repr=False)
     #: Format 2: bytes of its members after the table (``offset``, ``size`` and ``sha256`` are the table's).
@@ -144,6 +145,8 @@ class Bundle:
     label: str = ""
     #: The format it was read in (a bundle made here is written in :data:`FORMAT`).
     format: int = FORMAT
+    #: How to let go of the readers of its sections handed out (they outlive :meth:`close`, not :meth:`release`).
+    _opened: list[Callable[[], None]] = field(default_factory=list, repr=False)
 
     @classmethod
     def over(cls, source: io.RawIOBase, path: Path, label: str = "", head: int = io.DEFAULT_BUFFER_SIZE) -> "Bundle":
@@ -169,6 +172,12 @@ class Bundle:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+    def release(self) -> None:
+        """Close the file and every reader of its sections handed out (for a writer done with what it read)."""
+        self.close()
+        while self._opened:
+            self._opened.pop()()
 
     def find(self, env: Mapping[str, str]) -> Entry | None:
         """The entry made in an environment equal to ``env``, if any."""
@@ -296,21 +305,34 @@ class Bundle:
         return why and (f"{self.name}: the entry for {env_label(entry.env)}: {why} ({signing.KEY_ENV} is set); "
                         "it is not used")
 
-    def carried(self, entry: Entry) -> tuple[CarriedBinaries, list[str]]:
-        """The entry's compiled binaries, each checked, and one problem per file left out."""
-        if entry.binaries is not None:
-            return entry.binaries, []
+    def carried(self, entry: Entry, check: bool = False) -> tuple[CarriedBinaries, list[str]]:
+        """The entry's compiled binaries, each read by range as stored when needed (the section's checksum checked
+        now, a chunk at a time), and one problem per file left out; with ``check``, each file is read and checked
+        now too, and a damaged one left out."""
+        problems: list[str] = []
         section = entry.binaries_section
-        if section is None:
-            return CarriedBinaries(), []
-        blob = self._read(entry, "the binaries", section["offset"], section["size"])
-        if len(blob) != section["size"]:
-            raise BundleError(f"{self.name}: truncated: the binaries for {env_label(entry.env)} are cut short")
-        if hashlib.sha256(blob).hexdigest() != section["sha256"]:
-            raise BundleError(f"{self.name}: corrupt: the binaries for {env_label(entry.env)} fail their checksum")
-        carried, problems = unpack(blob, section)
-        entry.binaries = carried
-        entry._binaries_blob = blob
+        if entry.binaries is None and section is not None:
+            fetch, close = self._ranges(entry, "the binaries", section["offset"], section["size"])
+            self._opened.append(close)
+            digest, at = hashlib.sha256(), 0
+            try:
+                while at < section["size"]:
+                    chunk = fetch(at, min(_CHUNK, section["size"] - at))
+                    if not chunk:
+                        raise BundleError(f"{self.name}: truncated: the binaries for {env_label(entry.env)} are "
+                                          "cut short")
+                    digest.update(chunk)
+                    at += len(chunk)
+            except OSError as exc:
+                raise BundleError(f"{self.name}: cannot read: {exc.strerror or exc}") from None
+            if digest.hexdigest() != section["sha256"]:
+                raise BundleError(f"{self.name}: corrupt: the binaries for {env_label(entry.env)} fail their checksum")
+            listing = CarriedListing.of_section(section, fetch, close)
+            entry.binaries, problems = listing.as_stored(), list(listing.problems)
+        carried = entry.binaries or CarriedBinaries()
+        if check:
+            carried, damaged = carried.checked()
+            problems += damaged
         return carried, [f"{self.name}: {p}" for p in problems]
 
     def carried_listing(self, entry: Entry) -> CarriedListing:
@@ -630,18 +652,17 @@ def _encode(bundle: Bundle) -> tuple[Iterator[bytes], int, list[tuple[Entry, str
         description = {**entry.describe(), "offset": at}
         parts.append((entry.size + (entry.stored or 0), entry))
         at += parts[-1][0]
-        section = None
-        if entry._binaries_blob is not None and entry.binaries_section is not None:
-            blob = entry._binaries_blob
-            section = {k: v for k, v in entry.binaries_section.items() if k != "offset"}
-        else:
-            carried, _ = bundle.carried(entry)
-            if carried:
-                blob, section = carried.pack()
-        if section is not None:
+        carried, _ = bundle.carried(entry)
+        if carried:
+            try:
+                blob, section = carried.packed()
+            except BinaryDamaged as exc:
+                raise BundleError(f"{exc} where it is read from; nothing was written") from None
             description["binaries"] = {**section, "offset": at}
-            parts.append((len(blob), blob))
-            at += len(blob)
+            parts.append((section["size"], blob))
+            at += section["size"]
+        else:
+            section = None
         bundle.read_key_index(entry)  # copied as stored, never unpacked for it
         index = entry.index_blob()
         if index is not None:
@@ -660,6 +681,14 @@ def _encode(bundle: Bundle) -> tuple[Iterator[bytes], int, list[tuple[Entry, str
     def chunks() -> Iterator[bytes]:
         yield from head
         for _, part in parts:
-            yield from _members_of(part) if isinstance(part, Entry) else [part]
+            if isinstance(part, Entry):
+                yield from _members_of(part)
+            elif callable(part):
+                try:
+                    yield from part()
+                except BinaryDamaged as exc:
+                    raise BundleError(f"{exc} where it is read from; nothing was written") from None
+            else:
+                yield part
 
     return chunks(), sum(map(len, head)) + at, placed

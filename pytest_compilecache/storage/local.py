@@ -121,7 +121,7 @@ class LocalStore:
                 return result
             finally:
                 if current is not None:
-                    current.close()
+                    current.release()
 
     def add(self, additions: list[Entry], history: Mapping[str, object] | None = None, run: float | None = None,
             max_unused_runs: int = 0, rebuild: bool = False, counted: bool = True) -> Saved:

@@ -195,7 +195,7 @@ class UrlStore:
                 finally:
                     staging.unlink(missing_ok=True)
                     if current is not None:
-                        current.close()
+                        current.release()
             time.sleep(random.uniform(0.05, 0.25) * 2 ** min(attempt, 4))
         raise BundleError(f"{self.name}: other writers changed it {ATTEMPTS} times while this run tried to "
                           "fold its artifacts in")
