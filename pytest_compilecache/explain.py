@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from .bundle.keyindex import KeyIndex
+from .bundle.keyindex import KeyIndex, KeyIndexError
 
 #: Differences named one by one in an explanation; the rest are counted.
 SHOWN = 4
@@ -61,9 +61,12 @@ def explain(layer: str, key: str, code: str, components: Mapping[str, tuple[str,
             return Explanation(f"{where}: {source.name} holds an entry with this very key, but it was not in "
                                "the cache folder of this lookup", ("entry not in the cache folder",))
     ours = set(_graph_lines(components.get("gm", ("", ""))[1]))
-    candidates = [(s, k) for s in known for k in s.index.of_layer(layer)
-                  if s.index.keys[k]["code"] == code and k != key and _related(s.index.components(k), ours)]
+    unreadable: list[str] = []
+    candidates = [(s, k, theirs) for s in known for k in s.index.of_code(layer, code) if k != key
+                  for theirs in [_components(s, k, unreadable)] if theirs is not None and _related(theirs, ours)]
     if not candidates:
+        if unreadable:
+            return Explanation(f"{where}: cannot explain: {unreadable[0]}", ("cannot explain",))
         blind = [s for s in known if s.undocumented]
         if cannot and not any(s.index.of_layer(layer) for s in known):
             return Explanation(f"{where}: cannot explain: {cannot}", ("cannot explain",))
@@ -76,8 +79,7 @@ def explain(layer: str, key: str, code: str, components: Mapping[str, tuple[str,
                                "and no compile before it in this session was of this code", ("cache starts empty",))
         return Explanation(f"{where}: no entry for this code at all (new code)", ("new code",))
     scored = []
-    for source, other in candidates:
-        theirs = source.index.components(other)
+    for source, other, theirs in candidates:
         reasons = _reasons(theirs, components)
         differing = _differing(theirs, components)
         # Sizes made symbolic count as one difference; on a tie, an entry differing in input shapes alone loses to
@@ -90,6 +92,15 @@ def explain(layer: str, key: str, code: str, components: Mapping[str, tuple[str,
             + "; ".join(r.text for r in reasons[:SHOWN]) + more)
     kinds = tuple(dict.fromkeys(k for r in reasons for k in r.kinds)) or ("no component differs",)
     return Explanation(text, kinds)
+
+
+def _components(source: Known, key: str, unreadable: list[str]) -> Mapping[str, tuple[str, str]] | None:
+    """The components ``source`` records for ``key``; ``None`` (and why, in ``unreadable``) where they are malformed."""
+    try:
+        return source.index.components(key)
+    except KeyIndexError as exc:
+        unreadable.append(f"{source.name}: {exc}")
+        return None
 
 
 def _related(theirs: Mapping[str, tuple[str, str]], our_lines: set[str]) -> bool:

@@ -389,3 +389,49 @@ def test_a_dropped_key_is_remembered_until_an_updating_run_saves_it_again() -> N
     again = _index(fold=("fx_graph", "f (x.py)", BASE))
     assert KeyIndex.union([pruned, again]).dropped == {}, "an updating run that saved it again forgets the drop"
     assert KeyIndex.union([pruned]).restricted({"fnew"}).dropped == pruned.dropped, "kept through later writes"
+
+
+def test_the_key_index_is_read_by_group_and_a_rewrite_copies_the_groups_it_keeps_as_stored() -> None:
+    """Format 2 of the key index: its head read at once, each group (one layer and code) when one of its keys is
+    asked for; a damaged group costs only the explanations of its code; a rewrite keeping a group whole copies it as
+    stored (compressed against the same dictionary), and a format-1 index still reads and is written as format 2."""
+    import zlib
+
+    from pytest_compilecache.bundle.keyindex import KeyIndexError
+
+    graph = {**BASE, "gm": ("g2", BASE["gm"][1].replace("sin", "cos"))}
+    made = _index(fa=("fx_graph", "f (x.py)", BASE), fb=("fx_graph", "f (x.py)", graph),
+                  ga=("fx_graph", "g (x.py)", BASE), aa=("aot_autograd", "f (x.py)", BASE))
+    made.note_run(1.0, ["inductor/fa"])
+    blob = made.pack()
+    index = KeyIndex.unpack(blob)
+    assert index.of_code("fx_graph", "f (x.py)") == ["fa", "fb"] and index.of_layer("aot_autograd") == ["aa"]
+    assert {k: index.components(k) for k in index.keys} == {k: made.components(k) for k in made.keys}
+    assert index.used == {"inductor/fa": 1.0} and KeyIndex.unpack(index.pack()).pack() == blob
+
+    g_group = next(g for g in index.keys._stored.values() if g.code == "g (x.py)")
+    at = blob.index(g_group.stored)
+    damaged = KeyIndex.unpack(blob[:at + 2] + bytes([blob[at + 2] ^ 0xFF]) + blob[at + 3:])
+    assert damaged.components("fa") == made.components("fa"), "the other groups read"
+    with pytest.raises(KeyIndexError, match=r"key details of 'g \(x.py\)'"):
+        damaged.components("ga")
+    why = explain("fx_graph", "gnew", "g (x.py)", BASE, [Known("the bundle b", damaged, fills=True)])
+    assert why.kinds == ("cannot explain",) and "the bundle b: the key details of 'g (x.py)'" in why.text
+    assert "differs" in explain("fx_graph", "fnew", "f (x.py)", BASE, [Known("the bundle b", damaged)]).text
+
+    kept = damaged.restricted(["fa", "fb", "aa"])
+    rewritten = kept.pack()
+    f_group = next(g for g in index.keys._stored.values() if g.code == "f (x.py)" and g.layer == "fx_graph")
+    assert f_group.stored in rewritten, "a group kept whole is copied as stored"
+    again = KeyIndex.unpack(rewritten)
+    assert sorted(again.keys) == ["aa", "fa", "fb"] and again.components("fb") == made.components("fb")
+    assert sorted(KeyIndex.unpack(damaged.restricted(["fa"]).pack()).keys) == ["fa"], "a group cut is packed again"
+
+    records = {k: made.keys[k] for k in made.keys}
+    old = zlib.compress(json.dumps({"format": 1, "torch": "2.13.0+cpu", "configs": made.configs, "keys": records,
+                                    "runs": [1.0], "used": {"inductor/fa": 1.0}}).encode())
+    from_format_1 = KeyIndex.unpack(old)
+    assert {k: from_format_1.components(k) for k in records} == {k: made.components(k) for k in records}
+    assert KeyIndex.unpack(from_format_1.pack()).of_code("fx_graph", "f (x.py)") == ["fa", "fb"]
+    with pytest.raises(KeyIndexError, match="unknown format"):
+        KeyIndex.unpack(zlib.compress(b'{"format": 3}'))

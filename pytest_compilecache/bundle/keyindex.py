@@ -1,5 +1,7 @@
 """What a bundle knows about each artifact key (the components torch built it from) and its usage, kept as a
-compressed JSON section of an entry (docs/file-format.md#the-key-index). This module never imports torch."""
+section of an entry: a compressed head, then the keys' components in groups of one layer and code, each compressed
+alone, read when one of its keys is asked for and copied as stored when rewritten (docs/file-format.md#the-key-index).
+This module never imports torch."""
 
 from __future__ import annotations
 
@@ -8,9 +10,11 @@ import json
 import math
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
-FORMAT = 1
+FORMAT = 2
+#: Formats this version reads: 1 (one JSON object, read whole) and 2 (written).
+READS = (1, 2)
 #: Components whose names start so are config values, stored once per distinct set.
 CONFIG_PREFIXES = ("inductor_config[", "inductor_config_comms[", "functorch_config[")
 #: Longest text kept for one component (a graph's code gets more, for showing which nodes differ).
@@ -52,13 +56,134 @@ def binary_id(path: str) -> str:
     return artifact_id(BINARY, path.rpartition("/")[2].split(".", 1)[0])
 
 
+class _Group:
+    """The components of keys of one layer and code, compressed as a key index stores them (against the index's
+    preset dictionary), parsed when first asked."""
+
+    def __init__(self, layer: str, code: str, stored: bytes, configs: dict[str, str], dictionary: bytes) -> None:
+        self.layer, self.code, self.stored, self.dictionary = layer, code, stored, dictionary
+        #: ``{key: config id}`` of every key it holds.
+        self.configs = configs
+        self._parsed: dict[str, dict[str, list[str]]] | None = None
+
+    def components(self, key: str) -> dict[str, list[str]]:
+        """The key's own components; raises :class:`KeyIndexError` when the group is malformed."""
+        if self._parsed is None:
+            try:
+                data = json.loads(_inflated(self.stored, self.dictionary).decode("utf-8"))
+            except (zlib.error, UnicodeDecodeError, ValueError, RecursionError):
+                raise KeyIndexError(f"the key details of {_short(self.code)} are not valid compressed JSON") from None
+            try:
+                self._parsed = {_str(k): _components(v) for k, v in _dict(data).items()}
+            except TypeError as exc:
+                raise KeyIndexError(f"the key details of {_short(self.code)} are malformed: {exc}") from None
+        try:
+            return self._parsed[key]
+        except KeyError:
+            raise KeyIndexError(f"the key details of {_short(self.code)} lack a key they list") from None
+
+
+class Records(Mapping[str, dict[str, Any]]):
+    """Each key's record (``layer``, ``code``, ``config``, ``components``): made here, or stored in a group read when
+    one of its keys is asked for; a key's layer, code and config set are known without reading it."""
+
+    def __init__(self, made: dict[str, dict[str, Any]] | None = None,
+                 stored: dict[str, _Group] | None = None) -> None:
+        self._made = made if made is not None else {}
+        self._stored = {k: g for k, g in (stored or {}).items() if k not in self._made}
+
+    def __getitem__(self, key: str) -> dict[str, Any]:
+        made = self._made.get(key)
+        if made is not None:
+            return made
+        group = self._stored[key]
+        return {"layer": group.layer, "code": group.code, "config": group.configs[key],
+                "components": group.components(key)}
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._made or key in self._stored
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._made
+        yield from self._stored
+
+    def __len__(self) -> int:
+        return len(self._made) + len(self._stored)
+
+    def about(self, key: str) -> tuple[str, str, str]:
+        """The key's layer, code and config set, its components unread."""
+        made = self._made.get(key)
+        if made is not None:
+            return made["layer"], made["code"], made["config"]
+        group = self._stored[key]
+        return group.layer, group.code, group.configs[key]
+
+    def put(self, key: str, record: dict[str, Any]) -> None:
+        """Record ``key`` made here."""
+        self._stored.pop(key, None)
+        self._made[key] = record
+
+    def only(self, keys: set[str]) -> "Records":
+        """Those of ``keys`` (records shared, nothing read)."""
+        return Records({k: r for k, r in self._made.items() if k in keys},
+                       {k: g for k, g in self._stored.items() if k in keys})
+
+    def merged(self, other: "Records") -> "Records":
+        """These and those of ``other`` these lack (records shared, nothing read)."""
+        made = {**other._made, **self._made}
+        stored = {**{k: g for k, g in other._stored.items() if k not in self._made}, **self._stored}
+        return Records({k: r for k, r in made.items() if k not in self._stored}, stored)
+
+    def packed(self) -> tuple[bytes, list[list[Any]], list[bytes]]:
+        """The preset dictionary groups are compressed against, the head's listing of groups, and each group as
+        stored: a stored group all of whose keys are here, compressed against that dictionary, is copied as it is;
+        any other is read and compressed again (one that cannot be read is left out, with its keys)."""
+        dictionary = self._dictionary()
+        listing: list[list[Any]] = []
+        blobs: list[bytes] = []
+        by_group: dict[int, tuple[_Group, list[str]]] = {}
+        for key, group in self._stored.items():
+            by_group.setdefault(id(group), (group, []))[1].append(key)
+        for group, keys in by_group.values():
+            if len(keys) == len(group.configs) and group.dictionary == dictionary:
+                blob = group.stored
+            else:
+                try:
+                    blob = _deflated({k: group.components(k) for k in keys}, dictionary)
+                except KeyIndexError:
+                    continue
+            listing.append([group.layer, group.code, len(blob), [[k, group.configs[k]] for k in keys]])
+            blobs.append(blob)
+        made: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+        for key, record in self._made.items():
+            made.setdefault((record["layer"], record["code"]), {})[key] = record
+        for (layer, code), records in made.items():
+            blob = _deflated({k: r["components"] for k, r in records.items()}, dictionary)
+            listing.append([layer, code, len(blob), [[k, r["config"]] for k, r in records.items()]])
+            blobs.append(blob)
+        return dictionary, listing, blobs
+
+    def _dictionary(self) -> bytes:
+        """The dictionary most stored keys were compressed against (so that their groups are copied as stored), else
+        one made of a record of each layer (the components' names and most texts recur from key to key)."""
+        counts: dict[bytes, int] = {}
+        for group in self._stored.values():
+            counts[group.dictionary] = counts.get(group.dictionary, 0) + 1
+        if counts:
+            return max(counts, key=lambda d: counts[d])
+        firsts: dict[str, bytes] = {}
+        for key, record in self._made.items():
+            firsts.setdefault(record["layer"], _json({key: record["components"]}))
+        return b"".join(firsts.values())[-_DICTIONARY:]
+
+
 @dataclass
 class KeyIndex:
     """Key components per artifact key, config sets stored once, and usage."""
 
     torch: str = ""
     configs: dict[str, dict[str, list[str]]] = field(default_factory=dict)
-    keys: dict[str, dict[str, Any]] = field(default_factory=dict)
+    keys: Records = field(default_factory=Records)
     runs: list[float] = field(default_factory=list)
     used: dict[str, float] = field(default_factory=dict)
     #: ``{key: (why, when)}``: keys whose artifacts were dropped from the bundle, and what dropped them.
@@ -81,23 +206,29 @@ class KeyIndex:
         rest = {n: [str(v[0]), clip(n, str(v[1]))] for n, v in components.items() if not n.startswith(CONFIG_PREFIXES)}
         cid = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
         self.configs.setdefault(cid, config)
-        self.keys[key] = {"layer": layer, "code": code, "config": cid, "components": rest}
+        self.keys.put(key, {"layer": layer, "code": code, "config": cid, "components": rest})
 
     def components(self, key: str) -> dict[str, tuple[str, str]]:
-        """Every component of ``key``: its own and its config set's."""
+        """Every component of ``key``: its own and its config set's (its group read, if stored, when first asked);
+        raises :class:`KeyIndexError` when that group is malformed."""
         record = self.keys[key]
         both = {**self.configs.get(record["config"], {}), **record["components"]}
         return {n: (v[0], v[1]) for n, v in both.items()}
 
     def of_layer(self, layer: str) -> list[str]:
         """The keys recorded for ``layer``."""
-        return [k for k, r in self.keys.items() if r["layer"] == layer]
+        return [k for k in self.keys if self.keys.about(k)[0] == layer]
+
+    def of_code(self, layer: str, code: str) -> list[str]:
+        """The keys recorded for ``layer`` compiled from ``code`` (nothing of their components read)."""
+        return [k for k in self.keys if self.keys.about(k)[:2] == (layer, code)]
 
     def restricted(self, keys: Iterable[str], dropped_by: str = "", when: float = 0.0) -> "KeyIndex":
         """A copy holding only ``keys`` (their config sets and usage); the others noted as dropped by ``dropped_by``."""
         wanted = set(keys)
-        kept = {k: r for k, r in self.keys.items() if k in wanted}
-        configs = {c: v for c, v in self.configs.items() if c in {r["config"] for r in kept.values()}}
+        kept = self.keys.only(wanted)
+        referenced = {kept.about(k)[2] for k in kept}
+        configs = {c: v for c, v in self.configs.items() if c in referenced}
         used = {a: t for a, t in self.used.items() if a.split("/", 1)[-1] in wanted or a.startswith(BINARY + "/")}
         dropped = {k: d for k, d in self.dropped.items() if k not in wanted}
         if dropped_by:
@@ -155,8 +286,7 @@ class KeyIndex:
         for part in parts:
             out.torch = out.torch or part.torch
             out.configs = {**part.configs, **out.configs}
-            for key, record in part.keys.items():
-                out.keys.setdefault(key, record)
+            out.keys = out.keys.merged(part.keys)
             out.runs = sorted(set(out.runs) | set(part.runs))[-MAX_RUNS:]
             out.whole_runs = sorted(set(out.whole_runs) | set(part.whole_runs))[-MAX_RUNS:]
             out.kernels_since = min(filter(None, (out.kernels_since, part.kernels_since)), default=0.0)
@@ -167,20 +297,23 @@ class KeyIndex:
         return out
 
     def pack(self) -> bytes:
-        """The compressed form stored in a bundle."""
-        data: dict[str, Any] = {"format": FORMAT, "torch": self.torch, "configs": self.configs, "keys": self.keys,
-                                "runs": self.runs, "used": self.used}
+        """The form stored in a bundle: the compressed head, then each group of keys compressed alone."""
+        dictionary, listing, blobs = self.keys.packed()
+        packed_dictionary = zlib.compress(dictionary, 6)
+        data: dict[str, Any] = {"format": FORMAT, "torch": self.torch, "configs": self.configs, "groups": listing,
+                                "dictionary": len(packed_dictionary), "runs": self.runs, "used": self.used}
         if self.dropped:
             data["dropped"] = {k: list(d) for k, d in self.dropped.items()}
         if self.whole_runs:
             data["whole_runs"] = self.whole_runs
         if self.kernels_since:
             data["kernels_since"] = self.kernels_since
-        return zlib.compress(json.dumps(data, sort_keys=True, separators=(",", ":")).encode(), 6)
+        return b"".join([_deflated(data), packed_dictionary, *blobs])
 
     @classmethod
     def unpack(cls, blob: bytes) -> "KeyIndex":
-        """The inverse of :meth:`pack`; raises :class:`KeyIndexError` on anything malformed."""
+        """The inverse of :meth:`pack` (or a format-1 index, read whole): the head read and checked now, each group
+        of keys when one of its keys is asked for; raises :class:`KeyIndexError` on anything malformed."""
         inflater = zlib.decompressobj()
         try:
             raw = inflater.decompress(blob, MAX_UNPACKED)
@@ -189,13 +322,22 @@ class KeyIndex:
             raise KeyIndexError("the key index is not valid compressed JSON") from None
         if inflater.unconsumed_tail:
             raise KeyIndexError(f"the key index is larger than {MAX_UNPACKED} bytes unpacked")
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise KeyIndexError(f"the key index has an unknown format ({_short(data.get('format') if isinstance(data, dict) else data)})")
+        version = data.get("format") if isinstance(data, dict) else data
+        if version not in READS or isinstance(version, bool) or not inflater.eof:
+            raise KeyIndexError(f"the key index has an unknown format ({_short(version)})")
+        assert isinstance(data, dict)
+        rest = inflater.unused_data
         try:
+            if version == 1:
+                if rest:
+                    raise TypeError("bytes follow the index")
+                records = Records({_str(k): _record(r) for k, r in _dict(data.get("keys", {})).items()})
+            else:
+                records = _groups(data.get("groups", []), data.get("dictionary"), rest)
             return cls(
                 torch=_str(data.get("torch", "")),
                 configs={_str(c): _components(v) for c, v in _dict(data.get("configs", {})).items()},
-                keys={_str(k): _record(r) for k, r in _dict(data.get("keys", {})).items()},
+                keys=records,
                 runs=sorted(_number(t) for t in _list(data.get("runs", [])))[-MAX_RUNS:],
                 used={_str(a): _number(t) for a, t in _dict(data.get("used", {})).items()},
                 dropped=_newest({_str(k): _drop(d) for k, d in _dict(data.get("dropped", {})).items()}),
@@ -204,6 +346,59 @@ class KeyIndex:
             )
         except TypeError as exc:
             raise KeyIndexError(f"the key index is malformed: {exc}") from None
+
+
+#: Largest preset dictionary (zlib's window).
+_DICTIONARY = 32 * 1024
+
+
+def _json(data: Any) -> bytes:
+    return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _deflated(data: Any, dictionary: bytes = b"") -> bytes:
+    """``data`` as compact JSON, compressed (against ``dictionary``, where there is one)."""
+    deflater = zlib.compressobj(6, zdict=dictionary) if dictionary else zlib.compressobj(6)
+    return deflater.compress(_json(data)) + deflater.flush()
+
+
+def _inflated(blob: bytes, dictionary: bytes = b"") -> bytes:
+    """The inverse of :func:`_deflated`, capped at :data:`MAX_UNPACKED`; raises :class:`zlib.error` or
+    :class:`ValueError` where ``blob`` is not one whole stream of at most that size."""
+    inflater = zlib.decompressobj(zdict=dictionary) if dictionary else zlib.decompressobj()
+    raw = inflater.decompress(blob, MAX_UNPACKED)
+    if inflater.unconsumed_tail or not inflater.eof or inflater.unused_data:
+        raise ValueError("not one whole stream of at most MAX_UNPACKED bytes")
+    return raw
+
+
+def _groups(listing: Any, dictionary_size: Any, rest: bytes) -> Records:
+    """The stored records a format-2 head lists, the preset dictionary and groups' bytes taken from ``rest``
+    (what follows the head)."""
+    if isinstance(dictionary_size, bool) or not isinstance(dictionary_size, int) or dictionary_size < 0:
+        raise TypeError(f"dictionary must be a size, got {_short(dictionary_size)}")
+    try:
+        dictionary = _inflated(rest[:dictionary_size])[:_DICTIONARY] if dictionary_size else b""
+    except (zlib.error, ValueError):
+        raise TypeError("the preset dictionary is not valid compressed data") from None
+    stored: dict[str, _Group] = {}
+    at = dictionary_size
+    for item in _list(listing):
+        group = _list(item)
+        if len(group) != 4 or isinstance(group[2], bool) or not isinstance(group[2], int) or group[2] < 1:
+            raise TypeError(f"a group must be [layer, code, size, keys], got {_short(item)}")
+        configs = {}
+        for pair in _list(group[3]):
+            pair = _list(pair)
+            if len(pair) != 2:
+                raise TypeError(f"a group's key must be [key, config], got {_short(pair)}")
+            configs[_str(pair[0])] = _str(pair[1])
+        made = _Group(_str(group[0]), _str(group[1]), rest[at:at + group[2]], configs, dictionary)
+        at += group[2]
+        stored.update(dict.fromkeys(configs, made))
+    if at != len(rest):
+        raise TypeError("the groups do not add up to the bytes that follow the head")
+    return Records(stored=stored)
 
 
 def _newest(dropped: dict[str, tuple[str, float]]) -> dict[str, tuple[str, float]]:
