@@ -8,7 +8,10 @@ explanation, nothing written). The warmup hook is left empty in both, so that ne
 warmup (which compiles every function again). Printed per size: pytest's wall seconds, the peak memory of the
 pytest process, the save's seconds as the summary states them, and the bundle's size before and after.
 
-    python benchmarks/update_vs_loading.py --keep=DIR [ROUNDS] SIZE [SIZE ...]
+    python benchmarks/update_vs_loading.py --keep=DIR [--bundle=NAME] [ROUNDS] SIZE [SIZE ...]
+
+``--bundle=NAME``: the bundle's file name in ``DIR/SIZE`` (``suite.bundle`` by default), to measure another
+copy of it (one written by an earlier version, say).
 """
 
 from __future__ import annotations
@@ -28,9 +31,9 @@ PEAK = Path(__file__).parent / "probe"
 EMPTY_WARMUP = "def pytest_compilecache_warmup(cache):\n    pass\n"
 
 
-def measure(built: Path, size: int, rounds: int) -> None:
+def measure(built: Path, size: int, rounds: int, name: str = "suite.bundle") -> None:
     """Alternate updating and loading runs of one edited test on a copy of the suite built in ``built``."""
-    source = built / "suite.bundle"
+    source = built / name
     if not source.exists():
         raise SystemExit(f"{built}: no suite built there (run one_test_vs_kept.py --keep first)")
     work = Path(tempfile.mkdtemp(prefix=f"update-{size}-")).resolve()
@@ -59,7 +62,7 @@ def measure(built: Path, size: int, rounds: int) -> None:
                 peak = max(int(p.read_text()) / 1024 for p in peaks.glob("peak-*"))
                 for p in peaks.glob("peak-*"):
                     p.unlink()
-                saved = json.loads(report.read_text()).get("saved") or {}
+                saved = json.loads(report.read_text())["bundle"].get("saved") or {}
                 figures = seen[side]
                 figures.setdefault("seconds", []).append(ran.seconds)
                 figures.setdefault("peak", []).append(peak)
@@ -80,13 +83,14 @@ def measure(built: Path, size: int, rounds: int) -> None:
 
 def main() -> None:
     keep = next((Path(a.split("=", 1)[1]).resolve() for a in sys.argv[1:] if a.startswith("--keep=")), None)
-    args = [a for a in sys.argv[1:] if not a.startswith("--keep=")]
+    name = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--bundle=")), "suite.bundle")
+    args = [a for a in sys.argv[1:] if not a.startswith(("--keep=", "--bundle="))]
     if keep is None or not args:
         raise SystemExit(__doc__)
     rounds = int(args[0]) if len(args) > 1 else 5
     print(f"plugin byte-compiled as pip installs it: {as_installed()}", flush=True)
     for size in [int(a) for a in args[1:]] or [int(args[0])]:
-        measure(keep / str(size), size, rounds)
+        measure(keep / str(size), size, rounds, name)
 
 
 if __name__ == "__main__":

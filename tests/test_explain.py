@@ -425,7 +425,19 @@ def test_the_key_index_is_read_by_group_and_a_rewrite_copies_the_groups_it_keeps
     assert f_group.stored in rewritten, "a group kept whole is copied as stored"
     again = KeyIndex.unpack(rewritten)
     assert sorted(again.keys) == ["aa", "fa", "fb"] and again.components("fb") == made.components("fb")
-    assert sorted(KeyIndex.unpack(damaged.restricted(["fa"]).pack()).keys) == ["fa"], "a group cut is packed again"
+    cut = KeyIndex.unpack(damaged.restricted(["fa"]).pack())
+    assert list(cut.keys) == ["fa"] and cut.components("fa") == made.components("fa"), "a group cut is packed again"
+
+    other = _index(hb=("fx_graph", "h (y.py)", {**BASE, "gm": ("g3", "GraphModule()\\n    t = torch.tan(x)\\n")}))
+    other.add("hc", "aot_autograd", "h (y.py)", BASE)
+    joined = KeyIndex.unpack(KeyIndex.union([index, KeyIndex.unpack(other.pack())]).pack())
+    assert sorted(joined.keys) == ["aa", "fa", "fb", "ga", "hb", "hc"], "two indexes of other dictionaries joined"
+    assert {k: joined.components(k) for k in joined.keys} == {
+        **{k: made.components(k) for k in made.keys}, **{k: other.components(k) for k in other.keys}}
+    for head in (b"2", b"[2]", b'{"format": 2, "groups": [["fx_graph", "f", 5, []]], "dictionary": 0}',
+                 b'{"format": 2, "groups": {}, "dictionary": -1}'):
+        with pytest.raises(KeyIndexError):
+            KeyIndex.unpack(zlib.compress(head))
 
     records = {k: made.keys[k] for k in made.keys}
     old = zlib.compress(json.dumps({"format": 1, "torch": "2.13.0+cpu", "configs": made.configs, "keys": records,

@@ -165,7 +165,7 @@ def test_regression_a_zlib_bomb_among_carried_binaries_is_not_inflated() -> None
     listing = CarriedListing.of_section(section, lambda at, size: stored[at:at + size])
     tracemalloc.start()
     try:
-        carried, problems = listing.as_stored().checked()
+        carried, problems = listing.as_stored(section).checked()
         with pytest.raises(BinaryDamaged, match="carried binary ab/bomb.so fails its checksum; not used"):
             listing.read(listing.fitting(build_id(identity))["ab/bomb.so"])
         peak = tracemalloc.get_traced_memory()[1]

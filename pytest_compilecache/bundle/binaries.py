@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
@@ -21,6 +20,8 @@ from .. import files
 from .._torchapi import layout
 from .members import no_file
 
+#: How much of a section is copied at a time.
+_CHUNK = 1024 * 1024
 #: zlib's level for carried files (compressed once, when made; copied as stored from then on).
 _LEVEL = 6
 #: The pool's file whose content changes with every add or drop (see :meth:`BinaryPool.version`).
@@ -249,35 +250,124 @@ def pooled(root: Path) -> "CarriedBinaries":
         carried.builds[folder.name] = {str(k): str(v) for k, v in identity.items()}
         for rel, file in sorted(layout.find_binaries(folder).items()):
             try:
-                carried.add(folder.name, rel, file.read_bytes())
+                if layout.is_timings(rel):
+                    carried.add(folder.name, rel, file.read_bytes())
+                elif (folder.name, rel) not in carried.files:
+                    carried.files[(folder.name, rel)] = CarriedFile.in_pool(folder.name, rel, file)
             except OSError:
                 continue
     return carried
 
 
+class _Source(Protocol):
+    """Where a carried file's stored (compressed) bytes come from."""
+
+    #: Whether they are compressed in this process (not copied from a bundle).
+    here: bool
+
+    @property
+    def stored(self) -> int: ...
+
+    def raw(self) -> bytes: ...
+
+
+class _Made:
+    """Content made in this process, compressed now."""
+
+    here = True
+
+    def __init__(self, data: bytes) -> None:
+        self._packed = zlib.compress(data, _LEVEL)
+        self.stored = len(self._packed)
+
+    def raw(self) -> bytes:
+        return self._packed
+
+
+class _Pooled:
+    """A file of a session's pool, compressed when first needed (then kept: a bundle reads it twice), and only if
+    it still has the content it was listed with."""
+
+    here = True
+
+    def __init__(self, file: Path, sha256: str) -> None:
+        self._file, self._sha256 = file, sha256
+        self._packed: bytes | None = None
+
+    @property
+    def stored(self) -> int:
+        return len(self.raw())
+
+    def raw(self) -> bytes:
+        if self._packed is None:
+            data = self._file.read_bytes()
+            if hashlib.sha256(data).hexdigest() != self._sha256:
+                raise OSError(f"{self._file} changed since it was listed")
+            self._packed = zlib.compress(data, _LEVEL)
+        return self._packed
+
+
+class _InBundle:
+    """A file stored in a bundle, read by range as it is stored."""
+
+    here = False
+
+    def __init__(self, fetch: Callable[[int, int], bytes], at: int, stored: int) -> None:
+        self._fetch, self._at, self.stored = fetch, at, stored
+
+    def raw(self) -> bytes:
+        return self._fetch(self._at, self.stored)
+
+
 @dataclass(frozen=True)
 class CarriedFile:
-    """One binary (or its source) a bundle entry carries, compressed as a bundle stores it: in memory (made in this
-    process), or read by range from the bundle it came from (copied as it is into another, never inflated for it)."""
+    """One binary (or its source) a bundle entry carries, compressed as a bundle stores it: made in this process
+    (compressed once), or read by range from the bundle it came from (copied as it is into another, never inflated
+    for it)."""
 
     build: str
     path: str
     sha256: str
     size: int
-    #: Bytes it takes in a bundle (compressed).
-    stored: int
-    _fetch: Callable[[], bytes] = field(repr=False, compare=False)
+    _source: _Source = field(repr=False, compare=False)
 
     @classmethod
     def made(cls, build: str, path: str, data: bytes) -> "CarriedFile":
         """A file of content ``data``, compressed now."""
-        packed = zlib.compress(data, _LEVEL)
-        return cls(build, path, hashlib.sha256(data).hexdigest(), len(data), len(packed), lambda: packed)
+        return cls(build, path, hashlib.sha256(data).hexdigest(), len(data), _Made(data))
+
+    @classmethod
+    def in_pool(cls, build: str, path: str, file: Path) -> "CarriedFile":
+        """A pooled ``file``, its checksum taken now, compressed when a bundle first needs it; raises
+        :class:`OSError` where it cannot be read."""
+        with open(file, "rb") as f:
+            digest = hashlib.file_digest(f, "sha256") if hasattr(hashlib, "file_digest") else \
+                hashlib.sha256(f.read())
+            size = f.tell()
+        return cls(build, path, digest.hexdigest(), size, _Pooled(file, digest.hexdigest()))
+
+    @classmethod
+    def in_bundle(cls, listed: "Listed", fetch: Callable[[int, int], bytes]) -> "CarriedFile":
+        """A file a bundle's section lists, read by ``fetch(at, size)`` from the section as stored."""
+        return cls(listed.build, listed.path, listed.sha256, listed.size, _InBundle(fetch, listed.at, listed.stored))
+
+    @property
+    def here(self) -> bool:
+        """Whether it is compressed in this process, not copied as stored from a bundle."""
+        return self._source.here
+
+    @property
+    def stored(self) -> int:
+        """Bytes it takes in a bundle (compressed); raises :class:`BinaryDamaged` where it cannot be read."""
+        try:
+            return self._source.stored
+        except OSError as exc:
+            raise BinaryDamaged(f"carried binary {self.path} cannot be read: {exc.strerror or exc}") from None
 
     def raw(self) -> bytes:
         """Its bytes as stored (compressed), not checked; raises :class:`BinaryDamaged` where they cannot be read."""
         try:
-            chunk = self._fetch()
+            chunk = self._source.raw()
         except OSError as exc:
             raise BinaryDamaged(f"carried binary {self.path} cannot be read: {exc.strerror or exc}") from None
         if len(chunk) != self.stored:
@@ -298,6 +388,11 @@ class CarriedBinaries:
 
     builds: dict[str, dict[str, str]] = field(default_factory=dict)
     files: dict[tuple[str, str], CarriedFile] = field(default_factory=dict)
+    #: Read from a bundle's section: its builds and files as read, the section's bytes as stored (a chunk at a
+    #: time) and the section (without offset), copied as they are while the builds and files stay as read.
+    _as_read: tuple[tuple[dict[str, dict[str, str]], dict[tuple[str, str], CarriedFile]],
+                    Callable[[], Iterator[bytes]], dict[str, Any]] | None = field(default=None, repr=False,
+                                                                                  compare=False)
 
     def __bool__(self) -> bool:
         return bool(self.files)
@@ -306,7 +401,10 @@ class CarriedBinaries:
         """Add a file unless one with this build and path is there (the first one wins; timing files are merged)."""
         old = self.files.get((build, path))
         if old is not None and layout.is_timings(path):
-            data = layout.merge_timings(old.content(), data)
+            try:
+                data = layout.merge_timings(old.content(), data)
+            except BinaryDamaged:  # the damaged copy is replaced
+                pass
         elif old is not None:
             return
         self.files[(build, path)] = CarriedFile.made(build, path, data)
@@ -342,21 +440,35 @@ class CarriedBinaries:
 
     @staticmethod
     def union(parts: Iterable["CarriedBinaries"]) -> "CarriedBinaries":
-        """Every build and file of ``parts``; for one build and path, the earliest part wins."""
+        """Every build and file of ``parts``; for one build and path, the earliest part wins, but a copy stored in a
+        bundle (copied as it is) over the same content compressed here; timing files are merged (a damaged one
+        left out)."""
         merged = CarriedBinaries()
         for part in parts:
             for build, identity in part.builds.items():
                 merged.builds.setdefault(build, identity)
             for key, file in part.files.items():
-                if key in merged.files and layout.is_timings(key[1]):
-                    merged.add(key[0], key[1], file.content())
-                else:
-                    merged.files.setdefault(key, file)
+                have = merged.files.get(key)
+                if have is not None and layout.is_timings(key[1]):
+                    try:
+                        merged.add(key[0], key[1], file.content())
+                    except BinaryDamaged:
+                        continue
+                elif have is None or (have.here and not file.here and have.sha256 == file.sha256):
+                    merged.files[key] = file
         return merged
+
+    def _unchanged(self, builds: dict[str, dict[str, str]], files: dict[tuple[str, str], CarriedFile]) -> bool:
+        """Whether these are still ``builds`` and the very ``files`` (the same objects) they were read as."""
+        return self.builds == builds and len(self.files) == len(files) and all(
+            self.files.get(key) is file for key, file in files.items())
 
     def packed(self) -> tuple[Callable[[], Iterator[bytes]], dict[str, Any]]:
         """The section a bundle stores, a file at a time as stored (read once to check it, once to write it), and
-        its manifest section (without offset); raises :class:`BinaryDamaged` where a file cannot be read."""
+        its manifest section (without offset); the section these were read from, as it is, where nothing changed
+        since. Raises :class:`BinaryDamaged` where a file cannot be read."""
+        if self._as_read is not None and self._unchanged(*self._as_read[0]):
+            return self._as_read[1], self._as_read[2]
         ordered = sorted(self.files.values(), key=lambda f: (f.build, f.path))
         digest = hashlib.sha256()
         for file in ordered:
@@ -472,14 +584,29 @@ class CarriedListing:
 
         return cls(builds, files, problems, read, close, fetch)
 
-    def as_stored(self) -> "CarriedBinaries":
-        """The listed files as :class:`CarriedBinaries` read by range as stored, unchecked (for a bundle to copy:
-        the section's checksum vouches for them)."""
+    def as_stored(self, section: Mapping[str, Any]) -> "CarriedBinaries":
+        """The listed files of ``section`` (the section they were listed from) as :class:`CarriedBinaries` read by
+        range as stored, unchecked (for a bundle to copy: the section's checksum vouches for them); while they stay
+        as listed, a bundle copies the section as it is (files this version leaves out included)."""
         raw = self._raw
         assert raw is not None, "a listing of a bundle's section"
-        return CarriedBinaries(dict(self.builds), {
-            key: CarriedFile(f.build, f.path, f.sha256, f.size, f.stored, functools.partial(raw, f.at, f.stored))
-            for key, f in self.files.items()})
+        files = {key: CarriedFile.in_bundle(f, raw) for key, f in self.files.items()}
+        size = section["size"]
+
+        def chunks() -> Iterator[bytes]:
+            for at in range(0, size, _CHUNK):
+                try:
+                    chunk = raw(at, min(_CHUNK, size - at))
+                except OSError as exc:
+                    raise BinaryDamaged(f"the carried binaries cannot be read: {exc.strerror or exc}") from None
+                if len(chunk) != min(_CHUNK, size - at):
+                    raise BinaryDamaged("the carried binaries are cut short")
+                yield chunk
+
+        as_read = {k: v for k, v in section.items() if k != "offset"}
+        carried = CarriedBinaries(dict(self.builds), files)
+        carried._as_read = ((dict(self.builds), dict(files)), chunks, as_read)
+        return carried
 
     @classmethod
     def of(cls, carried: "CarriedBinaries") -> "CarriedListing":

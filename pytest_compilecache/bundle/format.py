@@ -13,6 +13,7 @@ import math
 import os
 import re
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator, Mapping, cast
@@ -258,18 +259,14 @@ class Bundle:
             if len(region) != size:
                 raise BundleError(f"{self.name}: truncated: {what} for {env_label(entry.env)} are cut short")
             return (lambda at, length: region[at:at + length]), no_file
-        held, closed = fd, [False]
+        held = fd
 
         def fetch(at: int, length: int) -> bytes:
-            if closed[0]:  # its number may belong to another file by now
+            if not close.alive:  # its number may belong to another file by now
                 raise OSError(errno.EBADF, "the bundle was closed")
             return os.pread(held, length, first + at)
 
-        def close() -> None:
-            if not closed[0]:
-                closed[0] = True
-                os.close(held)
-
+        close = weakref.finalize(fetch, os.close, held)  # closed once: when told, or when no reader is left
         return fetch, close
 
     def check(self, entry: Entry) -> None:
@@ -328,7 +325,7 @@ class Bundle:
             if digest.hexdigest() != section["sha256"]:
                 raise BundleError(f"{self.name}: corrupt: the binaries for {env_label(entry.env)} fail their checksum")
             listing = CarriedListing.of_section(section, fetch, close)
-            entry.binaries, problems = listing.as_stored(), list(listing.problems)
+            entry.binaries, problems = listing.as_stored(section), list(listing.problems)
         carried = entry.binaries or CarriedBinaries()
         if check:
             carried, damaged = carried.checked()

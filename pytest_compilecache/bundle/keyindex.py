@@ -322,10 +322,11 @@ class KeyIndex:
             raise KeyIndexError("the key index is not valid compressed JSON") from None
         if inflater.unconsumed_tail:
             raise KeyIndexError(f"the key index is larger than {MAX_UNPACKED} bytes unpacked")
+        if not inflater.eof:
+            raise KeyIndexError("the key index is not valid compressed JSON (cut short)")
         version = data.get("format") if isinstance(data, dict) else data
-        if version not in READS or isinstance(version, bool) or not inflater.eof:
+        if version not in READS or isinstance(version, bool) or not isinstance(data, dict):
             raise KeyIndexError(f"the key index has an unknown format ({_short(version)})")
-        assert isinstance(data, dict)
         rest = inflater.unused_data
         try:
             if version == 1:

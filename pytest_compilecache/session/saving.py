@@ -95,7 +95,7 @@ def save(report: SessionReport, blobs: list[tuple[dict[str, str], bytes, KeyInde
         _failed(report, str(exc) if str(path) in str(exc) else f"{path}: {exc}", str(path))
         report.saved.transfer = store.transfer.since(before).to_json()
         return
-    merged.close()
+    merged.release()
     report.saved = SaveResult(_SAVE_STATUS[saved.status], saved.note, path=saved.delta or path, artifacts=artifacts,
                               bytes=saved.size, seconds=round(time.perf_counter() - start, 3), added=saved.added,
                               dropped_unused=dict(saved.unused), transfer=saved.transfer.to_json(),

@@ -115,10 +115,10 @@ class LocalStore:
             try:
                 entries = change(current)
                 if entries is None:
-                    return current
-                result = Bundle(self.path, entries)
-                write_bundle(result)
-                return result
+                    kept, current = current, None  # the caller's now
+                    return kept
+                write_bundle(Bundle(self.path, entries))
+                return read_manifest(self.path)  # under the lock: what was just written
             finally:
                 if current is not None:
                     current.release()

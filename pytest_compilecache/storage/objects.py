@@ -177,7 +177,8 @@ class UrlStore:
                     version, current = self.read_whole(dropped)
                     entries = change(current)
                     if entries is None:
-                        return current
+                        kept, current = current, None  # the caller's now
+                        return kept
                     write_bundle(Bundle(staging, entries))
                     data = staging.read_bytes()
                     tag = self.client.put(data, version, unconditional)
