@@ -286,6 +286,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     except (_torchapi.MegaCacheError, _torchapi.TorchUnavailable) as exc:
         raise UserError(str(exc)) from None
     assert result is not None
+    result.release()
     said = ""
     if args.deltas:
         left = _store(out).remove_deltas(folded)
@@ -384,7 +385,9 @@ def cmd_prune(args: argparse.Namespace) -> int:
         counts[:] = [len(kept), len(current.entries)]
         return kept
 
-    _update(args.path, change)
+    written = _update(args.path, change)
+    if written is not None:
+        written.release()
     _say(f"{_shown(args.path)}: kept {counts[0]} of {counted(counts[1], 'environment')}" + (f"; {'; '.join(said)}" if said else ""))
     return 0
 

@@ -300,3 +300,26 @@ def test_an_update_copies_the_bundles_carried_binaries_as_stored_without_holding
     assert listing.read(listing.fitting(build)["ab/cabc.cpp"]) == b"int main() { return 0; }\n" * 40
     assert listing.read(listing.fitting(build)["ef/cnew.so"]) == b"\x7fELF" * 1000
     listing.close()
+
+
+def test_a_pooled_file_gone_before_the_write_is_left_out_not_the_write(tmp_path: Path) -> None:
+    """Pooled files are listed (their checksums taken) first and compressed when written; one removed from the pool
+    in between (dropped as unloadable) is left out of the bundle, and the rest is written."""
+    from pytest_compilecache.bundle.binaries import BinaryPool, build_id, pooled
+
+    identity = {"compiler": "cc 1"}
+    pool = BinaryPool(tmp_path / "pools", identity)
+    for name, data in [("ab/cabc.so", b"\x7fELF" * 300), ("cd/cdef.so", b"so" * 500)]:
+        (pool.path / name).parent.mkdir(parents=True, exist_ok=True)
+        (pool.path / name).write_bytes(data)
+    carried = pooled(tmp_path / "pools")
+    assert sorted(path for _, path in carried.files) == ["ab/cabc.so", "cd/cdef.so"]
+    (pool.path / "ab/cabc.so").unlink()
+    path = tmp_path / "b.bundle"
+    write_bundle(Bundle(path, [entry_of({"device": "cpu"}, Members.packed([("inductor", "f" + "o" * 51, b"x")]),
+                                        binaries=carried)]))
+    with read_manifest(path) as bundle:
+        listing = bundle.carried_listing(bundle.entries[0])
+    assert sorted(listing.fitting(build_id(identity))) == ["cd/cdef.so"]
+    assert listing.read(listing.fitting(build_id(identity))["cd/cdef.so"]) == b"so" * 500
+    listing.close()

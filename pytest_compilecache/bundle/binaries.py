@@ -411,10 +411,7 @@ class CarriedBinaries:
 
     def counts(self, probe_sources: Collection[str] = ()) -> dict[str, int]:
         """``{"count": C++ binaries, "bytes": their size}``, with the CPU probes built from ``probe_sources`` apart."""
-        probes = self.probes(probe_sources)
-        kernels = [f for f in self.files.values() if layout.is_cpp(f.path) and f.path not in probes]
-        apart = {"probes": len(probes)} if probes else {}
-        return {"count": len(kernels), "bytes": sum(f.size for f in kernels), **apart}
+        return _cpp_counts(self.files.values(), probe_sources)
 
     def probes(self, probe_sources: Collection[str]) -> set[str]:
         """The carried binaries (paths) built from one of ``probe_sources``: torch's CPU probes, no test's kernel."""
@@ -469,10 +466,16 @@ class CarriedBinaries:
         since. Raises :class:`BinaryDamaged` where a file cannot be read."""
         if self._as_read is not None and self._unchanged(*self._as_read[0]):
             return self._as_read[1], self._as_read[2]
-        ordered = sorted(self.files.values(), key=lambda f: (f.build, f.path))
+        ordered = []
         digest = hashlib.sha256()
-        for file in ordered:
-            digest.update(file.raw())
+        for file in sorted(self.files.values(), key=lambda f: (f.build, f.path)):
+            try:
+                digest.update(file.raw())
+            except BinaryDamaged:
+                if not file.here:
+                    raise
+                continue  # gone from the pool since it was listed (dropped as unloadable): rebuilt where needed
+            ordered.append(file)
         listing = [[f.build, f.path, f.sha256, f.size, f.stored] for f in ordered]
         used = {f.build for f in ordered}
         section = {"size": sum(f.stored for f in ordered), "sha256": digest.hexdigest(),
@@ -526,6 +529,14 @@ def _probes(files: Iterable[_File], probe_sources: Collection[str]) -> set[str]:
     listed = list(files)
     sources = {f.path.rsplit(".", 1)[0] for f in listed if f.path.endswith(".cpp") and f.sha256 in texts}
     return {f.path for f in listed if layout.is_cpp(f.path) and f.path.rsplit(".", 1)[0] in sources}
+
+
+def _cpp_counts(files: Iterable[_File], probe_sources: Collection[str]) -> dict[str, int]:
+    listed = list(files)
+    probes = _probes(listed, probe_sources)
+    kernels = [f for f in listed if layout.is_cpp(f.path) and f.path not in probes]
+    apart = {"probes": len(probes)} if probes else {}
+    return {"count": len(kernels), "bytes": sum(f.size for f in kernels), **apart}
 
 
 def _triton_counts(files: Iterable[_File]) -> dict[str, int]:
@@ -629,6 +640,10 @@ class CarriedListing:
         if data is None:
             raise BinaryDamaged(f"carried binary {listed.path} fails its checksum; not used")
         return data
+
+    def counts(self, probe_sources: Collection[str] = ()) -> dict[str, int]:
+        """``{"count": C++ binaries, "bytes": their size}`` as listed, with the CPU probes apart."""
+        return _cpp_counts(self.files.values(), probe_sources)
 
     def probes(self, probe_sources: Collection[str]) -> set[str]:
         """The listed binaries (paths) built from one of ``probe_sources``: torch's CPU probes, no test's kernel."""

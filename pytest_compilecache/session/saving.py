@@ -67,6 +67,7 @@ def save(report: SessionReport, blobs: list[tuple[dict[str, str], bytes, KeyInde
         "session": report.session_record(time.time() - report.started) if report.started else {},
     }
     before, binaries = store.transfer, pooled(pools)
+    merged = None
     try:
         additions = [make_entry(env, blob, _torchapi.describe_artifacts(blob), binaries=binaries, index=index)
                      for env, blob, index in blobs]
@@ -77,14 +78,16 @@ def save(report: SessionReport, blobs: list[tuple[dict[str, str], bytes, KeyInde
         artifacts: dict[str, dict[str, int]] = {}
         for entry in (merged.find(env) for env in {env_id(env): env for env, _, _ in blobs}.values()):
             kinds = dict(entry.artifacts) if entry else {}
-            try:  # read back from the file where they are not in memory
-                carried = (entry.binaries or merged.carried(entry)[0]) if entry is not None else None
+            try:  # listed, none read
+                listing = merged.carried_listing(entry) if entry is not None else None
             except BundleError:
-                carried = None
-            if carried:
-                kinds["cpp"] = carried.counts(_torchapi.cpu_probe_sources())
-                if carried.triton_counts()["count"]:
-                    kinds["triton_cache"] = carried.triton_counts()
+                listing = None
+            if listing is not None and listing.files:
+                kinds["cpp"] = listing.counts(_torchapi.cpu_probe_sources())
+                if listing.triton_counts()["count"]:
+                    kinds["triton_cache"] = listing.triton_counts()
+            if listing is not None:
+                listing.close()
             for kind, counts in kinds.items():
                 total = artifacts.setdefault(kind, {"count": 0, "bytes": 0})
                 total.update({key: total[key] + counts[key] for key in total})
@@ -95,7 +98,9 @@ def save(report: SessionReport, blobs: list[tuple[dict[str, str], bytes, KeyInde
         _failed(report, str(exc) if str(path) in str(exc) else f"{path}: {exc}", str(path))
         report.saved.transfer = store.transfer.since(before).to_json()
         return
-    merged.release()
+    finally:
+        if merged is not None:
+            merged.release()
     report.saved = SaveResult(_SAVE_STATUS[saved.status], saved.note, path=saved.delta or path, artifacts=artifacts,
                               bytes=saved.size, seconds=round(time.perf_counter() - start, 3), added=saved.added,
                               dropped_unused=dict(saved.unused), transfer=saved.transfer.to_json(),
