@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import hashlib
 import os
 import re
 import shutil
@@ -136,6 +137,16 @@ def write_atomic(path: Path, chunks: bytes | Iterable[bytes], fsync: bool = True
             exc.filename = str(path)
         raise
     return size
+
+
+def checksum(path: Path) -> tuple[str, int]:
+    """The sha256 (hex) and size of the file at ``path``, read a chunk at a time; raises :class:`OSError`."""
+    digest, size = hashlib.sha256(), 0
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1024 * 1024), b""):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
 
 
 def temporary_name(path: Path) -> tuple[str, str]:

@@ -119,7 +119,8 @@ class FaultProxy:
     """A TCP proxy on loopback in front of ``upstream`` (a port), with faults:
 
     - ``cut_uploads_after``: a connection that sends a ``PUT`` is reset once it has sent this many
-      bytes towards the server after the request line (the upload cut midway);
+      bytes towards the server after the request line (the upload cut midway); with ``uploads_cut``,
+      only that many uploads are cut, later ones pass;
     - ``rate``: what the server sends back reaches the client at this many bytes a second (a trickle);
     - ``stall_after`` with ``stalls``: the first ``stalls`` responses larger than ``stall_after`` bytes
       stop after that many bytes and never go on (a download stalled midway); later ones pass.
@@ -127,9 +128,10 @@ class FaultProxy:
     ``cuts`` and ``stalled`` count the faults it made."""
 
     def __init__(self, upstream: int, cut_uploads_after: int | None = None, rate: float | None = None,
-                 stall_after: int | None = None, stalls: int = 0) -> None:
+                 stall_after: int | None = None, stalls: int = 0, uploads_cut: int | None = None) -> None:
         self.upstream = upstream
         self.cut_uploads_after = cut_uploads_after
+        self.uploads_cut = uploads_cut
         self.rate = rate
         self.stall_after = stall_after
         self.stalls = stalls
@@ -168,7 +170,7 @@ class FaultProxy:
                 break
             if not data:
                 break
-            if self.cut_uploads_after is not None:
+            if self.cut_uploads_after is not None and (self.uploads_cut is None or self.cuts < self.uploads_cut):
                 if sent_in_put is None and b"PUT " in data[:16]:
                     sent_in_put = -data.index(b"\r\n")  # the request line is not the upload
                 if sent_in_put is not None:

@@ -533,11 +533,11 @@ def test_a_conflict_retried_says_each_dropped_thing_once(s3: str, built: Path, t
     fs.pipe_file(path, bytes(bad))
     put = store.client.put
 
-    def racing_put(data: bytes, expected: Any, unconditional: bool = False) -> str:
+    def racing_put(source: Path, expected: Any, unconditional: bool = False) -> str:
         if not store.transfer.conflicts:
             bad[inside_table + 1] ^= 0xFF
             fs.pipe_file(path, bytes(bad))  # another writer: a new version, still unreadable
-        return put(data, expected, unconditional)
+        return put(source, expected, unconditional)
 
     monkeypatch.setattr(store.client, "put", racing_put)
     saved = store.add([_tagged("fresh")], rebuild=True)

@@ -340,11 +340,8 @@ class CarriedFile:
     def in_pool(cls, build: str, path: str, file: Path) -> "CarriedFile":
         """A pooled ``file``, its checksum taken now, compressed when a bundle first needs it; raises
         :class:`OSError` where it cannot be read."""
-        with open(file, "rb") as f:
-            digest = hashlib.file_digest(f, "sha256") if hasattr(hashlib, "file_digest") else \
-                hashlib.sha256(f.read())
-            size = f.tell()
-        return cls(build, path, digest.hexdigest(), size, _Pooled(file, digest.hexdigest()))
+        sha256, size = files.checksum(file)
+        return cls(build, path, sha256, size, _Pooled(file, sha256))
 
     @classmethod
     def in_bundle(cls, listed: "Listed", fetch: Callable[[int, int], bytes]) -> "CarriedFile":

@@ -240,18 +240,18 @@ class Bundle:
         entry._members, entry._table = self._member_reader(entry, listed), table
         return entry._members
 
-    def _member_reader(self, entry: Entry, listed: list[Member], in_memory: bool = False) -> Members:
+    def _member_reader(self, entry: Entry, listed: list[Member]) -> Members:
         """Members read from a file descriptor of their own where the bundle is a local file, else from memory."""
-        fetch, close = self._ranges(entry, "the artifacts", entry.offset + entry.size, entry.stored or 0, in_memory)
+        fetch, close = self._ranges(entry, "the artifacts", entry.offset + entry.size, entry.stored or 0)
         return Members(listed, fetch, close=close)
 
-    def _ranges(self, entry: Entry, what: str, offset: int, size: int,
-                in_memory: bool = False) -> tuple[Callable[[int, int], bytes], Callable[[], None]]:
+    def _ranges(self, entry: Entry, what: str, offset: int, size: int) -> tuple[Callable[[int, int], bytes],
+                                                                                Callable[[], None]]:
         """Reads by range of ``what`` (``size`` bytes at ``offset``), and how to let go of them: through a file
         descriptor of their own (they outlive :meth:`close`) where the bundle is a local file, else from memory."""
         first = self._start + offset
         fd = None
-        if self._file is not None and hasattr(os, "pread") and not in_memory:
+        if self._file is not None and hasattr(os, "pread"):
             with contextlib.suppress(AttributeError, OSError, io.UnsupportedOperation):
                 fd = os.dup(self._file.fileno())
         if fd is None:
@@ -274,27 +274,27 @@ class Bundle:
         table of its artifacts (format 2: each artifact is checked when read)."""
         self.members(entry) if entry.stored is not None else self.payload(entry)
 
-    def read_entry(self, entry: Entry) -> None:
-        """Read (and check) every section of ``entry`` now, so that it outlives :meth:`close` (the key index as stored)."""
+    def spans(self, entries: list[Entry]) -> list[tuple[int, int]]:
+        """Where the manifest and ``entries``' sections lie in the file: (first byte, length) of each."""
+        sections = [(e.offset, e.size + (e.stored or 0)) for e in entries]
+        sections += [(s["offset"], s["size"]) for e in entries for s in (e.binaries_section, e.index_section)
+                     if s is not None]
+        return [(0, self._start)] + [(self._start + offset, size) for offset, size in sections if size]
+
+    def check_all(self, entry: Entry) -> None:
+        """Read and check every section of ``entry`` now (each artifact once, none kept in memory): for a copy that
+        must be whole before it is kept."""
         if entry.stored is not None:
             members = self.members(entry)
-            if not members.in_memory:
-                members.close()
-                members = entry._members = self._member_reader(entry, members.table, in_memory=True)
             try:
-                for member in members.table:  # a copy kept of a bundle at a URL is whole
+                for member in members.table:
                     members.read(member)
             except MemberDamaged as exc:
                 raise BundleError(f"{self.name}: corrupt: the entry for {env_label(entry.env)}: {exc}") from None
         else:
             self.payload(entry)
         self.carried(entry)
-        section = entry.index_section
-        if section is not None and entry._index_blob is None:
-            blob = self._read(entry, "the key index", section["offset"], section["size"])
-            if len(blob) != section["size"]:
-                raise BundleError(f"{self.name}: truncated: the key index of the entry is cut short")
-            entry._index_blob = blob
+        self.read_key_index(entry)  # a damaged key index costs its explanations only, here as anywhere
 
     def signature_problem(self, entry: Entry, secret: bytes) -> str:
         """``""`` when the entry's signature is valid for ``secret``; otherwise the problem, naming the file."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 from typing import Any, Callable, Mapping
 from urllib.parse import urlsplit
 
@@ -57,7 +58,7 @@ class Client:
         return self._fs
 
     def call(self, doing: str, action: Callable[[], Any], size: int = 0) -> Any:
-        """``action()`` within its deadline, its failure said as "cannot ``doing``" (or :class:`Conflict`)."""
+        """``action()`` within its deadline, its failure said as "``doing`` failed" (or :class:`Conflict`)."""
         try:
             return self.deadlines.run(doing, action, size)
         except (BundleError, Conflict, NoConditionalWrite):
@@ -65,7 +66,7 @@ class Client:
         except Exception as exc:
             if precondition_failed(exc):
                 raise Conflict(str(exc)) from None
-            raise BundleError(f"{self.name}: cannot {doing}: {why(exc)}") from None
+            raise BundleError(f"{self.name}: {doing} failed: {why(exc)}") from None
 
     def version(self) -> Version | None:
         """The object's version now, or ``None`` when it does not exist. A size of 0 means unknown."""
@@ -141,19 +142,32 @@ class Client:
         self.downloaded += len(data)
         return data
 
-    def put(self, data: bytes, expected: Version | None, unconditional: bool = False) -> str:
-        """Write ``data`` if the object is still ``expected`` (see :meth:`.writers.Writer.put`); its new version tag."""
+    def put(self, source: Path, expected: Version | None, unconditional: bool = False) -> str:
+        """Write the file ``source`` (read as it is sent) if the object is still ``expected`` (see
+        :meth:`.writers.Writer.put`); its new version tag."""
         fs, path = self.filesystem()
         if self.writer.read_only:
             raise BundleError(f"{self.name}: {self.protocol}:// bundles are read-only; publish to an object "
                               "store (s3://...) and serve that over HTTP")
-        with self.progress.transfer("uploading", len(data)) as moved:
-            tag: str = self.call("uploading it", lambda: self.writer.put(fs, path, data, expected, unconditional,
-                                                                         self.version), len(data))
-            if moved is not None:
-                moved(len(data))
-        self.uploaded += len(data)
+        tag: str = self._upload("uploading it", source, lambda: self.writer.put(fs, path, source, expected,
+                                                                                 unconditional, self.version))
         return tag
+
+    def create(self, target: str, source: Path, doing: str) -> None:
+        """Write the file ``source`` as the object ``target`` (a path in :meth:`filesystem`) where none is (see
+        :meth:`.writers.Writer.create`)."""
+        fs, _ = self.filesystem()
+        self._upload(doing, source, lambda: self.writer.create(fs, target, source))
+
+    def _upload(self, doing: str, source: Path, action: Callable[[], Any]) -> Any:
+        """``action()``, which uploads ``source``, shown and counted (see :meth:`call`)."""
+        size = source.stat().st_size
+        with self.progress.transfer("uploading", size) as moved:
+            answer = self.call(doing, action, size)
+            if moved is not None:
+                moved(size)
+        self.uploaded += size
+        return answer
 
 
 class ShortRead(OSError):

@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import re
+import tempfile
+import time
 from pathlib import Path
 from typing import Mapping
 
+from .. import files
 from ..bundle.format import Bundle, read_manifest, write_bundle
 from .interface import Version
 from .local import Lock
 from .merge import env_id
 
 _COPY = re.compile(r"[0-9a-f]{20}-(all|[0-9a-f]{12})\.bundle")
+#: A download left by a process killed midway is removed after this many seconds.
+_STALE_DOWNLOAD = 3600.0
 
 
 class Copies:
@@ -57,10 +63,31 @@ class Copies:
         self.forget_others(version)
         return kept
 
+    def download(self) -> Path:
+        """A new file to download the object into: renamed into a copy by :meth:`adopt`, else removed by the caller."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix="download-", suffix=".part", dir=self.folder)
+        os.close(fd)
+        return Path(name)
+
+    def adopt(self, download: Path, version: Version) -> Path | None:
+        """Make ``download``, the whole object read and checked, the copy of ``version``; its path (``None``: a
+        version that cannot be told from the next, so nothing is kept)."""
+        if not version.tag or not version.size:
+            return None
+        target = self.path(version, None)
+        files.replace(download, target)
+        self.forget_others(version)
+        return target
+
     def forget_others(self, version: Version) -> None:
-        """Remove the copies of every other version."""
+        """Remove the copies of every other version, and downloads left by processes killed midway."""
         stem = self._stem(version)
         for old in self.folder.glob("*.bundle"):
             if not old.name.startswith(stem) and _COPY.fullmatch(old.name):
                 with contextlib.suppress(OSError):
                     old.unlink()
+        for left in self.folder.glob("download-*.part"):
+            with contextlib.suppress(OSError):
+                if left.stat().st_mtime < time.time() - _STALE_DOWNLOAD:
+                    left.unlink()

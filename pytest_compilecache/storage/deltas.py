@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 from pathlib import Path
 from typing import Any
@@ -32,19 +31,15 @@ class Deltas:
         """Upload the additions as a delta; its URL (without credentials) and its local bundle, open."""
         staging = self.folder / f"delta-{os.getpid()}.bundle"
         write_bundle(Bundle(staging, additions))
-        data = staging.read_bytes()
-        name = f"{hashlib.sha256(data).hexdigest()[:32]}.bundle"
+        name = f"{files.checksum(staging)[0][:32]}.bundle"
         kept = self.folder / name
         files.replace(staging, kept)
         url = self.client.name + ".deltas/" + name
         fs, folder = self._folder()
-        target = f"{folder}/{name}"
-        condition = self.client.writer.create_only
         with contextlib.suppress(Exception):  # file systems with folders
             self.client.deadlines.run("creating its deltas' folder", lambda: fs.makedirs(folder, exist_ok=True))
         try:
-            self.client.call("uploading its delta", lambda: fs.pipe_file(target, data, **condition), len(data))
-            self.client.uploaded += len(data)
+            self.client.create(f"{folder}/{name}", kept, "uploading its delta")
         except Conflict:
             pass  # the same content is there already
         return url, read_manifest(kept, label=url)

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import io
 import os
 import random
 import time
@@ -13,7 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .. import files
-from ..bundle.format import Bundle, BundleError, Entry, NotABundle, parse, read_manifest, write_bundle
+from ..bundle.format import Bundle, BundleError, Entry, NotABundle, read_manifest, write_bundle
 from .client import Client
 from .copies import Copies
 from .deadlines import DEFAULT_TIMEOUT
@@ -21,7 +19,7 @@ from .deltas import Deltas
 from .errors import Conflict
 from .interface import Look, Saved, Transfer, Version, Written
 from .merge import env_id, fold, stamp, what_is_new, written_size
-from .ranges import HEAD_BYTES, Ranges
+from .ranges import HEAD_BYTES, Ranges, download
 from .urls import redacted
 
 #: How many times a conditional write is tried (with a fresh read each time) before giving up.
@@ -109,51 +107,93 @@ class UrlStore:
             return None
 
     def _fetch(self, version: Version, env: Mapping[str, str] | None) -> Bundle:
-        """Read the manifest by range, then only the wanted entries' sections; keep them as a copy."""
-        fetched = self.copies.folder / "fetch"
-        with contextlib.ExitStack() as shown:
-            if version.size:
-                raw = Ranges(self.client.read_range, version.size,
-                             shown.enter_context(self.client.progress.transfer("downloading", version.size)))
-                remote = Bundle.over(raw, fetched, self.name, head=HEAD_BYTES)
-            else:  # a server that gives no size: the whole object, once
-                remote = parse(io.BytesIO(self.client.cat()), fetched, self.name)
-            shown.callback(remote.close)
-            wanted = remote.entries if env is None else [e for e in [remote.find(env)] if e is not None]
-            if env is not None and not wanted:
-                return remote
-            for entry in wanted:
-                remote.read_entry(entry)
-        whole = len(wanted) == len(remote.entries)
-        kept = self.copies.keep(Bundle(fetched, wanted), version, None if whole else env)
-        return Bundle(fetched, wanted, label=self.name) if kept is None else _checked(kept, env)
+        """Read the manifest by range, then download only the wanted entries' sections into a file, a chunk at a
+        time; check them, and keep them as this machine's copy."""
+        part = self.copies.download()
+        try:
+            if not version.size:  # a server that gives no size: the whole object, once
+                part.write_bytes(self.client.cat())
+            else:
+                with self.client.progress.transfer("downloading", version.size) as moved:
+                    raw = Ranges(self.client.read_range, version.size, moved)
+                    with Bundle.over(raw, part, self.name, head=HEAD_BYTES) as remote:
+                        wanted = _wanted(remote, env)
+                    if not wanted:
+                        part.unlink()
+                        return remote
+                    spans = [(0, version.size)] if len(wanted) == len(remote.entries) else remote.spans(wanted)
+                    download(self.client.read_range, version.size, spans, part, moved, raw.known(), raw.moved)
+            local = self._checked_download(part, version, env)
+        except BaseException:
+            part.unlink(missing_ok=True)
+            raise
+        wanted = _wanted(local, env)
+        if len(wanted) == len(local.entries):
+            kept = self.copies.adopt(part, version)
+            if kept is not None:
+                local.path = kept
+                return local
+        else:
+            copy = self.copies.keep(Bundle(part, wanted), version, env)
+            if copy is not None:
+                local.release()
+                part.unlink(missing_ok=True)
+                return _checked(copy, env)
+        part.unlink(missing_ok=True)  # nothing kept: its readers keep it open
+        return local
+
+    def _checked_download(self, part: Path, version: Version, env: Mapping[str, str] | None) -> Bundle:
+        """The bundle downloaded into ``part``, the entries wanted (``env``'s, else all) read and checked whole;
+        raises :class:`BundleError` where it fails, or where the object changed while it was read."""
+        local = read_manifest(part, label=self.name)
+        try:
+            for entry in _wanted(local, env):
+                local.check_all(entry)
+            if self.version() != version:
+                raise BundleError(f"{self.name}: it changed while it was read")
+        except BaseException:
+            local.release()
+            raise
+        return local
 
     def read_whole(self, dropped: list[str] | None = None) -> tuple[Version | None, Bundle | None]:
-        """The object's version and the whole bundle, read, for a writer (``dropped``: as in :meth:`update`).
-        Raises :class:`NotABundle`, :class:`BundleError`, or :class:`Conflict` when it changed while read."""
+        """The object's version and the whole bundle, read, for a writer (``dropped``: as in :meth:`update`):
+        downloaded into a file a chunk at a time where this machine's copy is not current. Raises
+        :class:`NotABundle`, :class:`BundleError`, or :class:`Conflict` when it changed while read."""
         version = self.version()
         if version is None:
             return None, None
         held = self._held(version, None, whole=True)
         if held is not None:
             return version, held
-        data = self.client.cat()
-        if version.size and len(data) != version.size:
-            raise Conflict("the object changed while it was read")
+        part = self.copies.download()
         try:
-            downloaded = parse(io.BytesIO(data), self.copies.folder / "fetch", self.name)
+            if not version.size:
+                part.write_bytes(self.client.cat())
+            else:
+                with self.client.progress.transfer("downloading", version.size) as moved:
+                    download(self.client.read_range, version.size, [(0, version.size)], part, moved)
+            if self.version() != version:
+                raise Conflict("the object changed while it was read")
+            downloaded = read_manifest(part, label=self.name)
             downloaded.read_all()
         except NotABundle:
+            part.unlink(missing_ok=True)
             raise
         except BundleError as exc:
+            part.unlink(missing_ok=True)
             if dropped is None:
                 raise
             dropped.append(f"it could not be read ({exc}); its entries were dropped and a fresh one written")
             return version, None
-        kept = self.copies.keep(downloaded, version, None)
-        if kept is not None:
-            downloaded.path = kept.path
-            kept.close()
+        except BaseException:
+            part.unlink(missing_ok=True)
+            raise
+        kept = self.copies.adopt(part, version)
+        if kept is None:
+            part.unlink(missing_ok=True)  # its readers keep it open
+        else:
+            downloaded.path = kept
         return version, downloaded
 
     def write_warning(self) -> str:
@@ -179,13 +219,12 @@ class UrlStore:
                     if entries is None:
                         kept, current = current, None  # the caller's now
                         return kept
-                    write_bundle(Bundle(staging, entries))
-                    data = staging.read_bytes()
-                    tag = self.client.put(data, version, unconditional)
+                    size = write_bundle(Bundle(staging, entries))
+                    tag = self.client.put(staging, version, unconditional)
                 except Conflict:
                     self.client.conflicts += 1
                 else:
-                    written = Version(tag, len(data))
+                    written = Version(tag, size)
                     target = self.copies.path(written, None) if tag else self.copies.folder / "written-untagged.bundle"
                     result = read_manifest(staging, label=self.name)  # open before another process can remove it
                     files.replace(staging, target)
@@ -246,6 +285,11 @@ class UrlStore:
             raise BundleError(f"{exc}; this run's artifacts wait in {delta} for "
                               f"`pytest-compilecache merge --deltas -o {self.name}`") from None
         return replace(saved, transfer=self.transfer.since(before))
+
+
+def _wanted(bundle: Bundle, env: Mapping[str, str] | None) -> list[Entry]:
+    """``env``'s entry of ``bundle`` (none where it has none), or every entry where ``env`` is ``None``."""
+    return bundle.entries if env is None else [e for e in [bundle.find(env)] if e is not None]
 
 
 def _checked(bundle: Bundle, env: Mapping[str, str] | None) -> Bundle:

@@ -1,14 +1,17 @@
-"""An object at a URL read by range requests (each one the client's, with its deadline), counting the bytes moved."""
+"""An object at a URL read by range requests (each one the client's, with its deadline), into memory or into a
+file a chunk at a time, counting the bytes moved."""
 
 from __future__ import annotations
 
 import io
-from typing import Any, Callable
+import os
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
 
 #: How much of a bundle's start the first range request reads: the marker, and most manifests.
 HEAD_BYTES = 64 * 1024
-#: With a ``moved`` callback, longer reads are split into requests of this size, each reported.
-CHUNK_BYTES = 1024 * 1024
+#: The most one range request asks for (and so holds in memory); each is reported to ``moved``.
+CHUNK_BYTES = 8 * 1024 * 1024
 
 
 class Ranges(io.RawIOBase):
@@ -44,6 +47,10 @@ class Ranges(io.RawIOBase):
         self.pos += len(data)
         return len(data)
 
+    def known(self) -> bytes:
+        """The object's first bytes, as read already (the whole object, from a server that ignores ranges)."""
+        return self._whole if self._whole is not None else self._head
+
     def _get(self, start: int, end: int) -> bytes:
         head = self._head
         if head and start < len(head):
@@ -58,11 +65,10 @@ class Ranges(io.RawIOBase):
         return self._whole[start:end]
 
     def _request(self, start: int, end: int) -> bytes:
-        """Bytes ``start:end`` (or the whole object, from a server that ignores ranges), in chunks when reported."""
+        """Bytes ``start:end`` (the whole object, from a server that ignores ranges), :data:`CHUNK_BYTES` a request."""
         parts = []
-        step = CHUNK_BYTES if self._report is not None else max(end - start, 1)
-        for first in range(start, end, step):
-            last = min(end, first + step)
+        for first in range(start, end, CHUNK_BYTES):
+            last = min(end, first + CHUNK_BYTES)
             data = self.read_range(first, last)
             self.moved += len(data)
             if self._report is not None:
@@ -71,3 +77,35 @@ class Ranges(io.RawIOBase):
                 return data
             parts.append(data)
         return b"".join(parts)
+
+
+def download(read: Callable[[int, int], bytes], size: int, spans: Iterable[tuple[int, int]], into: Path,
+             moved: Callable[[int], None] | None = None, known: bytes = b"", counted: int = 0) -> int:
+    """Write ``spans`` (first byte, length) of an object of ``size`` bytes into the file ``into``, each at its own
+    place (the rest left as zeros), :data:`CHUNK_BYTES` bytes a request, fsynced; ``known``: its first bytes,
+    read already. Returns the bytes moved (after ``counted``, told to ``moved`` after each request). A server that
+    ignores ranges sends the object whole, once, and it is written whole."""
+    with open(into, "wb") as f:
+        f.truncate(size)
+        f.write(known)
+        for first, last in _requests(spans, len(known), size):
+            data = read(first, last)
+            counted += len(data)
+            if moved is not None:
+                moved(counted)
+            whole = len(data) > last - first
+            f.seek(0 if whole else first)
+            f.write(data)
+            if whole:
+                break
+        f.flush()
+        os.fsync(f.fileno())
+    return counted
+
+
+def _requests(spans: Iterable[tuple[int, int]], known: int, size: int) -> Iterator[tuple[int, int]]:
+    """The ranges to ask for: ``spans`` past the first ``known`` bytes, in chunks."""
+    for start, length in sorted(spans):
+        end = min(start + length, size)
+        for first in range(max(start, known), end, CHUNK_BYTES):
+            yield first, min(end, first + CHUNK_BYTES)

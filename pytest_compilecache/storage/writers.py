@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 import math
 import threading
-from typing import Any, Callable, ClassVar, Mapping
+import uuid
+from pathlib import Path
+from typing import Any, Callable, ClassVar
 
 from .errors import Conflict, NoConditionalWrite
 from .interface import Version
@@ -20,8 +23,6 @@ class Writer:
     read_only: ClassVar[bool] = False
     #: What a path's first part names that must exist before anything is written ("" where nothing).
     bucket: ClassVar[str] = ""
-    #: fsspec's ``pipe_file`` arguments that write only where no object is ({} where there are none).
-    create_only: ClassVar[Mapping[str, Any]] = {}
 
     def __init__(self, protocol: str) -> None:
         self.protocol = protocol
@@ -34,14 +35,20 @@ class Writer:
         """What a "not found" hides when it does not mean a missing object, else ``None``."""
         return None
 
-    def put(self, fs: Any, path: str, data: bytes, expected: Version | None, unconditional: bool,
+    def put(self, fs: Any, path: str, source: Path, expected: Version | None, unconditional: bool,
             version: Callable[[], Version | None]) -> str:
-        """Write ``data`` if the object is still ``expected`` (absent: ``None``); its new version tag ("": unknown).
-        Raises :class:`Conflict` if another writer came first, :class:`NoConditionalWrite` unless ``unconditional``."""
+        """Write the file ``source`` as the object at ``path`` if it is still ``expected`` (absent: ``None``), read
+        from the file as it is sent; its new version tag ("": unknown). Raises :class:`Conflict` if another writer
+        came first, :class:`NoConditionalWrite` unless ``unconditional``."""
         if not unconditional:
             raise NoConditionalWrite()
-        fs.pipe_file(path, data)
+        fs.put_file(str(source), path)
         return ""
+
+    def create(self, fs: Any, path: str, source: Path) -> None:
+        """Write the file ``source`` as the object at ``path`` only where there is none (:class:`Conflict` where
+        there is one), or, where the protocol cannot tell, whatever is there."""
+        self.put(fs, path, source, None, True, lambda: None)
 
 
 def _tag(answer: Any) -> str:
@@ -56,18 +63,22 @@ class S3Writer(Writer):
     extra = "s3"
     conditional = True
     bucket = "bucket"
-    create_only = {"mode": "create"}
 
     def with_timeouts(self, options: dict[str, Any], seconds: float) -> dict[str, Any]:
         config = {"connect_timeout": seconds, "read_timeout": seconds, **options.get("config_kwargs", {})}
         return {**options, "config_kwargs": config}
 
-    def put(self, fs: Any, path: str, data: bytes, expected: Version | None, unconditional: bool,
+    def put(self, fs: Any, path: str, source: Path, expected: Version | None, unconditional: bool,
             version: Callable[[], Version | None]) -> str:
         if expected is not None and not expected.tag:
             raise NoConditionalWrite()
-        condition = {"IfMatch": expected.tag} if expected is not None else dict(self.create_only)
-        return _tag(fs.pipe_file(path, data, chunksize=5 * 2**30, **condition))
+        bucket, key, _ = fs.split_path(path)
+        condition = {"IfMatch": expected.tag} if expected is not None else {"IfNoneMatch": "*"}
+        size = source.stat().st_size
+        with open(source, "rb") as body:  # one PUT (up to 5 GiB), its length declared: never a part of the file
+            answer = fs.call_s3("put_object", Bucket=bucket, Key=key, Body=body, ContentLength=size, **condition)
+        fs.invalidate_cache(path)
+        return _tag(answer)
 
 
 class AzureWriter(Writer):
@@ -76,20 +87,54 @@ class AzureWriter(Writer):
     extra = "azure"
     conditional = True
     bucket = "container"
-    create_only = {"mode": "create"}
 
     def with_timeouts(self, options: dict[str, Any], seconds: float) -> dict[str, Any]:
         whole = max(int(math.ceil(seconds)), 1)
         return {"connection_timeout": whole, "read_timeout": whole, **options}
 
-    def put(self, fs: Any, path: str, data: bytes, expected: Version | None, unconditional: bool,
+    #: A blob larger than this is sent as blocks of this size (what an upload holds in memory), then committed.
+    block: ClassVar[int] = 4 * 1024 * 1024
+
+    def put(self, fs: Any, path: str, source: Path, expected: Version | None, unconditional: bool,
             version: Callable[[], Version | None]) -> str:
-        if expected is None:
-            return _tag(fs.pipe_file(path, data, **self.create_only))
-        if not expected.tag:
+        if expected is not None and not expected.tag:
             raise NoConditionalWrite()
         from azure.core import MatchConditions  # adlfs depends on it
-        return _tag(fs.pipe_file(path, data, etag=expected.tag, match_condition=MatchConditions.IfNotModified))
+
+        if source.stat().st_size <= self.block:
+            condition: dict[str, Any] = {"mode": "create"} if expected is None else {
+                "etag": expected.tag, "match_condition": MatchConditions.IfNotModified}
+            return _tag(fs.pipe_file(path, source.read_bytes(), **condition))
+        import fsspec.asyn
+
+        condition = ({"match_condition": MatchConditions.IfMissing} if expected is None else
+                     {"etag": expected.tag, "match_condition": MatchConditions.IfNotModified})
+
+        container, blob, _ = fs.split_path(path)
+        answer = fsspec.asyn.sync(fs.loop, self._in_blocks, fs, container, blob, source, condition)
+        fs.invalidate_cache(path)
+        return _tag(answer)
+
+    async def _in_blocks(self, fs: Any, container: str, blob: str, source: Path, condition: dict[str, Any]) -> Any:
+        """Stage ``source`` a block at a time under names no other writer uses, then commit them if ``condition``
+        still holds: the blob is replaced whole, or not at all."""
+        from azure.core.exceptions import HttpResponseError
+        from azure.storage.blob import BlobBlock
+
+        names = uuid.uuid4().hex
+        async with fs.service_client.get_blob_client(container=container, blob=blob) as client:
+            blocks = []
+            with open(source, "rb") as f:
+                for number, data in enumerate(iter(lambda: f.read(self.block), b"")):
+                    block = base64.b64encode(f"{names}{number:08d}".encode()).decode()
+                    await client.stage_block(block, data, length=len(data))
+                    blocks.append(BlobBlock(block_id=block))
+            try:
+                return await client.commit_block_list(blocks, metadata={"is_directory": "false"}, **condition)
+            except HttpResponseError as exc:
+                if getattr(exc, "error_code", None) == "InvalidBlockList":  # another writer's commit discarded ours
+                    raise Conflict(str(exc)) from None
+                raise
 
 
 class GcsWriter(Writer):
@@ -126,12 +171,12 @@ class MemoryWriter(Writer):
     conditional = True
     _writes: ClassVar[threading.Lock] = threading.Lock()
 
-    def put(self, fs: Any, path: str, data: bytes, expected: Version | None, unconditional: bool,
+    def put(self, fs: Any, path: str, source: Path, expected: Version | None, unconditional: bool,
             version: Callable[[], Version | None]) -> str:
         with self._writes:
             if version() != expected:
                 raise Conflict("changed")
-            fs.pipe_file(path, data)
+            fs.pipe_file(path, source.read_bytes())  # the object lives in this process's memory anyway
             return (version() or Version("", 0)).tag
 
 
