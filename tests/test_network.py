@@ -10,6 +10,7 @@ import dataclasses
 import http.server
 import os
 import shutil
+import stat
 import subprocess
 import threading
 import time
@@ -20,6 +21,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
+from pytest_compilecache import files
 from pytest_compilecache.bundle.format import BundleError, Entry, entry_of, read_manifest
 from pytest_compilecache.bundle.members import Members
 from pytest_compilecache.storage import deadlines, ranges, writers
@@ -454,6 +456,10 @@ def test_a_bundle_at_a_url_is_read_and_written_a_chunk_at_a_time(kind: str, requ
 
     assert peak("reader", read) < 0.35
     assert peak("writer", lambda store: store.add([addition]).bundle.release()) < 0.35
+    for kept in [tmp_path / "reader", tmp_path / "writer"]:
+        assert not list(kept.rglob("download-*.part")), "every download became a copy or was removed"
+        copies = list(kept.rglob("*-all.bundle"))
+        assert copies and {stat.S_IMODE(c.stat().st_mode) for c in copies} == {0o666 & ~files.umask()}
     _, whole = _store(url, tmp_path / "check", _options(kind, port)).read_whole()
     assert whole is not None
     assert sorted(e.env["cache_key_tag"] for e in whole.entries) == ["large", "small"]
@@ -480,3 +486,57 @@ def test_an_upload_cut_once_is_sent_again_from_its_first_byte(kind: str, request
     written = saved.bundle.path.read_bytes()
     assert len(written) > 2e6
     assert _store(url, tmp_path / "direct", _options(kind, port)).client.cat() == written
+
+
+def test_an_s3_put_whose_answer_is_lost_never_leaves_part_of_the_bundle(moto: int, tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first PUT reads the whole file, then its answer is lost (a read timeout, as botocore raises
+    once its own retries, each of which sends the file from its first byte, are spent): the write fails,
+    and no object is stored that is not the whole bundle. (s3fs's own retry sent the same file object
+    again from where it was left, its end: an empty or partial object, stored under the condition.)"""
+    from botocore.exceptions import ReadTimeoutError
+
+    url = f"s3://{_s3_bucket(moto)}/b.bundle"
+    store = _store(url, tmp_path / "writer", _options("s3", moto))
+    fs, _ = store.client.filesystem()
+    fs.connect()
+    client = fs._s3
+    put_object = client.put_object
+    started_at: list[int] = []
+
+    async def answer_lost(**kwargs: Any) -> Any:
+        started_at.append(kwargs["Body"].tell())
+        if len(started_at) == 1:
+            kwargs["Body"].read()
+            raise ReadTimeoutError(endpoint_url="http://127.0.0.1")
+        return await put_object(**kwargs)
+
+    answer_lost.__name__ = "put_object"  # s3fs finds the operation by its method's name
+    monkeypatch.setattr(client, "put_object", answer_lost)
+    with pytest.raises(BundleError, match="uploading it failed") as failed:
+        store.add([_large_entry("large", 20)])
+    assert set(started_at) == {0}, (started_at, failed.value)
+    assert _store(url, tmp_path / "direct", _options("s3", moto)).version() is None
+
+
+@pytest.mark.parametrize("whole", [True, False])
+def test_a_copy_that_cannot_be_written_leaves_nothing_behind(whole: bool, moto: int, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The disk is full when the download is to become this machine's copy (renamed whole, or its
+    entry written out of it): the bundle is read from the download itself, and no download is left."""
+    url = f"s3://{_s3_bucket(moto)}/b.bundle"
+    wanted = _entry("mine")
+    _store(url, tmp_path / "maker", _options("s3", moto)).add([wanted] if whole else [wanted, _entry("other")])
+
+    def full(*args: Any, **kwargs: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(files, "replace", full)
+    monkeypatch.setattr(files, "write_atomic", full)
+    store = _store(url, tmp_path / "reader", _options("s3", moto))
+    found = store.read(wanted.env)
+    assert found is not None
+    entry = found.find(wanted.env)
+    assert entry is not None and sum(1 for _ in found.members(entry).contents()) == len(wanted._members.table)
+    found.release()
+    assert not list((tmp_path / "reader").rglob("*.part")) and not list((tmp_path / "reader").rglob("*.bundle"))

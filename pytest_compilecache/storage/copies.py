@@ -68,6 +68,7 @@ class Copies:
         self.folder.mkdir(parents=True, exist_ok=True)
         fd, name = tempfile.mkstemp(prefix="download-", suffix=".part", dir=self.folder)
         os.close(fd)
+        os.chmod(name, 0o666 & ~files.umask())  # as every copy: readable by whoever shares the folder
         return Path(name)
 
     def adopt(self, download: Path, version: Version) -> Path | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import random
@@ -108,8 +109,10 @@ class UrlStore:
 
     def _fetch(self, version: Version, env: Mapping[str, str] | None) -> Bundle:
         """Read the manifest by range, then download only the wanted entries' sections into a file, a chunk at a
-        time; check them, and keep them as this machine's copy."""
+        time; check them, and keep them as this machine's copy (where that cannot be written, read them from the
+        download)."""
         part = self.copies.download()
+        local: Bundle | None = None
         try:
             if not version.size:  # a server that gives no size: the whole object, once
                 part.write_bytes(self.client.cat())
@@ -119,42 +122,41 @@ class UrlStore:
                     with Bundle.over(raw, part, self.name, head=HEAD_BYTES) as remote:
                         wanted = _wanted(remote, env)
                     if not wanted:
-                        part.unlink()
                         return remote
                     spans = [(0, version.size)] if len(wanted) == len(remote.entries) else remote.spans(wanted)
                     download(self.client.read_range, version.size, spans, part, moved, raw.known(), raw.moved)
-            local = self._checked_download(part, version, env)
-        except BaseException:
-            part.unlink(missing_ok=True)
-            raise
-        wanted = _wanted(local, env)
-        if len(wanted) == len(local.entries):
-            kept = self.copies.adopt(part, version)
-            if kept is not None:
-                local.path = kept
-                return local
-        else:
-            copy = self.copies.keep(Bundle(part, wanted), version, env)
-            if copy is not None:
-                local.release()
-                part.unlink(missing_ok=True)
-                return _checked(copy, env)
-        part.unlink(missing_ok=True)  # nothing kept: its readers keep it open
-        return local
-
-    def _checked_download(self, part: Path, version: Version, env: Mapping[str, str] | None) -> Bundle:
-        """The bundle downloaded into ``part``, the entries wanted (``env``'s, else all) read and checked whole;
-        raises :class:`BundleError` where it fails, or where the object changed while it was read."""
-        local = read_manifest(part, label=self.name)
-        try:
-            for entry in _wanted(local, env):
-                local.check_all(entry)
             if self.version() != version:
                 raise BundleError(f"{self.name}: it changed while it was read")
-        except BaseException:
+            local = read_manifest(part, label=self.name)
+            wanted = _wanted(local, env)
+            for entry in wanted:
+                local.check_all(entry)
+            if len(wanted) == len(local.entries):
+                kept = self._adopt(part, version)
+                if kept is not None:
+                    local.path = kept
+                return local
+            try:
+                copy = self.copies.keep(Bundle(part, wanted), version, env)
+            except BundleError:
+                copy = None  # this machine cannot write its copy: the download serves
+            if copy is None:
+                return local
             local.release()
+            return _checked(copy, env)
+        except BaseException:
+            if local is not None:
+                local.release()
             raise
-        return local
+        finally:
+            part.unlink(missing_ok=True)  # unless adopted; the bundle read from it keeps it open
+
+    def _adopt(self, part: Path, version: Version) -> Path | None:
+        """:meth:`.copies.Copies.adopt`, or ``None`` where the copy cannot be written (the download serves)."""
+        try:
+            return self.copies.adopt(part, version)
+        except OSError:
+            return None
 
     def read_whole(self, dropped: list[str] | None = None) -> tuple[Version | None, Bundle | None]:
         """The object's version and the whole bundle, read, for a writer (``dropped``: as in :meth:`update`):
@@ -167,6 +169,7 @@ class UrlStore:
         if held is not None:
             return version, held
         part = self.copies.download()
+        downloaded: Bundle | None = None
         try:
             if not version.size:
                 part.write_bytes(self.client.cat())
@@ -177,24 +180,19 @@ class UrlStore:
                 raise Conflict("the object changed while it was read")
             downloaded = read_manifest(part, label=self.name)
             downloaded.read_all()
-        except NotABundle:
-            part.unlink(missing_ok=True)
-            raise
-        except BundleError as exc:
-            part.unlink(missing_ok=True)
-            if dropped is None:
+            kept = self._adopt(part, version)
+            if kept is not None:
+                downloaded.path = kept
+            return version, downloaded
+        except BaseException as exc:
+            if downloaded is not None:
+                downloaded.release()
+            if dropped is None or not isinstance(exc, BundleError) or isinstance(exc, NotABundle):
                 raise
             dropped.append(f"it could not be read ({exc}); its entries were dropped and a fresh one written")
             return version, None
-        except BaseException:
-            part.unlink(missing_ok=True)
-            raise
-        kept = self.copies.adopt(part, version)
-        if kept is None:
-            part.unlink(missing_ok=True)  # its readers keep it open
-        else:
-            downloaded.path = kept
-        return version, downloaded
+        finally:
+            part.unlink(missing_ok=True)  # unless adopted; the bundle read from it keeps it open
 
     def write_warning(self) -> str:
         """Why a write here cannot be safe against other writers: no conditional write ("" where there is one)."""
@@ -233,7 +231,8 @@ class UrlStore:
                         self.copies.forget_others(written)
                     return result
                 finally:
-                    staging.unlink(missing_ok=True)
+                    with contextlib.suppress(OSError):  # Windows: an upload given up on may still hold it open
+                        staging.unlink(missing_ok=True)
                     if current is not None:
                         current.release()
             time.sleep(random.uniform(0.05, 0.25) * 2 ** min(attempt, 4))

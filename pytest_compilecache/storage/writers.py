@@ -72,13 +72,26 @@ class S3Writer(Writer):
             version: Callable[[], Version | None]) -> str:
         if expected is not None and not expected.tag:
             raise NoConditionalWrite()
+        import fsspec.asyn
+
         bucket, key, _ = fs.split_path(path)
         condition = {"IfMatch": expected.tag} if expected is not None else {"IfNoneMatch": "*"}
-        size = source.stat().st_size
-        with open(source, "rb") as body:  # one PUT (up to 5 GiB), its length declared: never a part of the file
-            answer = fs.call_s3("put_object", Bucket=bucket, Key=key, Body=body, ContentLength=size, **condition)
+        answer = fsspec.asyn.sync(fs.loop, self._put_object, fs, bucket, key, source, condition)
         fs.invalidate_cache(path)
         return _tag(answer)
+
+    @staticmethod
+    async def _put_object(fs: Any, bucket: str, key: str, source: Path, condition: dict[str, str]) -> Any:
+        """One ``PUT`` of the file ``source`` (up to 5 GiB) with the file system's own settings, retried by botocore
+        alone, which sends the file again from its first byte (s3fs's retries would send it from where the failed
+        attempt stopped reading it: a part of the bundle, stored under the condition)."""
+        await fs.set_session()
+        client = await fs.get_s3(bucket)
+        accepted = client.meta.service_model.operation_model("PutObject").input_shape.members
+        settings = {k: v for k, v in {**fs.s3_additional_kwargs, **fs.req_kw}.items() if k in accepted}
+        with open(source, "rb") as body:
+            return await client.put_object(**{**settings, "Bucket": bucket, "Key": key, "Body": body,
+                                              "ContentLength": source.stat().st_size, **condition})
 
 
 class AzureWriter(Writer):
