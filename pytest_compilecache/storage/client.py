@@ -97,14 +97,9 @@ class Client:
     def _check_bucket(self, fs: Any, path: str) -> None:
         """Raise :class:`BundleError` where a missing object lies in a bucket that does not exist."""
         bucket = path.strip("/").split("/", 1)[0]
-        if self.writer.bucket and bucket and bucket != path.strip("/"):
-            try:
-                fs.info(bucket)
-            except FileNotFoundError:
-                raise BundleError(f"{self.name}: no such {self.writer.bucket} {bucket!r} (create it, or check the URL "
-                                  "and the endpoint)") from None
-            except Exception:
-                pass  # not allowed to ask about the bucket: the object is simply missing
+        if self.writer.bucket and bucket and bucket != path.strip("/") and self.writer.bucket_missing(fs, bucket):
+            raise BundleError(f"{self.name}: no such {self.writer.bucket} {bucket!r} (create it, or check the URL and "
+                              "the endpoint)")
 
     def cat(self) -> bytes:
         """The whole object (as long as its version said, when it said)."""

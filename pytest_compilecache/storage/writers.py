@@ -35,6 +35,16 @@ class Writer:
         """What a "not found" hides when it does not mean a missing object, else ``None``."""
         return None
 
+    def bucket_missing(self, fs: Any, bucket: str) -> bool:
+        """Whether ``bucket`` (:attr:`bucket`) surely does not exist; ``False`` where the store will not say."""
+        try:
+            fs.info(bucket)
+        except FileNotFoundError:
+            return True
+        except Exception:
+            return False
+        return False
+
     def put(self, fs: Any, path: str, source: Path, expected: Version | None, unconditional: bool,
             version: Callable[[], Version | None]) -> str:
         """Write the file ``source`` as the object at ``path`` if it is still ``expected`` (absent: ``None``), read
@@ -67,6 +77,16 @@ class S3Writer(Writer):
     def with_timeouts(self, options: dict[str, Any], seconds: float) -> dict[str, Any]:
         config = {"connect_timeout": seconds, "read_timeout": seconds, **options.get("config_kwargs", {})}
         return {**options, "config_kwargs": config}
+
+    def bucket_missing(self, fs: Any, bucket: str) -> bool:
+        """``HeadBucket`` answers 404 (s3fs 2024.12 to 2025.7 at least take an empty bucket for a missing one)."""
+        try:
+            fs.call_s3("head_bucket", Bucket=bucket)
+        except FileNotFoundError:
+            return True
+        except Exception:
+            return False
+        return False
 
     def put(self, fs: Any, path: str, source: Path, expected: Version | None, unconditional: bool,
             version: Callable[[], Version | None]) -> str:
