@@ -24,7 +24,7 @@ import pytest
 from pytest_compilecache import files
 from pytest_compilecache.bundle.format import BundleError, Entry, entry_of, read_manifest
 from pytest_compilecache.bundle.members import Members
-from pytest_compilecache.storage import deadlines, ranges, writers
+from pytest_compilecache.storage import deadlines, objects, ranges, writers
 from pytest_compilecache.storage.deadlines import StoreTimeout
 from pytest_compilecache.storage.objects import UrlStore
 from servers import Blackhole, FaultProxy, azurite_connection, azurite_server, s3_server
@@ -499,8 +499,7 @@ def test_an_s3_put_whose_answer_is_lost_never_leaves_part_of_the_bundle(moto: in
     url = f"s3://{_s3_bucket(moto)}/b.bundle"
     store = _store(url, tmp_path / "writer", _options("s3", moto))
     fs, _ = store.client.filesystem()
-    fs.connect()
-    client = fs._s3
+    client = fs.s3
     put_object = client.put_object
     started_at: list[int] = []
 
@@ -511,7 +510,6 @@ def test_an_s3_put_whose_answer_is_lost_never_leaves_part_of_the_bundle(moto: in
             raise ReadTimeoutError(endpoint_url="http://127.0.0.1")
         return await put_object(**kwargs)
 
-    answer_lost.__name__ = "put_object"  # s3fs finds the operation by its method's name
     monkeypatch.setattr(client, "put_object", answer_lost)
     with pytest.raises(BundleError, match="uploading it failed") as failed:
         store.add([_large_entry("large", 20)])
@@ -540,3 +538,24 @@ def test_a_copy_that_cannot_be_written_leaves_nothing_behind(whole: bool, moto: 
     assert entry is not None and sum(1 for _ in found.members(entry).contents()) == len(wanted._members.table)
     found.release()
     assert not list((tmp_path / "reader").rglob("*.part")) and not list((tmp_path / "reader").rglob("*.bundle"))
+
+
+def test_a_download_the_disk_cannot_hold_is_a_problem_of_the_bundle(moto: int, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The disk fills while the bundle is downloaded, for a loading run and for an update: each is told
+    as a problem of the bundle, naming the URL, the folder and the reason (the session goes on cold, or
+    keeps its artifacts in a delta), and no download is left behind."""
+    url = f"s3://{_s3_bucket(moto)}/b.bundle"
+    first = _entry("first")
+    _store(url, tmp_path / "maker", _options("s3", moto)).add([first]).bundle.close()
+
+    def full(*args: Any, **kwargs: Any) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(objects, "download", full)
+    reader = _store(url, tmp_path / "reader", _options("s3", moto))
+    with pytest.raises(BundleError, match=f"{url}: cannot download it into .*reader.*: No space left on device"):
+        reader.read(first.env)
+    with pytest.raises(BundleError, match="cannot download it into .*: No space left on device"):
+        _store(url, tmp_path / "writer", _options("s3", moto)).add([_entry("second")])
+    assert not list(tmp_path.rglob("*.part"))

@@ -111,7 +111,10 @@ class UrlStore:
         """Read the manifest by range, then download only the wanted entries' sections into a file, a chunk at a
         time; check them, and keep them as this machine's copy (where that cannot be written, read them from the
         download)."""
-        part = self.copies.download()
+        try:
+            part = self.copies.download()
+        except OSError as exc:
+            raise self._no_room(exc) from None
         local: Bundle | None = None
         try:
             if not version.size:  # a server that gives no size: the whole object, once
@@ -143,13 +146,20 @@ class UrlStore:
             if copy is None:
                 return local
             local.release()
+            local = copy
             return _checked(copy, env)
-        except BaseException:
+        except BaseException as exc:
             if local is not None:
                 local.release()
+            if isinstance(exc, OSError):
+                raise self._no_room(exc) from None
             raise
         finally:
             part.unlink(missing_ok=True)  # unless adopted; the bundle read from it keeps it open
+
+    def _no_room(self, exc: OSError) -> BundleError:
+        """A download that could not be written on this machine, said as a problem of the bundle's copies."""
+        return BundleError(f"{self.name}: cannot download it into {self.copies.folder}: {exc.strerror or exc}")
 
     def _adopt(self, part: Path, version: Version) -> Path | None:
         """:meth:`.copies.Copies.adopt`, or ``None`` where the copy cannot be written (the download serves)."""
@@ -168,29 +178,40 @@ class UrlStore:
         held = self._held(version, None, whole=True)
         if held is not None:
             return version, held
-        part = self.copies.download()
+        try:
+            part = self.copies.download()
+        except OSError as exc:
+            raise self._no_room(exc) from None
         downloaded: Bundle | None = None
         try:
-            if not version.size:
-                part.write_bytes(self.client.cat())
-            else:
-                with self.client.progress.transfer("downloading", version.size) as moved:
-                    download(self.client.read_range, version.size, [(0, version.size)], part, moved)
+            try:
+                if not version.size:
+                    part.write_bytes(self.client.cat())
+                else:
+                    with self.client.progress.transfer("downloading", version.size) as moved:
+                        download(self.client.read_range, version.size, [(0, version.size)], part, moved)
+            except OSError as exc:
+                raise self._no_room(exc) from None
             if self.version() != version:
                 raise Conflict("the object changed while it was read")
-            downloaded = read_manifest(part, label=self.name)
-            downloaded.read_all()
+            try:
+                downloaded = read_manifest(part, label=self.name)
+                downloaded.read_all()
+            except NotABundle:
+                raise
+            except BundleError as exc:  # the object itself, read whole: unreadable
+                if dropped is None:
+                    raise
+                dropped.append(f"it could not be read ({exc}); its entries were dropped and a fresh one written")
+                return version, None
             kept = self._adopt(part, version)
             if kept is not None:
                 downloaded.path = kept
             return version, downloaded
-        except BaseException as exc:
+        except BaseException:
             if downloaded is not None:
                 downloaded.release()
-            if dropped is None or not isinstance(exc, BundleError) or isinstance(exc, NotABundle):
-                raise
-            dropped.append(f"it could not be read ({exc}); its entries were dropped and a fresh one written")
-            return version, None
+            raise
         finally:
             part.unlink(missing_ok=True)  # unless adopted; the bundle read from it keeps it open
 

@@ -105,13 +105,23 @@ class S3Writer(Writer):
         """One ``PUT`` of the file ``source`` (up to 5 GiB) with the file system's own settings, retried by botocore
         alone, which sends the file again from its first byte (s3fs's retries would send it from where the failed
         attempt stopped reading it: a part of the bundle, stored under the condition)."""
+        from botocore.exceptions import ClientError
+        from s3fs.errors import translate_boto_error
+
         await fs.set_session()
         client = await fs.get_s3(bucket)
         accepted = client.meta.service_model.operation_model("PutObject").input_shape.members
-        settings = {k: v for k, v in {**fs.s3_additional_kwargs, **fs.req_kw}.items() if k in accepted}
-        with open(source, "rb") as body:
-            return await client.put_object(**{**settings, "Bucket": bucket, "Key": key, "Body": body,
-                                              "ContentLength": source.stat().st_size, **condition})
+        if not set(condition) <= set(accepted):
+            raise OSError(f"this botocore has no {' or '.join(condition)} on PutObject, which conditional writes need; "
+                          "pip install -U 'pytest-compilecache[s3]' botocore aiobotocore")
+        settings = {k: v for k, v in {**fs.s3_additional_kwargs, **fs.req_kw}.items()
+                    if k in accepted and v is not None}  # None: a setting s3fs is told to leave out
+        try:
+            with open(source, "rb") as body:
+                return await client.put_object(**{**settings, "Bucket": bucket, "Key": key, "Body": body,
+                                                  "ContentLength": source.stat().st_size, **condition})
+        except ClientError as exc:
+            raise translate_boto_error(exc) from exc
 
 
 class AzureWriter(Writer):
