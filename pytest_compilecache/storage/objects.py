@@ -111,10 +111,7 @@ class UrlStore:
         """Read the manifest by range, then download only the wanted entries' sections into a file, a chunk at a
         time; check them, and keep them as this machine's copy (where that cannot be written, read them from the
         download)."""
-        try:
-            part = self.copies.download()
-        except OSError as exc:
-            raise self._no_room(exc) from None
+        part = self._download_file()
         local: Bundle | None = None
         try:
             if not version.size:  # a server that gives no size: the whole object, once
@@ -157,6 +154,13 @@ class UrlStore:
         finally:
             part.unlink(missing_ok=True)  # unless adopted; the bundle read from it keeps it open
 
+    def _download_file(self) -> Path:
+        """:meth:`.copies.Copies.download`, its failure said as :meth:`_no_room`."""
+        try:
+            return self.copies.download()
+        except OSError as exc:
+            raise self._no_room(exc) from None
+
     def _no_room(self, exc: OSError) -> BundleError:
         """A download that could not be written on this machine, said as a problem of the bundle's copies."""
         return BundleError(f"{self.name}: cannot download it into {self.copies.folder}: {exc.strerror or exc}")
@@ -178,10 +182,7 @@ class UrlStore:
         held = self._held(version, None, whole=True)
         if held is not None:
             return version, held
-        try:
-            part = self.copies.download()
-        except OSError as exc:
-            raise self._no_room(exc) from None
+        part = self._download_file()
         downloaded: Bundle | None = None
         try:
             try:

@@ -38,12 +38,16 @@ class Writer:
     def bucket_missing(self, fs: Any, bucket: str) -> bool:
         """Whether ``bucket`` (:attr:`bucket`) surely does not exist; ``False`` where the store will not say."""
         try:
-            fs.info(bucket)
+            self.ask_about_bucket(fs, bucket)
         except FileNotFoundError:
             return True
         except Exception:
             return False
         return False
+
+    def ask_about_bucket(self, fs: Any, bucket: str) -> None:
+        """Ask the store about ``bucket``: :class:`FileNotFoundError` where it does not exist."""
+        fs.info(bucket)
 
     def put(self, fs: Any, path: str, source: Path, expected: Version | None, unconditional: bool,
             version: Callable[[], Version | None]) -> str:
@@ -78,15 +82,9 @@ class S3Writer(Writer):
         config = {"connect_timeout": seconds, "read_timeout": seconds, **options.get("config_kwargs", {})}
         return {**options, "config_kwargs": config}
 
-    def bucket_missing(self, fs: Any, bucket: str) -> bool:
-        """``HeadBucket`` answers 404 (s3fs 2024.12 to 2025.7 at least take an empty bucket for a missing one)."""
-        try:
-            fs.call_s3("head_bucket", Bucket=bucket)
-        except FileNotFoundError:
-            return True
-        except Exception:
-            return False
-        return False
+    def ask_about_bucket(self, fs: Any, bucket: str) -> None:
+        """``HeadBucket`` (s3fs 2024.12 to 2025.7 at least take an empty bucket for a missing one in ``info``)."""
+        fs.call_s3("head_bucket", Bucket=bucket)
 
     def put(self, fs: Any, path: str, source: Path, expected: Version | None, unconditional: bool,
             version: Callable[[], Version | None]) -> str:
