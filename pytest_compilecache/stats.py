@@ -249,6 +249,8 @@ class DynamoStats:
         lines += [f"  graph break at {place}" for place in self.graph_breaks_at]
         for reason in self.graph_break_reasons:
             text = reason.strip().splitlines() or [""]
+            if brief and any(f": {text[0]}" in place for place in self.graph_breaks_at):
+                continue  # said with its place above
             lines.append(f"  graph break: {text[0]}")
             if not brief:
                 lines.extend(f"  {line}".rstrip() for line in text[1:])

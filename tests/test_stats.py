@@ -50,3 +50,16 @@ def test_unknown_layer_is_a_type_error() -> None:
         make().layer("fx")
     with pytest.raises(TypeError):
         LayerStats("fx_graph").count("hit")
+
+
+def test_a_graph_break_with_its_place_is_listed_once_in_the_brief_table() -> None:
+    from pytest_compilecache.stats import DynamoStats
+
+    reason = "Failed to trace builtin operator\n  Explanation: Dynamo does not know how to trace `print`"
+    dynamo = DynamoStats.from_dict({"graph_breaks": 2, "graph_break_reasons": [reason, "Unsupported: a hook"],
+                                    "graph_breaks_at": ["test_gb.py:4: Failed to trace builtin operator "
+                                                        "(Explanation: Dynamo does not know how to trace `print`)"]})
+    brief = dynamo.table(brief=True)
+    assert brief.count("Failed to trace builtin operator") == 1, brief
+    assert "graph break at test_gb.py:4" in brief and "graph break: Unsupported: a hook" in brief
+    assert dynamo.table().count("Failed to trace builtin operator") == 2  # an assertion's table keeps the whole reason
