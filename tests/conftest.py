@@ -275,7 +275,8 @@ def run_inner(
     watch_default = "default_dir_of" in request.fixturenames
 
     def run(*args: str, ini: str = "", fresh: bool = False, timeout: float | None = None) -> pytest.RunResult:
-        pytester.makeini(f"[pytest]\ncompile_cache_headers_dir = {shared_headers_dir}\n{ini}\n")
+        shown = "" if "verbosity_compilecache" in ini else "verbosity_compilecache = 1\n"  # the whole summary
+        pytester.makeini(f"[pytest]\ncompile_cache_headers_dir = {shared_headers_dir}\n{shown}{ini}\n")
         full = ("-p", "no:logging", "-p", "no:randomly", *args)
         if not fresh and zygote is not None:
             forked = _run_forked(pytester, zygote, full, timeout, watch_default)

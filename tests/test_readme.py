@@ -61,6 +61,19 @@ def normalized(line: str) -> str:
     return " ".join(line.split())
 
 
+def plugin_lines(lines: list[str]) -> list[str]:
+    """The lines the plugin wrote into a run's output: its header lines and its summary section."""
+    out, inside = [], False
+    for line in lines:
+        if line.startswith("=") and line.strip("= ") and inside:
+            inside = False
+        if line.startswith("=") and line.strip("= ") == "compilecache":
+            inside = True
+        if inside or line.startswith("compilecache:"):
+            out.append(line)
+    return out
+
+
 def test_every_python_block_is_a_file_or_a_script() -> None:
     for page in PAGES:
         for body in blocks(page, "python"):
@@ -86,8 +99,13 @@ def test_readme_quickstart_runs_as_pasted_and_its_failure_is_real(
     home = f"compile_cache_home = {pytester.path / 'home'}"
     runs = commands(README)
     for args in runs:
-        result = run_inner(*args, ini=home)
+        result = run_inner(*args, ini=f"{home}\nverbosity_compilecache = auto")
         result.assert_outcomes(passed=2)
+    # The warm run, where all is well: the plugin adds at most 3 lines (its header line, the section's, one line).
+    added = plugin_lines(result.outlines)
+    assert len(added) <= 3, "\n".join(added)
+    assert any("loaded, unchanged; FX graphs: 2 hit (1 from the bundle), 1 missed (all in cold_cache tests)" in line
+               for line in added), "\n".join(added)
     bundle = next(a.split("=", 1)[1] for a in runs[0] if a.startswith("--compile-cache-bundle="))
     assert (pytester.path / bundle).is_file()
 
@@ -101,6 +119,7 @@ def test_readme_quickstart_runs_as_pasted_and_its_failure_is_real(
         test_file[:warm] + test_file[warm:].replace("(example_input())", "(torch.randn(4, 16))"))
     result = run_inner(*runs[-1], ini=home)
     result.assert_outcomes(passed=1, failed=1)
+    assert "per-layer totals over all tests:" in result.outlines  # verbosity_compilecache = 1, as -v
 
     (sample,) = [b for b in blocks(README, "") if "AssertionError: compile cache misses differ" in b]
     real = [normalized(line) for line in result.outlines]

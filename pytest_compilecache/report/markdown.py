@@ -82,7 +82,7 @@ def _time_lines(report: SessionReport) -> list[str]:
         line += f", plus {report.warmup_seconds:.1f} s in the warmup"
     c = report.compared_with_build()
     if c is not None:
-        text = c.sentence(report.headers_seconds)
+        text = c.sentence()
         line += ". " + text[0].upper() + text[1:]
     return [line + ".", ""]
 

@@ -199,7 +199,9 @@ class SaveResult:
 @dataclass(frozen=True)
 class Comparison:
     """This session against the run that built its bundle: wall clock and compiling (tests and warmup).
-    Compared only for the same tests in as many processes; else ``not_compared`` says why."""
+    Compared only for the same tests in as many processes; else ``not_compared`` says why. Where one run built
+    torch's precompiled C++ headers and the other found them (the plugin's home kept on one machine, not on
+    the other), the headers' seconds are left out of both sides."""
 
     tests: int
     processes: int
@@ -208,41 +210,76 @@ class Comparison:
     compile_now: float
     compile_then: float
     not_compared: str = ""
+    headers_now: float = 0.0
+    headers_then: float = 0.0
+
+    @property
+    def headers_differ(self) -> bool:
+        """Whether one run built the headers and the other found them ready."""
+        return (self.headers_now >= HEADERS_NOTED) != (self.headers_then >= HEADERS_NOTED)
+
+    def _alike(self, now: float, then: float) -> tuple[float, float]:
+        return (now - self.headers_now, then - self.headers_then) if self.headers_differ else (now, then)
 
     @property
     def saved(self) -> float:
-        """Wall seconds this session took less than the building run (negative: more); 0 when not compared."""
-        return 0.0 if self.not_compared else self.seconds_then - self.seconds_now
+        """Wall seconds this session took less than the building run (negative: more), headers left out where
+        only one run built them; 0 when not compared."""
+        now, then = self._alike(self.seconds_now, self.seconds_then)
+        return 0.0 if self.not_compared else then - now
 
-    def sentence(self, headers_now: float) -> str:
-        """This session against the run that built its bundle, in one sentence (the terminal's and the job summary's)."""
-        headers = (f", of which {headers_now:.1f} s building torch's precompiled C++ headers (built once a machine, "
-                   "kept in the plugin's per-user folder, compile_cache_home: ~/.cache/pytest-compilecache by default)"
-                   if headers_now >= 0.05 else "")
+    def headers_words(self) -> str:
+        """What was left out, or ``""``."""
+        if not self.headers_differ:
+            return ""
+        if self.headers_now >= HEADERS_NOTED:
+            return f"leaving out the {self.headers_now:.1f} s spent here building torch's C++ headers, which that run found"
+        return f"leaving out the {self.headers_then:.1f} s that run spent building torch's C++ headers, found here"
+
+    def brief(self) -> str:
+        """The comparison in a clause of the one-line summary."""
         if self.not_compared:
-            return (f"not compared with the run that built the bundle: {self.not_compared}; compiling in tests and "
-                    f"the warmup: {self.compile_now:.1f} s now{headers}, {self.compile_then:.1f} s then")
+            return ""
+        now, then = self._alike(self.seconds_now, self.seconds_then)
+        verdict = f"{self.saved:.1f} s less" if self.saved >= 0 else f"{-self.saved:.1f} s MORE"
+        left_out = f"; {self.headers_words()}" if self.headers_differ else ""
+        return f"{now:.1f} s against {then:.1f} s in the run that built the bundle ({verdict}{left_out})"
+
+    def sentence(self) -> str:
+        """This session against the run that built its bundle, in one sentence (the terminal's and the job summary's)."""
+        compiling = f"compiling in tests and the warmup: {self.compile_now:.1f} s now, {self.compile_then:.1f} s then"
+        if self.not_compared:
+            return f"not compared with the run that built the bundle: {self.not_compared}; {compiling}"
+        now, then = self._alike(self.seconds_now, self.seconds_then)
         verdict = f"{self.saved:.1f} s less" if self.saved >= 0 else f"{-self.saved:.1f} s MORE"
         tests = "the same test" if self.tests == 1 else f"the same {self.tests} tests"
         where = "" if self.processes == 1 else f" on {self.processes} workers"
-        return (f"this session against the run that built the bundle ({tests}{where}): {self.seconds_now:.1f} s now, "
-                f"{self.seconds_then:.1f} s then ({verdict}), each from the plugin's start to the session's end; compiling "
-                f"in tests and the warmup: {self.compile_now:.1f} s now{headers}, {self.compile_then:.1f} s then")
+        left_out = f", {self.headers_words()}" if self.headers_differ else ""
+        return (f"this session against the run that built the bundle ({tests}{where}): {now:.1f} s now, "
+                f"{then:.1f} s then ({verdict}), each from the plugin's start to the session's end{left_out}; "
+                + compiling)
 
     def to_json(self) -> dict[str, Any]:
         """The report's ``totals.compared_with_build``."""
         return {"tests": self.tests, "processes": self.processes, "session_seconds": round(self.seconds_now, 3),
                 "built_session_seconds": round(self.seconds_then, 3), "compile_seconds": round(self.compile_now, 3),
                 "built_compile_seconds": round(self.compile_then, 3),
+                "headers_seconds": round(self.headers_now, 3), "built_headers_seconds": round(self.headers_then, 3),
+                "headers_left_out": self.headers_differ,
                 **({"not_compared": self.not_compared} if self.not_compared
                    else {"session_seconds_saved": round(self.saved, 3)})}
 
 
-def session_record(seconds: float, tests: Iterable[str], processes: int, compile_seconds: float) -> dict[str, Any]:
+#: Seconds of header building below which a run is taken to have found the headers ready.
+HEADERS_NOTED = 0.05
+
+
+def session_record(seconds: float, tests: Iterable[str], processes: int, compile_seconds: float,
+                   headers_seconds: float = 0.0) -> dict[str, Any]:
     """What a bundle keeps of the session that wrote it, for :meth:`SessionReport.compared_with_build`."""
     ran = sorted(set(tests))
     return {"seconds": round(seconds, 3), "tests": len(ran), "processes": processes,
-            "compile_seconds": round(compile_seconds, 3),
+            "compile_seconds": round(compile_seconds, 3), "headers_seconds": round(headers_seconds, 3),
             "digest": hashlib.sha256("\n".join(ran).encode()).hexdigest()[:16]}
 
 
@@ -416,12 +453,13 @@ class SessionReport:
     def session_record(self, seconds: float) -> dict[str, Any]:
         """This session after ``seconds``, as a bundle it writes keeps it (see :func:`session_record`)."""
         return session_record(seconds, self.ran, max(1, len(self.processes)),
-                              self.compile_seconds + self.warmup_seconds)
+                              self.compile_seconds + self.warmup_seconds, self.headers_seconds)
 
     def compared_with_build(self) -> "Comparison | None":
         """This session against the run that built the loaded bundle, where the bundle recorded it."""
-        then = next((p.history["session"] for p in self.processes if p.status is Status.LOADED
-                     and isinstance(p.history.get("session"), dict)), None)
+        history = next((p.history for p in self.processes if p.status is Status.LOADED
+                        and isinstance(p.history.get("session"), dict)), None)
+        then = history["session"] if history else None
         if not then or not self.ran:
             return None
         now = self.session_record(self.session_seconds)
@@ -435,8 +473,10 @@ class SessionReport:
             why = (f"this run had {_counted(now['processes'], 'process', workers)}, the building run "
                    f"{_counted(int(then.get('processes', 0)), 'process', workers)}: "
                    "each process pays torch's start-up once")
+        headers_then = then.get("headers_seconds", history.get("headers_seconds", 0.0)) if history else 0.0
         return Comparison(now["tests"], now["processes"], self.session_seconds, float(then.get("seconds", 0.0)),
-                          now["compile_seconds"], float(then.get("compile_seconds", 0.0)), why)
+                          now["compile_seconds"], float(then.get("compile_seconds", 0.0)), why,
+                          self.headers_seconds, float(headers_then or 0.0))
 
     def _tests_json(self) -> dict[str, dict[str, Any]]:
         built = self.built_tests()

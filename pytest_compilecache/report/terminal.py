@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 
 from ..stats import CacheStats
 from ..words import artifact_counts, placed_counts
@@ -25,7 +26,7 @@ def _compile_time_line(report: SessionReport) -> list[str]:
         line += (f"; of the tests' time, {sum(first):.1f} s in the first compiling test of each process, which pays "
                  "torch's one-off start-up (a warmup pays it where one runs)")
     compared = report.compared_with_build()
-    return [line] + (["  " + compared.sentence(report.headers_seconds)] if compared is not None else [])
+    return [line] + (["  " + compared.sentence()] if compared is not None else [])
 
 
 #: Reasons of each kind the summary prints; the JSON report has them all, per test.
@@ -121,8 +122,105 @@ def patch_lines(report: SessionReport, verbose: bool) -> list[str]:
     return lines
 
 
-def summary_lines(report: SessionReport) -> list[str]:
-    """The terminal summary: per-layer totals, and what was loaded, warmed up and saved."""
+def _short(path: str) -> str:
+    """``path`` relative to the current folder where it lies inside it."""
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:
+        return path
+    return path if relative.startswith("..") or os.path.isabs(relative) else relative
+
+
+def _compiles(report: SessionReport) -> str:
+    """The FX graphs' outcomes, and Dynamo's breaks and recompiles where there were any."""
+    totals = report.totals
+    if totals is None or totals.nothing_happened:
+        return "no test compiled anything"
+    fx, dynamo = totals.layer("fx_graph"), totals.dynamo
+    source = report.hits_came_from()
+    came = f" ({fx.from_bundle} from the {source})" if fx.from_bundle else ""
+    cold = report.misses_in_cold_caches().get("fx_graph", 0)
+    empty = (" (all in cold_cache tests)" if cold == fx.misses else f" ({cold} in cold_cache tests)") if cold else ""
+    words = f"FX graphs: {fx.hits} hit{came}, {fx.misses} missed{empty}"
+    for kind in ("graph_breaks", "recompiles"):
+        if kind not in dynamo.unobservable and dynamo.count(kind):
+            words += f", {dynamo.count(kind)} {kind.replace('_', ' ')}"
+    return words
+
+
+def _bundle(report: SessionReport) -> str:
+    """What became of the bundle, in a clause; ``""`` where there is none and no warmup ran."""
+    if not report.bundle_path:
+        ran = report.warmup_seconds
+        return f"warmup {ran:.1f} s, for this session only (--compile-cache-bundle=PATH keeps it)" if ran else ""
+    path, saved = _short(report.bundle_path), report.saved
+    statuses = {p.status for p in report.processes if p.status is not Status.UNUSED}
+    loaded = Status.LOADED in statuses and not all(p.own_warmup for p in report.processes if p.status is Status.LOADED)
+    if saved.status is SaveStatus.SAVED:
+        verb, _ = report.written_words()
+        what = artifact_counts(saved.added_artifacts) if saved.added and saved.added_artifacts else ""
+        return (f"bundle {path} {verb}" + (f", {'added ' if verb == 'updated' else ''}{what}" if what else "")
+                + f" ({saved.bytes / 1e6:.2f} MB)")
+    if loaded:
+        return f"bundle {path} loaded" + (", unchanged" if saved.status in (SaveStatus.KEPT, SaveStatus.UNCHANGED,
+                                                                           SaveStatus.NOTHING) else "")
+    return f"bundle {path}: " + ", ".join(sorted(s.value for s in statuses) or ["not used"])
+
+
+def headline(report: SessionReport) -> str:
+    """The one line of a run where all is well: the bundle, what the graphs did, and the time against the bundle's
+    building run (alike runs only)."""
+    compared = report.compared_with_build()
+    clock = compared.brief() if compared is not None else ""
+    if not clock and report.warmup_seconds and report.bundle_path:
+        clock = f"warmup {report.warmup_seconds:.1f} s"
+    return "; ".join(part for part in (_bundle(report), _compiles(report), clock) if part)
+
+
+def _expectations_need_saying(e: ExpectationsReport | None) -> bool:
+    return e is not None and bool(e.update or e.regressed or e.not_recorded or e.unused or not e.exists
+                                  or e.other_machine)
+
+
+def attention_lines(report: SessionReport) -> list[str]:
+    """What the user must see even when asked for quiet: failures, problems, explained misses, changed expectations,
+    and the bundle's save where it did not go as asked."""
+    saved = report.saved
+    lines = []
+    if saved.status is SaveStatus.KEPT and "--compile-cache-update" in saved.reason:
+        lines.append(f"bundle kept: {saved.reason}")
+    elif saved.status in (SaveStatus.DELTA, SaveStatus.LEFT_ALONE):
+        lines.append(f"bundle {saved.status.value}: {saved.reason or saved.path}")
+    if report.totals is not None:
+        lines.extend(_explained_lines(report.totals))
+    lines.extend(f"  not saved: {why}" for why in dict.fromkeys(w for p in report.processes for w in p.not_saved))
+    if failure := report.warmup_failed:
+        lines.append("WARMUP FAILED (this run's warm_cache tests skip):")
+        lines.extend("  " + line for line in failure.rstrip().splitlines())
+    lines.extend(f"PROBLEM: {problem}" for problem in report.problems_beside_the_failure())
+    lines.extend(f"C++ binary not used: {problem}" for problem in report.binary_problems())
+    if _expectations_need_saying(report.expectations):
+        lines.extend(expectation_lines(report.expectations))
+    return lines
+
+
+def summary_lines(report: SessionReport, verbosity: int = 1) -> list[str]:
+    """The terminal summary at ``verbosity`` (pytest's ``-v`` count, or ``verbosity_compilecache``): with ``-v``,
+    everything; by default, the :func:`headline` and the :func:`attention_lines`; with ``-q``, those alone."""
+    if verbosity > 0:
+        return detailed_lines(report)
+    attention = attention_lines(report)
+    if verbosity < 0:
+        return attention
+    expectations = report.expectations
+    line = headline(report)
+    if expectations is not None and not _expectations_need_saying(expectations):
+        line += f"; compile expectations: {expectations.compared} tests as recorded"
+    return [line, *attention]
+
+
+def detailed_lines(report: SessionReport) -> list[str]:
+    """The summary under ``-v``: per-layer totals, and what was loaded, warmed up and saved."""
     if report.totals is None or report.totals.nothing_happened:
         lines = ["no test compiled anything (or torch's compiler was never imported in a test)"]
     else:

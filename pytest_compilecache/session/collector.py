@@ -10,7 +10,7 @@ import pytest
 from ..report.markdown import SUMMARY_ENV, append_job_summary
 from ..report.model import REPORT_ATTR, Concern, Problem, SessionReport, Status
 from ..report.terminal import patch_lines, summary_lines
-from .options import Options
+from .options import Options, verbosity
 
 
 class Collector:
@@ -46,8 +46,11 @@ class Collector:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         """The ``compilecache`` section, when :meth:`_worth_saying`."""
         if self._worth_saying(terminalreporter.config):
-            terminalreporter.section("compilecache")
-            verbose = self.options.explain or terminalreporter.config.option.verbose > 0
-            for line in [*(f"WARNING: {w}" for w in self.options.warnings), *summary_lines(self.report),
-                         *patch_lines(self.report, verbose)]:
-                terminalreporter.write_line(line)
+            level = verbosity(terminalreporter.config, self.options)
+            lines = [*(f"WARNING: {w}" for w in self.options.warnings), *summary_lines(self.report, level),
+                     *patch_lines(self.report, level > 0)]
+            if lines:
+                terminalreporter.ensure_newline()  # ends the progress line, so the section adds no empty line
+                terminalreporter.section("compilecache")
+                for line in lines:
+                    terminalreporter.write_line(line)

@@ -168,6 +168,10 @@ class Options:
         if not re.fullmatch(r"[0-9]+", unused):
             raise pytest.UsageError(f"compile_cache_max_unused_runs must be a whole number of updating runs "
                                     f"(0: keep everything), not {unused!r}")
+        shown = str(config.getini("verbosity_compilecache") or "auto").strip()
+        if shown != "auto" and not re.fullmatch(r"-?[0-9]+", shown):
+            raise pytest.UsageError(f"verbosity_compilecache must be auto or a whole number (-1: problems only, "
+                                    f"0: one line, 1: everything), not {shown!r}")
         rebuild = flag("compile_cache_rebuild")
         remote = text("compile_cache_remote", REMOTE_ENV) or None
         if remote is not None and check_url(remote):
@@ -213,6 +217,14 @@ class Options:
                    lock_timeout=lock_timeout, network_timeout=network_timeout, report=report, expect=expect,
                    expect_update=expect_update, home=home, warnings=tuple(warnings),
                    headers_dir=path("compile_cache_headers_dir") or home / "precompiled-headers")
+
+
+def verbosity(config: pytest.Config, options: Options) -> int:
+    """How much the plugin says: ``verbosity_compilecache`` in the ini file, else pytest's ``-v``/``-q`` count;
+    ``--compile-cache-explain`` asks for at least ``1``."""
+    given = str(config.getini("verbosity_compilecache") or "auto").strip()
+    level = int(config.option.verbose) if given == "auto" else int(given)
+    return max(level, 1) if options.explain else level
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -274,6 +286,9 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("compile_cache_max_unused_runs", type="string", help="with --compile-cache-update: drop artifacts "
                   "that none of the last N updating runs of the whole suite used (default "
                   f"{DEFAULT_MAX_UNUSED_RUNS}; 0: keep everything)")
+    parser.addini("verbosity_compilecache", type="string", default="auto",
+                  help="how much the compilecache summary and header say: -1 problems only, 0 one line, 1 everything "
+                       "(default auto: pytest's -q/-v)")
     parser.addini("compile_cache_home", type="string", help="per-user folder for precompiled C++ headers and "
                   "per-worker caches (default: the platform's user cache folder, e.g. ~/.cache/pytest-compilecache)")
     parser.addini("compile_cache_headers_dir", type="string", help="folder for precompiled C++ headers, shared by "

@@ -20,7 +20,7 @@ from .capture import warnings_to_pytest
 from .channel import FromWorker, ToWorker
 from .folders import Folders
 from .life import SessionLife, teller
-from .options import Options
+from .options import Options, verbosity
 from .progress import Progress
 from .saving import read_index
 from .selection import Selection
@@ -118,7 +118,8 @@ class SingleProcess(_RunsTests):
                          self.side.folders.shared / "binaries")
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
-        return header_lines(self.options, self.life.report, self.side.bundle.process_report)
+        return header_lines(self.options, self.life.report, self.side.bundle.process_report,
+                            verbosity(config, self.options))
 
 
 class Worker(_RunsTests):
@@ -209,7 +210,7 @@ class Controller:
             self.life.finish(session, exitstatus, self.processes, artifacts, self.folders.shared / "binaries", died)
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
-        return header_lines(self.options, self.life.report, None)
+        return header_lines(self.options, self.life.report, None, verbosity(config, self.options))
 
 
 Role = Union["SingleProcess", "Worker", "Controller"]

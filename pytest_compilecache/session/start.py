@@ -37,23 +37,27 @@ def describe(store: BundleStore | None, report: SessionReport) -> BundleAtStart:
     return BundleAtStart(look.exists, look.problem)
 
 
-def header_lines(options: Options, report: SessionReport, process: ProcessReport | None) -> list[str]:
-    """The lines under pytest's header."""
+def header_lines(options: Options, report: SessionReport, process: ProcessReport | None, level: int) -> list[str]:
+    """The lines under pytest's header: by default one, naming what the user set up (none where nothing is); with
+    ``level`` 1 (``-v``) also what is off; a warning always."""
     mode = {Isolation.OFF: "off", Isolation.TEST: "a cache per test",
             Isolation.WORKER: "a kept cache per worker"}[options.isolation]
-    lines = [f"compilecache: isolation: {mode}"]
+    said = [f"bundle {report.bundle_at_start}"] if options.has_bundle else []
+    if signing.key() and options.has_bundle:
+        said.append(f"signed and checked with {signing.KEY_ENV}")
+    elif level > 0 and options.has_bundle:
+        said.append(f"unsigned (set {signing.KEY_ENV} to sign and check bundles)")
+    if options.isolation is not Isolation.OFF or level > 0:
+        said.append(f"isolation: {mode}")
     if options.remote is not None:
         state = f"UNREACHABLE: {report.remote_problem}" if report.remote_problem else "reachable"
-        lines.append(f"compilecache: remote cache {redacted(options.remote)} (FX graph, AOTAutograd, autotune): {state}")
-    if options.has_bundle:
-        lines.append(f"compilecache: bundle {report.bundle_at_start}")
-        lines.append(f"compilecache: bundles are signed and checked with {signing.KEY_ENV}" if signing.key()
-                     else f"compilecache: bundles are unsigned (set {signing.KEY_ENV} to sign and check them)")
-        if process is not None and process.status is not Status.UNUSED:
-            lines.append(f"compilecache: bundle {process.status.value}: {process.reason}")
-    lines.extend(f"compilecache: WARNING: {line}; cache assertions are meaningless"
-                 for line in caches_disabled_by_env())
-    return lines
+        said.append(f"remote cache {redacted(options.remote)} (FX graph, AOTAutograd, autotune): {state}")
+    if level > 0 and process is not None and process.status is not Status.UNUSED:
+        said.append(f"bundle {process.status.value}: {process.reason}")
+    lines = ([f"compilecache: {said[0]}" + "".join(f"; {part}" for part in said[1:])] if said and level <= 0
+             else [f"compilecache: {part}" for part in said])
+    return lines + [f"compilecache: WARNING: {line}; cache assertions are meaningless"
+                    for line in caches_disabled_by_env()]
 
 
 def _entry_problems(store: BundleStore, process_dir: Path, report: SessionReport) -> list[str]:
