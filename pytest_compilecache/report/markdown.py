@@ -44,8 +44,8 @@ def _bundle_lines(report: SessionReport) -> list[str]:
             line += (f"; loaded {artifact_counts(process.loaded)} ({_mb(process.loaded_bytes)} of compiled artifacts "
                      f"in {process.load_seconds:.2f} s)")
         if process.on_demand:
-            line += (f"; on demand: {placed_counts(process.placed, process.on_demand)} read when needed "
-                     f"({_mb(process.placed_bytes)})")
+            line += (f"; on demand: {placed_counts(process.placed, process.on_demand)} read when needed"
+                     + (f" ({_mb(process.placed_bytes)} unpacked into the cache folder)" if process.placed_bytes else ""))
         if process.downloaded_bytes:
             line += f"; downloaded {_mb(process.downloaded_bytes)}"
         if process.warmup_seconds is not None and not process.warmup_error:

@@ -263,8 +263,8 @@ def detailed_lines(report: SessionReport) -> list[str]:
             lines.append(f"  loaded {artifact_counts(process.loaded)} ({process.loaded_bytes / 1e6:.2f} MB of compiled "
                          f"artifacts in {process.load_seconds:.2f} s)")
         if process.on_demand:
-            lines.append(f"  on demand: {placed_counts(process.placed, process.on_demand)} read when needed "
-                         f"({process.placed_bytes / 1e6:.2f} MB)")
+            unpacked = f" ({process.placed_bytes / 1e6:.2f} MB unpacked into the cache folder)" if process.placed_bytes else ""
+            lines.append(f"  on demand: {placed_counts(process.placed, process.on_demand)} read when needed{unpacked}")
         if process.downloaded_bytes:
             lines.append(f"  downloaded {process.downloaded_bytes / 1e6:.2f} MB from {report.bundle_path}")
         elif process.downloaded_bytes == 0 and process.status is Status.LOADED and report.bundle_path \

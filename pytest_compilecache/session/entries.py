@@ -92,7 +92,7 @@ class EntryOnDemand:
                                                                 f"pooled: {error}", self.name))
         pool.put(Path(template), [path for path, _ in wanted])
         sizes = {path: listed.size for path, listed in missing}
-        self.report.placed_bytes += sum(sizes[path] for path in written)
+        self.report.placed_bytes += sum(sizes[path] for path in written if path not in self._probes)
         kernels = sum(1 for path, _ in wanted if is_cpp(path) and path not in self._probes)
         self.report.placed["cpp"] = self.report.placed.get("cpp", 0) + kernels
         return not failed
