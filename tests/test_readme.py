@@ -82,6 +82,39 @@ def test_every_python_block_is_a_file_or_a_script() -> None:
     assert commands(README), "the README's Quickstart has no pytest command"
 
 
+PIP = re.compile(r"pip install ([^`\n]*)")
+PINNED = re.compile(r"pytest-compilecache(\[[\w,]+\])? @ git\+https://\S+@(\S+)")
+RECIPES = sorted((ROOT / "examples").rglob("*.yml"))
+
+
+def test_every_install_line_works_from_what_exists() -> None:
+    """The package is on no index: each line that installs it names a clone (``.``, ``'.[s3]'``), a wheel, or a
+    git URL pinned to a tag or commit. Each install line of torch in a code block installs NumPy beside it
+    (torch does not depend on it, and warns ``Failed to initialize NumPy`` on every run without it)."""
+    checked = 0
+    for page in PAGES + RECIPES:
+        text = page.read_text(encoding="utf-8")
+        fences = [m.span() for m in FENCE.finditer(text)] if page.suffix == ".md" else [(0, len(text))]
+        for found in PIP.finditer(text):
+            if text[found.end():].startswith("` finds nothing"):  # the README saying it is on no index
+                continue
+            words = shlex.split(found.group(1), comments=True)
+            for word in words:
+                if word.startswith("pytest-compilecache") or word.startswith("pytest_compilecache"):
+                    pinned = PINNED.fullmatch(word)
+                    assert pinned and pinned.group(2) not in ("main", "master"), (
+                        f"{page.name}: `pip install {found.group(1)}` cannot work: the package is on no index; "
+                        "name a clone, a wheel, or a git URL pinned to a tag or commit")
+                    checked += 1
+            in_block = any(start <= found.start() < end for start, end in fences)
+            if in_block and any(w.startswith("torch==") or w == "torch" for w in words):
+                assert "numpy" in words or "'.[test]'" in found.group(1), f"{page.name}: {found.group(0)}"
+                checked += 1
+    assert checked >= 5
+    (install,) = [line for body in blocks(README, "bash") for line in body.splitlines() if "pip install torch" in line]
+    assert install.startswith("pip install torch==2.13.0 numpy --extra-index-url https://download.pytorch.org/whl/cpu")
+
+
 @pytest.mark.parametrize("page", [p for p in PAGES if scripts(p)], ids=lambda p: p.name)
 def test_scripts_run(page: Path, tmp_path: Path) -> None:
     for body in scripts(page):
