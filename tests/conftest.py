@@ -22,8 +22,15 @@ def _private_user_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[No
     runs, the CLI, scripts) gets a per-user cache folder of its own through ``XDG_CACHE_HOME``."""
     patch = pytest.MonkeyPatch()
     patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+    patch.setenv("PYTEST_ADDOPTS", SAY_EVERYTHING)
     yield
     patch.undo()
+
+
+#: Inner runs print the whole summary (as -v), which most tests read (through ``PYTEST_ADDOPTS``, and on
+#: :func:`run_inner`'s command line); the tests of the quiet default ask for it with ``-o verbosity_compilecache=auto``
+#: on their command line, after it.
+SAY_EVERYTHING = "-o verbosity_compilecache=1"
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -275,9 +282,8 @@ def run_inner(
     watch_default = "default_dir_of" in request.fixturenames
 
     def run(*args: str, ini: str = "", fresh: bool = False, timeout: float | None = None) -> pytest.RunResult:
-        shown = "" if "verbosity_compilecache" in ini else "verbosity_compilecache = 1\n"  # the whole summary
-        pytester.makeini(f"[pytest]\ncompile_cache_headers_dir = {shared_headers_dir}\n{shown}{ini}\n")
-        full = ("-p", "no:logging", "-p", "no:randomly", *args)
+        pytester.makeini(f"[pytest]\ncompile_cache_headers_dir = {shared_headers_dir}\n{ini}\n")
+        full = ("-p", "no:logging", "-p", "no:randomly", *SAY_EVERYTHING.split(), *args)
         if not fresh and zygote is not None:
             forked = _run_forked(pytester, zygote, full, timeout, watch_default)
             if forked is not None:

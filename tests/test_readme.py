@@ -132,7 +132,7 @@ def test_readme_quickstart_runs_as_pasted_and_its_failure_is_real(
     home = f"compile_cache_home = {pytester.path / 'home'}"
     runs = commands(README)
     for args in runs:
-        result = run_inner(*args, ini=f"{home}\nverbosity_compilecache = auto")
+        result = run_inner(*args, "-o", "verbosity_compilecache=auto", ini=home)
         result.assert_outcomes(passed=2)
     # The warm run, where all is well: the plugin adds at most 3 lines (its header line, the section's, one line).
     added = plugin_lines(result.outlines)
@@ -152,7 +152,7 @@ def test_readme_quickstart_runs_as_pasted_and_its_failure_is_real(
         test_file[:warm] + test_file[warm:].replace("(example_input())", "(torch.randn(4, 16))"))
     result = run_inner(*runs[-1], ini=home)
     result.assert_outcomes(passed=1, failed=1)
-    assert "per-layer totals over all tests:" in result.outlines  # verbosity_compilecache = 1, as -v
+    assert "per-layer totals over all tests:" in result.outlines  # -o verbosity_compilecache=1, as -v
 
     (sample,) = [b for b in blocks(README, "") if "AssertionError: compile cache misses differ" in b]
     real = [normalized(line) for line in result.outlines]

@@ -290,7 +290,11 @@ def test_rebuild_writes_a_fresh_bundle_over_a_damaged_one(
     summary = _summary(result)
     assert f"warmup ran here and wrote {path}" in summary, summary
     assert f"bundle written: {path}: what the warmup compiled" in summary, summary
-    assert "its entries were dropped and a fresh one written" in summary
+    assert "; --compile-cache-rebuild writes a fresh one" in "\n".join(result.outlines)
+    # A repair asked for is no problem: said once, not as PROBLEM lines, and the header does not call it unusable.
+    assert "PROBLEM:" not in summary, summary
+    assert "cannot be used" not in "\n".join(result.outlines), result.outlines
+    assert "\n".join(result.outlines).count("lie past the end of the file") == 1, result.outlines
     from pytest_compilecache.bundle.format import read_manifest
     with read_manifest(path) as rebuilt:
         assert len(rebuilt.entries) == 1
@@ -633,8 +637,8 @@ def test_the_claimed_saving_is_what_the_wall_clock_shows_on_a_fresh_runner(
         monkeypatch.setenv("HOME", str(folder))
         monkeypatch.setenv("TMPDIR", str(folder / "tmp"))
         started = time.monotonic()
-        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *args, "--compile-cache-bundle=b.bundle",
-                                               "--compile-cache-report=r.json")
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-o", "verbosity_compilecache=1", *args,
+                                               "--compile-cache-bundle=b.bundle", "--compile-cache-report=r.json")
         wall = time.monotonic() - started
         result.assert_outcomes(passed=5)
         summary = _summary(result)
@@ -647,11 +651,13 @@ def test_the_claimed_saving_is_what_the_wall_clock_shows_on_a_fresh_runner(
         wall, summary, report = run("runner-2", *workers)
         compared = report["totals"]["compared_with_build"]
         claimed, measured = compared["session_seconds_saved"], cold - wall
+        if compared["headers_left_out"]:  # one run built torch's headers, the other found them: alike without them
+            measured -= compared["built_headers_seconds"] - compared["headers_seconds"]
         print(f"{label} {workers}: claimed {claimed:.1f} s less, the wall clocks {measured:.1f} s ({cold:.1f} - {wall:.1f})")
         assert "not_compared" not in compared, summary
         assert measured > 0 and abs(claimed - measured) <= max(0.3 * measured, 1.0), \
             f"{label}: claimed {claimed:.1f} s less, the wall clocks {measured:.1f} s\n{summary}"
-        assert f"({claimed:.1f} s less)" in summary, summary
+        assert f"({claimed:.1f} s less" in summary, summary
         first = [name for name, stats in report["tests"].items() if stats.get("first_in_process")]
         assert 1 <= len(first) <= (2 if workers else 1), first  # torch's start-up, once a process
     if not workers:

@@ -176,6 +176,8 @@ class SaveResult:
     #: Why this updating run does not count toward ``compile_cache_max_unused_runs`` ("" where it counts or
     #: nothing is dropped as unused).
     not_counted: str = ""
+    #: With ``--compile-cache-rebuild``: what of PATH could not be read and was written afresh.
+    repaired: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form; empty when nothing was asked."""
@@ -189,6 +191,8 @@ class SaveResult:
                 data["not_counted"] = self.not_counted
             if self.status is SaveStatus.SAVED:
                 data.update(added=self.added, added_artifacts=self.added_artifacts)
+            if self.repaired:
+                data["repaired"] = self.repaired
         else:
             data["reason"] = self.reason
         if self.transfer:

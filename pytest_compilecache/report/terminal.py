@@ -159,8 +159,8 @@ def _bundle(report: SessionReport) -> str:
     if saved.status is SaveStatus.SAVED:
         verb, _ = report.written_words()
         what = artifact_counts(saved.added_artifacts) if saved.added and saved.added_artifacts else ""
-        return (f"bundle {path} {verb}" + (f", {'added ' if verb == 'updated' else ''}{what}" if what else "")
-                + f" ({saved.bytes / 1e6:.2f} MB)")
+        return (f"bundle {path} {'rebuilt' if saved.repaired else verb}"
+                + (f", {'added ' if verb == 'updated' else ''}{what}" if what else "") + f" ({saved.bytes / 1e6:.2f} MB)")
     if loaded:
         return f"bundle {path} loaded" + (", unchanged" if saved.status in (SaveStatus.KEPT, SaveStatus.UNCHANGED,
                                                                            SaveStatus.NOTHING) else "")
@@ -293,6 +293,9 @@ def detailed_lines(report: SessionReport) -> list[str]:
         verb, what = report.written_words()
         size = f"({saved.bytes / 1e6:.2f} MB in {saved.seconds:.2f} s{moved})"
         lines.append(f"bundle {verb}: {saved.path}: {what} {size}")
+        if saved.repaired:
+            lines.append(f"  rebuilt (--compile-cache-rebuild): {len(saved.repaired)} unreadable part(s) dropped, as "
+                         "the header said")
         if saved.dropped_unused:
             lines.append("  dropped as unused in the last updating runs (compile_cache_max_unused_runs): "
                          + artifact_counts(saved.dropped_unused))

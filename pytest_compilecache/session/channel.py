@@ -17,6 +17,8 @@ class BundleAtStart:
 
     existed: bool = False
     problem: str = ""
+    #: Whether ``problem`` is damage that ``--compile-cache-rebuild`` repairs in this session (no problem then).
+    repaired: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

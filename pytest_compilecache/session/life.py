@@ -38,7 +38,7 @@ class SessionLife:
         self.report = SessionReport(bundle_path=options.bundle_name, started=_session_started())
         self.collector = Collector(options, self.report)
         self.keeper = Keeper.create(config, options.expect, options.expect_update, recorder)
-        self.at_start = describe(store if options.bundle is not None else None, self.report)
+        self.at_start = describe(store if options.bundle is not None else None, self.report, options.rebuild)
 
     def register(self, plugins: pytest.PytestPluginManager) -> None:
         """The summary's collector and the expectations' keeper, beside the role."""
@@ -49,8 +49,8 @@ class SessionLife:
     def start(self, process_dir: Path) -> None:
         """Look at a bundle URL and the remote cache; in strict mode, check the bundle before any test."""
         if self.options.bundle_url is not None:
-            self.at_start = describe(self.store, self.report)
-        if self.at_start.problem:
+            self.at_start = describe(self.store, self.report, self.options.rebuild)
+        if self.at_start.problem and not self.at_start.repaired:
             self.report.problems.append(Problem(Concern.BUNDLE, self.at_start.problem,
                                                 self.store.name if self.store is not None else ""))
         check_remote(self.options, self.report)

@@ -74,7 +74,8 @@ def save(report: SessionReport, blobs: list[tuple[dict[str, str], bytes, KeyInde
         saved = store.add(additions, history, run=run, max_unused_runs=options.max_unused_runs,
                           rebuild=options.rebuild, counted=not left_out)
         merged = saved.bundle
-        report.problems.extend(Problem(Concern.SAVING, f"{path}: {why}", str(path)) for why in saved.dropped)
+        if not options.rebuild:
+            report.problems.extend(Problem(Concern.SAVING, f"{path}: {why}", str(path)) for why in saved.dropped)
         artifacts: dict[str, dict[str, int]] = {}
         for entry in (merged.find(env) for env in {env_id(env): env for env, _, _ in blobs}.values()):
             kinds = dict(entry.artifacts) if entry else {}
@@ -105,7 +106,8 @@ def save(report: SessionReport, blobs: list[tuple[dict[str, str], bytes, KeyInde
                               bytes=saved.size, seconds=round(time.perf_counter() - start, 3), added=saved.added,
                               dropped_unused=dict(saved.unused), transfer=saved.transfer.to_json(),
                               added_artifacts=dict(saved.added_artifacts), import_seconds=round(imported, 3),
-                              not_counted=left_out if options.max_unused_runs > 0 else "")
+                              not_counted=left_out if options.max_unused_runs > 0 else "",
+                              repaired=list(saved.dropped) if options.rebuild else [])
 
 
 def _failed(report: SessionReport, message: str, where: str) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from .. import _torchapi
 from ..bundle import signing
-from ..bundle.format import BundleError
+from ..bundle.format import BundleError, Unreadable
 from ..environment import caches_disabled_by_env
 from ..report.model import Concern, Problem, ProcessReport, SessionReport, Status
 from ..storage.interface import BundleStore
@@ -27,14 +27,17 @@ def open_bundle_store(options: Options, unreachable: str = "") -> BundleStore | 
                                                  options.storage_options, options.network_timeout, unreachable)
 
 
-def describe(store: BundleStore | None, report: SessionReport) -> BundleAtStart:
-    """How the bundle looks now, without torch and without a download (in words: ``report.bundle_at_start``)."""
+def describe(store: BundleStore | None, report: SessionReport, rebuild: bool = False) -> BundleAtStart:
+    """How the bundle looks now, without torch and without a download (in words: ``report.bundle_at_start``);
+    with ``rebuild``, damage is what the session repairs, said here once."""
     if store is None:
         return BundleAtStart()
     look = store.describe()  # a problem's reason is said once, as a PROBLEM in the summary
-    report.bundle_at_start = (f"{store.name}: cannot be used (see PROBLEM in the compilecache summary)"
+    repaired = bool(look.problem) and rebuild and look.unreadable is Unreadable.DAMAGED
+    report.bundle_at_start = (f"{look.problem}; --compile-cache-rebuild writes a fresh one" if repaired else
+                              f"{store.name}: cannot be used (see PROBLEM in the compilecache summary)"
                               if look.problem else look.text)
-    return BundleAtStart(look.exists, look.problem)
+    return BundleAtStart(look.exists, look.problem, repaired)
 
 
 def header_lines(options: Options, report: SessionReport, process: ProcessReport | None, level: int) -> list[str]:

@@ -353,7 +353,7 @@ class Preparer:
             self._write_marker(Outcome.KEPT_APART, str(published.path))
         else:
             published = saved.bundle
-            for why in saved.dropped:
+            for why in () if self.rebuild and to_path else saved.dropped:  # the repair asked for: said in the header
                 self._say(Concern.SAVING, f"{self.publish.name}: {why}", self.publish.name)
             if saved.status is Written.DELTA:
                 # Only a delta holds it (a store without conditional writes): load the entry with the delta folded in.
