@@ -17,7 +17,7 @@ from ._torchapi import defaultdir, patches
 from .cache import CacheKind, CompileCache
 from .environment import SavedEnv, point_cache_dirs_at
 from .report.html import HtmlColumns
-from .session.home import Home, settle
+from .session.home import Home, prune, settle
 from .session.options import Isolation, Options, add_options
 from .session.roles import Role, choose_role
 from .session.testside import REMOTE_MARKER, TestSide
@@ -95,6 +95,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         if role is not None:
             role.close()
     finally:
+        if home := config.stash.get(_HOME, None):
+            prune(home.path)
         config.stash.get(_EARLY_UNDO, contextlib.ExitStack()).close()
         for problem in patches.undo(config.stash.get(_PATCHED_BEFORE, patches.checkpoint())):
             sys.stderr.write(f"compilecache: at the session's end, {problem}\n")

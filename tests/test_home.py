@@ -92,3 +92,37 @@ def test_a_read_only_home_passes_what_it_passes_without_the_plugin(
     with_plugin.assert_outcomes(passed=2)
     notice = said_once(with_plugin.stdout.lines, str(home / ".cache" / "pytest-compilecache"))
     assert "Read-only file system" in notice, notice
+
+
+def test_the_home_is_tagged_as_a_cache(pytester: pytest.Pytester) -> None:
+    """Issue 56: pytest's own cache folder has a CACHEDIR.TAG (backup tools skip it); the plugin's home had none."""
+    home = pytester.path / "home"
+    pytester.makepyfile("def test_plain():\n    pass\n")
+    pytester.runpytest_subprocess("-o", f"compile_cache_home={home}").assert_outcomes(passed=1)
+    tag = (home / "CACHEDIR.TAG").read_text()
+    assert tag.startswith("Signature: 8a477f597d28d172789f06886806bc55\n# "), tag
+
+
+def test_environment_folders_unused_for_30_days_are_removed(pytester: pytest.Pytester) -> None:
+    """Issue 56: ``workers/<environment>`` folders were never removed. A run uses its own (and says so by its time);
+    at its end, at most once a day, those no run has used for 30 days go."""
+    import os
+    import time
+
+    home = pytester.path / "home"
+    workers = home / "workers"
+    old, recent = workers / "0123456789ab", workers / "ba9876543210"
+    for folder, days in ((old, 31), (recent, 29)):
+        (folder / "gw0").mkdir(parents=True)
+        for path in (folder / "gw0", folder):
+            os.utime(path, (time.time() - days * 86400,) * 2)
+    pytester.makepyfile("def test_plain():\n    pass\n")
+    run = ("-o", f"compile_cache_home={home}", "--compile-cache-isolate-mode=worker")
+    pytester.runpytest_subprocess(*run).assert_outcomes(passed=1)
+    assert recent.is_dir() and not old.exists()
+    (own,) = set(workers.iterdir()) - {recent}
+    assert time.time() - own.stat().st_mtime < 600, "the run's own folder says it was used"
+    (old / "gw0").mkdir(parents=True)
+    os.utime(old, (time.time() - 31 * 86400,) * 2)
+    pytester.runpytest_subprocess(*run).assert_outcomes(passed=1)
+    assert old.is_dir(), "pruned at most once a day"
