@@ -1,4 +1,4 @@
-"""The plugin's home (compile_cache_home): a home that cannot be written never breaks a compile."""
+"""Folders the plugin cannot write (its home, compile_cache_home; a bundle's) never break a compile or a warm test."""
 
 from __future__ import annotations
 
@@ -126,3 +126,27 @@ def test_environment_folders_unused_for_30_days_are_removed(pytester: pytest.Pyt
     os.utime(old, (time.time() - 31 * 86400,) * 2)
     pytester.runpytest_subprocess(*run).assert_outcomes(passed=1)
     assert old.is_dir(), "pruned at most once a day"
+
+
+def test_a_new_bundle_in_a_read_only_folder_is_warmed_up_and_used(suite: pytest.Pytester,
+                                                                  run_inner: Callable[..., pytest.RunResult]) -> None:
+    """Issue 56, edge 1: the header promised to write PATH, the lock beside it could not be made, the warmup never
+    ran and every warm test was skipped, with the reason said three times. docs/bundles.md promises the warmup runs
+    and warm tests run; that PATH cannot be written is said once."""
+    folder = suite.path / "ro"
+    bundle = folder / "new.bundle"
+    with read_only(folder):
+        result = run_inner("-rs", f"--compile-cache-bundle={bundle}")
+    result.assert_outcomes(passed=2)
+    assert "the session will write the bundle there" not in result.stdout.str()
+    assert str(bundle) in said_once(result.stdout.lines, "Read-only file system")
+
+
+def test_a_skipped_warm_test_never_suggests_a_hook_that_exists(pytester: pytest.Pytester,
+                                                               run_inner: Callable[..., pytest.RunResult]) -> None:
+    pytester.makeconftest("def pytest_compilecache_warmup(cache):\n    pass\n")
+    pytester.makepyfile("def test_warm(warm_cache):\n    pass\n")
+    result = run_inner("-rs")
+    result.assert_outcomes(skipped=1)
+    skip = said_once(result.stdout.lines, "SKIPPED")
+    assert "hook" not in skip.split("warm_cache needs a usable bundle", 1)[-1].split(")", 1)[-1], skip
