@@ -9,6 +9,7 @@ import re
 import sys
 import time
 import warnings
+from importlib import metadata
 from pathlib import Path
 from typing import Any, Sequence, TextIO
 
@@ -418,6 +419,8 @@ class _CommandParser(argparse.ArgumentParser):
 def parser() -> argparse.ArgumentParser:
     """The command line. Every help text is plain text (argparse prints it as it is)."""
     p = argparse.ArgumentParser(prog="pytest-compilecache", description=DESCRIPTION, epilog=EPILOG, allow_abbrev=False)
+    p.add_argument("--version", action="version", version=f"%(prog)s {metadata.version('pytest-compilecache')}",
+                   help="print the installed version and exit")
     p.add_argument("--storage-options", metavar="JSON",
                    help=f"fsspec options for bundle URLs, a JSON object such as "
                         f'\'{{"endpoint_url": "http://127.0.0.1:9000"}}\' (default: ${STORAGE_OPTIONS_ENV})')

@@ -139,6 +139,19 @@ def write_atomic(path: Path, chunks: bytes | Iterable[bytes], fsync: bool = True
     return size
 
 
+def cannot_write(folder: Path) -> str:
+    """Why no file can be made in ``folder`` (in its nearest existing parent, where it is missing), found by making
+    one; "" when one can (``os.access`` says yes to root on a read-only mount)."""
+    existing = next((p for p in [folder, *folder.parents] if p.exists()), folder)
+    try:
+        fd, name = tempfile.mkstemp(prefix=".write-test-", dir=existing)
+    except OSError as exc:
+        return f"{existing}: {exc.strerror or exc}"
+    os.close(fd)
+    os.unlink(name)
+    return ""
+
+
 def checksum(path: Path) -> tuple[str, int]:
     """The sha256 (hex) and size of the file at ``path``, read a chunk at a time; raises :class:`OSError`."""
     digest, size = hashlib.sha256(), 0

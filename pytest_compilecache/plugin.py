@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import shutil
 import sys
 import tempfile
+from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -15,6 +17,7 @@ from ._torchapi import defaultdir, patches
 from .cache import CacheKind, CompileCache
 from .environment import SavedEnv, point_cache_dirs_at
 from .report.html import HtmlColumns
+from .session.home import Home, prune, settle
 from .session.options import Isolation, Options, add_options
 from .session.roles import Role, choose_role
 from .session.testside import REMOTE_MARKER, TestSide
@@ -28,6 +31,8 @@ _PATCHED_BEFORE = pytest.StashKey[int]()
 _EARLY_ENV = pytest.StashKey[SavedEnv]()
 #: What the session's end undoes of what was done before the first conftest (its folder, torch's default folder).
 _EARLY_UNDO = pytest.StashKey[contextlib.ExitStack]()
+#: Where the session keeps what the plugin keeps between runs, tried before the first conftest.
+_HOME = pytest.StashKey[Home]()
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -40,20 +45,28 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
-    """With isolation or a bundle on, keep torch off its shared default directory before conftests import it."""
+    """Settle the plugin's home; with isolation or a bundle on, keep torch off its shared default directory before
+    conftests import it."""
     early_config.stash[_PATCHED_BEFORE] = patches.checkpoint()
     try:
         options = Options.from_config(early_config, early=True)
     except (pytest.UsageError, ValueError):
         return  # pytest_configure raises it again, with pytest's error reporting in place
+    undo = early_config.stash[_EARLY_UNDO] = contextlib.ExitStack()
+
+    @functools.cache
+    def folder() -> str:
+        made = tempfile.mkdtemp(prefix="pytest-compilecache-")
+        undo.callback(shutil.rmtree, made, ignore_errors=True)
+        return made
+
+    home = early_config.stash[_HOME] = settle(options.home, options.headers_dir, lambda: Path(folder()))
     if options.session_wide:
-        undo = early_config.stash[_EARLY_UNDO] = contextlib.ExitStack()
-        folder = tempfile.mkdtemp(prefix="pytest-compilecache-")
-        undo.callback(shutil.rmtree, folder, ignore_errors=True)
+        point_at = folder()
         early_config.stash[_EARLY_ENV] = saved = SavedEnv()
         undo.callback(saved.restore)
-        point_cache_dirs_at(folder)
-        undo.callback(defaultdir.send_to, *defaultdir.send_to(lambda: folder, str(options.headers_dir)))
+        point_cache_dirs_at(point_at)
+        undo.callback(defaultdir.send_to, *defaultdir.send_to(folder, str(home.headers)))
 
 
 @pytest.hookimpl(trylast=True)
@@ -62,7 +75,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{REMOTE_MARKER}: let this test's warm_cache read and write torch's remote "
                                        "cache (--compile-cache-remote), which fixtures otherwise switch off")
     config.stash.setdefault(_PATCHED_BEFORE, patches.checkpoint())
-    role = choose_role(config, Options.from_config(config))
+    options = Options.from_config(config)
+    home = config.stash.get(_HOME, None)
+    role = choose_role(config, home.applied(options) if home is not None else options)
     config.stash[_ROLE] = role
     if role.side is not None:
         config.stash[_SIDE] = role.side
@@ -80,6 +95,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         if role is not None:
             role.close()
     finally:
+        if home := config.stash.get(_HOME, None):
+            prune(home.path)
         config.stash.get(_EARLY_UNDO, contextlib.ExitStack()).close()
         for problem in patches.undo(config.stash.get(_PATCHED_BEFORE, patches.checkpoint())):
             sys.stderr.write(f"compilecache: at the session's end, {problem}\n")

@@ -327,6 +327,15 @@ def test_help_is_plain_text_and_says_what_each_argument_does() -> None:
     assert "replaced unless it is also an input" in merge, merge
 
 
+def test_version_prints_the_installed_version() -> None:
+    """Item 9 of issue 56: ``pytest-compilecache --version`` was a usage error."""
+    from importlib import metadata
+
+    shown = subprocess.run([CLI, "--version"], capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout == f"pytest-compilecache {metadata.version('pytest-compilecache')}\n"
+
+
 def test_the_only_file_beside_a_bundle_is_its_hidden_lock(good_bundle: Path, tmp_path: Path) -> None:
     """Item 8 of issue 20: an empty ``PATH.lock`` was left beside every bundle a session or a command
     wrote. The lock (filelock's, which leaves its file) is ``.NAME.lock``, hidden; nothing else is left."""

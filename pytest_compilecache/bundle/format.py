@@ -47,8 +47,12 @@ class NotAFile(BundleError):
     """The path is a folder, or lies under a file: there is no bundle file there to read, write or move."""
 
 
+class Unwritable(BundleError):
+    """No file can be made beside the bundle (a read-only folder): it may be read, never written."""
+
+
 class Unreadable(enum.Enum):
-    """Why a bundle path could not be read, told by what the user can do about it."""
+    """Why a bundle path could not be used, told by what the user can do about it."""
 
     #: A bundle that cannot be read (corrupt, truncated, another format): ``--compile-cache-rebuild`` replaces it.
     DAMAGED = "damaged"
@@ -56,12 +60,16 @@ class Unreadable(enum.Enum):
     NOT_A_BUNDLE = "not a bundle"
     #: A folder, or a path under a file: nothing to move, another path is needed.
     NOT_A_FILE = "not a file"
+    #: In a folder this user cannot write: the bundle is neither made nor changed there.
+    UNWRITABLE = "cannot be written"
 
     @classmethod
     def of(cls, exc: BundleError) -> Unreadable:
         """The kind of problem ``exc`` is."""
         if isinstance(exc, NotABundle):
             return cls.NOT_A_BUNDLE
+        if isinstance(exc, Unwritable):
+            return cls.UNWRITABLE
         return cls.NOT_A_FILE if isinstance(exc, NotAFile) else cls.DAMAGED
 
 

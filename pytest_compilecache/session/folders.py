@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
 import sys
@@ -100,6 +101,7 @@ class WorkerDir:
     def __init__(self, home: Path, worker_id: str) -> None:
         base = home / "workers" / _environment_key()
         base.mkdir(parents=True, exist_ok=True)
+        os.utime(base)  # used now: see home.prune
         for n in range(1000):
             name = worker_id if n == 0 else f"{worker_id}-{n}"
             lock = filelock.FileLock(str(base / f".{name}.lock"))

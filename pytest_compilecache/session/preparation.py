@@ -77,10 +77,14 @@ class BundlePreparation:
         report = self.process_report
         if report.warmup_error:
             return "warm_cache: the warmup hook failed (see WARMUP FAILED in the compilecache summary)"
-        if self.options.has_bundle and not self.config.hook.pytest_compilecache_warmup.get_hookimpls():
+        hooked = bool(self.config.hook.pytest_compilecache_warmup.get_hookimpls())
+        if self.options.has_bundle and not hooked:
             return (f"warm_cache needs a usable bundle ({report.status.value}: {report.reason}), and no "
                     "pytest_compilecache_warmup hook compiles one: define the hook in conftest.py, or let "
                     "a run's tests compile into the bundle first (what they compile outside cold_cache is saved)")
+        if hooked:
+            state = f"{report.status.value}: {report.reason}" if report.reason else "the warmup hook compiled nothing"
+            return f"warm_cache needs a usable bundle ({state})"
         return (f"warm_cache needs a usable bundle ({report.status.value}: {report.reason}); get one "
                 "with --compile-cache-bundle=PATH after a run that builds it, or a pytest_compilecache_warmup hook")
 

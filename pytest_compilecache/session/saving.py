@@ -122,6 +122,7 @@ _LEFT_ALONE_ADVICE = {
     Unreadable.NOT_A_BUNDLE: "it is not a bundle, and nothing ever writes over it (not even --compile-cache-rebuild): "
                              "move the file away or name another path",
     Unreadable.NOT_A_FILE: "there is no file there to move: name another path, to a file inside a folder",
+    Unreadable.UNWRITABLE: "let this user write in its folder, or name a path in a folder this user can write",
 }
 
 

@@ -15,8 +15,8 @@ from .. import _torchapi, files, misses
 from ..bundle import signing
 from .._torchapi.layout import in_order, in_subdir, is_cpp
 from ..bundle.binaries import BinaryPool, identity_differences, pooled
-from ..bundle.format import (Bundle, BundleError, Entry, NotABundle, NotAFile, Unreadable, env_label, make_entry,
-                             read_manifest, write_bundle)
+from ..bundle.format import (Bundle, BundleError, Entry, NotABundle, NotAFile, Unreadable, Unwritable, env_label,
+                             make_entry, read_manifest, write_bundle)
 from ..bundle.keyindex import KeyIndex
 from ..bundle.members import WHOLE, MemberDamaged
 from ..report.model import Concern, Problem, ProcessReport, Status
@@ -265,10 +265,12 @@ class Preparer:
     def _warm_up_once(self, env: dict[str, str], have_previous: bool) -> bool:
         try:
             return self._warm_up_under_lock(env, have_previous)
-        except (NotABundle, NotAFile) as exc:
+        except (NotABundle, NotAFile, Unwritable) as exc:
             # Only --compile-cache-rebuild, which did not read PATH, finds it here: a file that is not a bundle is
-            # never written over, and a path with no file cannot be: the warmup publishes to the session's own.
-            if self.publish is not self.source or self.fallback is None or self.report.warmup_seconds is not None:
+            # never written over, and a path with no file (or in a folder this user cannot write) cannot be: the
+            # warmup publishes to the session's own.
+            if self.publish is not self.source or self.fallback is None or self.report.warmup_seconds is not None \
+                    or (have_previous and isinstance(exc, Unwritable)):
                 raise
             if isinstance(exc, NotABundle):
                 self._problem(Status.NOT_A_BUNDLE, str(exc))

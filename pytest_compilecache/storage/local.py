@@ -9,7 +9,8 @@ from typing import Callable, Iterator, Mapping
 import filelock
 
 from .. import files
-from ..bundle.format import Bundle, BundleError, Entry, NotABundle, NotAFile, Unreadable, read_manifest, write_bundle
+from ..bundle.format import (Bundle, BundleError, Entry, NotABundle, NotAFile, Unreadable, Unwritable, read_manifest,
+                             write_bundle)
 from ..words import counted
 from .interface import Look, Saved, Transfer
 from .merge import fold, stamp
@@ -45,7 +46,7 @@ class Lock:
             raise BundleError(f"{self.file}: could not take the lock within {self.timeout:g} s "
                               f"({who}; raise --compile-cache-lock-timeout)") from None
         except OSError as exc:
-            raise BundleError(f"{self.path}: cannot create its lock file {self.file}: {exc.strerror or exc}") from None
+            raise Unwritable(f"{self.path}: cannot create its lock file {self.file}: {exc.strerror or exc}") from None
         try:
             yield
         finally:
@@ -91,6 +92,9 @@ class LocalStore:
             return Look(str(exc), True, str(exc), Unreadable.of(exc))
         if bundle is None:
             what = "an empty file" if self.path.is_file() else "missing"
+            if why := files.cannot_write(self.path.parent):
+                problem = f"{self.path}: {what}, and it cannot be written ({why})"
+                return Look(problem, False, problem, Unreadable.UNWRITABLE)
             return Look(f"{self.path}: {what}, the session will write the bundle there", False)
         with bundle:
             size = self.path.stat().st_size
