@@ -9,6 +9,9 @@ import time
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+#: The kind of a miss whose entry the bundle holds damaged (left out when read).
+DAMAGED = "entry damaged in the bundle"
+
 from .bundle.keyindex import KeyIndex, KeyIndexError
 
 #: Differences named one by one in an explanation; the rest are counted.
@@ -34,12 +37,14 @@ class Explanation:
 @dataclass(frozen=True)
 class Known:
     """A place entries are known from (the bundle, or this session's earlier compiles) and why it may be blind;
-    ``fills``: the lookup's folder was filled from it, so its holding the very key that missed is a fault."""
+    ``fills``: the lookup's folder was filled from it, so its holding the very key that missed is a fault;
+    ``damaged``: the keys whose entries were found damaged when read (left out)."""
 
     name: str
     index: KeyIndex
     undocumented: int = 0
     fills: bool = False
+    damaged: frozenset[str] = frozenset()
 
 
 def explain(layer: str, key: str, code: str, components: Mapping[str, tuple[str, str]],
@@ -57,6 +62,9 @@ def explain(layer: str, key: str, code: str, components: Mapping[str, tuple[str,
             day = time.strftime("%Y-%m-%d", time.gmtime(when))
             return Explanation(f"{where}: {source.name} held this very entry until {why} dropped it ({day}); "
                                "an updating run (--compile-cache-update) saves it again", ("dropped from the bundle",))
+        if source.fills and key in source.damaged:
+            return Explanation(f"{where}: {source.name} holds this very entry, but damaged: it was left out, and "
+                               "torch compiled it again", (DAMAGED,))
         if source.fills and key in source.index.keys:
             return Explanation(f"{where}: {source.name} holds an entry with this very key, but it was not in "
                                "the cache folder of this lookup", ("entry not in the cache folder",))
