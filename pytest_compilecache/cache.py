@@ -10,6 +10,7 @@ from typing import Iterator, Mapping
 import pytest
 
 from . import _torchapi, misses
+from ._torchapi import layout
 from .environment import SavedEnv, caches_disabled_by_env, point_cache_dirs_at
 from .stats import DYNAMO_COUNTS, CacheStats, DynamoStats, check_layer_names, stats_from_counts
 
@@ -55,6 +56,8 @@ class CompileCache:
         self._damaged_from = 0
         self._bypass: _torchapi.record_bypass_reasons | None = None
         self._final: CacheStats | None = None
+        #: The binaries (paths in :attr:`path`) built inside :meth:`not_saved` blocks: kept out of the bundle too.
+        self.not_saved_binaries: set[str] = set()
 
     def __repr__(self) -> str:
         return f"<CompileCache {self.kind.value} {str(self.path)!r}>"
@@ -112,11 +115,12 @@ class CompileCache:
             pytest.skip("not_saved() needs a torch whose Mega-Cache can record apart (with_fresh_cache)")
         global _not_saved_depth
         with _torchapi.fresh_recording():
-            before = _torchapi.read_counts()
+            before, binaries = _torchapi.read_counts(), set(layout.find_binaries(self.path))
             _not_saved_depth += 1
             try:
                 yield
             finally:
+                self.not_saved_binaries.update(set(layout.find_binaries(self.path)) - binaries)
                 _not_saved_depth -= 1
                 if _not_saved_depth == 0:  # a block inside another is counted by the outer one
                     after = _torchapi.read_counts()

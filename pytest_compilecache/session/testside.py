@@ -103,7 +103,7 @@ class TestSide:
         finally:
             cache.__exit__(None, None, None)
             if kind is not CacheKind.COLD:
-                self.bundle.harvest(cache.path, since=made)
+                self.bundle.harvest(cache.path, since=made, leaving_out=cache.not_saved_binaries)
             if not self._keep(request.node):
                 self.folders.discard(cache.path)
             elif template is not None:
