@@ -85,7 +85,10 @@ def explain(layer: str, key: str, code: str, components: Mapping[str, tuple[str,
         if starts_empty:
             return Explanation(f"{where}: this cache starts empty by design (cold_cache, --compile-cache-isolate), "
                                "and no compile before it in this session was of this code", ("cache starts empty",))
-        return Explanation(f"{where}: no entry for this code at all (new code)", ("new code",))
+        filler = next((s.name for s in known if s.fills), "")
+        held = (f"; {filler} holds none: an updating run (--compile-cache-update, or --compile-cache-rebuild) runs "
+                "the warmup hook and adds what it and the tests compile") if filler else ""
+        return Explanation(f"{where}: no entry for this code at all (new code){held}", ("new code",))
     scored = []
     for source, other, theirs in candidates:
         reasons = _reasons(theirs, components)
