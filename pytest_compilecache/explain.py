@@ -9,9 +9,6 @@ import time
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-#: The kind of a miss whose entry the bundle holds damaged (left out when read).
-DAMAGED = "entry damaged in the bundle"
-
 from .bundle.keyindex import KeyIndex, KeyIndexError
 
 #: Differences named one by one in an explanation; the rest are counted.
@@ -64,7 +61,7 @@ def explain(layer: str, key: str, code: str, components: Mapping[str, tuple[str,
                                "an updating run (--compile-cache-update) saves it again", ("dropped from the bundle",))
         if source.fills and key in source.damaged:
             return Explanation(f"{where}: {source.name} holds this very entry, but damaged: it was left out, and "
-                               "torch compiled it again", (DAMAGED,))
+                               "torch compiled it again", ("entry damaged in the bundle",))
         if source.fills and key in source.index.keys:
             return Explanation(f"{where}: {source.name} holds an entry with this very key, but it was not in "
                                "the cache folder of this lookup", ("entry not in the cache folder",))

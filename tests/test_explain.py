@@ -3,6 +3,7 @@ against a real bundle, and the reasoning on its own (no torch) for the cases a m
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import shutil
@@ -255,6 +256,8 @@ def test_explanations_for_what_a_cpu_machine_cannot_stage() -> None:
 
     same_key = explain("fx_graph", "fold", "f (x.py)", BASE, [bundle])
     assert "holds an entry with this very key" in same_key.text
+    damaged = explain("fx_graph", "fold", "f (x.py)", BASE, [dataclasses.replace(bundle, damaged=frozenset({"fold"}))])
+    assert "holds this very entry, but damaged" in damaged.text and damaged.kinds == ("entry damaged in the bundle",)
 
     session = Known("this session's earlier compiles", _index(fold=("fx_graph", "f (x.py)", BASE)))
     assert "very key" not in explain("fx_graph", "fold", "f (x.py)", BASE, [session]).text, \
@@ -262,6 +265,7 @@ def test_explanations_for_what_a_cpu_machine_cannot_stage() -> None:
     other_code = {**BASE, "gm": ("g9", "GraphModule()\\n\\ndef forward(self, x):\\n    cos = torch.ops.aten.cos.default(x)\\n")}
     renamed = explain("fx_graph", "fnew", "f (x.py)", other_code, [bundle])
     assert "new code" in renamed.text, "a graph sharing no node with the entries of its name is new code"
+    assert "the bundle b holds none: an updating run (--compile-cache-update" in renamed.text
 
     blind = Known("the bundle b", KeyIndex(), undocumented=3)
     assert "cannot explain" in explain("fx_graph", "fnew", "f (x.py)", BASE, [blind]).text

@@ -345,11 +345,9 @@ class SessionReport:
         first: dict[str, Problem] = {}
         for problem in [*self.problems, *(p for r in self.processes for p in r.problems)]:
             first.setdefault(problem.text, problem)
-        without = {key: [t for t, s in self.tests.items() if key in s.get("ran_without_damaged", {})]
-                   for s in self.tests.values() for key in s.get("ran_without_damaged", {})}
+        ran = [(test, key) for test, stats in self.tests.items() for key in stats.get("ran_without_damaged", {})]
         return [dataclasses.replace(p, text=f"{p.text}; tests that ran without it: {', '.join(tests)}")
-                if (tests := sorted({t for key, named in without.items() if key in p.text for t in named})) else p
-                for p in first.values()]
+                if (tests := sorted({test for test, key in ran if key in p.text})) else p for p in first.values()]
 
     def binary_problems(self) -> list[Problem]:
         """Carried binaries that were not used (checksum, fit, load), once each; problems in strict mode."""
