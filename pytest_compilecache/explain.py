@@ -34,12 +34,14 @@ class Explanation:
 @dataclass(frozen=True)
 class Known:
     """A place entries are known from (the bundle, or this session's earlier compiles) and why it may be blind;
-    ``fills``: the lookup's folder was filled from it, so its holding the very key that missed is a fault."""
+    ``fills``: the lookup's folder was filled from it, so its holding the very key that missed is a fault;
+    ``damaged``: the keys whose entries were found damaged when read (left out)."""
 
     name: str
     index: KeyIndex
     undocumented: int = 0
     fills: bool = False
+    damaged: frozenset[str] = frozenset()
 
 
 def explain(layer: str, key: str, code: str, components: Mapping[str, tuple[str, str]],
@@ -57,6 +59,9 @@ def explain(layer: str, key: str, code: str, components: Mapping[str, tuple[str,
             day = time.strftime("%Y-%m-%d", time.gmtime(when))
             return Explanation(f"{where}: {source.name} held this very entry until {why} dropped it ({day}); "
                                "an updating run (--compile-cache-update) saves it again", ("dropped from the bundle",))
+        if source.fills and key in source.damaged:
+            return Explanation(f"{where}: {source.name} holds this very entry, but damaged: it was left out, and "
+                               "torch compiled it again", ("entry damaged in the bundle",))
         if source.fills and key in source.index.keys:
             return Explanation(f"{where}: {source.name} holds an entry with this very key, but it was not in "
                                "the cache folder of this lookup", ("entry not in the cache folder",))
@@ -77,7 +82,10 @@ def explain(layer: str, key: str, code: str, components: Mapping[str, tuple[str,
         if starts_empty:
             return Explanation(f"{where}: this cache starts empty by design (cold_cache, --compile-cache-isolate), "
                                "and no compile before it in this session was of this code", ("cache starts empty",))
-        return Explanation(f"{where}: no entry for this code at all (new code)", ("new code",))
+        filler = next((s.name for s in known if s.fills), "")
+        held = (f"; {filler} holds none: an updating run (--compile-cache-update, or --compile-cache-rebuild) runs "
+                "the warmup hook and adds what it and the tests compile") if filler else ""
+        return Explanation(f"{where}: no entry for this code at all (new code){held}", ("new code",))
     scored = []
     for source, other, theirs in candidates:
         reasons = _reasons(theirs, components)

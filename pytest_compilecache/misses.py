@@ -21,6 +21,10 @@ _recorded = KeyIndex()
 _explaining = 0
 _bundle: Known | None = None
 _cannot = ""
+#: The loaded bundle's damaged entries found so far (``{key: bundle, member and why}``), and the keys that missed
+#: because of it, in order.
+_damaged: dict[str, str] = {}
+_ran_without: list[str] = []
 #: The loaded bundle's name and the function that unpacks its key index, until first needed.
 _unpacked: tuple[str, Callable[[], tuple[KeyIndex | None, int, str]]] | None = None
 
@@ -29,11 +33,14 @@ def _seen(miss: torch_keys.Miss) -> list[str]:
     """Explain ``miss`` (while explaining), then record its components; the counts its explanation adds."""
     added = []
     with _lock:
+        if miss.key in _damaged and not miss.starts_empty:
+            _ran_without.append(miss.key)
         if _explaining:
             from .explain import Known, explain
 
             loaded = _loaded_bundle()
-            known = [dataclasses.replace(loaded, fills=not miss.starts_empty)] if loaded is not None else []
+            known = [dataclasses.replace(loaded, fills=not miss.starts_empty, damaged=frozenset(_damaged))
+                     ] if loaded is not None else []
             found = explain(miss.layer, miss.key, miss.code, miss.components,
                             [*known, Known("this session's earlier compiles", _recorded)],
                             "" if loaded is not None else _cannot, starts_empty=miss.starts_empty)
@@ -60,6 +67,18 @@ def explaining() -> Iterator[None]:
             _explaining -= 1
 
 
+def left_out_damaged(key: str, why: str) -> None:
+    """The loaded bundle's entry under ``key`` is damaged (``why``: the bundle, the member and why), and left out."""
+    with _lock:
+        _damaged[key] = why
+
+
+def ran_without_damaged() -> list[tuple[str, str]]:
+    """``(key, why)`` of every lookup so far that missed because the bundle's entry was damaged, in order."""
+    with _lock:
+        return [(key, _damaged[key]) for key in _ran_without]
+
+
 def use_bundle_index(name: str, unpacked: Callable[[], tuple[KeyIndex | None, int, str]] | None = None,
                      cannot: str = "") -> None:
     """Explain misses against the loaded bundle's key index, which ``unpacked`` gives when first needed (the index,
@@ -67,6 +86,7 @@ def use_bundle_index(name: str, unpacked: Callable[[], tuple[KeyIndex | None, in
     global _bundle, _cannot, _unpacked
     with _lock:
         _bundle, _cannot, _unpacked = None, cannot, (name, unpacked) if unpacked is not None else None
+        _damaged.clear()
 
 
 def unpack_bundle_index() -> None:

@@ -416,3 +416,39 @@ def test_a_binary_whose_source_names_its_own_cache_folder_is_not_carried(tmp_pat
     (cache / "ab" / "cab.cpp").write_text('#include <ATen/cpu/vec/vec.h>\nextern "C" void kernel() {}\n')
     (cache / "ab" / "cab.so").write_bytes(b"\x7fELF")
     assert set(find_binaries(cache)) == {"ab/cab.cpp", "ab/cab.so"}
+
+
+NOT_SAVED = """
+import torch
+
+def sine(x):
+    return (x.sin() * 2 + 1).relu()
+
+def pytest_compilecache_warmup(cache):
+    torch.compile(sine)(torch.randn(8))
+"""
+
+
+def test_what_a_not_saved_block_compiles_carries_no_binary(pytester: pytest.Pytester, run_inner,
+                                                             kernels_name_their_folder: bool) -> None:
+    """A kernel built inside ``not_saved()`` stays out of the bundle with its graph: the bundle carries the
+    warmup's kernel alone (a later test of the session still gets it from the session's pool or builds it)."""
+    if kernels_name_their_folder:
+        pytest.skip("this torch writes a kernel's cache folder into its source: no kernel is carried")
+    pytester.makeconftest(NOT_SAVED)
+    pytester.makepyfile(test_variant="""
+import torch
+from conftest import sine
+
+def test_variant(warm_cache):
+    torch.compile(sine)(torch.randn(8))
+    with warm_cache.not_saved():
+        torch.compile(lambda x: (x.cos() - 3).abs())(torch.randn(8))
+""")
+    bundle = pytester.path / "b.bundle"
+    run_inner(f"--compile-cache-bundle={bundle}").assert_outcomes(passed=1)
+    with read_manifest(bundle) as read:
+        carried, _ = read.carried(read.entries[0])
+        sources = {path: file.content() for (_, path), file in carried.files.items() if path.endswith(".cpp")}
+    assert any(b"sin" in source for source in sources.values()), sources.keys()
+    assert not [path for path, source in sources.items() if b"cos" in source], "the not_saved() kernel was carried"

@@ -3,6 +3,7 @@ against a real bundle, and the reasoning on its own (no torch) for the cases a m
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import shutil
@@ -255,6 +256,8 @@ def test_explanations_for_what_a_cpu_machine_cannot_stage() -> None:
 
     same_key = explain("fx_graph", "fold", "f (x.py)", BASE, [bundle])
     assert "holds an entry with this very key" in same_key.text
+    damaged = explain("fx_graph", "fold", "f (x.py)", BASE, [dataclasses.replace(bundle, damaged=frozenset({"fold"}))])
+    assert "holds this very entry, but damaged" in damaged.text and damaged.kinds == ("entry damaged in the bundle",)
 
     session = Known("this session's earlier compiles", _index(fold=("fx_graph", "f (x.py)", BASE)))
     assert "very key" not in explain("fx_graph", "fold", "f (x.py)", BASE, [session]).text, \
@@ -262,6 +265,7 @@ def test_explanations_for_what_a_cpu_machine_cannot_stage() -> None:
     other_code = {**BASE, "gm": ("g9", "GraphModule()\\n\\ndef forward(self, x):\\n    cos = torch.ops.aten.cos.default(x)\\n")}
     renamed = explain("fx_graph", "fnew", "f (x.py)", other_code, [bundle])
     assert "new code" in renamed.text, "a graph sharing no node with the entries of its name is new code"
+    assert "the bundle b holds none: an updating run (--compile-cache-update" in renamed.text
 
     blind = Known("the bundle b", KeyIndex(), undocumented=3)
     assert "cannot explain" in explain("fx_graph", "fnew", "f (x.py)", BASE, [blind]).text
@@ -447,3 +451,23 @@ def test_the_key_index_is_read_by_group_and_a_rewrite_copies_the_groups_it_keeps
     assert KeyIndex.unpack(from_format_1.pack()).of_code("fx_graph", "f (x.py)") == ["fa", "fb"]
     with pytest.raises(KeyIndexError, match="unknown format"):
         KeyIndex.unpack(zlib.compress(b'{"format": 3}'))
+
+
+@pytest.mark.slow
+def test_a_bundle_without_the_warmups_graph_says_what_adds_it(pytester: pytest.Pytester,
+                                                               run_inner: Callable[..., pytest.RunResult]) -> None:
+    """A bundle another warmup built (another project's, an older one) loads as it is, so the hook does not run: a
+    warm test's miss of the hook's graph says the bundle holds no entry for it and which runs add it."""
+    pytester.makeconftest("import torch\n\ndef pytest_compilecache_warmup(cache):\n"
+                          "    torch.compile(lambda x: x.sin() + 1)(torch.randn(8))\n")
+    pytester.makepyfile(test_w="def test_w(warm_cache):\n    pass\n")
+    bundle = pytester.path / "older.bundle"
+    run_inner(f"--compile-cache-bundle={bundle}").assert_outcomes(passed=1)
+    pytester.makeconftest("import torch\n\ndef g(x):\n    return x.cos() * 3\n\n"
+                          "def pytest_compilecache_warmup(cache):\n    torch.compile(g)(torch.randn(8))\n")
+    pytester.makepyfile(test_w="import torch\nfrom conftest import g\n\ndef test_w(warm_cache):\n"
+                               "    torch.compile(g)(torch.randn(8))\n    warm_cache.assert_hits(fx_graph=1)\n")
+    result = run_inner(f"--compile-cache-bundle={bundle}")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"*FX graph miss in g (conftest.py): no entry for this code at all*the bundle "
+                                 f"{bundle} holds none*--compile-cache-update*runs the warmup hook*"])

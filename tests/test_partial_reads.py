@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import tracemalloc
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from pytest_compilecache.bundle.format import Bundle, BundleError, entry_of, read_manifest, write_bundle
-from pytest_compilecache.bundle.members import MemberDamaged, Members, unpack_table
+from pytest_compilecache.bundle.members import Member, MemberDamaged, Members, unpack_table
 
 pytestmark = pytest.mark.slow
 
@@ -94,10 +95,8 @@ def test_one_test_reads_only_its_own_artifacts(pytester: pytest.Pytester, run_in
                                                                    else "read when needed*")])
 
 
-def test_a_damaged_artifact_costs_only_itself(pytester: pytest.Pytester, run_inner) -> None:
-    """One FX graph's bytes damaged in the file: the test that needs it compiles (a miss), the others hit, the
-    summary names that artifact once, and the bundle is left as it is."""
-    bundle = build(pytester, run_inner)
+def damage(bundle: Path) -> tuple[Member, bytes]:
+    """Flip a byte in the middle of the bundle's first FX graph; that member, and the bytes now in the file."""
     with read_manifest(bundle) as read:
         entry = read.entries[0]
         victim = next(m for m in read.members(entry).table if m.kind == "inductor")
@@ -105,6 +104,14 @@ def test_a_damaged_artifact_costs_only_itself(pytester: pytest.Pytester, run_inn
     data = bytearray(bundle.read_bytes())
     data[at] ^= 0xFF
     bundle.write_bytes(bytes(data))
+    return victim, bytes(data)
+
+
+def test_a_damaged_artifact_costs_only_itself(pytester: pytest.Pytester, run_inner) -> None:
+    """One FX graph's bytes damaged in the file: the test that needs it compiles (a miss), the others hit, the
+    summary names that artifact once, and the bundle is left as it is."""
+    bundle = build(pytester, run_inner)
+    victim, data = damage(bundle)
     report = pytester.path / "damaged.json"
     result = run_inner(f"--compile-cache-bundle={bundle}", f"--compile-cache-report={report}", fresh=True)
     result.assert_outcomes(passed=3)
@@ -116,7 +123,40 @@ def test_a_damaged_artifact_costs_only_itself(pytester: pytest.Pytester, run_inn
     named = [p for p in process["problems"] if victim.key in p]
     assert len(named) == 1 and str(bundle) in named[0], process["problems"]
     assert result.stdout.str().count(victim.key) == 1
-    assert bundle.read_bytes() == bytes(data), "a bundle is not rewritten without --compile-cache-update"
+    assert bundle.read_bytes() == data, "a bundle is not rewritten without --compile-cache-update"
+
+
+ASSERTING = TESTS + """
+    warm_cache.assert_misses(fx_graph=0)
+"""
+
+
+def test_a_test_that_ran_without_a_damaged_member_skips_and_strict_fails_it(pytester: pytest.Pytester,
+                                                                             run_inner) -> None:
+    """A warm test whose hit assertion fails because a member it needed is damaged: skipped with the reason (the
+    bundle, the member, why) where the run is not strict, failed with it where it is; the summary names the member
+    and that test once."""
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_three=ASSERTING)
+    bundle = pytester.path / "three.bundle"
+    run_inner(f"--compile-cache-bundle={bundle}").assert_outcomes(passed=3)
+    victim, _ = damage(bundle)
+    report = pytester.path / "damaged.json"
+    result = run_inner(f"--compile-cache-bundle={bundle}", f"--compile-cache-report={report}", "-rs")
+    result.assert_outcomes(passed=2, skipped=1)
+    assert result.ret == 0
+    (skip,) = [line for line in result.stdout.lines if line.startswith("SKIPPED")]
+    assert re.search(f"{re.escape(f'{bundle}: {victim}')} (is corrupt|fails its checksum)", skip), skip
+    summary = json.loads(report.read_text())
+    (ran_without,) = [name for name, test in summary["tests"].items() if test["fx_graph"]["misses"]]
+    (problem,) = [p for p in summary["bundle"]["problems"] if victim.key in p]
+    assert ran_without in problem, problem
+    problems = [line for line in result.stdout.lines if line.startswith("PROBLEM") and victim.key in line]
+    assert len(problems) == 1 and ran_without in problems[0], result.stdout.str()
+    strict = run_inner(f"--compile-cache-bundle={bundle}", "--compile-cache-strict")
+    strict.assert_outcomes(passed=2, failed=1)
+    assert strict.ret == 1
+    strict.stdout.fnmatch_lines([f"*this test ran without what a damaged bundle held for it: {bundle}: {victim} *"])
 
 
 FORMAT_1 = """

@@ -128,13 +128,14 @@ class BinaryPool:
         """``{relative path: file}`` of everything in the pool."""
         return layout.find_binaries(self.path)
 
-    def add_from(self, folder: Path, since: float = 0.0) -> int:
-        """Take every binary of a cache folder the pool lacks (timings merged), not older than ``since``; how many."""
+    def add_from(self, folder: Path, since: float = 0.0, leaving_out: Collection[str] = ()) -> int:
+        """Take every binary of a cache folder the pool lacks (timings merged), not older than ``since`` nor in
+        ``leaving_out``; how many."""
         taken = 0
         try:
             for rel, file in layout.in_order(layout.find_binaries(folder, since)):
                 try:
-                    if since and file.stat().st_mtime < since:
+                    if (since and file.stat().st_mtime < since) or rel in leaving_out:
                         continue
                     if layout.is_timings(rel):
                         taken += self._merge(rel, file.read_bytes())

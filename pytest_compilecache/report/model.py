@@ -3,6 +3,7 @@ Filled by the plugin's roles; rendered by :mod:`.terminal`, :mod:`.markdown` and
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import hashlib
 import itertools
@@ -380,11 +381,14 @@ class SessionReport:
         return dict(out)
 
     def every_problem(self) -> list[Problem]:
-        """Every problem seen in any process, carried binaries' included, once each."""
+        """Every problem seen in any process, carried binaries' included, once each; a damaged entry's names the
+        tests that missed it."""
         first: dict[str, Problem] = {}
         for problem in [*self.problems, *(p for r in self.processes for p in r.problems)]:
             first.setdefault(problem.text, problem)
-        return list(first.values())
+        ran = [(test, key) for test, stats in self.tests.items() for key in stats.get("ran_without_damaged", {})]
+        return [dataclasses.replace(p, text=f"{p.text}; tests that ran without it: {', '.join(tests)}")
+                if (tests := sorted({test for test, key in ran if key in p.text})) else p for p in first.values()]
 
     def binary_problems(self) -> list[Problem]:
         """Carried binaries that were not used (checksum, fit, load), once each; problems in strict mode."""

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from .. import _torchapi
+from .. import _torchapi, misses
 from ..cache import CacheKind, not_saved_misses
 from ..stats import stats_from_counts
 from .options import Isolation, Options
@@ -19,7 +19,7 @@ class TestCounts:
 
     def __init__(self, options: Options) -> None:
         self.options = options
-        self._start: dict[str, tuple[dict[str, int], float, dict[str, int]]] = {}
+        self._start: dict[str, tuple[dict[str, int], float, dict[str, int], int]] = {}
 
     def counted(self, item: pytest.Item) -> bool:
         """Whether ``item``'s compile counts are recorded."""
@@ -30,7 +30,8 @@ class TestCounts:
         """Take the counters' starting point for ``item`` (if it is counted)."""
         if self.counted(item):
             self._start[item.nodeid] = (_torchapi.read_counts() if _torchapi.compiler_loaded() else {},
-                                        _torchapi.compile_seconds(), not_saved_misses())
+                                        _torchapi.compile_seconds(), not_saved_misses(),
+                                        len(misses.ran_without_damaged()))
 
     def finished(self, item: pytest.Item) -> dict[str, Any] | None:
         """``item``'s per-layer counts, compile seconds and cache kind, or ``None`` (not counted, nothing compiled)."""
@@ -47,6 +48,8 @@ class TestCounts:
         left_out = {layer: max(0, n - start[2].get(layer, 0)) for layer, n in not_saved_misses().items()}
         if any(left_out.values()):
             result["misses_not_saved"] = {layer: n for layer, n in left_out.items() if n}
+        if damaged := dict(misses.ran_without_damaged()[start[3]:]):
+            result["ran_without_damaged"] = damaged
         return result
 
     def so_far(self, item: pytest.Item) -> dict[str, int] | None:

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Collection, Iterable, Iterator, Mapping
 
+from .. import misses
 from .._torchapi.layout import in_order, is_cpp
 from ..bundle.binaries import BinaryDamaged, BinaryPool, CarriedListing, Listed
 from ..bundle.members import WHOLE, Member, MemberDamaged, Members
@@ -46,6 +47,7 @@ class EntryOnDemand:
             return [self.members.read(member)]
         except MemberDamaged as exc:
             self._damaged.append(str(exc))
+            misses.left_out_damaged(member.key, f"{self.name}: {exc}")
         more = f" ({len(self._damaged) - 1} more of its artifacts are damaged too)" if len(self._damaged) > 1 else ""
         said = Problem(Concern.BUNDLE, f"{self.name}: {self._damaged[0]}{more}; it is left out, and torch compiles "
                                        "what it held", self.name)

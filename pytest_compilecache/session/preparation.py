@@ -8,7 +8,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Collection
 
 import pytest
 
@@ -164,8 +164,9 @@ class BundlePreparation:
             _torchapi.fill_warm_folder(template, folder)
             self._undo.enter_context(_torchapi.placing_from(str(template), str(folder)))
 
-    def harvest(self, folder: Path, since: float = 0.0) -> None:
-        """Pool the binaries a folder holds (written since ``since``) for later ``warm_cache`` tests and the bundle."""
+    def harvest(self, folder: Path, since: float = 0.0, leaving_out: Collection[str] = ()) -> None:
+        """Pool the binaries a folder holds (written since ``since``, less ``leaving_out``) for later ``warm_cache``
+        tests and the bundle."""
         if self._pool is not None:
             try:
                 if _torchapi.compiler_loaded():
@@ -174,7 +175,7 @@ class BundlePreparation:
                         self._pool.drop(rejected)
                         drop_from(self.folders.template, rejected)  # seeded from the pool: its links too
                     self._dropped |= rejected
-                self._pool.add_from(folder, since)
+                self._pool.add_from(folder, since, leaving_out)
             except OSError as exc:
                 self.process_report.problems.append(
                     Problem(Concern.BINARY, f"{folder}: could not pool its C++ binaries: {exc}", str(folder)))
@@ -218,7 +219,7 @@ class BundlePreparation:
                         raise _failed_in(hook, exc) from None
                 recorded = _torchapi.save_artifacts()
         finally:
-            self.harvest(cache.path)
+            self.harvest(cache.path, leaving_out=cache.not_saved_binaries)
             if kept is not None:
                 kept.release()  # kept between runs, as the workers' folders: the next warmup hits
             else:

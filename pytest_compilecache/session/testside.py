@@ -89,7 +89,8 @@ class TestSide:
                 pytest.skip(self.bundle.why_unusable())
             cache = CompileCache(self.folders.for_test(request.node.nodeid), self.folders.process,
                                  self.options.headers_dir, kind, explain=self.options.explain,
-                                 remote=marked and kind is CacheKind.WARM, template=template)
+                                 remote=marked and kind is CacheKind.WARM, template=template,
+                                 strict=self.options.strict)
             if template is not None:
                 _torchapi.fill_warm_folder(template, cache.path)
             made = time.time()
@@ -102,7 +103,7 @@ class TestSide:
         finally:
             cache.__exit__(None, None, None)
             if kind is not CacheKind.COLD:
-                self.bundle.harvest(cache.path, since=made)
+                self.bundle.harvest(cache.path, since=made, leaving_out=cache.not_saved_binaries)
             if not self._keep(request.node):
                 self.folders.discard(cache.path)
             elif template is not None:
