@@ -23,13 +23,19 @@ def _private_user_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[No
     patch = pytest.MonkeyPatch()
     patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
     patch.setenv("PYTEST_ADDOPTS", SAY_EVERYTHING)
+    original = pytest.Pytester.runpytest_subprocess
+
+    def runpytest_subprocess(self: pytest.Pytester, *args: Any, **kwargs: Any) -> pytest.RunResult:
+        return original(self, *SAY_EVERYTHING.split(), *args, **kwargs)
+
+    patch.setattr(pytest.Pytester, "runpytest_subprocess", runpytest_subprocess)
     yield
     patch.undo()
 
 
-#: Inner runs print the whole summary (as -v), which most tests read (through ``PYTEST_ADDOPTS``, and on
-#: :func:`run_inner`'s command line); the tests of the quiet default ask for it with ``-o verbosity_compilecache=auto``
-#: on their command line, after it.
+#: Inner runs print the whole summary (as -v), which most tests read: first on the command line of every inner run
+#: (pytester's, :func:`run_pytest`'s, :func:`on_a_terminal`'s; pytester clears ``PYTEST_ADDOPTS``), and in
+#: ``PYTEST_ADDOPTS`` for the rest; the tests of the quiet default give ``-o verbosity_compilecache=auto`` after it.
 SAY_EVERYTHING = "-o verbosity_compilecache=1"
 
 
@@ -214,7 +220,7 @@ def _run_forked(pytester: pytest.Pytester, zygotes: Zygotes, args: tuple[str, ..
     if zygote is None:
         return None
     basetemp = make_numbered_dir(root=pytester.path, prefix="runpytest-")
-    full = [f"--basetemp={basetemp}", *args]
+    full = [f"--basetemp={basetemp}", *SAY_EVERYTHING.split(), *args]
     out, err = pytester.path / "stdout", pytester.path / "stderr"
     print("running (forked from the zygote): pytest", *full)
     print("     in:", Path.cwd())
@@ -242,6 +248,7 @@ def run_pytest(zygotes: Zygotes | None, args: list[str], cwd: Path, env: Mapping
     import sys
     import tempfile
 
+    args = [*SAY_EVERYTHING.split(), *args]
     command = [sys.executable, "-m", "pytest", *args]
     full_env = dict(os.environ if env is None else env)
     zygote = zygotes.next(full_env) if zygotes is not None else None
@@ -283,7 +290,7 @@ def run_inner(
 
     def run(*args: str, ini: str = "", fresh: bool = False, timeout: float | None = None) -> pytest.RunResult:
         pytester.makeini(f"[pytest]\ncompile_cache_headers_dir = {shared_headers_dir}\n{ini}\n")
-        full = ("-p", "no:logging", "-p", "no:randomly", *SAY_EVERYTHING.split(), *args)
+        full = ("-p", "no:logging", "-p", "no:randomly", *args)
         if not fresh and zygote is not None:
             forked = _run_forked(pytester, zygote, full, timeout, watch_default)
             if forked is not None:
@@ -319,6 +326,7 @@ def on_a_terminal(zygote: Zygotes | None) -> Callable[[list[str], Path], tuple[i
             chunks.append(chunk)
 
     def run(args: list[str], cwd: Path) -> tuple[int, str]:
+        args = [*SAY_EVERYTHING.split(), *args]
         master, slave = pty.openpty()
         env = {**os.environ, "COLUMNS": "120", "LINES": "40", "TERM": "xterm"}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(cwd), env.get("PYTHONPATH", "")]))

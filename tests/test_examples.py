@@ -39,7 +39,8 @@ def test_examples_cold_then_warm(
     compared = document["totals"]["compared_with_build"]
     assert compared["tests"] == 10 and compared["processes"] == 2 and compared["built_compile_seconds"] > 0, compared
     assert set(compared) == {"tests", "processes", "session_seconds", "built_session_seconds", "compile_seconds",
-                             "built_compile_seconds", "session_seconds_saved"}
+                             "built_compile_seconds", "session_seconds_saved", "headers_seconds",
+                             "built_headers_seconds", "headers_left_out"}
     tests = document["tests"]
     warmed = {k: v for k, v in tests.items() if any(w in k for w in WARMED + ("ordinary",))}
     assert len(warmed) == 7

@@ -47,9 +47,9 @@ def header_lines(options: Options, report: SessionReport, process: ProcessReport
             Isolation.WORKER: "a kept cache per worker"}[options.isolation]
     said = [f"bundle {report.bundle_at_start}"] if options.has_bundle else []
     if signing.key() and options.has_bundle:
-        said.append(f"signed and checked with {signing.KEY_ENV}")
+        said.append(f"bundles are signed and checked with {signing.KEY_ENV}")
     elif level > 0 and options.has_bundle:
-        said.append(f"unsigned (set {signing.KEY_ENV} to sign and check bundles)")
+        said.append(f"bundles are unsigned (set {signing.KEY_ENV} to sign and check them)")
     if options.isolation is not Isolation.OFF or level > 0:
         said.append(f"isolation: {mode}")
     if options.remote is not None:
