@@ -48,7 +48,7 @@ def test_headers_built_in_one_run_only_are_left_out_of_both() -> None:
     fresh = Comparison(2, 1, seconds_now=10.5, seconds_then=9.3, compile_now=6.0, compile_then=5.0,
                        headers_now=5.3, headers_then=0.0)
     assert fresh.saved == 9.3 - 5.2
-    assert "MORE" not in fresh.sentence() and "leaving out the 5.3 s spent here" in fresh.sentence()
+    assert "MORE" not in fresh.sentence() and "leaving out the 5.3 s this run spent" in fresh.sentence()
     alike = Comparison(2, 1, 10.5, 9.3, 6.0, 5.0, headers_now=5.3, headers_then=5.0)
     assert round(alike.saved, 6) == -1.2 and "1.2 s MORE" in alike.sentence() and "leaving out" not in alike.sentence()
 
@@ -58,3 +58,29 @@ def test_the_building_runs_headers_come_from_its_record() -> None:
     compared = report.compared_with_build()
     assert compared is not None and compared.headers_then == 7.1 and compared.headers_differ
     assert "8.0 s against 12.9 s in the run that built the bundle (4.9 s less; leaving out the 7.1 s that run spent building" in summary_lines(report, 0)[0]
+
+
+def test_a_bundle_that_could_not_be_used_is_never_called_loaded() -> None:
+    # The session's own warmup loaded in its place: the summary said "bundle bad.bundle: loaded".
+    report = SessionReport(bundle_path="/b/bad.bundle")
+    report.processes.append(ProcessReport(status=Status.LOADED, own_warmup=True, reason="this session's warmup"))
+    report.problems.append(Problem(Concern.BUNDLE, "/b/bad.bundle: truncated: the artifacts lie past the end"))
+    report.saved = SaveResult(SaveStatus.LEFT_ALONE, "/b/bad.bundle was neither used nor written (see PROBLEM below)")
+    line, *rest = summary_lines(report, 0)
+    assert "loaded" not in line and "bundle /b/bad.bundle not used (see PROBLEM below)" in line, line
+    assert sum("truncated" in text for text in rest) == 1, rest
+
+
+def test_a_written_bundle_says_what_it_holds_not_only_what_was_added() -> None:
+    report = SessionReport(bundle_path="/b/new.bundle")
+    report.processes.append(ProcessReport(status=Status.LOADED, wrote_bundle=True))
+    report.saved = SaveResult(SaveStatus.SAVED, path="/b/new.bundle", bytes=310_000, added_artifacts={"inductor": 1},
+                              artifacts={"inductor": {"count": 4, "bytes": 1}, "aot_autograd": {"count": 4, "bytes": 1}})
+    (line,) = summary_lines(report, 0)
+    assert "bundle /b/new.bundle written (holds 4 fx_graph, 4 aot_autograd; 0.31 MB)" in line, line
+
+
+def test_a_run_whose_tests_were_not_counted_does_not_say_none_compiled() -> None:
+    # A plain test that compiles is not counted without a fixture or a session-wide option.
+    assert summary_lines(SessionReport(), 0) == []
+    assert "no counted test compiled anything" in summary_lines(SessionReport(), 1)[0]

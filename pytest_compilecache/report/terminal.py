@@ -134,8 +134,10 @@ def _short(path: str) -> str:
 def _compiles(report: SessionReport) -> str:
     """The FX graphs' outcomes, and Dynamo's breaks and recompiles where there were any."""
     totals = report.totals
-    if totals is None or totals.nothing_happened:
-        return "no test compiled anything"
+    if totals is None:
+        return ""  # no test was counted (none used a fixture, no session-wide option)
+    if totals.nothing_happened:
+        return "no counted test compiled anything"
     fx, dynamo = totals.layer("fx_graph"), totals.dynamo
     source = report.hits_came_from()
     came = f" ({fx.from_bundle} from the {source})" if fx.from_bundle else ""
@@ -154,17 +156,20 @@ def _bundle(report: SessionReport) -> str:
         ran = report.warmup_seconds
         return f"warmup {ran:.1f} s, for this session only (--compile-cache-bundle=PATH keeps it)" if ran else ""
     path, saved = _short(report.bundle_path), report.saved
-    statuses = {p.status for p in report.processes if p.status is not Status.UNUSED}
-    loaded = Status.LOADED in statuses and not all(p.own_warmup for p in report.processes if p.status is Status.LOADED)
     if saved.status is SaveStatus.SAVED:
         verb, _ = report.written_words()
-        what = artifact_counts(saved.added_artifacts) if saved.added and saved.added_artifacts else ""
-        return (f"bundle {path} {'rebuilt' if saved.repaired else verb}"
-                + (f", {'added ' if verb == 'updated' else ''}{what}" if what else "") + f" ({saved.bytes / 1e6:.2f} MB)")
-    if loaded:
-        return f"bundle {path} loaded" + (", unchanged" if saved.status in (SaveStatus.KEPT, SaveStatus.UNCHANGED,
-                                                                           SaveStatus.NOTHING) else "")
-    return f"bundle {path}: " + ", ".join(sorted(s.value for s in statuses) or ["not used"])
+        held = {kind: counts["count"] for kind, counts in saved.artifacts.items()}
+        what = (f"added {artifact_counts(saved.added_artifacts)}; " if verb == "updated" and saved.added_artifacts
+                else "") + f"holds {artifact_counts(held)}"
+        return f"bundle {path} {'rebuilt' if saved.repaired else verb} ({what}; {saved.bytes / 1e6:.2f} MB)"
+    ours = [p for p in report.processes if p.status is not Status.UNUSED and not p.own_warmup]
+    if any(p.status is Status.LOADED for p in ours):
+        kept = saved.status in (SaveStatus.KEPT, SaveStatus.UNCHANGED, SaveStatus.NOTHING)
+        return f"bundle {path} loaded" + (", unchanged" if kept else "")
+    if report.all_problems():
+        return f"bundle {path} not used (see PROBLEM below)"
+    told = next((p for p in ours if p.status is not Status.LOADED), None)
+    return f"bundle {path} {told.status.value}: {told.reason}" if told else f"bundle {path} not used"
 
 
 def headline(report: SessionReport) -> str:
@@ -213,16 +218,17 @@ def summary_lines(report: SessionReport, verbosity: int = 1) -> list[str]:
     if verbosity < 0:
         return attention
     expectations = report.expectations
-    line = headline(report)
-    if expectations is not None and not _expectations_need_saying(expectations):
-        line += f"; compile expectations: {expectations.compared} tests as recorded"
-    return [line, *attention]
+    recorded = (f"compile expectations: {expectations.compared} tests as recorded" if expectations is not None
+                and not _expectations_need_saying(expectations) else "")
+    line = "; ".join(part for part in (headline(report), recorded) if part)
+    return [line, *attention] if line else attention
 
 
 def detailed_lines(report: SessionReport) -> list[str]:
     """The summary under ``-v``: per-layer totals, and what was loaded, warmed up and saved."""
     if report.totals is None or report.totals.nothing_happened:
-        lines = ["no test compiled anything (or torch's compiler was never imported in a test)"]
+        lines = ["no counted test compiled anything (a test is counted when it uses cold_cache or warm_cache, or "
+                 "with --compile-cache-isolate)"]
     else:
         lines = [f"per-layer totals over all tests{' (summed over workers)' if _workers(report) else ''}:",
                  report.totals.table(source=report.hits_came_from()), *_cold_lines(report, report.totals),
@@ -294,8 +300,8 @@ def detailed_lines(report: SessionReport) -> list[str]:
         size = f"({saved.bytes / 1e6:.2f} MB in {saved.seconds:.2f} s{moved})"
         lines.append(f"bundle {verb}: {saved.path}: {what} {size}")
         if saved.repaired:
-            lines.append(f"  rebuilt (--compile-cache-rebuild): {len(saved.repaired)} unreadable part(s) dropped, as "
-                         "the header said")
+            lines.append("  rebuilt (--compile-cache-rebuild): what it held could not be read (the header says why); "
+                         "its entries were dropped and a fresh one written")
         if saved.dropped_unused:
             lines.append("  dropped as unused in the last updating runs (compile_cache_max_unused_runs): "
                          + artifact_counts(saved.dropped_unused))

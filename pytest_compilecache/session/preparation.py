@@ -141,7 +141,8 @@ class BundlePreparation:
             preparer = Preparer(source, source if self.writes_bundle and source is not None else own,
                                 self.options.update, self.folders.template, self.folders.shared / "warmup-done",
                                 self._run_warmup if hook else None, self.process, binaries=self._pool, run=self.run,
-                                rebuild=self.options.rebuild, fallback=own, tell=self.tell)
+                                rebuild=self.options.rebuild, fallback=own,
+                                tell=None if self._at_start().problem else self.tell)  # the header said it
             self.process_report = preparer.report
             self._prepared = preparer.prepare(_torchapi.environment_fingerprint())
             session_cache = self._session_cache()
