@@ -101,8 +101,8 @@ _header_seconds = 0.0
 
 
 def header_build_seconds() -> float:
-    """Wall seconds this process spent building torch's precompiled C++ headers (not finding them):
-    a cost per machine, kept in the headers' folder whether or not a bundle is used."""
+    """Wall seconds this process spent building torch's precompiled C++ headers and CPU probes (not finding them):
+    a cost per machine, kept in the plugin's home whether or not a bundle is used."""
     return _header_seconds
 
 
@@ -125,6 +125,10 @@ def wrap_precompile_header(original: Callable[..., Any]) -> Callable[..., Any]:
                         _header_seconds += time.perf_counter() - started
 
     return precompile_header
+
+
+def _count_files(folder: str) -> int:
+    return sum(len(names) for _, _, names in os.walk(folder))
 
 
 def _files_in(folder: Any) -> set[str]:
@@ -165,15 +169,20 @@ def wrap_valid_vec_isa_list(original: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(original)
     def valid_vec_isa_list() -> Any:
+        global _header_seconds
         told = _probes_folder()
         if told is None or not told[1] or learned().currsize:
             return original()
         saved = SavedEnv(("TORCHINDUCTOR_CACHE_DIR",))
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = told[0]
+        before, started = _count_files(told[0]), time.perf_counter()
         try:
             return original()
         finally:
             saved.restore()
+            if _count_files(told[0]) > before:  # built here, not found: a cost of the home, as the headers
+                with _lock:
+                    _header_seconds += time.perf_counter() - started
 
     return valid_vec_isa_list
 

@@ -238,8 +238,10 @@ class Comparison:
         if not self.headers_differ:
             return ""
         if self.headers_now >= HEADERS_NOTED:
-            return f"leaving out the {self.headers_now:.1f} s spent here building torch's C++ headers, which that run found"
-        return f"leaving out the {self.headers_then:.1f} s that run spent building torch's C++ headers, found here"
+            return (f"leaving out the {self.headers_now:.1f} s this run spent building torch's C++ headers and CPU "
+                    "probes, which that run found ready in the plugin's home")
+        return (f"leaving out the {self.headers_then:.1f} s that run spent building torch's C++ headers and CPU "
+                "probes, which this run found ready in the plugin's home")
 
     def brief(self) -> str:
         """The comparison in a clause of the one-line summary."""
@@ -252,7 +254,8 @@ class Comparison:
 
     def sentence(self) -> str:
         """This session against the run that built its bundle, in one sentence (the terminal's and the job summary's)."""
-        compiling = f"compiling in tests and the warmup: {self.compile_now:.1f} s now, {self.compile_then:.1f} s then"
+        compile_now, compile_then = self._alike(self.compile_now, self.compile_then)
+        compiling = f"compiling in tests and the warmup: {compile_now:.1f} s now, {compile_then:.1f} s then"
         if self.not_compared:
             return f"not compared with the run that built the bundle: {self.not_compared}; {compiling}"
         now, then = self._alike(self.seconds_now, self.seconds_then)
