@@ -60,7 +60,7 @@ class Kernels:
         self.headers = headers
         (root / "test_kernels.py").write_text(KERNELS)
         (root / "conftest.py").write_text(WARMUP)
-        (root / "tox.ini").write_text(f"[pytest]\ncompile_cache_headers_dir = {headers}\n")
+        (root / "tox.ini").write_text(f"[pytest]\ncompile_cache_headers_dir = {headers}\nverbosity_compilecache = 1\n")
         (root / "tmp").mkdir()
         self.env = {k: v for k, v in os.environ.items()
                     if k not in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS")}

@@ -159,7 +159,7 @@ def pytest_args(*args: str) -> list[str]:
 
 def make_project(folder: Path, headers: Path, **test_files: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "pytest.ini").write_text(f"[pytest]\ncompile_cache_headers_dir = {headers}\n")
+    (folder / "pytest.ini").write_text(f"[pytest]\ncompile_cache_headers_dir = {headers}\nverbosity_compilecache = 1\n")
     for name, text in test_files.items():
         (folder / f"{name}.py").write_text(text)
     return folder
