@@ -141,6 +141,13 @@ def test_readme_quickstart_runs_as_pasted_and_its_failure_is_real(
                for line in added), "\n".join(added)
     bundle = next(a.split("=", 1)[1] for a in runs[0] if a.startswith("--compile-cache-bundle="))
     assert (pytester.path / bundle).is_file()
+    # Only the cold test: nothing of the bundle is read, so no size is claimed for it (the CPU probes placed for
+    # the cold test's compile were counted as 0.19 MB "read when needed").
+    cold = run_inner(*runs[-1], "-k", "compiles_once", ini=home)
+    cold.assert_outcomes(passed=1)
+    (on_demand,) = [line for line in cold.outlines if "on demand:" in line]
+    assert on_demand.strip() == "on demand: 0 of 1 fx_graph, 0 of 1 aot_autograd, 0 of 1 cpp read when needed", \
+        on_demand
 
     # The README's failing variant: the warm test feeds a batch of 4 in place of example_input().
     text = " ".join(README.read_text(encoding="utf-8").split())
