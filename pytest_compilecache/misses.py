@@ -24,7 +24,7 @@ _cannot = ""
 #: The loaded bundle's damaged entries found so far (``{key: bundle, member and why}``), and the keys that missed
 #: because of it, in order.
 _damaged: dict[str, str] = {}
-_ran_without: list[str] = []
+_ran_without: list[tuple[str, str]] = []
 #: The loaded bundle's name and the function that unpacks its key index, until first needed.
 _unpacked: tuple[str, Callable[[], tuple[KeyIndex | None, int, str]]] | None = None
 
@@ -34,7 +34,7 @@ def _seen(miss: torch_keys.Miss) -> list[str]:
     added = []
     with _lock:
         if miss.key in _damaged and not miss.starts_empty:
-            _ran_without.append(miss.key)
+            _ran_without.append((miss.key, _damaged[miss.key]))  # kept with its reason: a reload forgets _damaged
         if _explaining:
             from .explain import Known, explain
 
@@ -76,7 +76,7 @@ def left_out_damaged(key: str, why: str) -> None:
 def ran_without_damaged() -> list[tuple[str, str]]:
     """``(key, why)`` of every lookup so far that missed because the bundle's entry was damaged, in order."""
     with _lock:
-        return [(key, _damaged[key]) for key in _ran_without]
+        return list(_ran_without)
 
 
 def use_bundle_index(name: str, unpacked: Callable[[], tuple[KeyIndex | None, int, str]] | None = None,

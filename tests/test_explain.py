@@ -471,3 +471,19 @@ def test_a_bundle_without_the_warmups_graph_says_what_adds_it(pytester: pytest.P
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([f"*FX graph miss in g (conftest.py): no entry for this code at all*the bundle "
                                  f"{bundle} holds none*--compile-cache-update*runs the warmup hook*"])
+
+
+def test_a_damaged_entry_missed_before_the_bundle_is_loaded_again_keeps_its_reason() -> None:
+    """An updating run's warmup misses a damaged entry, then publishes and loads the bundle again (which forgets
+    what was damaged): the tests' counting must still read why, not raise KeyError."""
+    from pytest_compilecache import misses
+    from pytest_compilecache._torchapi.keys import Miss
+
+    misses.use_bundle_index("", cannot="none loaded")
+    misses.left_out_damaged("fabc", "b.bundle: inductor fabc fails its checksum")
+    misses._seen(Miss("fx_graph", "fabc", "f (x.py)", {}, starts_empty=False))
+    misses.use_bundle_index("", cannot="loaded again")
+    try:
+        assert ("fabc", "b.bundle: inductor fabc fails its checksum") in misses.ran_without_damaged()
+    finally:
+        misses._ran_without.clear()
