@@ -84,3 +84,12 @@ def test_a_run_whose_tests_were_not_counted_does_not_say_none_compiled() -> None
     # A plain test that compiles is not counted without a fixture or a session-wide option.
     assert summary_lines(SessionReport(), 0) == []
     assert "no counted test compiled anything" in summary_lines(SessionReport(), 1)[0]
+
+
+def test_an_update_says_what_it_added_and_a_url_is_left_whole() -> None:
+    report = SessionReport(bundle_path="s3://bucket/suite.bundle", bundle_existed=True)
+    report.processes.append(ProcessReport(status=Status.LOADED, warmup_seconds=1.0))
+    report.saved = SaveResult(SaveStatus.SAVED, path="s3://bucket/suite.bundle", bytes=310_000,
+                              added_artifacts={"inductor": 1}, artifacts={"inductor": {"count": 4, "bytes": 1}})
+    (line,) = summary_lines(report, 0)
+    assert "bundle s3://bucket/suite.bundle updated (added 1 fx_graph; holds 4 fx_graph; 0.31 MB)" in line, line

@@ -341,6 +341,8 @@ class SessionReport:
 
     bundle_path: str | None = None
     bundle_at_start: str = ""
+    #: Whether PATH existed when the session began (its save then updates it).
+    bundle_existed: bool = False
     tests: dict[str, dict[str, Any]] = field(default_factory=dict)
     totals: CacheStats | None = None
     compile_seconds: float = 0.0
@@ -444,8 +446,9 @@ class SessionReport:
 
     @property
     def headers_seconds(self) -> float:
-        """Seconds this session's processes spent building precompiled C++ headers."""
-        return sum(r.headers_seconds for r in self.processes)
+        """Wall seconds this session lost building precompiled C++ headers and CPU probes: the longest of any process
+        (xdist workers build them side by side, or wait on each other's)."""
+        return max((r.headers_seconds for r in self.processes), default=0.0)
 
     @property
     def warmup_failed(self) -> str | None:

@@ -7,7 +7,7 @@ import os
 
 from ..stats import CacheStats
 from ..words import artifact_counts, placed_counts
-from .model import ExpectationsReport, SaveStatus, SessionReport, Status
+from .model import Concern, ExpectationsReport, SaveStatus, SessionReport, Status
 
 
 def _workers(report: SessionReport) -> bool:
@@ -124,6 +124,8 @@ def patch_lines(report: SessionReport, verbose: bool) -> list[str]:
 
 def _short(path: str) -> str:
     """``path`` relative to the current folder where it lies inside it."""
+    if "://" in path or not os.path.isabs(path):
+        return path
     try:
         relative = os.path.relpath(path)
     except ValueError:
@@ -139,10 +141,13 @@ def _compiles(report: SessionReport) -> str:
     if totals.nothing_happened:
         return "no counted test compiled anything"
     fx, dynamo = totals.layer("fx_graph"), totals.dynamo
+    if not fx.observable:
+        return f"FX graphs not observable: {fx.reason}"
     source = report.hits_came_from()
     came = f" ({fx.from_bundle} from the {source})" if fx.from_bundle else ""
     cold = report.misses_in_cold_caches().get("fx_graph", 0)
-    empty = (" (all in cold_cache tests)" if cold == fx.misses else f" ({cold} in cold_cache tests)") if cold else ""
+    empty = (" (all in cold_cache or isolated tests)" if cold == fx.misses else f" ({cold} in cold_cache or isolated "
+             "tests)") if cold else ""
     words = f"FX graphs: {fx.hits} hit{came}, {fx.misses} missed{empty}"
     for kind in ("graph_breaks", "recompiles"):
         if kind not in dynamo.unobservable and dynamo.count(kind):
@@ -156,17 +161,19 @@ def _bundle(report: SessionReport) -> str:
         ran = report.warmup_seconds
         return f"warmup {ran:.1f} s, for this session only (--compile-cache-bundle=PATH keeps it)" if ran else ""
     path, saved = _short(report.bundle_path), report.saved
-    if saved.status is SaveStatus.SAVED:
-        verb, _ = report.written_words()
-        held = {kind: counts["count"] for kind, counts in saved.artifacts.items()}
-        what = (f"added {artifact_counts(saved.added_artifacts)}; " if verb == "updated" and saved.added_artifacts
-                else "") + f"holds {artifact_counts(held)}"
-        return f"bundle {path} {'rebuilt' if saved.repaired else verb} ({what}; {saved.bytes / 1e6:.2f} MB)"
     ours = [p for p in report.processes if p.status is not Status.UNUSED and not p.own_warmup]
+    if saved.status is SaveStatus.SAVED or any(p.wrote_bundle for p in ours):
+        held = {kind: counts["count"] for kind, counts in saved.artifacts.items()}
+        verb = "rebuilt" if saved.repaired else "updated" if report.bundle_existed else "written"
+        added = saved.added_artifacts if verb == "updated" and saved.added else {}
+        what = "; ".join(part for part in (f"added {artifact_counts(added)}" if added else "",
+                                           f"holds {artifact_counts(held)}" if held else "") if part)
+        size = f"{saved.bytes / 1e6:.2f} MB" if saved.bytes else ""
+        return f"bundle {path} {verb}" + (f" ({'; '.join(p for p in (what, size) if p)})" if what or size else "")
     if any(p.status is Status.LOADED for p in ours):
         kept = saved.status in (SaveStatus.KEPT, SaveStatus.UNCHANGED, SaveStatus.NOTHING)
         return f"bundle {path} loaded" + (", unchanged" if kept else "")
-    if report.all_problems():
+    if any(p.concern in (Concern.BUNDLE, Concern.WARMUP, Concern.SAVING) for p in report.all_problems()):
         return f"bundle {path} not used (see PROBLEM below)"
     told = next((p for p in ours if p.status is not Status.LOADED), None)
     return f"bundle {path} {told.status.value}: {told.reason}" if told else f"bundle {path} not used"
@@ -198,7 +205,7 @@ def attention_lines(report: SessionReport) -> list[str]:
         lines.append(f"bundle {saved.status.value}: {saved.reason or saved.path}")
     if report.totals is not None:
         lines.extend(_explained_lines(report.totals))
-    lines.extend(f"  not saved: {why}" for why in dict.fromkeys(w for p in report.processes for w in p.not_saved))
+    lines.extend(f"not saved: {why}" for why in dict.fromkeys(w for p in report.processes for w in p.not_saved))
     if failure := report.warmup_failed:
         lines.append("WARMUP FAILED (this run's warm_cache tests skip):")
         lines.extend("  " + line for line in failure.rstrip().splitlines())

@@ -14,7 +14,7 @@ from ..bundle.binaries import pooled
 from ..bundle.format import BundleError, NotABundle, Unreadable, make_entry
 from ..bundle.keyindex import KeyIndex, KeyIndexError
 from ..report.model import Concern, Problem, ReportWritten, SaveResult, SaveStatus, SessionReport
-from ..storage.interface import BundleStore, Written
+from ..storage.interface import BundleStore, Written, replaced_unreadable
 from ..storage.merge import env_id
 from .channel import BundleAtStart
 from .options import Options
@@ -74,8 +74,9 @@ def save(report: SessionReport, blobs: list[tuple[dict[str, str], bytes, KeyInde
         saved = store.add(additions, history, run=run, max_unused_runs=options.max_unused_runs,
                           rebuild=options.rebuild, counted=not left_out)
         merged = saved.bundle
-        if not options.rebuild:
-            report.problems.extend(Problem(Concern.SAVING, f"{path}: {why}", str(path)) for why in saved.dropped)
+        repaired = [why for why in saved.dropped if at_start.repaired and replaced_unreadable(why)]
+        report.problems.extend(Problem(Concern.SAVING, f"{path}: {why}", str(path))
+                               for why in saved.dropped if why not in repaired)
         artifacts: dict[str, dict[str, int]] = {}
         for entry in (merged.find(env) for env in {env_id(env): env for env, _, _ in blobs}.values()):
             kinds = dict(entry.artifacts) if entry else {}
@@ -107,7 +108,7 @@ def save(report: SessionReport, blobs: list[tuple[dict[str, str], bytes, KeyInde
                               dropped_unused=dict(saved.unused), transfer=saved.transfer.to_json(),
                               added_artifacts=dict(saved.added_artifacts), import_seconds=round(imported, 3),
                               not_counted=left_out if options.max_unused_runs > 0 else "",
-                              repaired=list(saved.dropped) if options.rebuild else [])
+                              repaired=repaired)
 
 
 def _failed(report: SessionReport, message: str, where: str) -> None:

@@ -33,6 +33,7 @@ def describe(store: BundleStore | None, report: SessionReport, rebuild: bool = F
     if store is None:
         return BundleAtStart()
     look = store.describe()  # a problem's reason is said once, as a PROBLEM in the summary
+    report.bundle_existed = look.exists
     repaired = bool(look.problem) and rebuild and look.unreadable is Unreadable.DAMAGED
     report.bundle_at_start = (f"{look.problem}; --compile-cache-rebuild writes a fresh one" if repaired else
                               f"{store.name}: cannot be used (see PROBLEM in the compilecache summary)"

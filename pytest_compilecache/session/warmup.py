@@ -20,7 +20,7 @@ from ..bundle.format import (Bundle, BundleError, Entry, NotABundle, NotAFile, U
 from ..bundle.keyindex import KeyIndex
 from ..bundle.members import WHOLE, MemberDamaged
 from ..report.model import Concern, Problem, ProcessReport, Status
-from ..storage.interface import BundleStore, Written
+from ..storage.interface import BundleStore, Written, replaced_unreadable
 from ..storage.merge import union
 from .marker import Outcome, WarmupMarker
 from .entries import EntryOnDemand
@@ -355,7 +355,9 @@ class Preparer:
             self._write_marker(Outcome.KEPT_APART, str(published.path))
         else:
             published = saved.bundle
-            for why in () if self.rebuild and to_path else saved.dropped:  # the repair asked for: said in the header
+            for why in saved.dropped:
+                if self.rebuild and to_path and replaced_unreadable(why):
+                    continue  # the repair asked for: the header said it
                 self._say(Concern.SAVING, f"{self.publish.name}: {why}", self.publish.name)
             if saved.status is Written.DELTA:
                 # Only a delta holds it (a store without conditional writes): load the entry with the delta folded in.

@@ -12,7 +12,7 @@ from .. import files
 from ..bundle.format import (Bundle, BundleError, Entry, NotABundle, NotAFile, Unreadable, Unwritable, read_manifest,
                              write_bundle)
 from ..words import counted
-from .interface import Look, Saved, Transfer
+from .interface import REPLACED_UNREADABLE, Look, Saved, Transfer
 from .merge import fold, stamp
 
 
@@ -114,7 +114,7 @@ class LocalStore:
             except BundleError as exc:
                 if dropped is None:
                     raise
-                dropped.append(f"it could not be read ({exc}); its entries were dropped and a fresh one written")
+                dropped.append(f"{REPLACED_UNREADABLE} ({exc}); its entries were dropped and a fresh one written")
                 current = None
             try:
                 entries = change(current)

@@ -18,7 +18,7 @@ from .copies import Copies
 from .deadlines import DEFAULT_TIMEOUT
 from .deltas import Deltas
 from .errors import Conflict
-from .interface import Look, Saved, Transfer, Version, Written
+from .interface import REPLACED_UNREADABLE, Look, Saved, Transfer, Version, Written
 from .merge import env_id, fold, stamp, what_is_new, written_size
 from .ranges import HEAD_BYTES, Ranges, download
 from .urls import redacted
@@ -203,7 +203,7 @@ class UrlStore:
             except BundleError as exc:  # the object itself, read whole: unreadable
                 if dropped is None:
                     raise
-                dropped.append(f"it could not be read ({exc}); its entries were dropped and a fresh one written")
+                dropped.append(f"{REPLACED_UNREADABLE} ({exc}); its entries were dropped and a fresh one written")
                 return version, None
             kept = self._adopt(part, version)
             if kept is not None:
