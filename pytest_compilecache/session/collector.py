@@ -47,7 +47,8 @@ class Collector:
         """The ``compilecache`` section, when :meth:`_worth_saying`."""
         if self._worth_saying(terminalreporter.config):
             level = verbosity(terminalreporter.config, self.options)
-            lines = [*(f"WARNING: {w}" for w in self.options.warnings), *summary_lines(self.report, level),
+            warnings = self.options.warnings + self.options.home_notices
+            lines = [*(f"WARNING: {w}" for w in warnings), *summary_lines(self.report, level),
                      *patch_lines(self.report, level > 0)]
             if lines:
                 terminalreporter.ensure_newline()  # ends the progress line, so the section adds no empty line

@@ -30,9 +30,8 @@ class Home:
     notices: tuple[str, ...] = ()
 
     def applied(self, options: Options) -> Options:
-        """``options`` with these folders, and their notices among its warnings."""
-        return dataclasses.replace(options, home=self.path, headers_dir=self.headers,
-                                   warnings=options.warnings + self.notices)
+        """``options`` with these folders, and their notices."""
+        return dataclasses.replace(options, home=self.path, headers_dir=self.headers, home_notices=self.notices)
 
 
 def settle(home: Path, headers: Path, stand_in: Callable[[], Path]) -> Home:

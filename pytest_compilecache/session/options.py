@@ -77,6 +77,8 @@ class Options:
     headers_dir: Path = Path()
     #: What the user gave that the session goes on without, in words (said once in the summary).
     warnings: tuple[str, ...] = ()
+    #: Folders of the plugin's home that could not be written, and what stood in: said only in a run that used it.
+    home_notices: tuple[str, ...] = ()
 
     @property
     def has_bundle(self) -> bool:
