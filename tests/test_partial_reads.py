@@ -157,6 +157,10 @@ def test_a_test_that_ran_without_a_damaged_member_skips_and_strict_fails_it(pyte
     strict.assert_outcomes(passed=2, failed=1)
     assert strict.ret == 1
     strict.stdout.fnmatch_lines([f"*this test ran without what a damaged bundle held for it: {bundle}: {victim} *"])
+    # A failure the damage does not account for (a count off the other way) still fails where not strict.
+    pytester.makepyfile(test_three=ASSERTING.replace("assert_misses(fx_graph=0)", "assert_misses(fx_graph=0, aot_autograd=7)"))
+    other = run_inner(f"--compile-cache-bundle={bundle}")
+    other.assert_outcomes(failed=3)
 
 
 FORMAT_1 = """
