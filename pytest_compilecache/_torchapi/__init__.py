@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from .megacache import check_artifact_keys, check_keys, describe_artifacts, found_by_coordinate_descent
     from .megacache import fresh_recording, load_artifacts, ready_to_read, save_artifacts
     from .ondemand import asked_binaries, binaries_on_demand, complete_warm_folder, fill_from, fill_warm_folder
+    from .ondemand import triton_on_demand
     from .ondemand import kinds_on_demand
     from .ondemand import link_whole, make_whole, placing_from
 
@@ -35,8 +36,8 @@ __all__ = [
     "without_remote_caches", "empty_folder", "note_bundle_keys", "MegaCacheError", "artifact_contents",
     "artifact_identities", "artifacts_bytes", "can_leave_out", "check_artifact_keys", "check_keys",
     "describe_artifacts", "found_by_coordinate_descent", "fresh_recording", "load_artifacts", "ready_to_read",
-    "save_artifacts", "asked_binaries", "binaries_on_demand", "complete_warm_folder", "fill_from",
-    "fill_warm_folder", "kinds_on_demand", "link_whole",
+    "save_artifacts", "asked_binaries", "binaries_on_demand", "triton_on_demand", "complete_warm_folder",
+    "fill_from", "fill_warm_folder", "kinds_on_demand", "link_whole",
     "make_whole", "placing_from",
 ]
 #: The module of this package each name of :data:`__all__` lives in.
@@ -55,8 +56,8 @@ _MODULES = {
     "megacache": ("MegaCacheError", "artifact_contents", "artifact_identities", "artifacts_bytes", "can_leave_out",
                   "check_artifact_keys", "check_keys", "describe_artifacts", "found_by_coordinate_descent",
                   "fresh_recording", "load_artifacts", "ready_to_read", "save_artifacts"),
-    "ondemand": ("asked_binaries", "binaries_on_demand", "complete_warm_folder", "fill_from", "fill_warm_folder",
-                 "kinds_on_demand",
+    "ondemand": ("asked_binaries", "binaries_on_demand", "triton_on_demand", "complete_warm_folder", "fill_from",
+                 "fill_warm_folder", "kinds_on_demand",
                  "link_whole", "make_whole",
                  "placing_from"),
 }

@@ -24,6 +24,8 @@ _WRITTEN_BY_TORCH = (".cpp",)
 #: two-character folders, as autotune results, are found by other paths: linked when a test starts).
 _BUILT = (".so", ".o")
 
+#: The folder of a cache folder that holds Triton's own cache (``TRITON_CACHE_DIR``), a folder per kernel.
+TRITON = "triton"
 #: The Mega-Cache type of the entries each of those folders holds.
 _KINDS = {"fxgraph": "inductor", "aotautograd": "aot_autograd"}
 
@@ -111,6 +113,16 @@ def binaries_on_demand() -> bool:
     return patches.took("get_path")
 
 
+def triton_on_demand() -> bool:
+    """Whether carried Triton kernels (``triton/<hash>/``) are put into a template only when Triton opens their folder."""
+    return patches.took("FileCacheManager.__init__")
+
+
+def place(path: str) -> None:
+    """Put the carried files of the folder ``path`` (of the active test's cache folder) in place, once."""
+    _place(path)
+
+
 def kinds_on_demand() -> frozenset[str]:
     """The Mega-Cache types written into a template only when torch asks for their key."""
     return frozenset(_KINDS[folder] for folder in on_demand())
@@ -140,7 +152,7 @@ def _fill(template: str, relative: str) -> None:
         return
     source, written = known
     parts = relative.split(os.sep)
-    if len(parts) == 1 and len(relative) == 2:
+    if (len(parts) == 1 and len(relative) == 2) or (len(parts) == 2 and parts[0] == TRITON):
         if ("", relative) not in written and source.place_folder(relative, template):
             written.add(("", relative))
         return
@@ -205,6 +217,8 @@ def link_whole() -> None:
                 files.link_tree(os.path.join(active.template, folder), os.path.join(active.folder, folder))
         if patches.took("get_path"):
             _link_two_character(active.template, active.folder)
+        if triton_on_demand() and os.path.isdir(os.path.join(active.template, TRITON)):
+            files.link_tree(os.path.join(active.template, TRITON), os.path.join(active.folder, TRITON))
         active.whole = True
 
 

@@ -105,6 +105,10 @@ PATCHES: tuple[Patch, ...] = (
     Patch(_HEURISTICS, "CachingAutotuner.recheck_autotune_cache", "autotune:wrap_recheck",
           "coordinate descent's results kept on reload", "mark a rechecked config as coordinate descent's",
           seen_on="2.11.0 (GPU)"),
+    Patch("triton.runtime.cache", "FileCacheManager.__init__", "tritoncache:wrap_cache_manager_init",
+          "warm folders filled on demand (C++ binaries)",
+          "link a warm test's carried Triton kernel folder when Triton opens it (else all are written before the "
+          "first test)", seen_on="2.11.0 with Triton 3.6 (GPU); no Triton on the CPU builds"),
     Patch("torch._inductor.triton_bundler", "TritonBundler.read_and_emit", "tritoncache:wrap_read_and_emit",
           "triton layer counts of carried kernels", "count kernels an FX hit finds already in Triton's folder",
           seen_on="2.11.0 (GPU); imported on every CPU minor"),

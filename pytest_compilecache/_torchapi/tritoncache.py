@@ -11,7 +11,7 @@ import threading
 from collections import Counter
 from typing import Any, Callable
 
-from . import patches
+from . import ondemand, patches
 
 _counts: Counter[str] = Counter()
 _carried_kernels: set[str] = set()
@@ -35,10 +35,24 @@ def wrap_read_and_emit(original: Callable[..., Any]) -> Callable[..., Any]:
     return read_and_emit
 
 
+def wrap_cache_manager_init(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Triton's ``FileCacheManager.__init__``, placing a carried kernel's folder before Triton looks into it."""
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        folder = getattr(self, "cache_dir", None)
+        if isinstance(folder, str) and folder:  # a dump or override folder lies outside the test's: never placed
+            ondemand.place(folder)
+
+    return __init__
+
+
 def _count_present(bundle: Any, cache_dir: Any) -> None:
     for artifacts in getattr(bundle, "kernel_artifacts", ()):
         try:
             folder = os.path.join(cache_dir(artifacts.device), artifacts.kernel_hash)
+            ondemand.place(folder)  # a carried kernel's folder, where its placing waits for this ask
             present = os.path.isdir(folder) and bool(os.listdir(folder))
         except (OSError, AttributeError, TypeError):
             continue

@@ -69,8 +69,9 @@ class EntryOnDemand:
             carried.close()
             return
         self._binaries, self._pool, self._loaded, self._probes = carried, pool, time.time(), set(probes)
-        for path, listed in in_order(later):
-            self._folders.setdefault(path.split("/", 1)[0], []).append((path, listed))
+        for path, listed in in_order(later):  # by two-character folder, or Triton's folder of one kernel
+            folder = "/".join(path.split("/", 2)[:2]) if path.startswith("triton/") else path.split("/", 1)[0]
+            self._folders.setdefault(folder, []).append((path, listed))
         if kernels := sum(1 for path in later if is_cpp(path) and path not in self._probes):
             self.report.on_demand["cpp"] = kernels
 

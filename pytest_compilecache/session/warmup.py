@@ -238,7 +238,9 @@ class Preparer:
         for problem in carried.problems:
             self._say(Concern.BINARY, f"{bundle.name}: {problem}", bundle.name)
         fitting = carried.fitting(pool.build)
-        later = {path: f for path, f in fitting.items() if _torchapi.binaries_on_demand() and in_subdir(path)}
+        later = {path: f for path, f in fitting.items()
+                 if (_torchapi.binaries_on_demand() and in_subdir(path))
+                 or (_torchapi.triton_on_demand() and path.startswith("triton/"))}
         now = [(path, f) for path, f in in_order(fitting) if path not in later]
         probes = carried.probes(_torchapi.cpu_probe_sources())
         try:
