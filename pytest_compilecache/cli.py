@@ -23,11 +23,11 @@ from .session.options import user_cache_dir
 from .storage.deadlines import DEFAULT_TIMEOUT as DEFAULT_NETWORK_TIMEOUT
 from .storage.deadlines import MIN_RATE
 from .storage.interface import BundleStore
-from .storage.merge import union
-from .storage.objects import read_url
+from .storage.merge import union, without_unused
+from .storage.packs import read_url
 from .storage.stores import open_store
 from .storage.urls import STORAGE_OPTIONS_ENV, file_url_path, is_url, parse_storage_options, redacted
-from .words import counted, in_layer_order, layer_of
+from .words import artifact_counts, counted, in_layer_order, layer_of
 
 LOCK_TIMEOUT = 60.0
 
@@ -237,45 +237,24 @@ def _kernels(build: dict[str, Any]) -> str:
 
 
 def _update(name: str, change: Any) -> Bundle | None:
-    """Read-modify-write the bundle at a path (under its lock) or URL (conditionally, where the store can)."""
-    store = _store(name)
-    warning = store.write_warning()
-    if warning:
-        _say(f"{store.name}: warning: {warning}", sys.stderr)
-    return store.update(change, unconditional=True)
+    """Read-modify-write the bundle at a path (under its lock) or URL (one pack replacing those read)."""
+    return _store(name).update(change)
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
     out = args.output
     inputs = list(args.inputs)
-    deltas: list[str] = []
-    if args.deltas:
-        store = _store(out)
-        if not store.deltas:
-            raise UserError(f"--deltas: {out} is not a URL; deltas are left only beside bundles at URLs")
-        deltas = store.list_deltas()
-        inputs += deltas
-        if not inputs:
-            _say(f"{_shown(out)}: no deltas wait beside it; nothing to fold in")
-            return 0
     if not inputs:
-        raise UserError("merge needs bundles to merge (or --deltas, to fold in the deltas beside OUTPUT)")
+        raise UserError("merge needs bundles to merge")
     others: list[Entry] = []
     merged: list[str] = []
     for name in (name for name in inputs if not _same_file(name, out)):
-        try:
-            others.extend(_merge_input(name))
-        except (UserError, BundleError) as exc:
-            if name not in deltas:
-                raise
-            _say(f"{_shown(out)}: warning: a delta is left where it is: {exc}", sys.stderr)
-            continue
+        others.extend(_merge_input(name))
         merged.append(name)
-    folded = [name for name in merged if name in deltas]
-    reads_output = any(_same_file(name, out) for name in inputs) or bool(args.deltas)
+    reads_output = any(_same_file(name, out) for name in inputs) or is_url(out)
 
     def change(current: Bundle | None) -> list[Entry]:
-        if reads_output and current is None and not args.deltas:
+        if reads_output and current is None and not is_url(out):
             raise UserError(f"{_shown(out)}: no such file")
         try:
             return union([*(current.entries if reads_output and current else []), *others])
@@ -288,15 +267,8 @@ def cmd_merge(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from None
     assert result is not None
     result.release()
-    said = ""
-    if args.deltas:
-        left = _store(out).remove_deltas(folded)
-        said = f"; {len(folded)} delta(s) folded in, {len(folded) - len(left)} removed"
-        for url in left:
-            _say(f"{_shown(out)}: warning: {_shown(url)} is folded in but could not be removed; a later merge folds it again "
-                 "(harmless)", sys.stderr)
     _say(f"{_shown(args.output)}: {counted(len(result.entries), 'environment')} from "
-         f"{counted(len(merged) + reads_output, 'bundle')}{said}")
+         f"{counted(len(merged) + reads_output, 'bundle')}")
     return 0
 
 
@@ -355,8 +327,8 @@ def parse_size(text: str) -> int:
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    if not args.keep_matching and not args.drop and args.max_size is None:
-        raise UserError("prune needs --keep-matching, --drop ENTRY or --max-size SIZE")
+    if not args.keep_matching and not args.drop and args.max_size is None and args.max_unused_runs <= 0:
+        raise UserError("prune needs --keep-matching, --drop ENTRY, --max-unused-runs N or --max-size SIZE")
     limit = parse_size(args.max_size) if args.max_size is not None else None
     for spec in args.drop:
         if not spec.isdigit() and "=" not in spec:
@@ -375,6 +347,10 @@ def cmd_prune(args: argparse.Namespace) -> int:
         if not kept:
             raise UserError(f"{_shown(args.path)}: no entry would be left (delete the file to remove the bundle); "
                             f"{_shown(args.path)} is unchanged")
+        if args.max_unused_runs > 0:
+            kept, unused = without_unused(kept, args.max_unused_runs)
+            said.append(f"dropped as unused in the last {counted(args.max_unused_runs, 'updating run')}: "
+                        f"{artifact_counts(unused) if unused else 'nothing'}")
         if limit is not None:
             try:
                 kept, lines = fit(current.path, kept, limit)
@@ -382,7 +358,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
                 raise UserError(str(exc)) from None
             except (_torchapi.MegaCacheError, _torchapi.TorchUnavailable) as exc:
                 raise UserError(f"{_shown(args.path)}: {exc}") from None
-            said[:] = lines
+            said.extend(lines)
         counts[:] = [len(kept), len(current.entries)]
         return kept
 
@@ -455,9 +431,7 @@ def parser() -> argparse.ArgumentParser:
                        help="a bundle to merge (a path or a URL); name OUTPUT among them to add to it")
     merge.add_argument("-o", "--output", required=True, metavar="OUTPUT",
                        help="the bundle to write (a path or a URL), under its lock; it is replaced unless it is "
-                            "also an input (or --deltas is given)")
-    merge.add_argument("--deltas", action="store_true",
-                       help="also fold in the deltas that sessions left beside OUTPUT (a URL), then remove them")
+                            "also an input, or a URL)")
     merge.set_defaults(run=cmd_merge)
     prune = sub.add_parser(
         "prune", help="make a bundle smaller: drop entries, or its least recently used artifacts",
@@ -469,6 +443,10 @@ def parser() -> argparse.ArgumentParser:
     prune.add_argument("--drop", action="append", default=[], metavar="ENTRY",
                        help="drop entry number N (as inspect numbers them) or every entry whose FIELD is VALUE "
                             "(FIELD=VALUE, e.g. device=cpu); repeatable; each must match an entry")
+    prune.add_argument("--max-unused-runs", metavar="N", type=int, default=0,
+                       help="drop the artifacts and C++ kernels none of the last N updating runs that ran the whole "
+                            "suite used (as compile_cache_max_unused_runs does for a bundle file; for a bundle at a "
+                            "URL, sessions leave this to prune)")
     prune.add_argument("--max-size", metavar="SIZE",
                        help="then, until the bundle takes at most SIZE (e.g. 50MB, 2GiB), drop its least "
                             "recently used artifacts, then carried C++ binaries (the binaries before the artifacts "

@@ -156,6 +156,9 @@ class Bundle:
     format: int = FORMAT
     #: How to let go of the readers of its sections handed out (they outlive :meth:`close`, not :meth:`release`).
     _opened: list[Callable[[], None]] = field(default_factory=list, repr=False)
+    #: A pack of a bundle at a URL: the packs it replaces (docs/urls.md), and when it was written.
+    supersedes: tuple[str, ...] = ()
+    written: float = 0.0
 
     @classmethod
     def over(cls, source: io.RawIOBase, path: Path, label: str = "", head: int = io.DEFAULT_BUFFER_SIZE) -> "Bundle":
@@ -258,6 +261,9 @@ class Bundle:
         """Reads by range of ``what`` (``size`` bytes at ``offset``), and how to let go of them: through a file
         descriptor of their own (they outlive :meth:`close`) where the bundle is a local file, else from memory."""
         first = self._start + offset
+        read_at = getattr(self._file, "read_at", None)
+        if read_at is not None:  # a pack at a URL: each range read when asked
+            return (lambda at, length: read_at(first + at, length)), no_file
         fd = None
         if self._file is not None and hasattr(os, "pread"):
             with contextlib.suppress(AttributeError, OSError, io.UnsupportedOperation):
@@ -303,6 +309,9 @@ class Bundle:
             self.payload(entry)
         self.carried(entry)
         self.read_key_index(entry)  # a damaged key index costs its explanations only, here as anywhere
+
+    def fetch_ahead(self, entry: Entry) -> None:
+        """Read now what the entry's artifacts and binaries will be read from (nothing: a file is read in place)."""
 
     def signature_problem(self, entry: Entry, secret: bytes) -> str:
         """``""`` when the entry's signature is valid for ``secret``; otherwise the problem, naming the file."""
@@ -552,7 +561,10 @@ def parse(f: BinaryIO, path: Path, label: str = "") -> Bundle:
         index = e.index_section
         if index is not None and start + index["offset"] + index["size"] > end:
             raise BundleError(f"{name}: truncated: the key index for {env_label(e.env)} lies past the end of the file")
-    return Bundle(path, entries, f, start, label, version)
+    supersedes, written = manifest.get("supersedes", []), manifest.get("written", 0.0)
+    if not isinstance(supersedes, list) or not all(isinstance(n, str) for n in supersedes) or not _finite(written):
+        raise BundleError(f"{name}: corrupt: the manifest's supersedes or written is malformed")
+    return Bundle(path, entries, f, start, label, version, supersedes=tuple(supersedes), written=float(written))
 
 
 def make_entry(env: Mapping[str, str], payload: bytes, artifacts: dict[str, dict[str, int]], created: float = 0.0,
@@ -680,7 +692,10 @@ def _encode(bundle: Bundle) -> tuple[Iterator[bytes], int, list[tuple[Entry, str
         if signature:
             description["signature"] = signature
         placed.append((entry, signature, description))
-    manifest = json.dumps({"format": FORMAT, "entries": [d for *_, d in placed]}, indent=1, sort_keys=True).encode()
+    top: dict[str, Any] = {"format": FORMAT, "entries": [d for *_, d in placed]}
+    if bundle.written:
+        top.update(written=bundle.written, supersedes=list(bundle.supersedes))
+    manifest = json.dumps(top, indent=1, sort_keys=True).encode()
     head = [MAGIC, b"%d\n" % len(manifest), manifest]
 
     def chunks() -> Iterator[bytes]:

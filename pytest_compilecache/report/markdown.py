@@ -62,8 +62,6 @@ def _bundle_lines(report: SessionReport) -> list[str]:
         lines.append(f"- **{verb}**: {what} ({_mb(saved.bytes)} in {saved.seconds:.2f} s{imported})")
     elif saved.status is SaveStatus.UNCHANGED:
         lines.append(f"- **unchanged**: the bundle already held everything this run compiled ({saved.seconds:.2f} s)")
-    elif saved.status is SaveStatus.DELTA:
-        lines.append(f"- **written as a delta**: {_mb(saved.bytes)} in {saved.seconds:.2f} s: {saved.reason}")
     elif saved.status is not SaveStatus.NOT_ASKED:
         lines.append(f"- **{saved.status.value}**: {saved.reason}")
     if saved.transfer:

@@ -40,7 +40,6 @@ class SaveStatus(enum.Enum):
     NOT_ASKED = ""
     SAVED = "saved"
     UNCHANGED = "unchanged"
-    DELTA = "delta"
     KEPT = "kept"
     LEFT_ALONE = "left alone"
     NOTHING = "nothing to save"
@@ -166,7 +165,7 @@ class SaveResult:
     seconds: float = 0.0
     #: ``{artifact type: count}`` dropped because none of the last updating runs used them.
     dropped_unused: dict[str, int] = field(default_factory=dict)
-    #: For a bundle at a URL: ``{"downloaded": bytes, "uploaded": bytes, "conflicts": n}`` while saving.
+    #: For a bundle at a URL: ``{"downloaded": bytes, "uploaded": bytes}`` while saving.
     transfer: dict[str, int] = field(default_factory=dict)
     #: With ``SAVED``: whether the run added an artifact or binary (False: only its use was recorded).
     added: bool = True
@@ -185,7 +184,7 @@ class SaveResult:
         if self.status is SaveStatus.NOT_ASKED:
             return {}
         data: dict[str, Any] = {"status": self.status.value}
-        if self.status in (SaveStatus.SAVED, SaveStatus.UNCHANGED, SaveStatus.DELTA):
+        if self.status in (SaveStatus.SAVED, SaveStatus.UNCHANGED):
             data.update(path=self.path, artifacts=self.artifacts, bytes=self.bytes, seconds=self.seconds,
                         dropped_unused=self.dropped_unused, import_seconds=self.import_seconds)
             if self.not_counted and self.status is SaveStatus.SAVED:

@@ -201,7 +201,7 @@ def attention_lines(report: SessionReport) -> list[str]:
     lines = []
     if saved.status is SaveStatus.KEPT and "--compile-cache-update" in saved.reason:
         lines.append(f"bundle kept: {saved.reason}")
-    elif saved.status in (SaveStatus.DELTA, SaveStatus.LEFT_ALONE):
+    elif saved.status is SaveStatus.LEFT_ALONE:
         lines.append(f"bundle {saved.status.value}: {saved.reason or saved.path}")
     if report.totals is not None:
         lines.extend(_explained_lines(report.totals))
@@ -300,8 +300,6 @@ def detailed_lines(report: SessionReport) -> list[str]:
     if saved.transfer:
         moved += (f"; moved {saved.transfer.get('downloaded', 0) / 1e6:.2f} MB down, "
                   f"{saved.transfer.get('uploaded', 0) / 1e6:.2f} MB up")
-    if saved.transfer.get("conflicts"):
-        moved += f"; {saved.transfer['conflicts']} write(s) found it changed by another writer and were retried"
     if saved.status is SaveStatus.SAVED:
         verb, what = report.written_words()
         size = f"({saved.bytes / 1e6:.2f} MB in {saved.seconds:.2f} s{moved})"
@@ -315,9 +313,6 @@ def detailed_lines(report: SessionReport) -> list[str]:
     elif saved.status is SaveStatus.UNCHANGED:
         lines.append(f"bundle unchanged: {report.bundle_path} already holds everything this run compiled "
                      f"({saved.seconds:.2f} s{moved})")
-    elif saved.status is SaveStatus.DELTA:
-        lines.append(f"bundle written as a delta only: {saved.path} ({saved.bytes / 1e6:.2f} MB in "
-                     f"{saved.seconds:.2f} s{moved}): {saved.reason}")
     elif saved.status is SaveStatus.NOTHING:
         lines.append(f"bundle not written, nothing to save: {saved.reason}" + moved)
     elif saved.status is not SaveStatus.NOT_ASKED:

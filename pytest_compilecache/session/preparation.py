@@ -55,6 +55,8 @@ class BundlePreparation:
         #: What bundle preparation did in this process (the preparer's, once it runs).
         self.process_report = ProcessReport(process=process)
         self._prepared: bool | None = None
+        #: The tests this process may run (known once the first test is about to run).
+        self._selected: list[str] = []
         self._pool: BinaryPool | None = None
         self._dropped: set[str] = set()
         #: What the test side's end undoes (the session folder's filling from the bundle).
@@ -98,6 +100,7 @@ class BundlePreparation:
         if not any("warm_cache" in getattr(item, "fixturenames", ()) for item in session.items) \
                 and not (self.options.has_bundle and "torch" in sys.modules):
             return None
+        self._selected = [item.nodeid for item in session.items]
         try:
             with self.progress.showing():
                 self.prepare()
@@ -142,7 +145,8 @@ class BundlePreparation:
                                 self.options.update, self.folders.template, self.folders.shared / "warmup-done",
                                 self._run_warmup if hook else None, self.process, binaries=self._pool, run=self.run,
                                 rebuild=self.options.rebuild, fallback=own,
-                                tell=None if self._at_start().problem else self.tell)  # the header said it
+                                tell=None if self._at_start().problem else self.tell,  # the header said it
+                                selected=self._selected)
             self.process_report = preparer.report
             self._prepared = preparer.prepare(_torchapi.environment_fingerprint())
             session_cache = self._session_cache()

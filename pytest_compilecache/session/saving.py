@@ -103,7 +103,7 @@ def save(report: SessionReport, blobs: list[tuple[dict[str, str], bytes, KeyInde
     finally:
         if merged is not None:
             merged.release()
-    report.saved = SaveResult(_SAVE_STATUS[saved.status], saved.note, path=saved.delta or path, artifacts=artifacts,
+    report.saved = SaveResult(_SAVE_STATUS[saved.status], "", path=path, artifacts=artifacts,
                               bytes=saved.size, seconds=round(time.perf_counter() - start, 3), added=saved.added,
                               dropped_unused=dict(saved.unused), transfer=saved.transfer.to_json(),
                               added_artifacts=dict(saved.added_artifacts), import_seconds=round(imported, 3),
@@ -127,8 +127,7 @@ _LEFT_ALONE_ADVICE = {
 }
 
 
-_SAVE_STATUS = {Written.SAVED: SaveStatus.SAVED, Written.UNCHANGED: SaveStatus.UNCHANGED,
-                Written.DELTA: SaveStatus.DELTA}
+_SAVE_STATUS = {Written.SAVED: SaveStatus.SAVED, Written.UNCHANGED: SaveStatus.UNCHANGED}
 
 
 def exit_status(options: Options, report: SessionReport, session: pytest.Session) -> None:

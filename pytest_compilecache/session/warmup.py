@@ -9,7 +9,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Collection
 
 from .. import _torchapi, files, misses
 from ..bundle import signing
@@ -20,8 +20,7 @@ from ..bundle.format import (Bundle, BundleError, Entry, NotABundle, NotAFile, U
 from ..bundle.keyindex import KeyIndex
 from ..bundle.members import WHOLE, MemberDamaged
 from ..report.model import Concern, Problem, ProcessReport, Status
-from ..storage.interface import BundleStore, Written, replaced_unreadable
-from ..storage.merge import union
+from ..storage.interface import BundleStore, replaced_unreadable
 from .marker import Outcome, WarmupMarker
 from .entries import EntryOnDemand
 from .protocol import Next, Published, decide
@@ -41,8 +40,8 @@ class WarmupRun:
     not_saved: tuple[str, ...] = ()
 
 
-#: Beside the marker: the warmup's artifacts a failed store did not take; PATH's entry with the warmup's delta.
-_UNPUBLISHED, _WITH_DELTA = "warmup-unpublished.bundle", "warmup-with-delta.bundle"
+#: Beside the marker: the warmup's artifacts a failed store did not take.
+_UNPUBLISHED = "warmup-unpublished.bundle"
 #: Runs the warmup in a folder (starting from the previous template, if given); raises :class:`WarmupFailed`.
 RunWarmup = Callable[[Path | None], WarmupRun]
 
@@ -73,7 +72,10 @@ class Preparer:
     def __init__(self, source: BundleStore | None, publish: BundleStore, update: bool, template: Path, marker: Path,
                  run_warmup: RunWarmup | None, process: str, binaries: BinaryPool | None = None,
                  run: float | None = None, rebuild: bool = False, fallback: BundleStore | None = None,
-                 tell: Callable[[str], None] | None = None) -> None:
+                 tell: Callable[[str], None] | None = None, selected: Collection[str] = ()) -> None:
+        #: The tests this process may run: where they are most of those the bundle's runs recorded, an entry at a
+        #: URL is downloaded before the first test, else each artifact when torch asks for it.
+        self.selected = selected
         #: Where the bundle is read from; where the warmup publishes; where instead when that cannot be read.
         self.source, self.publish, self.fallback = source, publish, fallback
         self.update, self.rebuild, self.run = update, rebuild, run
@@ -161,6 +163,9 @@ class Preparer:
             self._problem(Status.UNUSABLE, refused)
             return False
         try:
+            recorded = entry.history.get("tests")
+            if not isinstance(recorded, dict) or 2 * len(set(self.selected) & set(recorded)) >= len(recorded):
+                bundle.fetch_ahead(entry)
             members = bundle.members(entry)
             _torchapi.check_artifact_keys((m.kind, m.key) for m in members.table if m.kind != WHOLE)
             shutil.rmtree(self.template, ignore_errors=True)
@@ -181,9 +186,7 @@ class Preparer:
             shutil.rmtree(self.template, ignore_errors=True)
             return False
         self.report.own_warmup = self._own(bundle)
-        shown = ("this session's warmup" if self.report.own_warmup
-                 else f"{self.publish.name} and this session's delta" if bundle.path.name == _WITH_DELTA
-                 else bundle.name)
+        shown = "this session's warmup" if self.report.own_warmup else bundle.name
         self._status(Status.LOADED, f"{shown}: {env_label(entry.env)}")
         self.report.history = dict(entry.history)
         self.report.loaded = {kind: len(keys) for kind, keys in loaded.items()}
@@ -361,32 +364,11 @@ class Preparer:
                 if self.rebuild and to_path and replaced_unreadable(why):
                     continue  # the repair asked for: the header said it
                 self._say(Concern.SAVING, f"{self.publish.name}: {why}", self.publish.name)
-            if saved.status is Written.DELTA:
-                # Only a delta holds it (a store without conditional writes): load the entry with the delta folded in.
-                published.close()
-                published = self._with_bundle_entry(env, addition)
-                self._write_marker(Outcome.KEPT_APART, str(published.path))
-            else:
-                self._write_marker(Outcome.PUBLISHED)
-                report.wrote_bundle, report.warmup_found_all = to_path and saved.added, to_path and not saved.added
+            self._write_marker(Outcome.PUBLISHED)
+            report.wrote_bundle, report.warmup_found_all = to_path and saved.added, to_path and not saved.added
         with published:
             entry = published.find(env)
             return entry is not None and self._load(published, entry)
-
-    def _with_bundle_entry(self, env: dict[str, str], addition: Entry) -> Bundle:
-        """A local bundle of ``addition`` merged with the published entry for ``env`` where it can be read."""
-        entries = [addition]
-        try:
-            current = self.publish.read(env)
-            if current is not None:
-                with current:
-                    entry = current.find(env)
-                    if entry is not None:
-                        entries = union([entry, addition])
-        except (BundleError, _torchapi.MegaCacheError) as exc:
-            self._say(Concern.BUNDLE, f"{exc}; this session uses the warmup's delta without the bundle's entry",
-                      self.publish.name)
-        return self._kept_apart(_WITH_DELTA, entries)
 
     def _kept_apart(self, name: str, entries: list[Entry]) -> Bundle:
         """A bundle of ``entries`` beside the session's marker, for the processes of this session."""

@@ -1,4 +1,4 @@
-"""One object at a URL through fsspec: its version, reads and writes, each within its deadline."""
+"""The objects under a URL through fsspec: listed, read by range, written and removed, each within its deadline."""
 
 from __future__ import annotations
 
@@ -9,37 +9,34 @@ from urllib.parse import urlsplit
 
 from ..bundle.format import BundleError
 from .deadlines import DEFAULT_TIMEOUT, Deadlines
-from .errors import Conflict, NoConditionalWrite, precondition_failed, transient, why
-from .interface import NoProgress, TransferProgress, Version
+from .errors import transient, why
+from .interface import NoProgress, TransferProgress
+from .protocols import protocol_of
 from .urls import redacted
-from .writers import writer_for
 
 
 class Client:
-    """The object at ``url``: each request has a deadline, and each failure is a :class:`BundleError` naming it."""
+    """The objects at and under ``url``: each request has a deadline, each failure is a :class:`BundleError`
+    naming the URL, and every byte moved is counted."""
 
     def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None,
                  network_timeout: float = DEFAULT_TIMEOUT) -> None:
-        self.url = url
-        self.name = redacted(url)
+        self.url = url.rstrip("/")
+        self.name = redacted(self.url)
         self.protocol = urlsplit(url).scheme.lower()
-        self.writer = writer_for(self.protocol)
-        self.storage_options = self.writer.with_timeouts(dict(storage_options or {}), network_timeout)
+        self.kind = protocol_of(self.protocol)
+        self.storage_options = self.kind.with_timeouts(dict(storage_options or {}), network_timeout)
         self.deadlines = Deadlines(self.name, network_timeout)
         self._fs: tuple[Any, str] | None = None
-        #: Bytes downloaded and uploaded, and conditional writes that found the object changed (each retried).
         self.downloaded = 0
         self.uploaded = 0
-        self.conflicts = 0
-        #: The object's size when its version was last asked (0: unknown or missing).
-        self.size = 0
         #: Told how each download and upload goes (a session attaches its display).
         self.progress: TransferProgress = NoProgress()
 
     def filesystem(self) -> tuple[Any, str]:
-        """fsspec's file system for the URL and the path inside it; a missing package is named with its extra."""
+        """fsspec's file system for the URL and the URL's path in it; a missing package is named with its extra."""
         if self._fs is None:
-            extra = self.writer.extra
+            extra = self.kind.extra
             hint = f"pip install 'pytest-compilecache[{extra}]'" if extra else "pip install fsspec"
             try:
                 import fsspec
@@ -57,113 +54,122 @@ class Client:
                 raise BundleError(f"{self.name}: cannot open: {why(exc)}") from None
         return self._fs
 
+    def path(self, name: str = "") -> str:
+        """The path in :meth:`filesystem` of the object ``name`` under the URL (the URL's own where "")."""
+        root = self.filesystem()[1].rstrip("/")
+        return f"{root}/{name}" if name else root
+
     def call(self, doing: str, action: Callable[[], Any], size: int = 0) -> Any:
-        """``action()`` within its deadline, its failure said as "``doing`` failed" (or :class:`Conflict`)."""
+        """``action()`` within its deadline, its failure said as "``doing`` failed"."""
         try:
             return self.deadlines.run(doing, action, size)
-        except (BundleError, Conflict, NoConditionalWrite):
+        except BundleError:
             raise
         except Exception as exc:
-            if precondition_failed(exc):
-                raise Conflict(str(exc)) from None
             raise BundleError(f"{self.name}: {doing} failed: {why(exc)}") from None
 
-    def version(self) -> Version | None:
-        """The object's version now, or ``None`` when it does not exist. A size of 0 means unknown."""
-        fs, path = self.filesystem()
+    def size_of(self, name: str = "") -> int | None:
+        """The size of the object ``name`` (the URL's own where ""), or ``None`` where there is none (or a folder);
+        a missing bucket is said as a :class:`BundleError`."""
+        fs, path = self.filesystem()[0], self.path(name)
         with contextlib.suppress(Exception):
             fs.invalidate_cache(path)
         try:
-            info = self.deadlines.retried("reading its version", lambda: fs.info(path), transient)
+            info = self.deadlines.retried("asking for it", lambda: fs.info(path), transient)
         except BundleError:
             raise
         except FileNotFoundError as exc:
-            cause = self.writer.unreachable(exc)  # an HTTP server not reached, or answering an error but 404
+            cause = self.kind.unreachable(exc)  # an HTTP server not reached, or answering an error but 404
             if cause is not None:
                 raise BundleError(f"{self.name}: cannot read it: {why(cause)}") from None
-            self.deadlines.run("reading its version", lambda: self._check_bucket(fs, path))
+            self.deadlines.run("asking for its bucket", lambda: self._check_bucket(fs, path))
             return None
         except Exception as exc:
             raise BundleError(f"{self.name}: cannot read it: {why(exc)}") from None
-        if info.get("type") == "directory":
-            raise BundleError(f"{self.name}: is a folder, not a bundle")
-        self.size = int(info.get("size") or 0)
-        tags = [str(info[f]) for f in ("ETag", "etag", "Content-MD5", "md5Hash", "content_md5", "Digest", "checksum")
-                if info.get(f)]
-        tags += [f"{f}={info[f]}" for f in ("LastModified", "Last-Modified", "last_modified", "mtime", "updated",
-                                             "created") if info.get(f)]
-        return Version(tags[0] if tags else "", self.size)
+        return None if info.get("type") == "directory" else int(info.get("size") or 0)
 
     def _check_bucket(self, fs: Any, path: str) -> None:
         """Raise :class:`BundleError` where a missing object lies in a bucket that does not exist."""
         bucket = path.strip("/").split("/", 1)[0]
-        if self.writer.bucket and bucket and bucket != path.strip("/") and self.writer.bucket_missing(fs, bucket):
-            raise BundleError(f"{self.name}: no such {self.writer.bucket} {bucket!r} (create it, or check the URL and "
+        if self.kind.bucket and bucket and bucket != path.strip("/") and self.kind.bucket_missing(fs, bucket):
+            raise BundleError(f"{self.name}: no such {self.kind.bucket} {bucket!r} (create it, or check the URL and "
                               "the endpoint)")
 
-    def cat(self) -> bytes:
-        """The whole object (as long as its version said, when it said)."""
-        fs, path = self.filesystem()
-        with self.progress.transfer("downloading", self.size) as moved:
-            data = self._read("downloading it", lambda: fs.cat_file(path), self.size)
-            if moved is not None:
-                moved(len(data))
-        return data
-
-    def read_range(self, start: int, end: int) -> bytes:
-        """Bytes ``start`` to ``end`` of the object (a server that ignores ranges sends it whole)."""
-        fs, path = self.filesystem()
-        return self._read(f"downloading bytes {start}-{end}", lambda: fs.cat_file(path, start=start, end=end),
-                          end - start, whole=self.size)
-
-    def _read(self, doing: str, action: Callable[[], Any], size: int, whole: int = 0) -> bytes:
-        """``action()``'s bytes, read again where it failed midway, within one deadline (long enough for ``whole``)."""
-
-        def read() -> bytes:
-            data = bytes(action())
-            if size and len(data) < size and not (whole and len(data) == whole):
-                raise ShortRead(f"the server sent {len(data)} bytes where {size} were asked (shorter than "
-                                "announced: a connection cut midway, or a server that lies)")
-            return data
-
+    def listing(self, folder: str) -> dict[str, int]:
+        """``{name: size}`` of the objects in the folder ``folder`` under the URL (none where it does not exist)."""
+        if not self.kind.lists:
+            return {}
+        fs, path = self.filesystem()[0], self.path(folder)
+        with contextlib.suppress(Exception):
+            fs.invalidate_cache(path)
         try:
-            data = self.deadlines.retried(doing, read, transient, max(size, whole))
+            found = self.deadlines.retried(f"listing {folder}/", lambda: fs.ls(path, detail=True), transient)
         except BundleError:
             raise
         except FileNotFoundError:
-            raise BundleError(f"{self.name}: cannot read it: it was deleted while it was being read") from None
+            return {}
         except Exception as exc:
-            raise BundleError(f"{self.name}: cannot read it: {why(exc)}") from None
-        self.downloaded += len(data)
-        return data
+            raise BundleError(f"{self.name}: cannot list {folder}/: {why(exc)}") from None
+        return {str(f["name"]).rstrip("/").rsplit("/", 1)[-1]: int(f.get("size") or 0)
+                for f in found if f.get("type") != "directory"}
 
-    def put(self, source: Path, expected: Version | None, unconditional: bool = False) -> str:
-        """Write the file ``source`` (read as it is sent) if the object is still ``expected`` (see
-        :meth:`.writers.Writer.put`); its new version tag."""
-        fs, path = self.filesystem()
-        if self.writer.read_only:
+    def read_ranges(self, spans: list[tuple[str, int, int]]) -> list[bytes]:
+        """Bytes ``start:end`` of each object ``name`` of ``spans`` (names under the URL), asked at once (the
+        client sends them concurrently); an answer shorter than asked is a failure, never used."""
+        if not spans:
+            return []
+        fs = self.filesystem()[0]
+        paths = [self.path(name) for name, _, _ in spans]
+        total = sum(end - start for _, start, end in spans)
+
+        def read() -> list[bytes]:
+            if len(spans) == 1:
+                return [fs.cat_file(paths[0], start=spans[0][1], end=spans[0][2])]
+            return list(fs.cat_ranges(paths, [s for _, s, _ in spans], [e for *_, e in spans], on_error="raise"))
+
+        with self.progress.transfer("downloading", total) as moved:
+            try:
+                answers = self.deadlines.retried("downloading", read, transient, total)
+            except BundleError:
+                raise
+            except FileNotFoundError:
+                raise BundleError(f"{self.name}: cannot read it: a part was removed while it was read") from None
+            except Exception as exc:
+                raise BundleError(f"{self.name}: cannot read it: {why(exc)}") from None
+            got = sum(len(a) for a in answers)
+            self.downloaded += got
+            if moved is not None:
+                moved(got)
+        answers = [data[start:end] if len(data) > end - start else data  # a server that ignores ranges
+                   for (_, start, end), data in zip(spans, answers)]
+        for (name, start, end), data in zip(spans, answers):
+            if len(data) != end - start:
+                raise BundleError(f"{self.name}: cannot read it: the server sent {len(data)} bytes of {name} where "
+                                  f"{end - start} were asked (shorter than announced: a connection cut midway, or a "
+                                  "server that lies)")
+        return [bytes(a) for a in answers]
+
+    def put(self, source: Path, name: str) -> None:
+        """Write the file ``source`` as the object ``name`` under the URL (read from the file as it is sent); the
+        store makes it visible whole, or not at all."""
+        if self.kind.read_only:
             raise BundleError(f"{self.name}: {self.protocol}:// bundles are read-only; publish to an object "
                               "store (s3://...) and serve that over HTTP")
-        tag: str = self._upload("uploading it", source, lambda: self.writer.put(fs, path, source, expected,
-                                                                                 unconditional, self.version))
-        return tag
-
-    def create(self, target: str, source: Path, doing: str) -> None:
-        """Write the file ``source`` as the object ``target`` (a path in :meth:`filesystem`) where none is (see
-        :meth:`.writers.Writer.create`)."""
-        fs, _ = self.filesystem()
-        self._upload(doing, source, lambda: self.writer.create(fs, target, source))
-
-    def _upload(self, doing: str, source: Path, action: Callable[[], Any]) -> Any:
-        """``action()``, which uploads ``source``, shown and counted (see :meth:`call`)."""
+        fs, path = self.filesystem()[0], self.path(name)
         size = source.stat().st_size
         with self.progress.transfer("uploading", size) as moved:
-            answer = self.call(doing, action, size)
+            self.call(f"uploading {name}", lambda: self.kind.put(fs, source, path), size)
             if moved is not None:
                 moved(size)
         self.uploaded += size
-        return answer
 
-
-class ShortRead(OSError):
-    """A read that brought fewer bytes than asked: read again, never used."""
+    def remove(self, name: str) -> bool:
+        """Remove the object ``name`` under the URL; whether it is gone."""
+        fs, path = self.filesystem()[0], self.path(name)
+        try:
+            self.deadlines.run(f"removing {name}", lambda: fs.rm_file(path))
+        except FileNotFoundError:
+            return True
+        except Exception:
+            return False
+        return True

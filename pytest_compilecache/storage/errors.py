@@ -1,14 +1,6 @@
-"""What a store's client raised, classified: a lost conditional write, or a failure said in words."""
+"""What a store's client raised: a failure said in words, and whether reading again may help."""
 
 from __future__ import annotations
-
-
-class Conflict(Exception):
-    """A conditional write found the object changed (or created) by another writer."""
-
-
-class NoConditionalWrite(Exception):
-    """The store offers no conditional write that this plugin knows how to use."""
 
 
 def why(exc: BaseException) -> str:
@@ -28,24 +20,9 @@ def why(exc: BaseException) -> str:
     return text if type(exc).__name__ in text else f"{type(exc).__name__}: {text}"
 
 
-def precondition_failed(exc: BaseException) -> bool:
-    """Whether a store's error is its answer to a conditional write whose condition did not hold."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        response = getattr(seen, "response", None)
-        error = response.get("Error") if isinstance(response, dict) else None
-        code = error.get("Code") if isinstance(error, dict) else None
-        if (code in ("PreconditionFailed", "ConditionalRequestConflict", "412", "409")
-                or isinstance(seen, FileExistsError) or getattr(seen, "status_code", None) in (409, 412)):  # Azure's
-            return True
-        seen = seen.__cause__ or seen.__context__
-    text = str(exc).lower()
-    return "precondition" in text or "pre-condition" in text
-
-
 def transient(exc: BaseException) -> bool:
     """Whether a read that raised ``exc`` may succeed if read again (a reset, a stall, a short answer)."""
-    if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError, Conflict, NoConditionalWrite)):
+    if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError)):
         return False
     if type(exc).__name__ in ("TooManyRedirects", "InvalidURL", "NoCredentialsError", "ClientAuthenticationError"):
         return False

@@ -5,35 +5,26 @@ from __future__ import annotations
 import contextlib
 import enum
 from dataclasses import dataclass, field, replace
-from typing import Callable, ContextManager, Iterator, Mapping, NamedTuple, Protocol
+from typing import Callable, ContextManager, Iterator, Mapping, Protocol
 
 from ..bundle.format import Bundle, Entry, Unreadable
 
 
-class Version(NamedTuple):
-    """What identifies one version of a bundle: its ETag (or checksum, or modification time) and size."""
-
-    tag: str
-    size: int
-
-
 @dataclass(frozen=True)
 class Transfer:
-    """Bytes a store moved down and up, and conditional writes retried; not ``counted`` for a local path."""
+    """Bytes a store moved down and up; not ``counted`` for a local path."""
 
     counted: bool = False
     downloaded: int = 0
     uploaded: int = 0
-    conflicts: int = 0
 
     def since(self, earlier: "Transfer") -> "Transfer":
         """What was moved after ``earlier`` (the same store's figures, taken before)."""
-        return replace(self, downloaded=self.downloaded - earlier.downloaded,
-                       uploaded=self.uploaded - earlier.uploaded, conflicts=self.conflicts - earlier.conflicts)
+        return replace(self, downloaded=self.downloaded - earlier.downloaded, uploaded=self.uploaded - earlier.uploaded)
 
     def to_json(self) -> dict[str, int]:
         """The report's form: empty where nothing is counted."""
-        moved = {"downloaded": self.downloaded, "uploaded": self.uploaded, "conflicts": self.conflicts}
+        moved = {"downloaded": self.downloaded, "uploaded": self.uploaded, "conflicts": 0}  # format 1 keeps its members
         return moved if self.counted else {}
 
 
@@ -58,8 +49,6 @@ class Written(enum.Enum):
     SAVED = "saved"
     #: The bundle already held every addition; nothing was written.
     UNCHANGED = "unchanged"
-    #: Beside the bundle, as a delta for ``pytest-compilecache merge --deltas``.
-    DELTA = "delta"
 
 
 #: How :attr:`Saved.dropped` begins for an unreadable bundle written afresh (what ``--compile-cache-rebuild`` asks).
@@ -75,15 +64,11 @@ def replaced_unreadable(why: str) -> bool:
 class Saved:
     """What :meth:`BundleStore.add` did."""
 
-    #: The bundle now holding the additions (open: close it): the one written, the one that held them, or the delta.
+    #: The bundle now holding the additions (open: close it): the one written, or the one that held them.
     bundle: Bundle
     status: Written = Written.SAVED
-    #: The bundle's size in bytes (the whole object's, where only an entry of it was read).
+    #: The bundle's size in bytes (at a URL: every pack's).
     size: int = 0
-    #: The delta's URL, with :attr:`Written.DELTA`.
-    delta: str = ""
-    #: Why a delta, when it is one by design (not a problem).
-    note: str = ""
     #: What was left out (entries not vouched for, an unreadable bundle replaced), in words.
     dropped: tuple[str, ...] = ()
     #: ``{artifact type: count}`` dropped as unused in too many updating runs.
@@ -115,8 +100,6 @@ class BundleStore(Protocol):
     name: str
     #: The lock this machine's writers (and a session's warmup) hold, for messages.
     lock_file: str
-    #: Where deltas wait beside the bundle ("" where none are ever left).
-    deltas: str
     #: Whether reading or writing can fail for the store's sake (a network, a server), not the bundle's.
     may_be_unreachable: bool
 
@@ -129,7 +112,9 @@ class BundleStore(Protocol):
         """What this store moved so far (take it before and after an operation: :meth:`Transfer.since`)."""
 
     def read(self, env: Mapping[str, str] | None = None) -> Bundle | None:
-        """The bundle now (open: close it), or ``None`` if missing; with ``env``, that entry read where it is copied."""
+        """The bundle now (open: close it), or ``None`` if missing; with ``env``, only that entry need be read.
+        At a URL nothing but the packs' tables is downloaded: each artifact and binary is read when asked for, or
+        all of an entry's at once by :meth:`.format.Bundle.fetch_ahead`."""
 
     def locked(self) -> ContextManager[None]:
         """Hold this machine's writers' lock (reentrant in one thread); raises ``BundleError`` naming it."""
@@ -141,18 +126,11 @@ class BundleStore(Protocol):
             max_unused_runs: int = 0, rebuild: bool = False, counted: bool = True) -> Saved:
         """Merge ``additions`` into the bundle (see :func:`.merge.combine`); ``rebuild`` replaces one unreadable;
         ``counted``: ``run`` ran the whole suite, so it counts toward ``max_unused_runs`` (see :func:`.merge.stamp`).
-        A run that adds nothing to a bundle at a URL writes nothing, so it records no use and counts for nothing."""
+        At a URL it uploads one pack of what the bundle lacks, and drops nothing as unused (``prune`` does); a run
+        that adds nothing writes nothing, so it records no use and counts for nothing."""
 
-    def update(self, change: Callable[[Bundle | None], list[Entry] | None], unconditional: bool = False,
+    def update(self, change: Callable[[Bundle | None], list[Entry] | None],
                dropped: list[str] | None = None) -> Bundle | None:
-        """Read the bundle whole, let ``change`` compute its entries (``None``: leave it), and write them safely.
-        ``dropped``: an unreadable bundle counts as empty, said there; ``unconditional``: see :meth:`write_warning`."""
-
-    def write_warning(self) -> str:
-        """Why a write here cannot be made safe against other writers ("" where it can)."""
-
-    def list_deltas(self) -> list[str]:
-        """The URLs of the deltas waiting beside the bundle."""
-
-    def remove_deltas(self, urls: list[str]) -> list[str]:
-        """Remove deltas once they are folded into the bundle; those that could not be removed."""
+        """Read the bundle whole, let ``change`` compute its entries (``None``: leave it), and write them so that
+        they replace what was read (and nothing a writer added meanwhile). ``dropped``: an unreadable bundle (or
+        pack) counts as empty, said there."""

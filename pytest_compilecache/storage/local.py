@@ -56,8 +56,7 @@ class Lock:
 class LocalStore:
     """A bundle path, its lock, and the only code that reads or writes it (see :class:`.interface.BundleStore`)."""
 
-    #: Deltas are left only beside bundles at URLs; a path fails only for its own sake and moves nothing over a network.
-    deltas = ""
+    #: A path fails only for its own sake and moves nothing over a network.
     may_be_unreachable = False
     unreachable = ""
     transfer = Transfer()
@@ -100,9 +99,9 @@ class LocalStore:
             size = self.path.stat().st_size
             return Look(f"{self.path}: {counted(len(bundle.entries), 'environment')}, {size / 1e6:.2f} MB", True)
 
-    def update(self, change: Callable[[Bundle | None], list[Entry] | None], unconditional: bool = False,
+    def update(self, change: Callable[[Bundle | None], list[Entry] | None],
                dropped: list[str] | None = None) -> Bundle | None:
-        """Under the lock: :meth:`.interface.BundleStore.update` (``unconditional`` changes nothing)."""
+        """Under the lock: :meth:`.interface.BundleStore.update`."""
         with self.locked():
             files.remove_leftovers(self.path)
             try:
@@ -132,15 +131,3 @@ class LocalStore:
         """Merge ``additions`` into PATH, under its lock (see :meth:`.interface.BundleStore.add`)."""
         stamp(additions, history, run, counted)
         return fold(self.update, additions, run=run, max_unused_runs=max_unused_runs, rebuild=rebuild)
-
-    def write_warning(self) -> str:
-        """Nothing: every write is made under the lock."""
-        return ""
-
-    def list_deltas(self) -> list[str]:
-        """No deltas: they are left only beside bundles at URLs."""
-        return []
-
-    def remove_deltas(self, urls: list[str]) -> list[str]:
-        """``urls``: no delta is ever kept beside a path."""
-        return list(urls)

@@ -202,6 +202,13 @@ def what_is_new(current: Bundle | None, additions: list[Entry]) -> New:
     return New(nothing, counts)
 
 
+def without_unused(entries: list[Entry], runs: int) -> tuple[list[Entry], dict[str, int]]:
+    """``entries`` less what none of their last ``runs`` whole-suite updating runs used, and ``{type: count}`` of
+    what went (``cpp``: C++ kernels)."""
+    counts: dict[str, int] = {}
+    return [_without_unused(e, runs, counts, _kernel_ids(e.binaries)) for e in entries], counts
+
+
 def _kernel_ids(binaries: CarriedBinaries | None) -> set[str]:
     """The C++ kernels ``binaries`` carry, as usage records name them."""
     return {binary_id(f.path) for f in binaries.files.values() if is_cpp(f.path)} if binaries else set()

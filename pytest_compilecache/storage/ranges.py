@@ -1,12 +1,9 @@
-"""An object at a URL read by range requests (each one the client's, with its deadline), into memory or into a
-file a chunk at a time, counting the bytes moved."""
+"""An object at a URL read as a file by range requests (each one the client's, with its deadline)."""
 
 from __future__ import annotations
 
 import io
-import os
-from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable
 
 #: How much of a bundle's start the first range request reads: the marker, and most manifests.
 HEAD_BYTES = 64 * 1024
@@ -47,6 +44,15 @@ class Ranges(io.RawIOBase):
         self.pos += len(data)
         return len(data)
 
+    def read_at(self, at: int, size: int) -> bytes:
+        """``size`` bytes at ``at`` (fewer past the end), read when asked: a pack's section or artifact."""
+        from ..bundle.format import BundleError
+
+        try:
+            return self._get(at, min(at + size, self.size)) if at < self.size else b""
+        except BundleError as exc:  # as a file that cannot be read: the artifact or binary is left out, said once
+            raise OSError(str(exc)) from None
+
     def known(self) -> bytes:
         """The object's first bytes, as read already (the whole object, from a server that ignores ranges)."""
         return self._whole if self._whole is not None else self._head
@@ -77,35 +83,3 @@ class Ranges(io.RawIOBase):
                 return data
             parts.append(data)
         return b"".join(parts)
-
-
-def download(read: Callable[[int, int], bytes], size: int, spans: Iterable[tuple[int, int]], into: Path,
-             moved: Callable[[int], None] | None = None, known: bytes = b"", counted: int = 0) -> int:
-    """Write ``spans`` (first byte, length) of an object of ``size`` bytes into the file ``into``, each at its own
-    place (the rest left as zeros), :data:`CHUNK_BYTES` bytes a request, fsynced; ``known``: its first bytes,
-    read already. Returns the bytes moved (after ``counted``, told to ``moved`` after each request). A server that
-    ignores ranges sends the object whole, once, and it is written whole."""
-    with open(into, "wb") as f:
-        f.truncate(size)
-        f.write(known)
-        for first, last in _requests(spans, len(known), size):
-            data = read(first, last)
-            counted += len(data)
-            if moved is not None:
-                moved(counted)
-            whole = len(data) > last - first
-            f.seek(0 if whole else first)
-            f.write(data)
-            if whole:
-                break
-        f.flush()
-        os.fsync(f.fileno())
-    return counted
-
-
-def _requests(spans: Iterable[tuple[int, int]], known: int, size: int) -> Iterator[tuple[int, int]]:
-    """The ranges to ask for: ``spans`` past the first ``known`` bytes, in chunks."""
-    for start, length in sorted(spans):
-        end = min(start + length, size)
-        for first in range(max(start, known), end, CHUNK_BYTES):
-            yield first, min(end, first + CHUNK_BYTES)

@@ -8,16 +8,16 @@ from typing import Any, Mapping
 from .deadlines import DEFAULT_TIMEOUT
 from .interface import BundleStore
 from .local import LocalStore
-from .objects import UrlStore
+from .packs import PackStore
 from .urls import file_url_path, is_url
 
 
 def open_store(where: str | Path, lock_timeout: float, copies: Path,
                storage_options: Mapping[str, Any] | None = None, network_timeout: float = DEFAULT_TIMEOUT,
                unreachable: str = "") -> BundleStore:
-    """The store of the bundle at ``where``: a URL (copies under ``copies``; ``unreachable``: why another process
-    of the session stopped asking it), or a path, also as a ``file://`` URL."""
+    """The store of the bundle at ``where``: a URL (its packs' bytes kept under ``copies``; ``unreachable``: why
+    another process of the session stopped asking it), or a path, also as a ``file://`` URL."""
     name = str(where)
     if is_url(name):
-        return UrlStore(name, copies, lock_timeout, storage_options, network_timeout, unreachable)
+        return PackStore(name, copies, lock_timeout, storage_options, network_timeout, unreachable)
     return LocalStore(Path(file_url_path(name) or name), lock_timeout)

@@ -1,0 +1,364 @@
+"""A bundle at a URL as packs (docs/urls.md): bundle files that never change, under ``URL/packs/``, named by their
+content. A reader lists them and reads by range only what it uses; a writer adds one pack of what the others lack."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+from .. import files
+from ..bundle import signing
+from ..bundle.binaries import CarriedBinaries
+from ..bundle.format import Bundle, BundleError, Entry, write_bundle
+from ..bundle.members import Members
+from ..words import counted
+from .client import Client
+from .deadlines import DEFAULT_TIMEOUT
+from .interface import REPLACED_UNREADABLE, Look, Saved, Transfer, Written
+from .local import Lock
+from .merge import _union, env_id, mergeable, stamp, what_is_new
+from .ranges import CHUNK_BYTES, HEAD_BYTES, Ranges
+from .urls import redacted
+
+#: The folder of packs under the URL.
+PACKS = "packs"
+#: How long a pack that a compaction replaced stays, for readers that listed it before (see docs/urls.md).
+GRACE_SECONDS = 24 * 3600.0
+#: Ranges of one pack this close are asked as one request (the bytes between are cheaper than a request).
+_GAP = 256 * 1024
+
+#: Where bytes lie: a pack's name ("": the object at the URL itself), first byte, end.
+Span = tuple[str, int, int]
+
+
+@dataclass
+class PackedBundle(Bundle):
+    """The union of a URL's packs: what each entry holds is read by range when asked, or by :meth:`fetch_ahead`."""
+
+    #: What could not be used, in words (an unreadable pack, an entry not vouched for), each naming the pack.
+    problems: list[str] = field(default_factory=list)
+    _spans: dict[str, list[Span]] = field(default_factory=dict, repr=False)
+    _fetch: Callable[[list[Span]], None] | None = field(default=None, repr=False)
+
+    def fetch_ahead(self, entry: Entry) -> None:
+        """Download every artifact and binary of ``entry`` not yet on this machine, a few requests at once."""
+        if self._fetch is not None:
+            self._fetch(self._spans.get(env_id(entry.env), []))
+
+    def signature_problem(self, entry: Entry, secret: bytes) -> str:
+        """An entry put together from packs was made of those vouched for, each checked when read."""
+        return super().signature_problem(entry, secret) if entry.from_file else ""
+
+
+class PackStore:
+    """A bundle at a URL (see :class:`.interface.BundleStore`), its packs' bytes kept on this machine under
+    ``copies`` once read (a pack never changes); ``unreachable``: as in :func:`.stores.open_store`."""
+
+    #: A network and a server stand between this machine and the bundle.
+    may_be_unreachable = True
+
+    def __init__(self, url: str, copies: Path, lock_timeout: float,
+                 storage_options: Mapping[str, Any] | None = None, network_timeout: float = DEFAULT_TIMEOUT,
+                 unreachable: str = "") -> None:
+        self.client = Client(url, storage_options, network_timeout)
+        self.client.deadlines.gave_up = unreachable
+        self.name = self.client.name
+        self.folder = Path(copies) / hashlib.sha256(redacted(url).encode()).hexdigest()[:16]
+        writers = Lock(self.folder / "bundle", lock_timeout)
+        self._readers = Lock(self.folder / "read", lock_timeout)
+        self.lock_file, self.locked = writers.file, writers.held
+        #: Why each pack that could not be read could not, by name.
+        self._unreadable: dict[str, str] = {}
+
+    @property
+    def unreachable(self) -> str:
+        """Why this process no longer asks the store ("" while it answers)."""
+        return self.client.deadlines.gave_up
+
+    @property
+    def transfer(self) -> Transfer:
+        return Transfer(True, self.client.downloaded, self.client.uploaded)
+
+    def describe(self) -> Look:
+        """How many packs there are and their size (one listing, nothing downloaded)."""
+        try:
+            packs = self._listing()
+        except BundleError as exc:
+            return Look(str(exc), True, str(exc))
+        if not packs:
+            return Look(f"{self.name}: missing, the session will create it", False)
+        return Look(f"{self.name}: {counted(len(packs), 'pack')}, {sum(packs.values()) / 1e6:.1f} MB", True)
+
+    def read(self, env: Mapping[str, str] | None = None) -> PackedBundle | None:
+        """The union of the packs (``env``'s entry only, where given), or ``None`` where there are none."""
+        packs = self._listing()
+        return self._union(self._open(packs), env) if packs else None
+
+    def add(self, additions: list[Entry], history: Mapping[str, object] | None = None, run: float | None = None,
+            max_unused_runs: int = 0, rebuild: bool = False, counted: bool = True) -> Saved:
+        """Upload one pack of what ``additions`` hold that the packs lack (see :meth:`.interface.BundleStore.add`);
+        with ``rebuild``, all of it, replacing the packs of only these environments and the unreadable ones."""
+        before = self.transfer
+        if self.client.kind.read_only:
+            raise BundleError(f"{self.name}: {self.client.protocol}:// bundles are read-only; this run's artifacts "
+                              "were not published (publish to an object store such as s3:// and serve that over HTTP)")
+        stamp(additions, history, run, counted)
+        envs = {env_id(e.env): e.env for e in additions}
+        packs = self._listing()
+        opened = self._open(packs)
+        current = None if rebuild else self._union(opened, next(iter(envs.values())) if len(envs) == 1 else None)
+        try:
+            new = what_is_new(current, additions)
+            problems = tuple(current.problems) if current is not None else ()
+            if current is not None and new.nothing:
+                kept, current = current, None
+                return Saved(kept, Written.UNCHANGED, size=sum(packs.values()), dropped=problems,
+                             transfer=self.transfer.since(before))
+            entries = [_lacking(current, a) for a in additions]
+        finally:
+            if current is not None:
+                current.release()
+        replaced = [n for n, b in opened.items() if b is None or {env_id(e.env) for e in b.entries} <= set(envs)]
+        unreadable = [n for n in replaced if opened[n] is None] if rebuild else []
+        dropped = [f"{REPLACED_UNREADABLE} ({self._unreadable[n]}); a fresh pack replaces it" for n in unreadable]
+        self._write(entries, replaced if rebuild else [])
+        packs = self._listing()
+        written = self._union(self._open(packs), next(iter(envs.values())) if len(envs) == 1 else None)
+        assert written is not None
+        return Saved(written, size=sum(packs.values()), dropped=(*problems, *dropped),
+                     transfer=self.transfer.since(before),
+                     added=not new.nothing, added_artifacts=new.counts)
+
+    def update(self, change: Callable[[Bundle | None], list[Entry] | None],
+               dropped: list[str] | None = None) -> Bundle | None:
+        """One pack of ``change``'s entries, replacing every pack read (packs others add meanwhile stay); then the
+        packs replaced more than :data:`GRACE_SECONDS` ago are removed."""
+        opened = self._open(self._listing())
+        current = self._union(opened, None)
+        if current is not None and current.problems:
+            if dropped is None:
+                raise BundleError(current.problems[0])
+            dropped.extend(f"{REPLACED_UNREADABLE} ({why})" for why in current.problems)
+        if current is not None:
+            for entry in current.entries:
+                current.fetch_ahead(entry)
+        try:
+            entries = change(current)
+            if entries is None:
+                kept, current = current, None
+                return kept
+            self._write(entries, sorted(opened))
+        finally:
+            if current is not None:
+                current.release()
+        self._collect(opened)
+        return self.read()
+
+    def _listing(self) -> dict[str, int]:
+        """``{pack name: size}``; the object at the URL itself, where there is one, is the pack ``""``."""
+        packs = {name: size for name, size in self.client.listing(PACKS).items() if name.endswith(".bundle")}
+        own = self.client.size_of()
+        if own:
+            packs[""] = own
+        return packs
+
+    def _object(self, name: str) -> str:
+        return f"{PACKS}/{name}" if name else ""
+
+    def _kept(self, name: str, start: int, end: int) -> Path:
+        return self.folder / PACKS / name / f"{start}-{end}"
+
+    def _read(self, name: str, start: int, end: int) -> bytes:
+        """Bytes ``start:end`` of a pack: from this machine's copy of that part, or of the whole pack, else read
+        and kept (the object at the URL itself may change, so its bytes are never kept)."""
+        if name:
+            for path, at in ((self.folder / PACKS / name / "whole", start), (self._kept(name, start, end), 0)):
+                with contextlib.suppress(OSError), open(path, "rb") as f:
+                    f.seek(at)
+                    data = f.read(end - start)
+                    if len(data) == end - start:
+                        return data
+        (data,) = self.client.read_ranges([(self._object(name), start, end)])
+        if name:
+            self._keep(name, start, end, data)
+        return data
+
+    def _keep(self, name: str, start: int, end: int, data: bytes) -> None:
+        with contextlib.suppress(OSError):  # this machine keeps no copy: the next read asks again
+            files.write_atomic(self._kept(name, start, end), data, fsync=False)
+
+    def _fetch(self, spans: list[Span]) -> None:
+        """Download the spans this machine keeps no copy of, nearby ones of a pack in one request, all at once."""
+        missing = sorted({s for s in spans if s[0] and not self._has(*s)})
+        requests: list[tuple[Span, list[Span]]] = []
+        for span in missing:
+            last = requests[-1][0] if requests else None
+            if last is not None and last[0] == span[0] and span[1] - last[2] <= _GAP and \
+                    span[2] - last[1] <= CHUNK_BYTES:
+                requests[-1] = ((last[0], last[1], max(last[2], span[2])), [*requests[-1][1], span])
+            else:
+                requests.append((span, [span]))
+        for first in range(0, len(requests), 64):
+            batch = requests[first:first + 64]
+            answers = self.client.read_ranges([(self._object(n), s, e) for (n, s, e), _ in batch])
+            for ((_, start, _), parts), data in zip(batch, answers):
+                for name, s, e in parts:
+                    self._keep(name, s, e, data[s - start:e - start])
+
+    def _fetch_locked(self, spans: list[Span]) -> None:
+        """:meth:`_fetch` under this machine's readers' lock: one process downloads, the others find it here."""
+        with self._readers.held():
+            self._fetch(spans)
+
+    def _has(self, name: str, start: int, end: int) -> bool:
+        return (self.folder / PACKS / name / "whole").is_file() or self._kept(name, start, end).is_file()
+
+    def _open(self, packs: Mapping[str, int]) -> dict[str, Bundle | None]:
+        """Every pack's manifest (their first bytes read at once); ``None`` for one that cannot be read."""
+        self._fetch([(name, 0, min(HEAD_BYTES, size)) for name, size in packs.items() if size])
+        opened: dict[str, Bundle | None] = {}
+        for name, size in sorted(packs.items()):
+            label = f"{self.name}/{PACKS}/{name}" if name else self.name
+            try:
+                opened[name] = Bundle.over(Ranges(functools.partial(self._read, name), size),
+                                           self.folder / PACKS / (name or "at-the-url"), label, head=HEAD_BYTES)
+            except BundleError as exc:
+                opened[name] = None
+                self._unreadable[name] = str(exc)
+        return opened
+
+    def _union(self, opened: Mapping[str, Bundle | None], env: Mapping[str, str] | None) -> PackedBundle | None:
+        """The live packs' entries (``env``'s only, where given) joined per environment; the others listed unread."""
+        if not opened:
+            return None
+        secret = signing.key()
+        replaced = {old for b in opened.values() if b is not None
+                    and (secret is None or not any(e.vouched(secret) for e in b.entries)) for old in b.supersedes}
+        live = {n: b for n, b in opened.items() if n not in replaced}
+        problems = [self._unreadable.get(n, f"{self.name}/{PACKS}/{n}: cannot be read")
+                    for n, b in live.items() if b is None]
+        wanted = [(n, b, e) for n, b in live.items() if b is not None for e in b.entries
+                  if env is None or e.env == dict(env)]
+        self._fetch([span for n, b, e in wanted for span in _sections(n, b, e)])
+        spans: dict[str, list[Span]] = {}
+        parts = []
+        for name, bundle, entry in wanted:
+            try:
+                members = bundle.members(entry)
+                if entry.binaries_section is not None:
+                    listing = bundle.carried_listing(entry)
+                    entry.binaries = listing.as_stored(entry.binaries_section)
+                    problems += [f"{bundle.name}: {p}" for p in listing.problems]
+                _, problem = bundle.key_index(entry)
+            except BundleError as exc:
+                problems.append(str(exc))
+                continue
+            if problem:
+                problems.append(problem)
+            parts.append(entry)
+            first = bundle._start + entry.offset + entry.size
+            section = entry.binaries_section or {}
+            spans.setdefault(env_id(entry.env), []).extend(
+                [(name, first + m.offset, first + m.offset + m.stored) for m in members.table]
+                + [(name, bundle._start + section["offset"] + at, bundle._start + section["offset"] + at + stored)
+                   for at, stored in _binary_offsets(section)])
+        entries, dropped = _union(parts)
+        seen = {env_id(e.env) for e in entries}
+        for bundle in (b for b in live.values() if b is not None):
+            for entry in bundle.entries:
+                if env_id(entry.env) not in seen:  # another machine's: listed, for messages, never read
+                    seen.add(env_id(entry.env))
+                    entries.append(entry)
+        if not entries and problems:
+            raise BundleError(problems[0])
+        return PackedBundle(self.folder / "union.bundle", entries, label=self.name, problems=[*problems, *dropped],
+                            _spans=spans, _fetch=self._fetch_locked)
+
+    def _write(self, entries: list[Entry], supersedes: list[str]) -> str:
+        """Upload ``entries`` as a new pack (replacing the packs ``supersedes``), keep it here whole; its name."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix="pack-", suffix=".part", dir=self.folder)
+        os.close(fd)
+        staging = Path(name)
+        try:
+            write_bundle(Bundle(staging, entries, supersedes=tuple(supersedes), written=time.time()))
+            pack = f"{files.checksum(staging)[0][:32]}.bundle"
+            self.client.put(staging, f"{PACKS}/{pack}")
+            with contextlib.suppress(OSError):
+                (self.folder / PACKS / pack).mkdir(parents=True, exist_ok=True)
+                files.replace(staging, self.folder / PACKS / pack / "whole")
+        finally:
+            staging.unlink(missing_ok=True)
+        return pack
+
+    def _collect(self, opened: Mapping[str, Bundle | None]) -> list[str]:
+        """Remove the packs replaced more than :data:`GRACE_SECONDS` ago, the earliest replaced first; stop at
+        the first that stays (so no pack replaced comes back); the names removed."""
+        now = time.time()
+        when: dict[str, float] = {}
+        for bundle in opened.values():
+            if bundle is not None and bundle.written and now - bundle.written > GRACE_SECONDS:
+                for old in bundle.supersedes:
+                    when[old] = min(when.get(old, bundle.written), bundle.written)
+        removed = []
+        for name in sorted((n for n in when if n in opened), key=lambda n: when[n]):
+            if not self.client.remove(self._object(name)):
+                break
+            removed.append(name)
+        return removed
+
+
+def _sections(name: str, bundle: Bundle, entry: Entry) -> Iterator[Span]:
+    """The spans of an entry's table and key index (its binaries' listing is in the manifest)."""
+    yield name, bundle._start + entry.offset, bundle._start + entry.offset + entry.size
+    if entry.index_section is not None:
+        at = bundle._start + entry.index_section["offset"]
+        yield name, at, at + entry.index_section["size"]
+
+
+def _binary_offsets(section: Mapping[str, Any]) -> Iterator[tuple[int, int]]:
+    """(where in the section, stored size) of each file a binaries section lists."""
+    at = 0
+    for *_, stored in section.get("files", []):
+        yield at, stored
+        at += stored
+
+
+def _lacking(current: Bundle | None, addition: Entry) -> Entry:
+    """``addition`` less the artifacts and binaries ``current`` holds for its environment; its key index keeps the
+    run's record of every artifact it used, and the key details of those it adds."""
+    have = current.find(addition.env) if current is not None else None
+    if have is None:
+        return addition
+    held = {(m.kind, m.key, m.sha256) for m in mergeable(have).table}
+    members = mergeable(addition)
+    kept = [m for m in members.table if (m.kind, m.key, m.sha256) not in held]
+    index = addition.index
+    if index is not None:
+        used = dict(index.used)
+        index = index.restricted({m.key for m in kept})
+        index.used = used
+    smaller = addition.with_members(Members.chosen((members, m) for m in kept), index, binaries=False)
+    if addition.binaries:
+        carried = have.binaries.files if have.binaries else {}
+        smaller.binaries = CarriedBinaries(dict(addition.binaries.builds), {
+            key: f for key, f in addition.binaries.files.items() if key not in carried}) or None
+    return smaller
+
+
+def read_url(url: str, copies: Path, storage_options: Mapping[str, Any] | None = None,
+             network_timeout: float = DEFAULT_TIMEOUT) -> Bundle:
+    """The whole bundle at ``url``, every entry's parts downloaded (each checked when read), for the command line."""
+    bundle = PackStore(url, copies, 60.0, storage_options, network_timeout).read()
+    if bundle is None:
+        raise FileNotFoundError(redacted(url))
+    for entry in bundle.entries:
+        bundle.fetch_ahead(entry)
+    return bundle
