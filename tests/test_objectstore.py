@@ -1,10 +1,13 @@
 """Bundles at URLs, against real servers this module starts on loopback: an S3 server (moto's server
-mode, reached by s3fs over TCP) and a plain static HTTP server. Shards that share one S3 bundle,
-writers that race (a real conditional write failing and retried), a server stopped mid-run, wrong
-credentials, an object deleted or corrupted while it is read, and read-only HTTP."""
+mode, reached by s3fs over TCP), Azure Blob Storage (Azurite), Google Cloud Storage (an emulator) and
+a plain static HTTP server. A bundle at a URL is a folder of packs that never change: shards that
+share one, writers at once that lose nothing, a run that downloads only what it uses and uploads
+only what it adds, pruning that never removes a pack a reader may still read, a server stopped
+mid-run, wrong credentials, a pack deleted or corrupted while it is read, and read-only HTTP."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import json
 import shutil
@@ -17,12 +20,13 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from pytest_compilecache import cli
-from pytest_compilecache.bundle.format import Bundle, BundleError, Entry, NotABundle, read_manifest
+from pytest_compilecache.bundle.format import BundleError, Entry, read_manifest
+from pytest_compilecache.bundle.members import Members
+from pytest_compilecache.storage import packs
 from pytest_compilecache.storage.interface import Written
-from pytest_compilecache.storage.merge import combine
-from pytest_compilecache.storage.objects import UrlStore, read_url
-from pytest_compilecache.storage.ranges import HEAD_BYTES, Ranges
-from servers import azurite_connection, azurite_server, free_port, s3_server, wait_for
+from pytest_compilecache.storage.packs import PACKS, PackStore, read_url
+from pytest_compilecache.storage.ranges import HEAD_BYTES
+from servers import azurite_connection, azurite_server, free_port, gcs_options, gcs_server, s3_server, wait_for
 
 #: Real sessions against real servers and suites: left out of the fast tier (-m "not slow").
 pytestmark = pytest.mark.slow
@@ -90,11 +94,38 @@ def az(azurite: str, monkeypatch: pytest.MonkeyPatch) -> str:
     return f"az://{name}"
 
 
-@pytest.fixture(params=["s3", "az"])
+@pytest.fixture(scope="module")
+def gcs() -> Iterator[str]:
+    """A Google Cloud Storage emulator on a free loopback port; its endpoint."""
+    pytest.importorskip("gcsfs", reason="gcsfs is not installed (pip install 'pytest-compilecache[test]')")
+    with gcs_server() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture
+def gs(gcs: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A new, empty bucket on the module's GCS emulator, its options in the environment; its URL."""
+    import gcsfs
+
+    options = gcs_options(gcs)
+    monkeypatch.setenv("PYTEST_COMPILE_CACHE_STORAGE_OPTIONS", json.dumps(options))
+    name = f"bundles-{uuid.uuid4().hex[:12]}"
+    gcsfs.GCSFileSystem(**options, skip_instance_cache=True).mkdir(name)
+    return f"gs://{name}"
+
+
+@pytest.fixture(params=["s3", "az", "gs"])
 def store_root(request: pytest.FixtureRequest) -> str:
-    """A new, empty bucket (S3, on moto) or container (Azure Blob, on Azurite): each store with
-    conditional writes."""
+    """A new, empty bucket (S3 on moto, GCS on its emulator) or container (Azure Blob, on Azurite)."""
     return str(request.getfixturevalue(request.param))
+
+
+def _store(url: str, folder: Path) -> PackStore:
+    """The store at ``url`` with the options a session reads from the environment (the GCS emulator's)."""
+    import os
+
+    options = json.loads(os.environ.get("PYTEST_COMPILE_CACHE_STORAGE_OPTIONS") or "{}")
+    return PackStore(url, folder, 30, options)
 
 
 @pytest.fixture(autouse=True)
@@ -128,19 +159,30 @@ def _report(path: Path) -> dict[str, Any]:
     return dict(json.loads(path.read_text())["bundle"])
 
 
-def _tagged(tag: str) -> Entry:
-    """The entry of the GPU bundle in tests/data, as if made for ``cache_key_tag=tag`` (no torch needed)."""
+def _tagged(tag: str, *variants: int) -> Entry:
+    """The entry of the GPU bundle in tests/data, as if made for ``cache_key_tag=tag`` (no torch needed); with
+    ``variants``, it holds the same artifacts under keys of each variant's own, as other tests' compiles would."""
     with read_manifest(DATA_BUNDLE) as bundle:
         bundle.read_all()
         entry = bundle.entries[0]
+        if variants:
+            contents = list(bundle.members(entry).contents())
+            members = Members.packed((kind, key[:-4] + f"{n:04x}", content)
+                                     for n in variants for kind, key, content in contents)
+            entry = entry.with_members(members, None)
     return dataclasses.replace(entry, env={**entry.env, "cache_key_tag": tag})
+
+
+def _packs(store: PackStore) -> list[str]:
+    return sorted(store.client.listing(PACKS))
 
 
 def test_shards_share_one_s3_bundle(pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult],
                                     s3: str) -> None:
-    """The first shard creates the bundle; the command line adds another machine's entry to it;
-    another machine loads it, downloading only its own entry; a machine that has this version
-    downloads nothing, and with nothing new it uploads nothing; a shard whose code changed adds to it."""
+    """The first shard creates the bundle (one pack); the command line adds another machine's entry
+    (a second pack); a fresh runner loads it, downloading only what its test used; a machine that
+    read it before downloads nothing; with nothing new nothing is uploaded; a shard whose code changed
+    uploads one pack of what it added, not what was there."""
     url = f"{s3}/ci/suite.bundle"
     pytester.makepyfile(test_s=TESTS)
 
@@ -157,140 +199,155 @@ def test_shards_share_one_s3_bundle(pytester: pytest.Pytester, run_inner: Callab
     assert first["saved"]["artifacts"]["cpp"]["count"] > 0, "the summary counts the binaries it uploaded"
     assert first["saved"]["transfer"]["uploaded"] > 0
     assert first["at_start"] == f"{url}: missing, the session will create it"
+    store = _store(url, pytester.path / "check")
+    assert len(_packs(store)) == 1
 
-    assert cli.main(["merge", "-o", url, url, str(DATA_BUNDLE)]) == 0
-    merged = read_url(url, pytester.path / "check")
-    size = merged.path.stat().st_size
-    gpu = next(e for e in merged.entries if e.env["device"] != "cpu")
-    gpu_bytes = gpu.size + (gpu.stored or 0) + sum((s or {}).get("size", 0) for s in (gpu.binaries_section,
-                                                                                       gpu.index_section))
-    assert len(merged.entries) == 2 and gpu_bytes > 0
+    assert cli.main(["merge", "-o", url, str(DATA_BUNDLE)]) == 0
+    assert len(_packs(store)) == 2, "the other machine's entry is a pack of its own"
+    whole = sum(store.client.listing(PACKS).values())
 
     second = shard("two")
     process = second["processes"][0]
     assert process["status"] == "loaded", process
-    assert 0 < process["downloaded_bytes"] < size - gpu_bytes + HEAD_BYTES, \
-        "only this machine's entry (and the manifest's range) was downloaded"
+    assert 0 < process["downloaded_bytes"] < whole - DATA_BUNDLE.stat().st_size + 2 * HEAD_BYTES, \
+        "only this machine's parts (and each pack's first bytes) were downloaded"
     assert second["saved"]["status"] == "kept"
 
     again = shard("two")
     assert again["processes"][0]["status"] == "loaded"
-    assert again["processes"][0]["downloaded_bytes"] == 0
-    assert "this machine keeps a copy of this version" in again["at_start"]
+    assert again["processes"][0]["downloaded_bytes"] == 0, "every part it reads was kept on this machine"
+    assert again["at_start"] == f"{url}: 2 packs, {whole / 1e6:.1f} MB"
 
     nothing_new = shard("two", "--compile-cache-update")
     assert nothing_new["saved"]["status"] == "unchanged"
-    assert nothing_new["saved"]["transfer"] == {"downloaded": 0, "uploaded": 0, "conflicts": 0}, \
-        "this machine's copy of its own entry showed that nothing was new: nothing moved"
+    assert nothing_new["saved"]["transfer"] == {"downloaded": 0, "uploaded": 0, "conflicts": 0}
 
+    held = set(store.client.listing(PACKS))
     pytester.makepyfile(test_s=TESTS + MORE)
     changed = shard("three", "--compile-cache-update")
     assert changed["saved"]["status"] == "saved"
-    assert changed["saved"]["transfer"]["uploaded"] > 0
-    store = UrlStore(url, pytester.path / "check2", 30)
-    with store.locked():
-        _, whole = store.read_whole()
-    assert whole is not None
-    mine = [e for e in whole.entries if e.env["device"] == "cpu"]
-    assert len(whole.entries) == 2 and mine[0].artifacts["inductor"]["count"] == 2, "the other entry is kept"
+    after = store.client.listing(PACKS)
+    (added,) = set(after) - held
+    assert changed["saved"]["transfer"]["uploaded"] == after[added] < whole / 2, \
+        "one pack of what it added, not the bundle again"
+    merged = read_url(url, pytester.path / "check2")
+    mine = [e for e in merged.entries if e.env["device"] == "cpu"]
+    assert len(merged.entries) == 2 and mine[0].artifacts["inductor"]["count"] == 2, "the other entry is kept"
 
 
-@pytest.mark.parametrize("exists", [True, False], ids=["update", "create"])
-def test_racing_writers_both_land(store_root: str, tmp_path: Path, exists: bool) -> None:
-    """Shard B writes between shard A's read and A's write (of a bundle that exists, or of a new one):
-    A's conditional write (If-Match, or create-only) fails on the real server, A reads again and
-    writes the union."""
+def test_writers_at_once_lose_nothing(store_root: str, tmp_path: Path) -> None:
+    """Eight shards add to one bundle at once, on the real server: four add entries for machines of
+    their own, four add other tests' artifacts to one machine's entry. Every pack lands, nothing is
+    lost, and no write waits for another (no condition, no retry, no delta)."""
     url = f"{store_root}/race.bundle"
-    a = UrlStore(url, tmp_path / "a", 30)
-    b = UrlStore(url, tmp_path / "b", 30)
-    if exists:
-        b.add([_tagged("first")])
-    reads: list[int] = []
+    _store(url, tmp_path / "first").add([_tagged("shared", 1)])
+    jobs = [[_tagged(f"machine {n}")] for n in range(4)] + [[_tagged("shared", n)] for n in range(2, 6)]
+    stores = [_store(url, tmp_path / f"shard-{n}") for n in range(len(jobs))]
+    with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
+        saved = list(pool.map(lambda job: job[0].add(job[1]), zip(stores, jobs)))
+    assert all(s.status is Written.SAVED for s in saved)
+    assert len(_packs(stores[0])) == 9
+    bundle = read_url(url, tmp_path / "check")
+    tags = sorted(e.env["cache_key_tag"] for e in bundle.entries)
+    assert tags == ["machine 0", "machine 1", "machine 2", "machine 3", "shared"]
+    shared = bundle.find(_tagged("shared").env)
+    assert shared is not None
+    other = bundle.find(_tagged("machine 0").env)
+    assert other is not None
+    per_test = len(bundle.members(other).table)
+    assert len(bundle.members(shared).table) == 5 * per_test, "the artifacts of all five shards"
 
-    def change(current: Any) -> list[Entry]:
-        reads.append(len(current.entries) if current else 0)
-        if len(reads) == 1:
-            b.add([_tagged("b")])
-        return combine(current, [_tagged("a")]).entries
 
-    a.update(change)
-    assert reads == ([1, 2] if exists else [0, 1]), "A read again after its first conditional write failed"
-    assert a.transfer.conflicts == 1
-    tags = {e.env["cache_key_tag"] for e in read_url(url, tmp_path / "check").entries}
-    assert tags == ({"first", "a", "b"} if exists else {"a", "b"})
-
-
-def test_a_store_without_conditional_writes_keeps_deltas_for_merge(tmp_path: Path, capsys: Any) -> None:
-    """fsspec's local:// file system has no conditional write this plugin uses: a session's write
-    leaves a delta and says so, the bundle is never written, and `merge --deltas` folds the deltas in
-    (writing without a condition, with a warning) and removes them."""
+def test_a_folder_holds_the_same_layout_and_pruning_keeps_what_readers_read(tmp_path: Path, capsys: Any,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """local:// is the layout on this machine's disk. A file is pushed to a URL and pulled back into a
+    file; prune writes one pack replacing those it read; a reader that listed the packs before still
+    reads every artifact from them, and the packs it replaced go only once they were replaced longer
+    ago than the grace."""
     url = f"local://{tmp_path / 'store' / 'b.bundle'}"
-    store = UrlStore(url, tmp_path / "copies", 30)
-    saved = store.add([_tagged("x")])
-    assert saved.status is Written.DELTA and saved.delta.startswith(url + ".deltas/")
-    assert "offers no conditional write" in saved.note and saved.dropped == (), "by design, not a problem"
-    assert saved.bundle.entries[0].env["cache_key_tag"] == "x"
-    assert not (tmp_path / "store" / "b.bundle").exists(), "the bundle itself is never written without a condition"
-    UrlStore(url, tmp_path / "copies-2", 30).add([_tagged("y")])
-    assert len(store.list_deltas()) == 2
-    assert cli.main(["merge", "--deltas", "-o", url]) == 0
-    out, err = capsys.readouterr()
-    assert "2 delta(s) folded in, 2 removed" in out
-    assert "offers no conditional write this plugin can use; it is written without one" in err
-    assert sorted(e.env["cache_key_tag"] for e in read_url(url, tmp_path / "check").entries) == ["x", "y"]
-    assert store.list_deltas() == []
-    assert cli.main(["merge", "--deltas", "-o", url]) == 0
-    assert "no deltas wait beside it" in capsys.readouterr().out
+    store = PackStore(url, tmp_path / "copies", 30)
+    store.add([_tagged("x")])
+    store.add([_tagged("y")])
+    assert cli.main(["merge", "-o", url, str(DATA_BUNDLE)]) == 0
+    assert len(_packs(store)) == 3
+    assert cli.main(["merge", "-o", str(tmp_path / "pulled.bundle"), url]) == 0
+    with read_manifest(tmp_path / "pulled.bundle") as pulled:
+        assert sorted(e.env.get("cache_key_tag", "") for e in pulled.entries) == ["", "x", "y"]
+    capsys.readouterr()
+
+    before = PackStore(url, tmp_path / "early-reader", 30).read(_tagged("x").env)
+    assert before is not None
+    assert cli.main(["prune", url, "--drop", "cache_key_tag=y"]) == 0
+    assert "kept 2 of 3 environments" in capsys.readouterr().out
+    assert len(_packs(store)) == 4, "the packs it replaced stay for readers that listed them"
+    entry = before.find(_tagged("x").env)
+    assert entry is not None
+    assert [c for _, _, c in before.members(entry).contents()], "a reader from before reads every artifact"
+    assert sorted(e.env.get("cache_key_tag", "") for e in read_url(url, tmp_path / "c1").entries) == ["", "x"]
+
+    assert cli.main(["prune", url, "--drop", "cache_key_tag=x"]) == 0
+    assert len(_packs(store)) == 5, "within the grace nothing goes"
+    monkeypatch.setattr(packs, "GRACE_SECONDS", 0.0)
+    assert cli.main(["merge", "-o", url, str(DATA_BUNDLE)]) == 0
+    assert len(_packs(store)) == 2, "the packs replaced before this write are gone once the grace passed"
+    assert [e.env.get("cache_key_tag", "") for e in read_url(url, tmp_path / "c2").entries] == [""]
 
 
-def test_an_object_deleted_while_it_is_read(s3: str, tmp_path: Path) -> None:
-    """The manifest is read by range; the object is deleted before the payload is: a clear error. (A bundle
-    larger than the manifest's range: the one in tests/data, format 1.)"""
+def test_a_pack_deleted_while_it_is_read(s3: str, tmp_path: Path) -> None:
+    """A reader lists the packs and reads the tables; the pack is deleted before an artifact is read:
+    that artifact cannot be used, said with the URL; a new reader finds no bundle."""
     url = f"{s3}/gone.bundle"
-    store = UrlStore(url, tmp_path, 30)
-    fs, path = store.client.filesystem()
-    fs.put_file(str(DATA_BUNDLE), path)
-    version = store.version()
-    assert version is not None
-    raw = Ranges(store.client.read_range, version.size)
-    remote = Bundle.over(raw, tmp_path / "x", url, head=HEAD_BYTES)
-    assert raw.moved <= HEAD_BYTES, "only the start of the object was read for the manifest"
-    fs.rm_file(path)
-    with pytest.raises(BundleError, match=f"^{url}: cannot read it: it was deleted while it was being read"):
-        remote.payload(remote.entries[0])
-    assert store.read(remote.entries[0].env) is None
+    store = _store(url, tmp_path / "a")
+    store.add([_tagged("x", 1, 2, 3, 4)])  # past the pack's first 64 kB, which a reader reads at once
+    env = _tagged("x").env
+    reader = _store(url, tmp_path / "b").read(env)
+    assert reader is not None
+    entry = reader.find(env)
+    assert entry is not None
+    fs = store.client.filesystem()[0]
+    for name in _packs(store):
+        fs.rm_file(store.client.path(f"{PACKS}/{name}"))
+    member = reader.members(entry).table[-1]
+    with pytest.raises(Exception, match=f"{url}: cannot read it: "):
+        reader.members(entry).read(member)
+    assert _store(url, tmp_path / "c").read(env) is None
 
 
-def test_a_corrupt_object_never_replaces_a_good_copy(s3: str, built: Path, tmp_path: Path) -> None:
+def test_a_damaged_pack_is_said_and_left_out(s3: str, built: Path, tmp_path: Path) -> None:
+    """A pack whose table is damaged, or that is no bundle at all, is left out with one problem naming
+    it, and the other packs are read; a damaged artifact fails its checksum when read, never reaching
+    torch; no pack is ever written over."""
     url = f"{s3}/flip.bundle"
-    store = UrlStore(url, tmp_path, 30)
-    fs, path = store.client.filesystem()
+    store = _store(url, tmp_path / "a")
+    store.add([_tagged("good")])
+    fs = store.client.filesystem()[0]
     good = built.read_bytes()
-    fs.pipe_file(path, good)
     with read_manifest(built) as local:
         env = local.entries[0].env
         inside_table = local._start + local.entries[0].offset + 5
         inside_artifact = local._start + local.entries[0].offset + local.entries[0].size + 10
-    with store.read(env) as bundle:
-        assert bundle.find(env) is not None
-    copies = {p: p.read_bytes() for p in store.copies.folder.glob("*.bundle")}
-    assert len(copies) == 1
-    with read_manifest(built) as local:
-        section = local.entries[0].binaries_section
-        assert section is not None, "the built bundle carries C++ binaries"
-        inside_binaries = local._start + section["offset"] + 10
-    for where, what in ((inside_table, "table of artifacts"), (inside_artifact, "entry for"),
-                        (inside_binaries, "binaries")):
-        bad = bytearray(good)
-        bad[where] ^= 0xFF
-        fs.pipe_file(path, bytes(bad))
-        with pytest.raises(BundleError, match=f"^{url}: corrupt: the {what} "):
-            store.read(env)
-        assert {p: p.read_bytes() for p in store.copies.folder.glob("*.bundle")} == copies, "no bad copy was kept"
-    fs.pipe_file(path, b"hello, not a bundle")
-    with pytest.raises(NotABundle):
-        store.add([_tagged("z")])
-    assert fs.cat_file(path) == b"hello, not a bundle"
+    bad = bytearray(good)
+    bad[inside_table] ^= 0xFF
+    fs.pipe_file(store.client.path(f"{PACKS}/table.bundle"), bytes(bad))
+    fs.pipe_file(store.client.path(f"{PACKS}/junk.bundle"), b"hello, not a bundle")
+    bundle = _store(url, tmp_path / "b").read()
+    assert bundle is not None
+    assert [e.env["cache_key_tag"] for e in bundle.entries] == ["good"]
+    assert any(f"{url}/{PACKS}/table.bundle: corrupt: the table of artifacts" in p for p in bundle.problems)
+    assert any(f"{url}/{PACKS}/junk.bundle: not a pytest-compilecache bundle" in p for p in bundle.problems)
+    fs.rm_file(store.client.path(f"{PACKS}/table.bundle"))
+    bad = bytearray(good)
+    bad[inside_artifact] ^= 0xFF
+    fs.pipe_file(store.client.path(f"{PACKS}/artifact.bundle"), bytes(bad))
+    bundle = _store(url, tmp_path / "c").read(env)
+    assert bundle is not None
+    entry = bundle.find(env)
+    assert entry is not None
+    from pytest_compilecache.bundle.members import MemberDamaged
+
+    with pytest.raises(MemberDamaged, match="fails its checksum|does not inflate"):
+        list(bundle.members(entry).contents())
+    assert fs.cat_file(store.client.path(f"{PACKS}/junk.bundle")) == b"hello, not a bundle"
 
 
 def test_a_bundle_served_over_plain_http_is_read_only(pytester: pytest.Pytester, built: Path,
@@ -358,7 +415,7 @@ def test_wrong_credentials_and_missing_packages_are_named(pytester: pytest.Pytes
         import gcsfs  # noqa: F401
     except ImportError:
         with pytest.raises(BundleError, match=r"pip install 'pytest-compilecache\[gcs\]'"):
-            UrlStore("gs://bundles/b.bundle", pytester.path, 30).version()
+            PackStore("gs://bundles/b.bundle", pytester.path, 30).read()
 
 
 def test_an_unreachable_store_still_gets_a_warm_session(pytester: pytest.Pytester,
@@ -397,46 +454,44 @@ def test_warm(warm_cache):
     assert f'Could not connect to the endpoint URL: "{dead}/bundles/b.bundle"' in out
 
 
-def test_with_the_key_set_an_unsigned_entry_is_replaced_not_kept(s3: str, built: Path, tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """A bundle written before signing was turned on already holds every artifact of this run: with
-    the key set, the run still writes, so the entry becomes one that the next run can use."""
+def test_with_the_key_set_an_unsigned_pack_is_replaced_not_kept(s3: str, built: Path, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pack written before signing was turned on already holds every artifact of this run: with the
+    key set, the run still writes (a signed pack replacing the unsigned one), so the next run can use
+    it, and then finds nothing to write."""
     from pytest_compilecache import _torchapi
     from pytest_compilecache.bundle.format import make_entry
 
     url = f"{s3}/signed.bundle"
-    store = UrlStore(url, tmp_path, 30)
-    fs, path = store.client.filesystem()
-    fs.put_file(str(built), path)
+    assert cli.main(["merge", "-o", url, str(built)]) == 0
+    store = _store(url, tmp_path / "a")
     with read_manifest(built) as local:
         local.read_all()
         old = local.entries[0]
-    payload = local.payload(old)
+        payload = local.payload(old)
     monkeypatch.setenv("PYTEST_COMPILE_CACHE_KEY", "s3cret")
     assert store.add([make_entry(old.env, payload, _torchapi.describe_artifacts(payload))]).status is Written.SAVED
-    (entry,) = read_url(url, tmp_path / "check").entries
-    assert entry.signature and not entry.vouched(b"s3cret")
+    bundle = read_url(url, tmp_path / "check")
+    (entry,) = bundle.entries
+    assert bundle.problems == [] and not bundle.signature_problem(entry, b"s3cret"), "the unsigned pack is replaced"
     saved = store.add([make_entry(old.env, payload, _torchapi.describe_artifacts(payload))])
     assert saved.status is Written.UNCHANGED, "now signed and complete: nothing to write"
 
 
-def test_xdist_workers_load_a_warmup_kept_only_as_a_delta(pytester: pytest.Pytester,
-                                                          run_inner: Callable[..., pytest.RunResult],
-                                                          tmp_path: Path) -> None:
-    """On a store without conditional writes an updating session's warmup goes to a delta, not to
-    the bundle: every worker loads the bundle's entry with that delta folded in, so a warm test hits
-    what the warmup compiled and what an earlier session left in the bundle."""
+def test_xdist_workers_load_the_warmup_pack(pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult],
+                                            tmp_path: Path) -> None:
+    """An updating session's warmup adds a pack beside what an earlier session left: every worker loads
+    both, so a warm test hits what the warmup compiled and what the earlier session saved."""
     pytest.importorskip("xdist")
-    stored = tmp_path / "store" / "b.bundle"
-    url = f"local://{stored}"
+    url = f"local://{tmp_path / 'store' / 'b.bundle'}"
     pytester.makepyfile(test_earlier="""
 import torch
 
 def test_earlier():
     torch.compile(lambda x: torch.cos(x) - 2, dynamic=False)(torch.randn(8))
 """)
-    first = run_inner(f"--compile-cache-bundle={stored}", ini=f"compile_cache_home = {pytester.path / 'home'}")
-    assert first.ret == 0 and stored.is_file(), first.stdout.str()
+    first = run_inner(f"--compile-cache-bundle={url}", ini=f"compile_cache_home = {pytester.path / 'home'}")
+    assert first.ret == 0, first.stdout.str()
     (pytester.path / "test_earlier.py").unlink()
     pytester.makeconftest(
         "import torch\n\ndef pytest_compilecache_warmup(cache):\n"
@@ -456,14 +511,11 @@ def test_warm_{n}(warm_cache):
                        "--dist", "loadfile", "--compile-cache-strict", "--compile-cache-update",
                        ini=f"compile_cache_home = {pytester.path / 'home'}")
     result.assert_outcomes(passed=2)
-    assert result.ret == 0, "a delta on a store without conditional writes is by design, not a problem"
+    assert result.ret == 0
     bundle = _report(report)
     assert sorted(p["status"] for p in bundle["processes"]) == ["loaded", "loaded"], bundle["processes"]
-    # Both loaded the bundle's entry with the warmup's delta folded in, said so (not as a private file's path).
-    assert all(p["reason"].startswith(f"{url} and this session's delta: ") for p in bundle["processes"]), \
-        bundle["processes"]
-    assert bundle["saved"]["status"] == "delta"
-    result.stdout.fnmatch_lines([f"bundle written as a delta only: {url}.deltas/*offers no conditional write*"])
+    assert all(p["reason"].startswith(f"{url}: ") for p in bundle["processes"]), bundle["processes"]
+    assert len(list((tmp_path / "store" / "b.bundle" / PACKS).iterdir())) == 2
     assert "PROBLEM" not in result.stdout.str()
 
 
@@ -471,7 +523,7 @@ def test_a_plain_http_server_that_cannot_be_reached_is_not_a_missing_bundle(tmp_
     pytest.importorskip("aiohttp", reason="aiohttp is not installed (pip install 'pytest-compilecache[http]')")
     dead = f"http://127.0.0.1:{free_port()}/suite.bundle"
     with pytest.raises(BundleError, match=f"^{dead}: cannot read it: .*(onnect|refused)"):
-        UrlStore(dead, tmp_path, 30).version()
+        PackStore(dead, tmp_path, 30).read()
     served = tmp_path / "www"
     served.mkdir()
     port = free_port()
@@ -479,7 +531,7 @@ def test_a_plain_http_server_that_cannot_be_reached_is_not_a_missing_bundle(tmp_
                              str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     try:
         wait_for(port, proc, "http.server")
-        assert UrlStore(f"http://127.0.0.1:{port}/none.bundle", tmp_path, 30).version() is None, \
+        assert PackStore(f"http://127.0.0.1:{port}/none.bundle", tmp_path, 30).read() is None, \
             "a 404 is a bundle that does not exist yet"
     finally:
         proc.terminate()
@@ -489,23 +541,23 @@ def test_a_plain_http_server_that_cannot_be_reached_is_not_a_missing_bundle(tmp_
 def test_a_missing_bucket_is_said_at_the_start(s3: str, tmp_path: Path) -> None:
     url = f"s3://no-such-bucket-{uuid.uuid4().hex[:8]}/b.bundle"
     with pytest.raises(BundleError, match=f"^{url}: no such bucket"):
-        UrlStore(url, tmp_path, 30).version()
-    assert UrlStore(f"{s3}/not-yet.bundle", tmp_path, 30).version() is None
+        PackStore(url, tmp_path, 30).read()
+    assert PackStore(f"{s3}/not-yet.bundle", tmp_path, 30).read() is None
 
 
 def test_urls_are_parsed_and_shown_without_credentials(tmp_path: Path, capsys: Any) -> None:
     from pytest_compilecache.storage.urls import file_url_path, is_url
 
-    signed = UrlStore("https://user:pw@cdn.example/b.bundle?X-Amz-Signature=abc", tmp_path, 30)
+    signed = PackStore("https://user:pw@cdn.example/b.bundle?X-Amz-Signature=abc", tmp_path, 30)
     assert signed.name == "https://cdn.example/b.bundle"
     azure = "abfs://container@account.dfs.core.windows.net/ci/b.bundle"
-    assert UrlStore(azure, tmp_path, 30).name == azure, "a container@account is no credential"
+    assert PackStore(azure, tmp_path, 30).name == azure, "a container@account is no credential"
     from pytest_compilecache.storage.urls import redacted
 
     assert redacted("rediss://:s3cret@cache.internal:6380/0") == "rediss://cache.internal:6380/0"
-    other = UrlStore("https://cdn.example/b.bundle?X-Amz-Signature=other", tmp_path, 30)
-    assert signed.copies.folder == other.copies.folder, \
-        "a presigned URL that changes every run keeps one folder of copies"
+    other = PackStore("https://cdn.example/b.bundle?X-Amz-Signature=other", tmp_path, 30)
+    assert signed.folder == other.folder, \
+        "a presigned URL that changes every run keeps one folder of kept parts"
     assert cli.main(["--storage-options", "[1]", "inspect", "s3://b/x.bundle"]) == 2
     assert "--storage-options must be a JSON object" in capsys.readouterr().err
 
@@ -519,31 +571,16 @@ def test_urls_are_parsed_and_shown_without_credentials(tmp_path: Path, capsys: A
     assert is_url("s3://b/x.bundle") and is_url("memory://x.bundle")
 
 
-def test_a_conflict_retried_says_each_dropped_thing_once(s3: str, built: Path, tmp_path: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    """A rebuild over an unreadable bundle whose first conditional write loses a race on the server:
-    the retry reads again, and what it drops is said once, not once per attempt."""
+def test_a_rebuild_replaces_an_unreadable_pack_and_says_so_once(s3: str, built: Path, tmp_path: Path) -> None:
     url = f"{s3}/unreadable.bundle"
-    store = UrlStore(url, tmp_path, 30)
-    fs, path = store.client.filesystem()
-    with read_manifest(built) as local:
-        inside_table = local._start + local.entries[0].offset + 5
+    store = _store(url, tmp_path / "a")
     bad = bytearray(built.read_bytes())
-    bad[inside_table] ^= 0xFF
-    fs.pipe_file(path, bytes(bad))
-    put = store.client.put
-
-    def racing_put(source: Path, expected: Any, unconditional: bool = False) -> str:
-        if not store.transfer.conflicts:
-            bad[inside_table + 1] ^= 0xFF
-            fs.pipe_file(path, bytes(bad))  # another writer: a new version, still unreadable
-        return put(source, expected, unconditional)
-
-    monkeypatch.setattr(store.client, "put", racing_put)
+    bad[40] ^= 0xFF  # in the manifest
+    store.client.filesystem()[0].pipe_file(store.client.path(f"{PACKS}/old.bundle"), bytes(bad))
     saved = store.add([_tagged("fresh")], rebuild=True)
-    assert saved.transfer.conflicts == 1
-    assert [d for d in saved.dropped if "could not be read" in d] == [saved.dropped[0]] and len(saved.dropped) == 1
-    assert [e.env["cache_key_tag"] for e in read_url(url, tmp_path / "check").entries] == ["fresh"]
+    assert len(saved.dropped) == 1 and "could not be read" in saved.dropped[0] and "old.bundle" in saved.dropped[0]
+    bundle = read_url(url, tmp_path / "check")
+    assert [e.env["cache_key_tag"] for e in bundle.entries] == ["fresh"] and bundle.problems == []
 
 
 def test_the_command_line_takes_storage_options(s3: str, built: Path, endpoint: str, capsys: Any,
@@ -551,8 +588,7 @@ def test_the_command_line_takes_storage_options(s3: str, built: Path, endpoint: 
     """The endpoint given only as storage options (as in an ini file) reaches the command line too:
     through --storage-options or the environment variable the plugin also reads."""
     url = f"{s3}/cli.bundle"
-    fs, path = UrlStore(url, Path(built).parent / "cli-copies", 30).client.filesystem()
-    fs.put_file(str(built), path)
+    assert cli.main(["merge", "-o", url, str(built)]) == 0
     monkeypatch.delenv("AWS_ENDPOINT_URL")
     import s3fs
 
@@ -586,16 +622,14 @@ def test_shards_share_one_azure_bundle(pytester: pytest.Pytester, run_inner: Cal
     assert third["bundle"]["saved"]["transfer"]["uploaded"] == 0
 
 
-def test_a_machine_whose_copy_is_stale_finds_nothing_new_from_its_entry_alone(s3: str, tmp_path: Path) -> None:
-    """Machine B keeps no copy of the bundle's current version (another shard wrote since): to learn
-    that its run adds nothing it downloads its own entry only, and writes nothing."""
+def test_a_run_that_adds_nothing_reads_only_its_own_entry_and_writes_nothing(s3: str, tmp_path: Path) -> None:
+    """Machine B keeps nothing of the bundle (a fresh runner): to learn that its run adds nothing it reads
+    the packs' manifests and its own entry's table, downloads no artifact, and writes nothing."""
     url = f"{s3}/stale.bundle"
-    a = UrlStore(url, tmp_path / "a", 30)
-    for other in ("one", "two", "three"):  # the manifest's range (64 kB) is read whole: entries to leave out
-        a.add([_tagged(f"other machine {other}")])
-    a.add([_tagged("b")])
-    b = UrlStore(url, tmp_path / "b", 30)
-    saved = b.add([_tagged("b")])
-    whole = saved.size
+    a = _store(url, tmp_path / "a")
+    for other in ("one", "two", "three"):
+        a.add([_tagged(f"other machine {other}", 1, 2, 3)])
+    a.add([_tagged("b", 1, 2, 3)])
+    saved = _store(url, tmp_path / "b").add([_tagged("b", 1, 2, 3)])
     assert saved.status is Written.UNCHANGED and saved.transfer.uploaded == 0
-    assert 0 < saved.transfer.downloaded < whole * 0.75, (saved.transfer.downloaded, whole)
+    assert 0 < saved.transfer.downloaded < saved.size * 0.4, (saved.transfer.downloaded, saved.size)

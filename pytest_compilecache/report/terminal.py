@@ -282,7 +282,7 @@ def detailed_lines(report: SessionReport) -> list[str]:
             lines.append(f"  downloaded {process.downloaded_bytes / 1e6:.2f} MB from {report.bundle_path}")
         elif process.downloaded_bytes == 0 and process.status is Status.LOADED and report.bundle_path \
                 and process.reason.startswith(f"{report.bundle_path}: "):
-            lines.append("  this machine's copy of this version was used: nothing downloaded")
+            lines.append("  nothing downloaded: every part of it the tests used was on this machine already")
         carried, probes, kernels = (process.binaries.get(k, 0) for k in ("carried", "probes", "triton_kernels"))
         if carried or kernels:
             lines.append(f"  C++ binaries: {carried} kernel{'s' if carried != 1 else ''} carried, "

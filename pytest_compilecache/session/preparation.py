@@ -191,6 +191,8 @@ class BundlePreparation:
         session_cache = self._session_cache()
         if session_cache is not None and self.writes_bundle:
             self.harvest(session_cache, since=self._started)
+        if self.store is not None and self.store.transfer.counted and self._prepared is not None:
+            process.downloaded_bytes = self.store.transfer.downloaded  # with what tests read when torch asked
         if patches.installed():
             process.patches = patches.status()
         if _torchapi.compiler_loaded():

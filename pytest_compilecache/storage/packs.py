@@ -17,6 +17,7 @@ from .. import files
 from ..bundle import signing
 from ..bundle.binaries import CarriedBinaries
 from ..bundle.format import Bundle, BundleError, Entry, write_bundle
+from ..bundle.keyindex import KeyIndex
 from ..bundle.members import Members
 from ..words import counted
 from .client import Client
@@ -46,11 +47,30 @@ class PackedBundle(Bundle):
     problems: list[str] = field(default_factory=list)
     _spans: dict[str, list[Span]] = field(default_factory=dict, repr=False)
     _fetch: Callable[[list[Span]], None] | None = field(default=None, repr=False)
+    #: Per environment, the packs' entries whose key indexes are read when a miss first needs them.
+    _indexes: dict[str, list[tuple[Bundle, Entry]]] = field(default_factory=dict, repr=False)
 
     def fetch_ahead(self, entry: Entry) -> None:
         """Download every artifact and binary of ``entry`` not yet on this machine, a few requests at once."""
         if self._fetch is not None:
             self._fetch(self._spans.get(env_id(entry.env), []))
+
+    def read_key_index(self, entry: Entry) -> str:
+        """Nothing yet where the packs' key indexes are read when first needed (see :meth:`key_index`)."""
+        return "" if env_id(entry.env) in self._indexes else super().read_key_index(entry)
+
+    def key_index(self, entry: Entry) -> tuple[KeyIndex | None, str]:
+        """The union of the key indexes of the packs that hold ``entry``, each downloaded and checked now."""
+        parts = self._indexes.pop(env_id(entry.env), None)
+        if parts is None:
+            return super().key_index(entry)
+        read, problems = [], []
+        for bundle, part in parts:
+            index, problem = bundle.key_index(part)
+            problems += [problem] if problem else []
+            read += [index] if index is not None else []
+        entry.index = KeyIndex.union(read) if read else None
+        return entry.index, problems[0] if problems and not read else ""
 
     def signature_problem(self, entry: Entry, secret: bytes) -> str:
         """An entry put together from packs was made of those vouched for, each checked when read."""
@@ -74,8 +94,9 @@ class PackStore:
         writers = Lock(self.folder / "bundle", lock_timeout)
         self._readers = Lock(self.folder / "read", lock_timeout)
         self.lock_file, self.locked = writers.file, writers.held
-        #: Why each pack that could not be read could not, by name.
+        #: Why each pack that could not be read could not, by name; how many of its first bytes a reader reads.
         self._unreadable: dict[str, str] = {}
+        self._heads: dict[str, int] = {}
 
     @property
     def unreachable(self) -> str:
@@ -97,9 +118,10 @@ class PackStore:
         return Look(f"{self.name}: {counted(len(packs), 'pack')}, {sum(packs.values()) / 1e6:.1f} MB", True)
 
     def read(self, env: Mapping[str, str] | None = None) -> PackedBundle | None:
-        """The union of the packs (``env``'s entry only, where given), or ``None`` where there are none."""
+        """The union of the packs (``env``'s entry only, where given), or ``None`` where there are none; key
+        indexes are downloaded when first needed."""
         packs = self._listing()
-        return self._union(self._open(packs), env) if packs else None
+        return self._union(self._open(packs), env, indexes_later=True) if packs else None
 
     def add(self, additions: list[Entry], history: Mapping[str, object] | None = None, run: float | None = None,
             max_unused_runs: int = 0, rebuild: bool = False, counted: bool = True) -> Saved:
@@ -125,10 +147,13 @@ class PackStore:
         finally:
             if current is not None:
                 current.release()
-        replaced = [n for n, b in opened.items() if b is None or {env_id(e.env) for e in b.entries} <= set(envs)]
-        unreadable = [n for n in replaced if opened[n] is None] if rebuild else []
+        secret = signing.key()
+        readable = {n: b for n, b in opened.items() if b is not None}
+        ours = [n for n, b in readable.items() if {env_id(e.env) for e in b.entries} <= set(envs)]
+        unsigned = [n for n in ours if secret is not None and all(e.vouched(secret) for e in readable[n].entries)]
+        unreadable = [n for n, b in opened.items() if b is None] if rebuild else []
         dropped = [f"{REPLACED_UNREADABLE} ({self._unreadable[n]}); a fresh pack replaces it" for n in unreadable]
-        self._write(entries, replaced if rebuild else [])
+        self._write(entries, [*ours, *unreadable] if rebuild else unsigned)
         packs = self._listing()
         written = self._union(self._open(packs), next(iter(envs.values())) if len(envs) == 1 else None)
         assert written is not None
@@ -163,8 +188,8 @@ class PackStore:
 
     def _listing(self) -> dict[str, int]:
         """``{pack name: size}``; the object at the URL itself, where there is one, is the pack ``""``."""
-        packs = {name: size for name, size in self.client.listing(PACKS).items() if name.endswith(".bundle")}
         own = self.client.size_of()
+        packs = {name: size for name, size in self.client.listing(PACKS).items() if name.endswith(".bundle")}
         if own:
             packs[""] = own
         return packs
@@ -179,7 +204,7 @@ class PackStore:
         """Bytes ``start:end`` of a pack: from this machine's copy of that part, or of the whole pack, else read
         and kept (the object at the URL itself may change, so its bytes are never kept)."""
         if name:
-            for path, at in ((self.folder / PACKS / name / "whole", start), (self._kept(name, start, end), 0)):
+            for path, at in self._places(name, start, end):
                 with contextlib.suppress(OSError), open(path, "rb") as f:
                     f.seek(at)
                     data = f.read(end - start)
@@ -191,8 +216,10 @@ class PackStore:
         return data
 
     def _keep(self, name: str, start: int, end: int, data: bytes) -> None:
+        kept = self._kept(name, start, end)
         with contextlib.suppress(OSError):  # this machine keeps no copy: the next read asks again
-            files.write_atomic(self._kept(name, start, end), data, fsync=False)
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            files.write_atomic(kept, data, fsync=False)
 
     def _fetch(self, spans: list[Span]) -> None:
         """Download the spans this machine keeps no copy of, nearby ones of a pack in one request, all at once."""
@@ -217,12 +244,19 @@ class PackStore:
         with self._readers.held():
             self._fetch(spans)
 
+    def _places(self, name: str, start: int, end: int) -> list[tuple[Path, int]]:
+        """The files on this machine that may hold bytes ``start:end`` of a pack, and where in them."""
+        head = self._heads.get(name, 0)
+        return [(self.folder / PACKS / name / "whole", start), (self._kept(name, start, end), 0),
+                *([(self._kept(name, 0, head), start)] if end <= head else [])]
+
     def _has(self, name: str, start: int, end: int) -> bool:
-        return (self.folder / PACKS / name / "whole").is_file() or self._kept(name, start, end).is_file()
+        return any(path.is_file() for path, _ in self._places(name, start, end))
 
     def _open(self, packs: Mapping[str, int]) -> dict[str, Bundle | None]:
         """Every pack's manifest (their first bytes read at once); ``None`` for one that cannot be read."""
-        self._fetch([(name, 0, min(HEAD_BYTES, size)) for name, size in packs.items() if size])
+        self._heads.update({name: min(HEAD_BYTES, size) for name, size in packs.items()})
+        self._fetch([(name, 0, head) for name, head in self._heads.items() if head and name in packs])
         opened: dict[str, Bundle | None] = {}
         for name, size in sorted(packs.items()):
             label = f"{self.name}/{PACKS}/{name}" if name else self.name
@@ -234,8 +268,10 @@ class PackStore:
                 self._unreadable[name] = str(exc)
         return opened
 
-    def _union(self, opened: Mapping[str, Bundle | None], env: Mapping[str, str] | None) -> PackedBundle | None:
-        """The live packs' entries (``env``'s only, where given) joined per environment; the others listed unread."""
+    def _union(self, opened: Mapping[str, Bundle | None], env: Mapping[str, str] | None,
+               indexes_later: bool = False) -> PackedBundle | None:
+        """The live packs' entries (``env``'s only, where given) joined per environment; the others listed unread.
+        With ``indexes_later``, their key indexes are read when first asked for (:meth:`PackedBundle.key_index`)."""
         if not opened:
             return None
         secret = signing.key()
@@ -246,8 +282,9 @@ class PackStore:
                     for n, b in live.items() if b is None]
         wanted = [(n, b, e) for n, b in live.items() if b is not None for e in b.entries
                   if env is None or e.env == dict(env)]
-        self._fetch([span for n, b, e in wanted for span in _sections(n, b, e)])
+        self._fetch([span for n, b, e in wanted for span in _sections(n, b, e, not indexes_later)])
         spans: dict[str, list[Span]] = {}
+        later: dict[str, list[tuple[Bundle, Entry]]] = {}
         parts = []
         for name, bundle, entry in wanted:
             try:
@@ -256,12 +293,14 @@ class PackStore:
                     listing = bundle.carried_listing(entry)
                     entry.binaries = listing.as_stored(entry.binaries_section)
                     problems += [f"{bundle.name}: {p}" for p in listing.problems]
-                _, problem = bundle.key_index(entry)
+                _, problem = bundle.key_index(entry) if not indexes_later else (None, "")
             except BundleError as exc:
                 problems.append(str(exc))
                 continue
             if problem:
                 problems.append(problem)
+            if indexes_later:
+                later.setdefault(env_id(entry.env), []).append((bundle, entry))
             parts.append(entry)
             first = bundle._start + entry.offset + entry.size
             section = entry.binaries_section or {}
@@ -271,15 +310,15 @@ class PackStore:
                    for at, stored in _binary_offsets(section)])
         entries, dropped = _union(parts)
         seen = {env_id(e.env) for e in entries}
-        for bundle in (b for b in live.values() if b is not None):
+        for bundle in (b for b in live.values() if b is not None and env is not None):
             for entry in bundle.entries:
-                if env_id(entry.env) not in seen:  # another machine's: listed, for messages, never read
+                if entry.env != dict(env or {}) and env_id(entry.env) not in seen:  # listed for messages, unread
                     seen.add(env_id(entry.env))
                     entries.append(entry)
         if not entries and problems:
             raise BundleError(problems[0])
         return PackedBundle(self.folder / "union.bundle", entries, label=self.name, problems=[*problems, *dropped],
-                            _spans=spans, _fetch=self._fetch_locked)
+                            _spans=spans, _fetch=self._fetch_locked, _indexes=later)
 
     def _write(self, entries: list[Entry], supersedes: list[str]) -> str:
         """Upload ``entries`` as a new pack (replacing the packs ``supersedes``), keep it here whole; its name."""
@@ -315,10 +354,10 @@ class PackStore:
         return removed
 
 
-def _sections(name: str, bundle: Bundle, entry: Entry) -> Iterator[Span]:
-    """The spans of an entry's table and key index (its binaries' listing is in the manifest)."""
+def _sections(name: str, bundle: Bundle, entry: Entry, index: bool) -> Iterator[Span]:
+    """The spans of an entry's table and (with ``index``) key index; its binaries' listing is in the manifest."""
     yield name, bundle._start + entry.offset, bundle._start + entry.offset + entry.size
-    if entry.index_section is not None:
+    if index and entry.index_section is not None:
         at = bundle._start + entry.index_section["offset"]
         yield name, at, at + entry.index_section["size"]
 
@@ -335,7 +374,8 @@ def _lacking(current: Bundle | None, addition: Entry) -> Entry:
     """``addition`` less the artifacts and binaries ``current`` holds for its environment; its key index keeps the
     run's record of every artifact it used, and the key details of those it adds."""
     have = current.find(addition.env) if current is not None else None
-    if have is None:
+    secret = signing.key()
+    if have is None or (secret is not None and have.vouched(secret)):  # what no signature vouches for is not held
         return addition
     held = {(m.kind, m.key, m.sha256) for m in mergeable(have).table}
     members = mergeable(addition)
@@ -354,7 +394,7 @@ def _lacking(current: Bundle | None, addition: Entry) -> Entry:
 
 
 def read_url(url: str, copies: Path, storage_options: Mapping[str, Any] | None = None,
-             network_timeout: float = DEFAULT_TIMEOUT) -> Bundle:
+             network_timeout: float = DEFAULT_TIMEOUT) -> PackedBundle:
     """The whole bundle at ``url``, every entry's parts downloaded (each checked when read), for the command line."""
     bundle = PackStore(url, copies, 60.0, storage_options, network_timeout).read()
     if bundle is None:
