@@ -225,15 +225,13 @@ def one_test_and_suite(sides: dict[str, dict[str, Any]], s3: Store, suite: Path,
 
 def update(sides: dict[str, dict[str, Any]], s3: Store, suite: Path, bundle: Path, rounds: int) -> None:
     """3. an update after one edited function, on a fresh store each run; the FX graphs in the store after."""
-    from pytest_compilecache.storage.packs import PackStore
-
     edited = suite.parent / "edited"
     shutil.copytree(suite, edited, dirs_exist_ok=True)
     (edited / "conftest.py").write_text(EMPTY_WARMUP)
     small = (edited / "small.py").read_text()
     (edited / "small.py").write_text(small.replace(f"def f_{EDITED}(x):\n    y = torch.sin(x * ",
                                                    f"def f_{EDITED}(x):\n    y = torch.sin(x * 2 * "))
-    os.environ.update({k: v for k, v in s3.env.items() if k != "AWS_ENDPOINT_URL"})
+    os.environ.update(s3.env)  # this process reads the store too
     for tests, source in ((REAL, bundle), (1000, pad(bundle, 1000))):
         store, graphs = {}, {}
 
@@ -243,9 +241,7 @@ def update(sides: dict[str, dict[str, Any]], s3: Store, suite: Path, bundle: Pat
             got = run(side, edited, s3, url, "-k", ONE, "--compile-cache-update")
             after, objects = s3.size(url)
             store[side["name"]] = before
-            read = PackStore(url, Path(tempfile.mkdtemp(dir=suite.parent)), 30,
-                             {"endpoint_url": s3.env["AWS_ENDPOINT_URL"]}).read()
-            graphs.setdefault(side["name"], set()).add(read.entries[0].artifacts["inductor"]["count"] if read else -1)
+            graphs.setdefault(side["name"], set()).add(fx_graphs(s3, url))
             s3.drop(url)
             print(f"  {side['name']} update at {tests}: store {before / 1e6:.3f} -> {after / 1e6:.3f} MB in "
                   f"{objects} object(s), {got}", flush=True)
@@ -254,3 +250,91 @@ def update(sides: dict[str, dict[str, Any]], s3: Store, suite: Path, bundle: Pat
         seen = alternate(sides, rounds, once)
         table(f"update after one edit (-k {ONE} --compile-cache-update, empty warmup hook) at {tests} tests, "
               f"{rounds} rounds; FX graphs in the store after: {graphs}", seen, store, up=True)
+
+
+def fx_graphs(store: Store, url: str) -> int:
+    """FX graphs in the store's entry, its packs read back as a reader does (``PackStore.read``)."""
+    from pytest_compilecache.storage.packs import PackStore
+
+    os.environ.update(store.env)
+    read = PackStore(url, Path(tempfile.mkdtemp(prefix="read-back-")), 30).read()
+    return read.entries[0].artifacts["inductor"]["count"] if read else 0
+
+
+def shards(side: dict[str, Any], store: Store, suite: Path, bundle: Path, rounds: int) -> None:
+    """4. NEW shards at once, each one new test with ``--compile-cache-update``, against one alone; the store read
+    back, and the NEW tests run once more from it: every new FX graph must be there."""
+    folder = suite.parent / "shards"
+    shutil.copytree(suite, folder, dirs_exist_ok=True)
+    (folder / "conftest.py").write_text(EMPTY_WARMUP)
+    (folder / "test_new.py").write_text("from small import run\n\n" + "".join(
+        f"\ndef test_new_{i}(warm_cache):\n    run({REAL + i})\n\n" for i in range(NEW)))
+    for _ in range(rounds):
+        url = store.fresh(side, bundle)
+        alone = run(side, folder, store, url, "-k", "test_new_0", "--compile-cache-update")
+        store.drop(url)
+        url = store.fresh(side, bundle)
+        (size, _), graphs = store.size(url), fx_graphs(store, url)
+        started = [run(side, folder, store, url, "-k", f"test_new_{i}", "--compile-cache-update", start=True)
+                   for i in range(NEW)]
+        begun = time.perf_counter()
+        outputs = [proc.communicate(timeout=900)[0] for proc, _ in started]
+        wall = time.perf_counter() - begun
+        for (proc, _), output in zip(started, outputs):
+            if proc.returncode != 0:
+                raise SystemExit(f"a shard failed ({proc.returncode}):\n{output[-4000:]}")
+        each = [figures(wall) for _, figures in started]
+        (after, objects), now = store.size(url), fx_graphs(store, url)
+        again = run(side, folder, store, url, "-k", "test_new")
+        store.drop(url)
+        lost = NEW - (now - graphs)
+        print(f"  {store.scheme}, {side['name']}: {NEW} shards at once {wall:.2f} s (one alone {alone['seconds']:.2f} s, "
+              f"{alone['up'] / 1e6:.3f} MB up); up {sum(e['up'] for e in each) / 1e6:.3f} MB in all (report), store "
+              f"{size / 1e6:.3f} -> {after / 1e6:.3f} MB, {objects} object(s); down {each[0]['wire'] / 1e6:.3f} MB "
+              f"on the wire; FX graphs {graphs} -> {now}: {lost} lost; the {NEW} new tests again: "
+              f"{again['hits']:.0f} hits, {again['misses']:.0f} misses", flush=True)
+
+
+def main() -> None:
+    sides = {n: {"name": n, "env": {"PYTHONPATH": str(Path(d).resolve())}, "packs": (Path(d) / "pytest_compilecache"
+             / "storage" / "packs.py").exists()} for n, d in (a[7:].split("=", 1) for a in sys.argv[1:]
+                                                               if a.startswith("--side="))}
+    keep = next((Path(a[7:]).resolve() for a in sys.argv[1:] if a.startswith("--keep=")), None)
+    args = [a for a in sys.argv[1:] if not a.startswith(("--side=", "--keep="))]
+    if not sides:
+        raise SystemExit(__doc__)
+    rounds = int(args[0]) if args else 5
+    work = keep or Path(tempfile.mkdtemp(prefix="packs-at-urls-")).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    for name, side in sides.items():  # each side's package is the one its PYTHONPATH names, not the editable one
+        found = subprocess.run([sys.executable, "-c", "import pytest_compilecache; print(pytest_compilecache.__file__)"],
+                               cwd=work, env={**os.environ, **side["env"]}, capture_output=True, text=True).stdout
+        assert found.startswith(side["env"]["PYTHONPATH"]), (name, found)
+        print(f"{name}: {found.strip()} ({'packs under URL/packs/' if side['packs'] else 'one object at the URL'})")
+    bundle = build(work)
+    try:
+        with s3_server() as (endpoint, _), Counted(int(endpoint.rsplit(":", 1)[1])) as proxy:
+            s3 = S3(endpoint)
+            store = Store("s3", s3.fs, s3.bucket, {**s3.env, "AWS_ENDPOINT_URL": proxy.url}, proxy)
+            one_test_and_suite(sides, store, work / "suite", bundle, rounds)
+            update(sides, store, work / "suite", bundle, rounds)
+            print(f"\n{NEW} shards updating at once, each a new function, fresh runners:")
+            for side in sides.values():
+                shards(side, store, work / "suite", bundle, max(1, rounds // 2))
+        if shutil.which("azurite-blob"):
+            import adlfs
+
+            with azurite_server() as port, Counted(port) as proxy:
+                fs = adlfs.AzureBlobFileSystem(connection_string=azurite_connection(port), skip_instance_cache=True)
+                fs.mkdir("bench")
+                store = Store("az", fs, "bench", {"AZURE_STORAGE_CONNECTION_STRING": azurite_connection(proxy.port)},
+                              proxy)
+                for side in (s for s in sides.values() if s["packs"]):
+                    shards(side, store, work / "suite", bundle, max(1, rounds // 2))
+    finally:
+        if keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -252,10 +252,12 @@ def cmd_merge(args: argparse.Namespace) -> int:
         others.extend(_merge_input(name))
         merged.append(name)
     reads_output = any(_same_file(name, out) for name in inputs) or is_url(out)
+    read = [False]
 
     def change(current: Bundle | None) -> list[Entry]:
         if reads_output and current is None and not is_url(out):
             raise UserError(f"{_shown(out)}: no such file")
+        read[0] = reads_output and current is not None
         try:
             return union([*(current.entries if reads_output and current else []), *others])
         except BundleError as exc:
@@ -268,7 +270,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     assert result is not None
     result.release()
     _say(f"{_shown(args.output)}: {counted(len(result.entries), 'environment')} from "
-         f"{counted(len(merged) + reads_output, 'bundle')}")
+         f"{counted(len(merged) + read[0], 'bundle')}")
     return 0
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
+import functools
 import hashlib
 import http.server
 import os
@@ -474,11 +476,11 @@ def test_a_bundle_at_a_url_is_read_and_added_to_without_holding_it_whole(kind: s
                                                                           tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """From machines that keep no copy of a 12 MB bundle (one pack): a reader of its one entry (the
-    packs' heads and tables), a reader of each of its artifacts in turn (each read by range when asked,
-    1 MB, the chunk size set here, at most a request), and a writer adding a small entry (a pack of only
-    what the bundle lacks, uploaded from a file) each peak at a small part of its size in Python's
-    memory. The added pack stands beside the first, which is untouched, and both entries read back
-    whole; nothing half-written is left on the machines."""
+    packs' heads and tables: nothing else is downloaded), a reader of each of its artifacts in turn
+    (each read by range when asked, 1 MB, the chunk size set here, at most a request), and a writer
+    adding a small entry (a pack of only what the bundle lacks, uploaded from a file) each peak at a
+    small part of its size in Python's memory. The added pack stands beside the first, which is
+    untouched, and both entries read back whole; nothing half-written is left on the machines."""
     for module in (ranges, packs):
         monkeypatch.setattr(module, "CHUNK_BYTES", 1024 * 1024)
     port = int(request.getfixturevalue({"s3": "moto", "az": "azurite"}[kind]))
@@ -508,6 +510,7 @@ def test_a_bundle_at_a_url_is_read_and_added_to_without_holding_it_whole(kind: s
         found = store.read(large.env)
         assert found is not None and found.find(large.env) is not None
         found.release()
+        assert store.transfer.downloaded < 0.05 * size, "no artifact is downloaded before it is asked for"
 
     def read_each(store: PackStore) -> None:
         found = store.read(large.env)
@@ -516,7 +519,7 @@ def test_a_bundle_at_a_url_is_read_and_added_to_without_holding_it_whole(kind: s
         assert entry is not None and sum(1 for _ in found.members(entry).contents()) == artifacts
         found.release()
 
-    assert peak("reader", read) < 0.05
+    assert peak("reader", read) < 0.35
     assert peak("artifacts", read_each) < 0.35
     assert peak("writer", lambda store: store.add([addition]).bundle.release()) < 0.35
     assert not list(tmp_path.rglob("*.part")) and not list(tmp_path.rglob("*.tmp")), \
@@ -533,92 +536,118 @@ def test_a_bundle_at_a_url_is_read_and_added_to_without_holding_it_whole(kind: s
 
 @pytest.mark.parametrize("kind", ["s3", "az"])
 def test_an_upload_cut_once_is_sent_again_from_its_first_byte(kind: str, request: pytest.FixtureRequest,
-                                                               tmp_path: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    """The first upload of a 2.5 MB bundle is reset after 64 kB, then the network is sound: the
-    client's retry sends the file again from its start, not from where the cut left it, and the
-    object is exactly the bundle written (Azure sends blocks of 1 MB here, each retried alone)."""
-    monkeypatch.setattr(writers.AzureWriter, "block", 1024 * 1024)
+                                                               tmp_path: Path) -> None:
+    """The first upload of a 2.5 MB pack is reset after 64 kB, then the network is sound: the store's
+    client sends the file again from its start, not from where the cut left it (one request of the whole
+    pack, under both clients' single-request size), and the one object stored is exactly the pack
+    written here, named by its content."""
     port = int(request.getfixturevalue({"s3": "moto", "az": "azurite"}[kind]))
     root = _s3_bucket(port) if kind == "s3" else _az_container(port)
     url = f"{kind}://{root}/b.bundle"
     with FaultProxy(port, cut_uploads_after=64 * 1024, uploads_cut=1) as cut:
-        saved = _store(url, tmp_path / "through", _options(kind, cut.port)).add([_large_entry("large", 40)])
+        store = _store(url, tmp_path / "through", _options(kind, cut.port))
+        store.add([_large_entry("large", 40)]).bundle.release()
         assert cut.cuts == 1
-    saved.bundle.release()
-    written = saved.bundle.path.read_bytes()
+    (kept,) = (tmp_path / "through").rglob("whole")
+    written = kept.read_bytes()
     assert len(written) > 2e6
-    assert _store(url, tmp_path / "direct", _options(kind, port)).client.cat() == written
+    stored = _objects(kind, port, root)
+    assert list(stored.values()) == [written] and _whole_packs(stored), sorted(stored)
 
 
-def test_an_s3_put_whose_answer_is_lost_never_leaves_part_of_the_bundle(moto: int, tmp_path: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    """The first PUT reads the whole file, then its answer is lost (a read timeout, as botocore raises
-    once its own retries, each of which sends the file from its first byte, are spent): the write fails,
-    and no object is stored that is not the whole bundle. (s3fs's own retry sent the same file object
-    again from where it was left, its end: an empty or partial object, stored under the condition.)"""
+def test_an_s3_put_whose_answer_is_lost_never_leaves_part_of_a_pack(moto: int, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first PUT of a pack reaches the server, then its answer is lost (a read timeout, as botocore
+    raises once its own retries are spent): s3fs sends it again, the whole pack from its first byte, and
+    the write succeeds; the store holds that one pack, whole, and it reads back."""
     from botocore.exceptions import ReadTimeoutError
 
-    url = f"s3://{_s3_bucket(moto)}/b.bundle"
+    bucket = _s3_bucket(moto)
+    url = f"s3://{bucket}/b.bundle"
     store = _store(url, tmp_path / "writer", _options("s3", moto))
     fs, _ = store.client.filesystem()
     client = fs.s3
     put_object = client.put_object
-    started_at: list[int] = []
+    sent: list[tuple[int, bytes]] = []
 
+    @functools.wraps(put_object)  # s3fs picks the arguments it passes by the method's name
     async def answer_lost(**kwargs: Any) -> Any:
-        started_at.append(kwargs["Body"].tell())
-        if len(started_at) == 1:
-            kwargs["Body"].read()
+        body = kwargs["Body"]
+        at = body.tell() if hasattr(body, "tell") else 0
+        sent.append((at, body.read() if hasattr(body, "read") else bytes(body)))
+        if hasattr(body, "seek"):
+            body.seek(at)
+        answer = await put_object(**kwargs)
+        if len(sent) == 1:
             raise ReadTimeoutError(endpoint_url="http://127.0.0.1")
-        return await put_object(**kwargs)
+        return answer
 
     monkeypatch.setattr(client, "put_object", answer_lost)
-    with pytest.raises(BundleError, match="uploading it failed") as failed:
-        store.add([_large_entry("large", 20)])
-    assert set(started_at) == {0}, (started_at, failed.value)
-    assert _store(url, tmp_path / "direct", _options("s3", moto)).version() is None
+    large = _large_entry("large", 20)
+    store.add([large]).bundle.release()
+    stored = _objects("s3", moto, bucket)
+    assert len(sent) == 2 and {at for at, _ in sent} == {0}, [(at, len(data)) for at, data in sent]
+    assert [data for _, data in sent] == list(stored.values()) * 2 and _whole_packs(stored), sorted(stored)
+    found = _store(url, tmp_path / "reader", _options("s3", moto)).read()
+    assert found is not None and found.find(large.env) is not None
+    found.release()
 
 
-@pytest.mark.parametrize("whole", [True, False])
-def test_a_copy_that_cannot_be_written_leaves_nothing_behind(whole: bool, moto: int, tmp_path: Path,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    """The disk is full when the download is to become this machine's copy (renamed whole, or its
-    entry written out of it): the bundle is read from the download itself, and no download is left."""
+def _disk_full(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every file this process writes through :func:`files.write_atomic` fills the disk after its first 4 kB
+    (``ENOSPC``, the temporary file removed by the real function, as on a full disk)."""
+    write_atomic = files.write_atomic
+
+    def full(path: Path, chunks: Any, *args: Any, **kwargs: Any) -> int:
+        def written() -> Iterator[bytes]:
+            yield (chunks if isinstance(chunks, bytes) else b"".join(chunks))[:4096]
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        return write_atomic(path, written(), *args, **kwargs)
+
+    monkeypatch.setattr(files, "write_atomic", full)
+
+
+@pytest.mark.parametrize("disk", ["sound", "full"])
+def test_what_was_read_of_a_pack_is_kept_unless_the_disk_cannot_hold_it(disk: str, moto: int, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pack never changes, so what a machine read of it is kept: a second reader there (a later
+    session) reads the entry, every artifact checked, downloading nothing, from files every user may
+    read as the umask allows. When the disk cannot hold what was read, each reader reads it all from
+    the store instead, as much the second time as the first, and leaves nothing behind but its locks."""
     url = f"s3://{_s3_bucket(moto)}/b.bundle"
     wanted = _entry("mine")
-    _store(url, tmp_path / "maker", _options("s3", moto)).add([wanted] if whole else [wanted, _entry("other")])
+    _store(url, tmp_path / "maker", _options("s3", moto)).add([wanted, _entry("other")]).bundle.release()
+    if disk == "full":
+        _disk_full(monkeypatch)
+    read, downloaded = [], []
+    for _ in range(2):
+        store = _store(url, tmp_path / "reader", _options("s3", moto))
+        read.append(_read(store, wanted.env))
+        downloaded.append(store.transfer.downloaded)
+    assert read[0] > 0 and read[0] == read[1], read
+    kept = [p for p in (tmp_path / "reader").rglob("*") if p.is_file() and not p.name.endswith(".lock")]
+    if disk == "sound":
+        assert downloaded[0] > 0 and downloaded[1] == 0, downloaded
+        assert kept and {stat.S_IMODE(p.stat().st_mode) for p in kept} == {0o666 & ~files.umask()}
+    else:
+        assert downloaded[0] > 0 and downloaded[1] == downloaded[0], downloaded
+        assert kept == [], kept
 
-    def full(*args: Any, **kwargs: Any) -> None:
-        raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(files, "replace", full)
-    monkeypatch.setattr(files, "write_atomic", full)
-    store = _store(url, tmp_path / "reader", _options("s3", moto))
-    found = store.read(wanted.env)
-    assert found is not None
-    entry = found.find(wanted.env)
-    assert entry is not None and sum(1 for _ in found.members(entry).contents()) == len(wanted._members.table)
-    found.release()
-    assert not list((tmp_path / "reader").rglob("*.part")) and not list((tmp_path / "reader").rglob("*.bundle"))
-
-
-def test_a_download_the_disk_cannot_hold_is_a_problem_of_the_bundle(moto: int, tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """The disk fills while the bundle is downloaded, for a loading run and for an update: each is told
-    as a problem of the bundle, naming the URL, the folder and the reason (the session goes on cold, or
-    keeps its artifacts in a delta), and no download is left behind."""
-    url = f"s3://{_s3_bucket(moto)}/b.bundle"
-    first = _entry("first")
-    _store(url, tmp_path / "maker", _options("s3", moto)).add([first]).bundle.close()
-
-    def full(*args: Any, **kwargs: Any) -> int:
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(objects, "download", full)
-    reader = _store(url, tmp_path / "reader", _options("s3", moto))
-    with pytest.raises(BundleError, match=f"{url}: cannot download it into .*reader.*: No space left on device"):
-        reader.read(first.env)
-    with pytest.raises(BundleError, match="cannot download it into .*: No space left on device"):
-        _store(url, tmp_path / "writer", _options("s3", moto)).add([_entry("second")])
-    assert not list(tmp_path.rglob("*.part"))
+def test_a_pack_the_disk_cannot_hold_is_a_problem_of_the_bundle(moto: int, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The disk fills while a writer writes the pack it would upload: the write fails as a problem
+    naming the file and the reason (the session says so and goes on), nothing is uploaded (the
+    store holds the packs it held), and no part of the pack is left on this machine."""
+    bucket = _s3_bucket(moto)
+    url = f"s3://{bucket}/b.bundle"
+    _store(url, tmp_path / "maker", _options("s3", moto)).add([_entry("first")]).bundle.release()
+    before = _objects("s3", moto, bucket)
+    _disk_full(monkeypatch)
+    writer = _store(url, tmp_path / "writer", _options("s3", moto))
+    with pytest.raises(BundleError, match=".*writer.*: cannot write: No space left on device"):
+        writer.add([_entry("second")])
+    assert writer.transfer.uploaded == 0
+    assert _objects("s3", moto, bucket) == before
+    assert not [p for p in (tmp_path / "writer").rglob("*") if p.is_file() and not p.name.endswith(".lock")]
