@@ -23,7 +23,7 @@ from .session.options import user_cache_dir
 from .storage.deadlines import DEFAULT_TIMEOUT as DEFAULT_NETWORK_TIMEOUT
 from .storage.deadlines import MIN_RATE
 from .storage.interface import BundleStore
-from .storage.merge import union, without_unused
+from .bundle.merge import union, without_unused
 from .storage.packs import read_url
 from .storage.stores import open_store
 from .storage.urls import STORAGE_OPTIONS_ENV, file_url_path, is_url, parse_storage_options, redacted

@@ -25,7 +25,7 @@ torch = pytest.importorskip("torch")
 from pytest_compilecache import _torchapi  # noqa: E402
 from pytest_compilecache._torchapi import megacache  # noqa: E402
 from pytest_compilecache.bundle.format import make_entry, payload_of  # noqa: E402
-from pytest_compilecache.storage.merge import union  # noqa: E402
+from pytest_compilecache.bundle.merge import union  # noqa: E402
 
 KEY = "ab/cabcdef0123456789.best_config"
 

@@ -239,7 +239,7 @@ def test_a_member_is_never_inflated_past_its_stated_size_and_a_table_row_must_ho
 def test_a_merge_keeps_the_intact_copy_and_leaves_out_a_damaged_autotune_result() -> None:
     """An update's union over (type, key, content): where the bundle's stored copy is damaged and the run made the
     same artifact again, the run's copy is kept (the damage is repaired); a damaged autotune result is left out."""
-    from pytest_compilecache.storage.merge import _merged
+    from pytest_compilecache.bundle.merge import _merged
 
     made = [("inductor", "fk", b"x" * 100), ("autotune", "ab/k.best_config", b'{"found_by_coordesc": true}')]
     fresh = Members.packed(made)

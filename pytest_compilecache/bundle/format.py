@@ -159,6 +159,8 @@ class Bundle:
     #: A pack of a bundle at a URL: the packs it replaces (docs/urls.md), and when it was written.
     supersedes: tuple[str, ...] = ()
     written: float = 0.0
+    #: What of it could not be used, in words, each naming the file (a bundle at a URL: an unreadable pack).
+    problems: list[str] = field(default_factory=list)
 
     @classmethod
     def over(cls, source: io.RawIOBase, path: Path, label: str = "", head: int = io.DEFAULT_BUFFER_SIZE) -> "Bundle":

@@ -15,7 +15,7 @@ from ..bundle.format import BundleError, NotABundle, Unreadable, make_entry
 from ..bundle.keyindex import KeyIndex, KeyIndexError
 from ..report.model import Concern, Problem, ReportWritten, SaveResult, SaveStatus, SessionReport
 from ..storage.interface import BundleStore, Written, replaced_unreadable
-from ..storage.merge import env_id
+from ..bundle.merge import env_id
 from .channel import BundleAtStart
 from .options import Options
 

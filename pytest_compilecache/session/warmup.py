@@ -162,6 +162,8 @@ class Preparer:
         if refused := bundle.signature_problem(entry, secret) if secret else "":
             self._problem(Status.UNUSABLE, refused)
             return False
+        for problem in bundle.problems:
+            self._say(Concern.BUNDLE, problem, bundle.name)
         try:
             recorded = entry.history.get("tests")
             if not isinstance(recorded, dict) or 2 * len(set(self.selected) & set(recorded)) >= len(recorded):

@@ -13,7 +13,7 @@ from ..bundle.format import (Bundle, BundleError, Entry, NotABundle, NotAFile, U
                              write_bundle)
 from ..words import counted
 from .interface import REPLACED_UNREADABLE, Look, Saved, Transfer
-from .merge import fold, stamp
+from ..bundle.merge import Combined, combine, stamp, written_size
 
 
 def lock_file(path: Path) -> Path:
@@ -131,3 +131,20 @@ class LocalStore:
         """Merge ``additions`` into PATH, under its lock (see :meth:`.interface.BundleStore.add`)."""
         stamp(additions, history, run, counted)
         return fold(self.update, additions, run=run, max_unused_runs=max_unused_runs, rebuild=rebuild)
+
+
+def fold(update: Callable[..., Bundle | None], additions: list[Entry], *, run: float | None, max_unused_runs: int,
+         rebuild: bool) -> Saved:
+    """Fold the (stamped) ``additions`` into a store's bundle by its ``update`` (see :func:`combine`); what it did."""
+    dropped: list[str] = []
+    combined: list[Combined] = []
+
+    def change(current: Bundle | None) -> list[Entry]:
+        combined.append(combine(current, additions, run=run, max_unused_runs=max_unused_runs, rebuild=rebuild))
+        return combined[-1].entries
+
+    written = update(change, dropped=dropped if rebuild else None)
+    assert written is not None
+    last = combined[-1]
+    return Saved(written, size=written_size(written), dropped=(*dropped, *last.dropped), unused=last.unused,
+                 added=not last.new.nothing, added_artifacts=last.new.counts)

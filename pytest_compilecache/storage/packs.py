@@ -7,6 +7,7 @@ import contextlib
 import functools
 import hashlib
 import os
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from .client import Client
 from .deadlines import DEFAULT_TIMEOUT
 from .interface import REPLACED_UNREADABLE, Look, Saved, Transfer, Written
 from .local import Lock
-from .merge import _union, env_id, mergeable, stamp, what_is_new
+from ..bundle.merge import _union, env_id, mergeable, stamp, what_is_new
 from .ranges import CHUNK_BYTES, HEAD_BYTES, Ranges
 from .urls import redacted
 
@@ -43,8 +44,6 @@ Span = tuple[str, int, int]
 class PackedBundle(Bundle):
     """The union of a URL's packs: what each entry holds is read by range when asked, or by :meth:`fetch_ahead`."""
 
-    #: What could not be used, in words (an unreadable pack, an entry not vouched for), each naming the pack.
-    problems: list[str] = field(default_factory=list)
     _spans: dict[str, list[Span]] = field(default_factory=dict, repr=False)
     _fetch: Callable[[list[Span]], None] | None = field(default=None, repr=False)
     #: Per environment, the packs' entries whose key indexes are read when a miss first needs them.
@@ -135,7 +134,8 @@ class PackStore:
         envs = {env_id(e.env): e.env for e in additions}
         packs = self._listing()
         opened = self._open(packs)
-        current = None if rebuild else self._union(opened, next(iter(envs.values())) if len(envs) == 1 else None)
+        only = next(iter(envs.values())) if len(envs) == 1 else None
+        current = None if rebuild else self._union(opened, only, indexes_later=True)
         try:
             new = what_is_new(current, additions)
             problems = tuple(current.problems) if current is not None else ()
@@ -155,7 +155,7 @@ class PackStore:
         dropped = [f"{REPLACED_UNREADABLE} ({self._unreadable[n]}); a fresh pack replaces it" for n in unreadable]
         self._write(entries, [*ours, *unreadable] if rebuild else unsigned)
         packs = self._listing()
-        written = self._union(self._open(packs), next(iter(envs.values())) if len(envs) == 1 else None)
+        written = self._union(self._open(packs), only, indexes_later=True)
         assert written is not None
         return Saved(written, size=sum(packs.values()), dropped=(*problems, *dropped),
                      transfer=self.transfer.since(before),
@@ -192,6 +192,10 @@ class PackStore:
         packs = {name: size for name, size in self.client.listing(PACKS).items() if name.endswith(".bundle")}
         if own:
             packs[""] = own
+        with contextlib.suppress(OSError):
+            for gone in (self.folder / PACKS).iterdir():  # what this machine kept of packs since removed
+                if gone.name not in packs:
+                    shutil.rmtree(gone, ignore_errors=True)
         return packs
 
     def _object(self, name: str) -> str:

@@ -1,20 +1,19 @@
-"""The merge of bundle entries: one entry per environment, the union of their artifacts."""
+"""The merge of bundle entries: one entry per environment, the union of their artifacts; and what a write drops."""
 
 from __future__ import annotations
 
 import json
 import time
-from typing import Callable, Iterable, Mapping, NamedTuple
+from typing import Iterable, Mapping, NamedTuple
 
 from .. import _torchapi
-from ..bundle import signing
+from . import signing
 from .._torchapi.layout import is_cpp
-from ..bundle.binaries import CarriedBinaries
-from ..bundle.format import Bundle, BundleError, Entry, encoded_size, entry_of, env_label, members_of
-from ..bundle.members import WHOLE, Member, MemberDamaged, Members
-from ..bundle.keyindex import BINARY, KeyIndex, artifact_id, binary_id
+from .binaries import CarriedBinaries
+from .format import Bundle, BundleError, Entry, encoded_size, entry_of, env_label, members_of
+from .members import WHOLE, Member, MemberDamaged, Members
+from .keyindex import BINARY, KeyIndex, artifact_id, binary_id
 from ..words import counted
-from .interface import Saved
 
 
 def env_id(env: Mapping[str, str]) -> str:
@@ -153,23 +152,6 @@ def combine(current: Bundle | None, additions: list[Entry], *, run: float | None
         merged = [_without_unused(e, max_unused_runs, unused, carried.get(env_id(e.env), set()))
                   if env_id(e.env) in touched else e for e in merged]
     return Combined(merged, tuple(dropped), unused, what_is_new(current, additions))
-
-
-def fold(update: Callable[..., Bundle | None], additions: list[Entry], *, run: float | None, max_unused_runs: int,
-         rebuild: bool) -> Saved:
-    """Fold the (stamped) ``additions`` into a store's bundle by its ``update`` (see :func:`combine`); what it did."""
-    dropped: list[str] = []
-    combined: list[Combined] = []
-
-    def change(current: Bundle | None) -> list[Entry]:
-        combined.append(combine(current, additions, run=run, max_unused_runs=max_unused_runs, rebuild=rebuild))
-        return combined[-1].entries
-
-    written = update(change, dropped=dropped if rebuild else None)
-    assert written is not None
-    last = combined[-1]
-    return Saved(written, size=written_size(written), dropped=(*dropped, *last.dropped), unused=last.unused,
-                 added=not last.new.nothing, added_artifacts=last.new.counts)
 
 
 def what_is_new(current: Bundle | None, additions: list[Entry]) -> New:
