@@ -137,12 +137,10 @@ class PackStore:
         only = next(iter(envs.values())) if len(envs) == 1 else None
         current = None if rebuild else self._union(opened, only, indexes_later=True)
         try:
-            new = what_is_new(current, additions)
-            problems = tuple(current.problems) if current is not None else ()
+            new = what_is_new(current, additions)  # packs it cannot read are said by the sessions that read them
             if current is not None and new.nothing:
                 kept, current = current, None
-                return Saved(kept, Written.UNCHANGED, size=sum(packs.values()), dropped=problems,
-                             transfer=self.transfer.since(before))
+                return Saved(kept, Written.UNCHANGED, size=sum(packs.values()), transfer=self.transfer.since(before))
             entries = [_lacking(current, a) for a in additions]
         finally:
             if current is not None:
@@ -157,8 +155,7 @@ class PackStore:
         packs = self._listing()
         written = self._union(self._open(packs), only, indexes_later=True)
         assert written is not None
-        return Saved(written, size=sum(packs.values()), dropped=(*problems, *dropped),
-                     transfer=self.transfer.since(before),
+        return Saved(written, size=sum(packs.values()), dropped=tuple(dropped), transfer=self.transfer.since(before),
                      added=not new.nothing, added_artifacts=new.counts)
 
     def update(self, change: Callable[[Bundle | None], list[Entry] | None],

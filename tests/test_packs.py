@@ -1,0 +1,110 @@
+"""The pack layout of a bundle at a URL, in a folder of this machine (``local://``: the same code as an object
+store, without a server): what a reader downloads, what a writer uploads, and what pruning removes when."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_compilecache.bundle.format import Entry, read_manifest
+from pytest_compilecache.bundle.members import Members
+from pytest_compilecache.storage import packs
+from pytest_compilecache.storage.interface import Written
+from pytest_compilecache.storage.packs import PACKS, PackStore
+from pytest_compilecache.storage.ranges import HEAD_BYTES
+
+DATA_BUNDLE = Path(__file__).parent / "data" / "h200-torch2.11.bundle"
+
+
+def _entry(tag: str, *tests: int) -> Entry:
+    """The GPU entry in tests/data for ``cache_key_tag=tag``, holding its artifacts once per test of ``tests``
+    under keys of that test's own (as other tests' compiles would)."""
+    with read_manifest(DATA_BUNDLE) as bundle:
+        bundle.read_all()
+        entry = bundle.entries[0]
+        contents = list(bundle.members(entry).contents())
+    members = Members.packed((kind, key[:-4] + f"{n:04x}", content) for n in tests for kind, key, content in contents)
+    return dataclasses.replace(entry.with_members(members, None), env={**entry.env, "cache_key_tag": tag})
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    return f"local://{tmp_path / 'store' / 'suite.bundle'}"
+
+
+def _listed(url: str, tmp_path: Path) -> dict[str, int]:
+    """The packs a reader sees."""
+    return PackStore(url, tmp_path / "lister", 30)._listing()
+
+
+def test_one_test_of_many_downloads_its_own_artifacts_and_the_tables(url: str, tmp_path: Path) -> None:
+    PackStore(url, tmp_path / "writer", 30).add([_entry("t", *range(1, 41))])
+    (stored,) = _listed(url, tmp_path).values()
+    reader = PackStore(url, tmp_path / "reader", 30)
+    bundle = reader.read(_entry("t").env)
+    assert bundle is not None
+    entry = bundle.find(_entry("t").env)
+    assert entry is not None
+    members = bundle.members(entry)
+    wanted = [m for m in members.table if m.key.endswith("0027")]
+    assert len(wanted) == 3 and [c for _, _, c in members.contents(wanted)]
+    moved = reader.transfer.downloaded
+    assert moved <= HEAD_BYTES + sum(m.stored for m in wanted) < stored / 10, (moved, stored)
+    bundle.fetch_ahead(entry)
+    assert stored - HEAD_BYTES <= reader.transfer.downloaded <= stored + HEAD_BYTES, \
+        "ahead: the rest of the pack, in few requests (what lies between two of them read again)"
+    again = PackStore(url, tmp_path / "reader", 30)
+    bundle = again.read(_entry("t").env)
+    assert bundle is not None
+    assert [c for _, _, c in bundle.members(bundle.entries[0]).contents()] and again.transfer.downloaded == 0, \
+        "a pack never changes: what this machine read serves the next reader"
+
+
+def test_a_writer_uploads_what_the_packs_lack_and_a_record_of_its_run(url: str, tmp_path: Path) -> None:
+    store = PackStore(url, tmp_path / "a", 30)
+    assert store.add([_entry("t", *range(1, 21))], run=1.0).status is Written.SAVED
+    (first,) = _listed(url, tmp_path).values()
+    saved = PackStore(url, tmp_path / "b", 30).add([_entry("t", *range(1, 22))], run=2.0)
+    assert saved.status is Written.SAVED and saved.added_artifacts == {"inductor": 1, "aot_autograd": 1, "autotune": 1}
+    assert saved.transfer.uploaded < first / 10, "one test's artifacts, not the bundle again"
+    entry = saved.bundle.find(_entry("t").env)
+    assert entry is not None and len(saved.bundle.members(entry).table) == 63
+    index, _ = saved.bundle.key_index(entry)
+    assert index is not None and index.runs == [1.0, 2.0], "each run's record of what it used"
+    unchanged = PackStore(url, tmp_path / "c", 30).add([_entry("t", 5)], run=3.0)
+    assert unchanged.status is Written.UNCHANGED and unchanged.transfer.uploaded == 0
+
+
+def test_a_pack_is_named_by_its_content_and_no_upload_in_progress_is_listed(url: str, tmp_path: Path) -> None:
+    import hashlib
+
+    name = PackStore(url, tmp_path / "a", 30)._write([_entry("t", 1)], [])
+    folder = Path(url.removeprefix("local://")) / PACKS
+    assert name == hashlib.sha256((folder / name).read_bytes()).hexdigest()[:32] + ".bundle"
+    (folder / f".{name}.0123.part").write_bytes(b"half an upload")
+    assert list(_listed(url, tmp_path)) == [name], "an upload in progress is no pack"
+
+
+def test_replaced_packs_are_skipped_at_once_and_removed_after_the_grace(url: str, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    store = PackStore(url, tmp_path / "a", 30)
+    store.add([_entry("x", 1)])
+    store.add([_entry("y", 2)])
+    early = PackStore(url, tmp_path / "early", 30).read()
+    assert early is not None and len(early.entries) == 2
+    store.update(lambda current: [e for e in current.entries if e.env["cache_key_tag"] == "y"] if current else [])
+    assert len(_listed(url, tmp_path)) == 3, "the replaced packs stay for readers that listed them"
+    bundle = PackStore(url, tmp_path / "late", 30).read()
+    assert bundle is not None and [e.env["cache_key_tag"] for e in bundle.entries] == ["y"]
+    x = early.find(_entry("x").env)
+    assert x is not None and [c for _, _, c in early.members(x).contents()], "the early reader reads on"
+    monkeypatch.setattr(packs, "GRACE_SECONDS", 0.0)
+    time.sleep(0.01)
+    store.update(lambda current: current.entries if current else [])
+    names = list(_listed(url, tmp_path))
+    assert len(names) == 2, names
+    bundle = PackStore(url, tmp_path / "last", 30).read()
+    assert bundle is not None and [e.env["cache_key_tag"] for e in bundle.entries] == ["y"]
