@@ -30,6 +30,8 @@ class Client:
         self._fs: tuple[Any, str] | None = None
         self.downloaded = 0
         self.uploaded = 0
+        #: Objects a server sent whole when asked for a range, by name.
+        self._whole: dict[str, bytes] = {}
         #: Told how each download and upload goes (a session attaches its display).
         self.progress: TransferProgress = NoProgress()
 
@@ -113,14 +115,17 @@ class Client:
         return {str(f["name"]).rstrip("/").rsplit("/", 1)[-1]: int(f.get("size") or 0)
                 for f in found if f.get("type") != "directory"}
 
-    def read_ranges(self, spans: list[tuple[str, int, int]]) -> list[bytes]:
+    def read_ranges(self, spans: list[tuple[str, int, int]], whole: int = 0) -> list[bytes]:
         """Bytes ``start:end`` of each object ``name`` of ``spans`` (names under the URL), asked at once (the
-        client sends them concurrently); an answer shorter than asked is a failure, never used."""
+        client sends them concurrently); an answer shorter than asked is a failure, never used. A server that
+        ignores ranges sends an object whole (``whole``: its size, for the deadline), kept for the next ranges."""
         if not spans:
             return []
+        if all(name in self._whole for name, _, _ in spans):
+            return [self._whole[name][start:end] for name, start, end in spans]
         fs = self.filesystem()[0]
         paths = [self.path(name) for name, _, _ in spans]
-        total = sum(end - start for _, start, end in spans)
+        total = max(sum(end - start for _, start, end in spans), whole)
 
         def read() -> list[bytes]:
             if len(spans) == 1:
@@ -140,8 +145,10 @@ class Client:
             self.downloaded += got
             if moved is not None:
                 moved(got)
-        answers = [data[start:end] if len(data) > end - start else data  # a server that ignores ranges
-                   for (_, start, end), data in zip(spans, answers)]
+        for (name, start, end), data in zip(spans, answers):
+            if len(data) > end - start:  # the whole object
+                self._whole[name] = bytes(data)
+        answers = [data[start:end] if len(data) > end - start else data for (_, start, end), data in zip(spans, answers)]
         for (name, start, end), data in zip(spans, answers):
             if len(data) != end - start:
                 raise BundleError(f"{self.name}: cannot read it: the server sent {len(data)} bytes of {name} where "

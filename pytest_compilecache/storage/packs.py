@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator, Mapping
 from .. import files
 from ..bundle import signing
 from ..bundle.binaries import CarriedBinaries
-from ..bundle.format import Bundle, BundleError, Entry, write_bundle
+from ..bundle.format import Bundle, BundleError, Entry, NotAFile, Unwritable, write_bundle
 from ..bundle.keyindex import KeyIndex
 from ..bundle.members import Members
 from ..words import counted
@@ -96,6 +96,7 @@ class PackStore:
         #: Why each pack that could not be read could not, by name; how many of its first bytes a reader reads.
         self._unreadable: dict[str, str] = {}
         self._heads: dict[str, int] = {}
+        self._sizes: dict[str, int] = {}
 
     @property
     def unreachable(self) -> str:
@@ -211,7 +212,7 @@ class PackStore:
                     data = f.read(end - start)
                     if len(data) == end - start:
                         return data
-        (data,) = self.client.read_ranges([(self._object(name), start, end)])
+        (data,) = self.client.read_ranges([(self._object(name), start, end)], whole=self._sizes.get(name, 0))
         if name:
             self._keep(name, start, end, data)
         return data
@@ -223,27 +224,38 @@ class PackStore:
             files.write_atomic(kept, data, fsync=False)
 
     def _fetch(self, spans: list[Span]) -> None:
-        """Download the spans this machine keeps no copy of, nearby ones of a pack in one request, all at once."""
-        missing = sorted({s for s in spans if s[0] and not self._has(*s)})
-        requests: list[tuple[Span, list[Span]]] = []
-        for span in missing:
-            last = requests[-1][0] if requests else None
+        """Download the spans this machine keeps no copy of: nearby ones of a pack as one range, each range in
+        requests of at most :data:`CHUNK_BYTES`, a few of them at once (held in memory until kept)."""
+        groups: list[tuple[Span, list[Span]]] = []
+        for span in sorted({s for s in spans if s[0] and not self._has(*s)}):
+            last = groups[-1][0] if groups else None
             if last is not None and last[0] == span[0] and span[1] - last[2] <= _GAP and \
                     span[2] - last[1] <= CHUNK_BYTES:
-                requests[-1] = ((last[0], last[1], max(last[2], span[2])), [*requests[-1][1], span])
+                groups[-1] = ((last[0], last[1], max(last[2], span[2])), [*groups[-1][1], span])
             else:
-                requests.append((span, [span]))
-        for first in range(0, len(requests), 64):
-            batch = requests[first:first + 64]
-            answers = self.client.read_ranges([(self._object(n), s, e) for (n, s, e), _ in batch])
-            for ((_, start, _), parts), data in zip(batch, answers):
+                groups.append((span, [span]))
+        while groups:
+            batch: list[tuple[Span, list[Span]]] = []
+            size = 0
+            while groups and (not batch or size + groups[0][0][2] - groups[0][0][1] <= 4 * CHUNK_BYTES):
+                batch.append(groups.pop(0))
+                size += batch[-1][0][2] - batch[-1][0][1]
+            pieces = [[(self._object(n), at, min(e, at + CHUNK_BYTES)) for at in range(s, e, CHUNK_BYTES)]
+                      for (n, s, e), _ in batch]
+            answers = iter(self.client.read_ranges([piece for group in pieces for piece in group]))
+            for ((_, start, _), parts), group in zip(batch, pieces):
+                data = b"".join(next(answers) for _ in group)
                 for name, s, e in parts:
                     self._keep(name, s, e, data[s - start:e - start])
 
     def _fetch_locked(self, spans: list[Span]) -> None:
-        """:meth:`_fetch` under this machine's readers' lock: one process downloads, the others find it here."""
-        with self._readers.held():
-            self._fetch(spans)
+        """:meth:`_fetch` under this machine's readers' lock: one process downloads, the others find it here
+        (where no lock can be taken, nothing could be kept either: each part is read when asked instead)."""
+        try:
+            with self._readers.held():
+                self._fetch(spans)
+        except (NotAFile, Unwritable):
+            return
 
     def _places(self, name: str, start: int, end: int) -> list[tuple[Path, int]]:
         """The files on this machine that may hold bytes ``start:end`` of a pack, and where in them."""
@@ -256,6 +268,7 @@ class PackStore:
 
     def _open(self, packs: Mapping[str, int]) -> dict[str, Bundle | None]:
         """Every pack's manifest (their first bytes read at once); ``None`` for one that cannot be read."""
+        self._sizes.update(packs)
         self._heads.update({name: min(HEAD_BYTES, size) for name, size in packs.items()})
         self._fetch([(name, 0, head) for name, head in self._heads.items() if head and name in packs])
         opened: dict[str, Bundle | None] = {}
@@ -328,7 +341,12 @@ class PackStore:
         os.close(fd)
         staging = Path(name)
         try:
-            write_bundle(Bundle(staging, entries, supersedes=tuple(supersedes), written=time.time()))
+            try:
+                write_bundle(Bundle(staging, entries, supersedes=tuple(supersedes), written=time.time()))
+            except BundleError as exc:
+                why = str(exc).split(": ", 2)[-1].replace("; the file there is unchanged", "")
+                raise BundleError(f"{self.name}: cannot write its new pack in {self.folder} before uploading it: "
+                                  f"{why}; nothing was uploaded") from None
             pack = f"{files.checksum(staging)[0][:32]}.bundle"
             self.client.put(staging, f"{PACKS}/{pack}")
             with contextlib.suppress(OSError):
