@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from servers import Blackhole, FaultProxy, azurite_connection, azurite_server, s3_server  # noqa: E402
 
 from pytest_compilecache.bundle.format import BundleError, Entry, read_manifest  # noqa: E402
-from pytest_compilecache.storage.objects import UrlStore  # noqa: E402
+from pytest_compilecache.storage.packs import PackStore  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "h200-torch2.11.bundle"
 KEYS = {"key": "testing", "secret": "testing"}
@@ -65,10 +65,10 @@ def main() -> None:
         with Blackhole() as hole:
             url = {"http": f"http://127.0.0.1:{hole.port}/b.bundle", "s3": "s3://b/b.bundle",
                    "az": "az://c/b.bundle"}[kind]
-            store = UrlStore(url, work / uuid.uuid4().hex, 60, {} if kind == "http" else options(kind, hole.port),
+            store = PackStore(url, work / uuid.uuid4().hex, 60, {} if kind == "http" else options(kind, hole.port),
                              network_timeout=args.timeout)
             took, said = timed(lambda: store.read({"device": "cpu"}))
-            again, _ = timed(store.version)
+            again, _ = timed(store.describe)
             rows.append(f"| never answers | {kind} | read: gave up after {took:.1f} s; the next operation "
                         f"{again:.2f} s | nothing | `{said}` |")
     # Uploads cut after 64 kB.
@@ -83,21 +83,21 @@ def main() -> None:
                 import adlfs
                 adlfs.AzureBlobFileSystem(connection_string=azurite_connection(port), skip_instance_cache=True).mkdir(root)
             url = f"{kind}://{root}/b.bundle"
-            direct = UrlStore(url, work / uuid.uuid4().hex, 60, options(kind, port))
+            direct = PackStore(url, work / uuid.uuid4().hex, 60, options(kind, port))
             with FaultProxy(port, cut_uploads_after=64 * 1024) as cut:
-                through = UrlStore(url, work / uuid.uuid4().hex, 60, options(kind, cut.port),
+                through = PackStore(url, work / uuid.uuid4().hex, 60, options(kind, cut.port),
                                    network_timeout=args.timeout)
                 took_new, said = timed(lambda: through.add([entry("a")]))
-                left_new = "none" if direct.version() is None else "AN OBJECT"
+                left_new = "no pack" if direct.read() is None else "A PACK"
                 direct.add([entry("a")]).bundle.close()
-                before = direct.client.cat()
+                before = direct.client.listing("packs")
                 took_old, _ = timed(lambda: through.add([entry("b")]))
-                same = "the old bundle, byte for byte" if direct.client.cat() == before else "CHANGED"
+                same = "the packs as they were" if direct.client.listing("packs") == before else "CHANGED"
                 cuts = cut.cuts
             t_next, next_outcome = timed(lambda: direct.add([entry("b")]).bundle.close())
             rows.append(f"| upload cut after 64 kB ({cuts} cuts) | {kind} | gave up after {took_new:.1f} s "
                         f"(no object before), {took_old:.1f} s (an object before) | {left_new}; {same}; "
-                        f"no delta | next writer: {next_outcome} in {t_next:.1f} s |")
+                        f"nothing else | next writer: {next_outcome} in {t_next:.1f} s |")
     # Slow, stalled and lying HTTP servers.
     folder = work / "served"
     folder.mkdir()
@@ -110,7 +110,7 @@ def main() -> None:
     for label, proxy in (("trickle at 50 kB/s", FaultProxy(port, rate=50_000)),
                          ("stalls after 100 kB, once", FaultProxy(port, stall_after=100_000, stalls=1))):
         with proxy:
-            store = UrlStore(f"{proxy.url}/b.bundle", work / uuid.uuid4().hex, 60, {}, network_timeout=args.timeout)
+            store = PackStore(f"{proxy.url}/b.bundle", work / uuid.uuid4().hex, 60, {}, network_timeout=args.timeout)
             took, said = timed(lambda: store.read(env))
             rows.append(f"| {label} | http | {took:.1f} s for {DATA.stat().st_size // 1000} kB | nothing kept "
                         f"half-read | {said} |")
