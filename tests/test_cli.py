@@ -267,7 +267,8 @@ def test_merge_errors_leave_no_output(good_bundle: Path, tmp_path: Path) -> None
     blocker.write_text("x")
     assert_user_error(cli("merge", good_bundle, "-o", blocker / "out.bundle"), 2, "is not a folder")
     assert list(tmp_path.iterdir()) == [blocker]
-    assert_user_error(cli("prune", good_bundle), 2, "--keep-matching, --drop ENTRY or --max-size SIZE")
+    assert_user_error(cli("prune", good_bundle), 2,
+                      "--keep-matching, --drop ENTRY, --max-unused-runs N or --max-size SIZE")
 
 
 def two_foreign_entries(path: Path) -> Path:
