@@ -108,3 +108,18 @@ def test_replaced_packs_are_skipped_at_once_and_removed_after_the_grace(url: str
     assert len(names) == 2, names
     bundle = PackStore(url, tmp_path / "last", 30).read()
     assert bundle is not None and [e.env["cache_key_tag"] for e in bundle.entries] == ["y"]
+
+
+def test_prune_drops_what_the_last_runs_did_not_use_from_their_records(url: str, tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from pytest_compilecache import cli
+
+    PackStore(url, tmp_path / "a", 30).add([_entry("t", 1, 2, 3)], run=1.0)
+    PackStore(url, tmp_path / "b", 30).add([_entry("t", 3, 4)], run=2.0)
+    assert cli.main(["prune", url, "--max-unused-runs", "1"]) == 0
+    assert "dropped as unused in the last 1 updating run: 2 fx_graph, 2 aot_autograd, 2 autotune" in \
+        capsys.readouterr().out, "tests 1 and 2: no record of the last run names them"
+    bundle = PackStore(url, tmp_path / "c", 30).read()
+    assert bundle is not None
+    keys = {m.key[-4:] for m in bundle.members(bundle.entries[0]).table}
+    assert keys == {"0003", "0004"}, "what the last run used stays"
