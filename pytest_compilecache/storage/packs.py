@@ -270,7 +270,7 @@ class PackStore:
         """Every pack's manifest (their first bytes read at once); ``None`` for one that cannot be read."""
         self._sizes.update(packs)
         self._heads.update({name: min(HEAD_BYTES, size) for name, size in packs.items()})
-        self._fetch([(name, 0, head) for name, head in self._heads.items() if head and name in packs])
+        self._fetch_locked([(name, 0, head) for name, head in self._heads.items() if head and name in packs])
         opened: dict[str, Bundle | None] = {}
         for name, size in sorted(packs.items()):
             label = f"{self.name}/{PACKS}/{name}" if name else self.name
@@ -296,7 +296,7 @@ class PackStore:
                     for n, b in live.items() if b is None]
         wanted = [(n, b, e) for n, b in live.items() if b is not None for e in b.entries
                   if env is None or e.env == dict(env)]
-        self._fetch([span for n, b, e in wanted for span in _sections(n, b, e, not indexes_later)])
+        self._fetch_locked([span for n, b, e in wanted for span in _sections(n, b, e, not indexes_later)])
         spans: dict[str, list[Span]] = {}
         later: dict[str, list[tuple[Bundle, Entry]]] = {}
         parts = []
