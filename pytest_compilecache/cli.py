@@ -56,10 +56,11 @@ def _store(name: str) -> BundleStore:
     return open_store(name, LOCK_TIMEOUT, user_cache_dir() / "bundle-copies", _storage, _network_timeout)
 
 
-def _read(path: str) -> Bundle:
+def _read(path: str, whole: bool = False) -> Bundle:
+    """The bundle at a path or URL (at a URL, ``whole``: every part downloaded now, else each when read)."""
     try:
         if is_url(path):
-            return read_url(path, user_cache_dir() / "bundle-copies", _storage, _network_timeout)
+            return read_url(path, user_cache_dir() / "bundle-copies", _storage, _network_timeout, whole)
         return read_manifest(_local(path))
     except FileNotFoundError:
         raise UserError(f"{_shown(path)}: no such {'object' if is_url(path) else 'file'}") from None
@@ -237,8 +238,13 @@ def _kernels(build: dict[str, Any]) -> str:
 
 
 def _update(name: str, change: Any) -> Bundle | None:
-    """Read-modify-write the bundle at a path (under its lock) or URL (one pack replacing those read)."""
-    return _store(name).update(change)
+    """Read-modify-write the bundle at a path (under its lock) or URL (one pack replacing those read, and the
+    packs it could not read: each said as a warning)."""
+    said: list[str] | None = [] if is_url(name) else None
+    written = _store(name).update(change, dropped=said)
+    for warning in said or []:
+        _say(f"{_shown(name)}: warning: {warning}", sys.stderr)
+    return written
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
@@ -251,11 +257,19 @@ def cmd_merge(args: argparse.Namespace) -> int:
     for name in (name for name in inputs if not _same_file(name, out)):
         others.extend(_merge_input(name))
         merged.append(name)
-    reads_output = any(_same_file(name, out) for name in inputs) or is_url(out)
+    reads_output = any(_same_file(name, out) for name in inputs)
     read = [False]
+    if is_url(out) and not reads_output:  # a push: one pack of what the URL lacks, nothing read but its tables
+        try:
+            pushed = union(others)
+            _store(out).add(pushed).bundle.release()
+        except (_torchapi.MegaCacheError, _torchapi.TorchUnavailable) as exc:
+            raise UserError(str(exc)) from None
+        _say(f"{_shown(out)}: {counted(len(pushed), 'environment')} from {counted(len(merged), 'bundle')} added")
+        return 0
 
     def change(current: Bundle | None) -> list[Entry]:
-        if reads_output and current is None and not is_url(out):
+        if reads_output and current is None:
             raise UserError(f"{_shown(out)}: no such file")
         read[0] = reads_output and current is not None
         try:
@@ -276,7 +290,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 def _merge_input(name: str) -> list[Entry]:
     """The entries of one input of ``merge``, every payload read; one a key refuses is a user error."""
-    with _read(name) as bundle:
+    with _read(name, whole=True) as bundle:
         bundle.read_all()
         secret = signing.key()
         for entry in bundle.entries:
@@ -351,11 +365,14 @@ def cmd_prune(args: argparse.Namespace) -> int:
                             f"{_shown(args.path)} is unchanged")
         if args.max_unused_runs > 0:
             kept, unused = without_unused(kept, args.max_unused_runs)
+            runs = max((len(e.index.whole_runs) for e in kept if e.index is not None), default=0)
+            few = (f" (only {counted(runs, 'updating run')} of the whole suite recorded: runs that left tests out, "
+                   "such as CI shards, are not counted)") if runs < args.max_unused_runs else ""
             said.append(f"dropped as unused in the last {counted(args.max_unused_runs, 'updating run')}: "
-                        f"{artifact_counts(unused) if unused else 'nothing'}")
+                        f"{artifact_counts(unused) if unused else 'nothing'}{few}")
         if limit is not None:
             try:
-                kept, lines = fit(current.path, kept, limit)
+                kept, lines = fit(current.path, kept, limit, _shown(args.path))
             except CannotFit as exc:
                 raise UserError(str(exc)) from None
             except (_torchapi.MegaCacheError, _torchapi.TorchUnavailable) as exc:

@@ -159,6 +159,8 @@ class Bundle:
     #: A pack of a bundle at a URL: the packs it replaces (docs/urls.md), and when it was written.
     supersedes: tuple[str, ...] = ()
     written: float = 0.0
+    #: Their signature, with the signing key set (see :func:`.signing.seal`).
+    seal: str = ""
     #: What of it could not be used, in words, each naming the file (a bundle at a URL: an unreadable pack).
     problems: list[str] = field(default_factory=list)
 
@@ -563,10 +565,12 @@ def parse(f: BinaryIO, path: Path, label: str = "") -> Bundle:
         index = e.index_section
         if index is not None and start + index["offset"] + index["size"] > end:
             raise BundleError(f"{name}: truncated: the key index for {env_label(e.env)} lies past the end of the file")
-    supersedes, written = manifest.get("supersedes", []), manifest.get("written", 0.0)
-    if not isinstance(supersedes, list) or not all(isinstance(n, str) for n in supersedes) or not _finite(written):
-        raise BundleError(f"{name}: corrupt: the manifest's supersedes or written is malformed")
-    return Bundle(path, entries, f, start, label, version, supersedes=tuple(supersedes), written=float(written))
+    supersedes, written, seal = manifest.get("supersedes", []), manifest.get("written", 0.0), manifest.get("seal", "")
+    if not isinstance(supersedes, list) or not all(isinstance(n, str) for n in supersedes) or not _finite(written) \
+            or not isinstance(seal, str):
+        raise BundleError(f"{name}: corrupt: the manifest's supersedes, written or seal is malformed")
+    return Bundle(path, entries, f, start, label, version, supersedes=tuple(supersedes), written=float(written),
+                  seal=seal)
 
 
 def make_entry(env: Mapping[str, str], payload: bytes, artifacts: dict[str, dict[str, int]], created: float = 0.0,
@@ -697,6 +701,8 @@ def _encode(bundle: Bundle) -> tuple[Iterator[bytes], int, list[tuple[Entry, str
     top: dict[str, Any] = {"format": FORMAT, "entries": [d for *_, d in placed]}
     if bundle.written:
         top.update(written=bundle.written, supersedes=list(bundle.supersedes))
+        if secret is not None:
+            top["seal"] = signing.seal(bundle.supersedes, bundle.written, secret)
     manifest = json.dumps(top, indent=1, sort_keys=True).encode()
     head = [MAGIC, b"%d\n" % len(manifest), manifest]
 

@@ -15,9 +15,10 @@ class CannotFit(Exception):
     """No way to fit the size with any artifact kept (the message says which bundle and size)."""
 
 
-def fit(path: Path, entries: list[Entry], limit: int) -> tuple[list[Entry], list[str]]:
+def fit(path: Path, entries: list[Entry], limit: int, label: str = "") -> tuple[list[Entry], list[str]]:
     """``entries`` made to fit in ``limit`` bytes, least recently used artifacts first (carried binaries where
-    those cannot make it fit), and what was dropped; raises :class:`CannotFit` where no artifact would be left."""
+    those cannot make it fit), and what was dropped; raises :class:`CannotFit` where no artifact would be left
+    (naming ``label``, else ``path``)."""
     start = encoded_size(Bundle(path, entries))
     plan = _plan(path, entries, limit, binaries_first=False)
     if (plan[2] and plan[2][-1].startswith("dropped the carried binaries")) or any(
@@ -26,7 +27,8 @@ def fit(path: Path, entries: list[Entry], limit: int) -> tuple[list[Entry], list
     kept, size, lines = plan
     left = [e for e in kept if e.artifacts]  # carried binaries serve artifacts: alone they are nothing usable
     if size > limit or not left:
-        raise CannotFit(f"{path}: cannot fit in {limit:,d} bytes with any artifact kept; {path} is unchanged")
+        raise CannotFit(f"{label or path}: cannot fit in {limit:,d} bytes with any artifact kept; {label or path} is "
+                        "unchanged")
     if len(left) < len(kept):
         lines.append(f"dropped {counted(len(kept) - len(left), 'environment')} left with no artifact")
     return left, [f"{start:,d} -> {encoded_size(Bundle(path, left)):,d} bytes", *lines]

@@ -6,7 +6,7 @@ import hashlib
 import hmac
 import json
 import os
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 KEY_ENV = "PYTEST_COMPILE_CACHE_KEY"
 UNSIGNED = "unsigned"
@@ -39,3 +39,8 @@ def check(described: Mapping[str, Any], binaries: Mapping[str, Any] | None, sign
         return UNSIGNED
     given = signature.encode("utf-8", "surrogatepass")
     return "" if hmac.compare_digest(sign(described, binaries, secret).encode(), given) else MISMATCH
+
+
+def seal(supersedes: Sequence[str], written: float, secret: bytes) -> str:
+    """The signature of a pack's list of the packs it replaces and of when it was written (docs/urls.md)."""
+    return sign({"supersedes": list(supersedes), "written": written}, None, secret)

@@ -73,8 +73,8 @@ class Preparer:
                  run_warmup: RunWarmup | None, process: str, binaries: BinaryPool | None = None,
                  run: float | None = None, rebuild: bool = False, fallback: BundleStore | None = None,
                  tell: Callable[[str], None] | None = None, selected: Collection[str] = ()) -> None:
-        #: The tests this process may run: where they are most of those the bundle's runs recorded, an entry at a
-        #: URL is downloaded before the first test, else each artifact when torch asks for it.
+        #: The tests this process may run: where they are a tenth or more of those the bundle's runs recorded (a
+        #: CI shard, say), an entry at a URL is downloaded before the first test, else each part when torch asks.
         self.selected = selected
         #: Where the bundle is read from; where the warmup publishes; where instead when that cannot be read.
         self.source, self.publish, self.fallback = source, publish, fallback
@@ -166,7 +166,7 @@ class Preparer:
             self._say(Concern.BUNDLE, problem, bundle.name)
         try:
             recorded = entry.history.get("tests")
-            if not isinstance(recorded, dict) or 2 * len(set(self.selected) & set(recorded)) >= len(recorded):
+            if not isinstance(recorded, dict) or 10 * len(set(self.selected) & set(recorded)) >= len(recorded):
                 bundle.fetch_ahead(entry)
             members = bundle.members(entry)
             _torchapi.check_artifact_keys((m.kind, m.key) for m in members.table if m.kind != WHOLE)

@@ -8,7 +8,7 @@ from typing import Any, Callable, Mapping
 from urllib.parse import urlsplit
 
 from ..bundle.format import BundleError
-from .deadlines import DEFAULT_TIMEOUT, Deadlines
+from .deadlines import DEFAULT_TIMEOUT, Deadlines, StoreError
 from .errors import transient, why
 from .interface import NoProgress, TransferProgress
 from .protocols import protocol_of
@@ -68,7 +68,7 @@ class Client:
         except BundleError:
             raise
         except Exception as exc:
-            raise BundleError(f"{self.name}: {doing} failed: {why(exc)}") from None
+            raise StoreError(f"{self.name}: {doing} failed: {why(exc)}") from None
 
     def size_of(self, name: str = "") -> int | None:
         """The size of the object ``name`` (the URL's own where ""), or ``None`` where there is none (or a folder);
@@ -83,11 +83,11 @@ class Client:
         except FileNotFoundError as exc:
             cause = self.kind.unreachable(exc)  # an HTTP server not reached, or answering an error but 404
             if cause is not None:
-                raise BundleError(f"{self.name}: cannot read it: {why(cause)}") from None
+                raise StoreError(f"{self.name}: cannot read it: {why(cause)}") from None
             self.deadlines.run("asking for its bucket", lambda: self._check_bucket(fs, path))
             return None
         except Exception as exc:
-            raise BundleError(f"{self.name}: cannot read it: {why(exc)}") from None
+            raise StoreError(f"{self.name}: cannot read it: {why(exc)}") from None
         return None if info.get("type") == "directory" else int(info.get("size") or 0)
 
     def _check_bucket(self, fs: Any, path: str) -> None:
@@ -111,7 +111,7 @@ class Client:
         except FileNotFoundError:
             return {}
         except Exception as exc:
-            raise BundleError(f"{self.name}: cannot list {folder}/: {why(exc)}") from None
+            raise StoreError(f"{self.name}: cannot list {folder}/: {why(exc)}") from None
         return {str(f["name"]).rstrip("/").rsplit("/", 1)[-1]: int(f.get("size") or 0)
                 for f in found if f.get("type") != "directory"}
 
@@ -138,9 +138,10 @@ class Client:
             except BundleError:
                 raise
             except FileNotFoundError:
-                raise BundleError(f"{self.name}: cannot read it: a part was removed while it was read") from None
+                raise StoreError(f"{self.name}: cannot read {spans[0][0] or 'it'}: it was removed while it was read") \
+                    from None
             except Exception as exc:
-                raise BundleError(f"{self.name}: cannot read it: {why(exc)}") from None
+                raise StoreError(f"{self.name}: cannot read {spans[0][0] or 'it'}: {why(exc)}") from None
             got = sum(len(a) for a in answers)
             self.downloaded += got
             if moved is not None:
@@ -151,7 +152,7 @@ class Client:
         answers = [data[start:end] if len(data) > end - start else data for (_, start, end), data in zip(spans, answers)]
         for (name, start, end), data in zip(spans, answers):
             if len(data) != end - start:
-                raise BundleError(f"{self.name}: cannot read it: the server sent {len(data)} bytes of {name} where "
+                raise StoreError(f"{self.name}: cannot read it: the server sent {len(data)} bytes of {name} where "
                                   f"{end - start} were asked (shorter than announced: a connection cut midway, or a "
                                   "server that lies)")
         return [bytes(a) for a in answers]

@@ -18,7 +18,11 @@ READ_ATTEMPTS = 3
 T = TypeVar("T")
 
 
-class StoreTimeout(BundleError):
+class StoreError(BundleError):
+    """A store that failed to answer, or answered with an error: the network's or the server's fault, not a pack's."""
+
+
+class StoreTimeout(StoreError):
     """A store did not answer within its deadline (or gave no answer earlier in this process)."""
 
 

@@ -22,7 +22,7 @@ from ..bundle.keyindex import KeyIndex
 from ..bundle.members import Members
 from ..words import counted
 from .client import Client
-from .deadlines import DEFAULT_TIMEOUT
+from .deadlines import DEFAULT_TIMEOUT, StoreError
 from .interface import REPLACED_UNREADABLE, Look, Saved, Transfer, Written
 from .local import Lock
 from ..bundle.merge import _union, env_id, mergeable, stamp, what_is_new
@@ -48,6 +48,8 @@ class PackedBundle(Bundle):
     _fetch: Callable[[list[Span]], None] | None = field(default=None, repr=False)
     #: Per environment, the packs' entries whose key indexes are read when a miss first needs them.
     _indexes: dict[str, list[tuple[Bundle, Entry]]] = field(default_factory=dict, repr=False)
+    #: Entries left out beside signed ones (the signing key set), in words: said where a write happens.
+    unvouched: list[str] = field(default_factory=list)
 
     def fetch_ahead(self, entry: Entry) -> None:
         """Download every artifact and binary of ``entry`` not yet on this machine, a few requests at once."""
@@ -97,6 +99,9 @@ class PackStore:
         self._unreadable: dict[str, str] = {}
         self._heads: dict[str, int] = {}
         self._sizes: dict[str, int] = {}
+        #: The ranges of each pack this machine keeps, by (first byte, end); of the object at the URL, this process.
+        self._spans_kept: dict[str, dict[tuple[int, int], Path]] = {}
+        self._memory: dict[tuple[int, int], bytes] = {}
 
     @property
     def unreachable(self) -> str:
@@ -143,20 +148,21 @@ class PackStore:
                 kept, current = current, None
                 return Saved(kept, Written.UNCHANGED, size=sum(packs.values()), transfer=self.transfer.since(before))
             entries = [_lacking(current, a) for a in additions]
+            refused = current.unvouched if current is not None else []
         finally:
             if current is not None:
                 current.release()
         secret = signing.key()
         readable = {n: b for n, b in opened.items() if b is not None}
-        ours = [n for n, b in readable.items() if {env_id(e.env) for e in b.entries} <= set(envs)]
+        ours = [n for n, b in readable.items() if n and {env_id(e.env) for e in b.entries} <= set(envs)]
         unsigned = [n for n in ours if secret is not None and all(e.vouched(secret) for e in readable[n].entries)]
-        unreadable = [n for n, b in opened.items() if b is None] if rebuild else []
+        unreadable = [n for n, b in opened.items() if n and b is None] if rebuild else []
         dropped = [f"{REPLACED_UNREADABLE} ({self._unreadable[n]}); a fresh pack replaces it" for n in unreadable]
         self._write(entries, [*ours, *unreadable] if rebuild else unsigned)
         packs = self._listing()
         written = self._union(self._open(packs), only, indexes_later=True)
         assert written is not None
-        return Saved(written, size=sum(packs.values()), dropped=tuple(dropped), transfer=self.transfer.since(before),
+        return Saved(written, size=sum(packs.values()), dropped=(*refused, *dropped), transfer=self.transfer.since(before),
                      added=not new.nothing, added_artifacts=new.counts)
 
     def update(self, change: Callable[[Bundle | None], list[Entry] | None],
@@ -165,10 +171,8 @@ class PackStore:
         packs replaced more than :data:`GRACE_SECONDS` ago are removed."""
         opened = self._open(self._listing())
         current = self._union(opened, None)
-        if current is not None and current.problems:
-            if dropped is None:
-                raise BundleError(current.problems[0])
-            dropped.extend(f"{REPLACED_UNREADABLE} ({why})" for why in current.problems)
+        if current is not None and dropped is not None:  # the write replaces what it could not read
+            dropped.extend([*current.problems, *current.unvouched])
         if current is not None:
             for entry in current.entries:
                 current.fetch_ahead(entry)
@@ -177,11 +181,14 @@ class PackStore:
             if entries is None:
                 kept, current = current, None
                 return kept
-            self._write(entries, sorted(opened))
+            self._write(entries, sorted(name for name in opened if name))
         finally:
             if current is not None:
                 current.release()
-        self._collect(opened)
+        left = self._collect(opened)
+        if dropped is not None and left:
+            dropped.append(f"{counted(len(left), 'pack')} replaced more than a day ago could not be removed "
+                           f"({', '.join(left)}); the next prune tries again")
         return self.read()
 
     def _listing(self) -> dict[str, int]:
@@ -205,29 +212,38 @@ class PackStore:
     def _read(self, name: str, start: int, end: int) -> bytes:
         """Bytes ``start:end`` of a pack: from this machine's copy of that part, or of the whole pack, else read
         and kept (the object at the URL itself may change, so its bytes are never kept)."""
-        if name:
-            for path, at in self._places(name, start, end):
-                with contextlib.suppress(OSError), open(path, "rb") as f:
-                    f.seek(at)
-                    data = f.read(end - start)
-                    if len(data) == end - start:
-                        return data
+        if not name:
+            held = next((data[start - a:end - a] for (a, b), data in self._memory.items() if a <= start and end <= b),
+                        None)
+            if held is not None:
+                return held
+        for path, at in self._places(name, start, end) if name else []:
+            with contextlib.suppress(OSError), open(path, "rb") as f:
+                f.seek(at)
+                data = f.read(end - start)
+                if len(data) == end - start:
+                    return data
         (data,) = self.client.read_ranges([(self._object(name), start, end)], whole=self._sizes.get(name, 0))
         if name:
             self._keep(name, start, end, data)
         return data
 
     def _keep(self, name: str, start: int, end: int, data: bytes) -> None:
+        if not name:  # the object at the URL may change: what this process read of it stays in its memory only
+            self._memory[(start, end)] = data
+            return
         kept = self._kept(name, start, end)
         with contextlib.suppress(OSError):  # this machine keeps no copy: the next read asks again
             kept.parent.mkdir(parents=True, exist_ok=True)
             files.write_atomic(kept, data, fsync=False)
+            self._spans_kept.setdefault(name, {})[(start, end)] = kept
 
     def _fetch(self, spans: list[Span]) -> None:
         """Download the spans this machine keeps no copy of: nearby ones of a pack as one range, each range in
         requests of at most :data:`CHUNK_BYTES`, a few of them at once (held in memory until kept)."""
         groups: list[tuple[Span, list[Span]]] = []
-        for span in sorted({s for s in spans if s[0] and not self._has(*s)}):
+        self._spans_kept.clear()  # another process may have kept some since
+        for span in sorted({s for s in spans if not self._has(*s)}):
             last = groups[-1][0] if groups else None
             if last is not None and last[0] == span[0] and span[1] - last[2] <= _GAP and \
                     span[2] - last[1] <= CHUNK_BYTES:
@@ -259,11 +275,19 @@ class PackStore:
 
     def _places(self, name: str, start: int, end: int) -> list[tuple[Path, int]]:
         """The files on this machine that may hold bytes ``start:end`` of a pack, and where in them."""
-        head = self._heads.get(name, 0)
-        return [(self.folder / PACKS / name / "whole", start), (self._kept(name, start, end), 0),
-                *([(self._kept(name, 0, head), start)] if end <= head else [])]
+        if name not in self._spans_kept:
+            kept = self._spans_kept[name] = {}
+            with contextlib.suppress(OSError):
+                for file in (self.folder / PACKS / name).iterdir():
+                    first, _, last = file.name.partition("-")
+                    if first.isdigit() and last.isdigit():
+                        kept[(int(first), int(last))] = file
+        holding = [(f, start - a) for (a, b), f in self._spans_kept[name].items() if a <= start and end <= b]
+        return [(self.folder / PACKS / name / "whole", start), (self._kept(name, start, end), 0), *holding]
 
     def _has(self, name: str, start: int, end: int) -> bool:
+        if not name:
+            return any(a <= start and end <= b for a, b in self._memory)
         return any(path.is_file() for path, _ in self._places(name, start, end))
 
     def _open(self, packs: Mapping[str, int]) -> dict[str, Bundle | None]:
@@ -277,6 +301,8 @@ class PackStore:
             try:
                 opened[name] = Bundle.over(Ranges(functools.partial(self._read, name), size),
                                            self.folder / PACKS / (name or "at-the-url"), label, head=HEAD_BYTES)
+            except StoreError:
+                raise
             except BundleError as exc:
                 opened[name] = None
                 self._unreadable[name] = str(exc)
@@ -288,9 +314,7 @@ class PackStore:
         With ``indexes_later``, their key indexes are read when first asked for (:meth:`PackedBundle.key_index`)."""
         if not opened:
             return None
-        secret = signing.key()
-        replaced = {old for b in opened.values() if b is not None
-                    and (secret is None or not any(e.vouched(secret) for e in b.entries)) for old in b.supersedes}
+        replaced = {old for b in opened.values() for old in _replaces(b)}
         live = {n: b for n, b in opened.items() if n not in replaced}
         problems = [self._unreadable.get(n, f"{self.name}/{PACKS}/{n}: cannot be read")
                     for n, b in live.items() if b is None]
@@ -331,8 +355,8 @@ class PackStore:
                     entries.append(entry)
         if not entries and problems:
             raise BundleError(problems[0])
-        return PackedBundle(self.folder / "union.bundle", entries, label=self.name, problems=[*problems, *dropped],
-                            _spans=spans, _fetch=self._fetch_locked, _indexes=later)
+        return PackedBundle(self.folder / "union.bundle", entries, label=self.name, problems=problems,
+                            _spans=spans, _fetch=self._fetch_locked, _indexes=later, unvouched=dropped)
 
     def _write(self, entries: list[Entry], supersedes: list[str]) -> str:
         """Upload ``entries`` as a new pack (replacing the packs ``supersedes``), keep it here whole; its name."""
@@ -358,19 +382,31 @@ class PackStore:
 
     def _collect(self, opened: Mapping[str, Bundle | None]) -> list[str]:
         """Remove the packs replaced more than :data:`GRACE_SECONDS` ago, the earliest replaced first; stop at
-        the first that stays (so no pack replaced comes back); the names removed."""
+        the first that stays (so no pack replaced comes back); the names of those left."""
         now = time.time()
         when: dict[str, float] = {}
         for bundle in opened.values():
             if bundle is not None and bundle.written and now - bundle.written > GRACE_SECONDS:
-                for old in bundle.supersedes:
+                for old in _replaces(bundle):
                     when[old] = min(when.get(old, bundle.written), bundle.written)
-        removed = []
-        for name in sorted((n for n in when if n in opened), key=lambda n: when[n]):
+        due = sorted((n for n in when if n in opened), key=lambda n: when[n])
+        for number, name in enumerate(due):
             if not self.client.remove(self._object(name)):
-                break
-            removed.append(name)
-        return removed
+                return due[number:]
+        return []
+
+
+def _replaces(bundle: Bundle | None) -> tuple[str, ...]:
+    """The packs ``bundle`` replaces: as its manifest says, or with the signing key set, only where its seal holds
+    (a writer without the key can hide no pack, nor have one removed). The object at the URL itself is never
+    replaced: it is not the layout's to remove."""
+    if bundle is None:
+        return ()
+    secret = signing.key()
+    if secret is not None and signing.check({"supersedes": list(bundle.supersedes), "written": bundle.written}, None,
+                                            bundle.seal, secret):
+        return ()
+    return tuple(name for name in bundle.supersedes if name)
 
 
 def _sections(name: str, bundle: Bundle, entry: Entry, index: bool) -> Iterator[Span]:
@@ -413,11 +449,12 @@ def _lacking(current: Bundle | None, addition: Entry) -> Entry:
 
 
 def read_url(url: str, copies: Path, storage_options: Mapping[str, Any] | None = None,
-             network_timeout: float = DEFAULT_TIMEOUT) -> PackedBundle:
-    """The whole bundle at ``url``, every entry's parts downloaded (each checked when read), for the command line."""
+             network_timeout: float = DEFAULT_TIMEOUT, whole: bool = True) -> PackedBundle:
+    """The bundle at ``url`` for the command line; with ``whole``, every entry's parts downloaded now (each
+    checked when read)."""
     bundle = PackStore(url, copies, 60.0, storage_options, network_timeout).read()
     if bundle is None:
         raise FileNotFoundError(redacted(url))
-    for entry in bundle.entries:
+    for entry in bundle.entries if whole else []:
         bundle.fetch_ahead(entry)
     return bundle
