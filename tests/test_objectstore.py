@@ -634,3 +634,19 @@ def test_a_run_that_adds_nothing_reads_only_its_own_entry_and_writes_nothing(s3:
     saved = _store(url, tmp_path / "b").add([_tagged("b", 1, 2, 3)])
     assert saved.status is Written.UNCHANGED and saved.transfer.uploaded == 0
     assert 0 < saved.transfer.downloaded < saved.size * 0.4, (saved.transfer.downloaded, saved.size)
+
+
+def test_the_object_at_the_url_itself_is_read_never_replaced(s3: str, tmp_path: Path) -> None:
+    """A bundle file at the URL (the layout before packs, or one served as a file) is read as one more pack;
+    a compaction writes a pack beside it and replaces packs only: the file stays as it was, and is read on."""
+    url = f"{s3}/suite.bundle"
+    store = _store(url, tmp_path / "a")
+    fs = store.client.filesystem()[0]
+    fs.pipe_file(store.client.path(), DATA_BUNDLE.read_bytes())
+    bundle = store.read()
+    assert bundle is not None and len(bundle.entries) == 1
+    assert cli.main(["merge", url, "-o", url]) == 0
+    assert fs.cat_file(store.client.path()) == DATA_BUNDLE.read_bytes()
+    again = _store(url, tmp_path / "b")
+    bundle = again.read()
+    assert bundle is not None and len(bundle.entries) == 1 and len(again._listing()) == 2

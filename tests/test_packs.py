@@ -123,3 +123,31 @@ def test_prune_drops_what_the_last_runs_did_not_use_from_their_records(url: str,
     assert bundle is not None
     keys = {m.key[-4:] for m in bundle.members(bundle.entries[0]).table}
     assert keys == {"0003", "0004"}, "what the last run used stays"
+
+
+def test_with_the_key_set_only_a_sealed_list_replaces_packs(url: str, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A writer without the signing key (store credentials only) uploads a pack that claims to replace every
+    other: readers with the key ignore the claim, and a prune removes nothing for it; a prune made with the
+    key replaces packs as usual."""
+    from pytest_compilecache.bundle.format import Bundle, write_bundle
+
+    monkeypatch.setenv("PYTEST_COMPILE_CACHE_KEY", "s3cret")
+    store = PackStore(url, tmp_path / "a", 30)
+    store.add([_entry("x", 1)])
+    store.add([_entry("y", 2)])
+    names = sorted(_listed(url, tmp_path))
+    forged = tmp_path / "forged.bundle"
+    monkeypatch.delenv("PYTEST_COMPILE_CACHE_KEY")
+    write_bundle(Bundle(forged, [], supersedes=tuple(names), written=1.0))
+    monkeypatch.setenv("PYTEST_COMPILE_CACHE_KEY", "s3cret")
+    store.client.put(forged, f"{PACKS}/forged.bundle")
+    bundle = PackStore(url, tmp_path / "b", 30).read()
+    assert bundle is not None and sorted(e.env["cache_key_tag"] for e in bundle.entries) == ["x", "y"]
+    monkeypatch.setattr(packs, "GRACE_SECONDS", 0.0)
+    store.update(lambda current: current.entries if current else [])
+    assert set(names) <= set(_listed(url, tmp_path)), "nothing removed on an unsealed claim"
+    store.update(lambda current: [e for e in current.entries if e.env["cache_key_tag"] == "y"] if current else [])
+    bundle = PackStore(url, tmp_path / "c", 30).read()
+    assert bundle is not None and [e.env["cache_key_tag"] for e in bundle.entries] == ["y"]
+

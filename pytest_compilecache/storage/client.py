@@ -108,7 +108,7 @@ class Client:
             found = self.deadlines.retried(f"listing {folder}/", lambda: fs.ls(path, detail=True), transient)
         except BundleError:
             raise
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return {}
         except Exception as exc:
             raise StoreError(f"{self.name}: cannot list {folder}/: {why(exc)}") from None

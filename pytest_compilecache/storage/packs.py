@@ -343,7 +343,7 @@ class PackStore:
             first = bundle._start + entry.offset + entry.size
             section = entry.binaries_section or {}
             spans.setdefault(env_id(entry.env), []).extend(
-                [(name, first + m.offset, first + m.offset + m.stored) for m in members.table]
+                [(name, first + m.offset, first + m.offset + m.stored) for m in members.table if entry.stored is not None]
                 + [(name, bundle._start + section["offset"] + at, bundle._start + section["offset"] + at + stored)
                    for at, stored in _binary_offsets(section)])
         entries, dropped = _union(parts)
