@@ -258,7 +258,8 @@ class PackStore:
                 size += batch[-1][0][2] - batch[-1][0][1]
             pieces = [[(self._object(n), at, min(e, at + CHUNK_BYTES)) for at in range(s, e, CHUNK_BYTES)]
                       for (n, s, e), _ in batch]
-            answers = iter(self.client.read_ranges([piece for group in pieces for piece in group]))
+            whole = max(self._sizes.get(name, 0) for (name, _, _), _ in batch)  # for a server that ignores ranges
+            answers = iter(self.client.read_ranges([piece for group in pieces for piece in group], whole))
             for ((_, start, _), parts), group in zip(batch, pieces):
                 data = b"".join(next(answers) for _ in group)
                 for name, s, e in parts:
