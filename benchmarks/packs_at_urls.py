@@ -1,15 +1,15 @@
 """CPU, issue 57: a bundle at a URL as packs (bundle files under ``URL/packs/``, read by range when used, one new
 pack per update) against one object (an update downloads it whole, rewrites it and uploads it whole).
 
-A real suite of 60 ``warm_cache`` tests, each compiling its own function, is built into a bundle once; stores of
-200 and 1,000 tests' worth are it padded with the plugin's bundle API. A side (``--side=NAME=DIR``) is the plugin
-of a checkout found first through ``PYTHONPATH``: without ``storage/packs.py``, the bundle is put at the URL as one
-object; with it, pushed with ``python -m pytest_compilecache merge FILE -o URL``. Each run is a fresh CI runner
-(new ``compile_cache_home`` and ``TMPDIR``) on moto's S3 on loopback, behind a proxy counting what the server sends
-("wire"). Sides alternate each round: 1. one test (``-k``) of 200 and of 1,000; 2. the whole 60-test suite; 3. an
-update after one edited function (empty warmup hook) at 60 and 1,000, a fresh store each run; 4. 8 shards at once,
-each one new function with ``--compile-cache-update``, against one alone, then the store read back and the 8 new
-tests run from it (no FX graph may be lost): on S3 for every side, on Azurite and fake-gcs-server for packs.
+A real suite of 60 ``warm_cache`` tests, each compiling its own function, is built into a bundle once; stores of 200
+and 1,000 tests' worth are that bundle padded with the plugin's bundle API. A side (``--side=NAME=DIR``) is the
+plugin of a checkout found first through ``PYTHONPATH``: without ``storage/packs.py``, the bundle is put at the URL
+as one object; with it, pushed with ``python -m pytest_compilecache merge FILE -o URL``. Each run is a fresh CI
+runner (new ``compile_cache_home`` and ``TMPDIR``) on moto's S3 on loopback, behind a proxy counting what the server
+sends ("wire"). Sides alternate each round: 1. one test (``-k``) of 200 and of 1,000; 2. the whole 60-test suite; 3.
+an update after one edited function (empty warmup hook) at 60 and 1,000, a fresh store each run; 4. 8 shards at
+once, each one new function with ``--compile-cache-update``, against one alone, then the store read back and the 8
+new tests run from it (no FX graph may be lost): on S3 for every side, on Azurite and fake-gcs-server for packs.
 
     PYTHONPATH=/tmp/new-code python benchmarks/packs_at_urls.py --side=old=/tmp/old-code --side=new=/tmp/new-code \
         [--keep=DIR] [ROUNDS]
@@ -209,9 +209,10 @@ def alternate(sides: dict[str, dict[str, Any]], rounds: int, once: Any, title: s
     for name, runs in seen.items():
         got = {k: [r[k] for r in runs] for k in runs[0]}
         ratios = [s / r["seconds"] for s, r in zip(got["seconds"], next(iter(seen.values())))]
-        print(f"| {name} | {spread(got['seconds'])} | {spread(ratios, 3)}x | {spread([d / 1e6 for d in got['down']], 3)}"
-              f" | {spread([d / 1e6 for d in got['wire']], 3)} | {spread([100 * d / store[name] for d in got['wire']], 1)}"
-              f" | {spread([u / 1e6 for u in got['up']], 3)} | {min(got['hits']):.0f}-{max(got['hits']):.0f}, "
+        mb = {k: [v / 1e6 for v in got[k]] for k in ("down", "wire", "up")}
+        print(f"| {name} | {spread(got['seconds'])} | {spread(ratios, 3)}x | {spread(mb['down'], 3)}"
+              f" | {spread(mb['wire'], 3)} | {spread([100 * d / store[name] for d in got['wire']], 1)}"
+              f" | {spread(mb['up'], 3)} | {min(got['hits']):.0f}-{max(got['hits']):.0f}, "
               f"{min(got['misses']):.0f}-{max(got['misses']):.0f} |", flush=True)
 
 
@@ -222,8 +223,9 @@ def loading(sides: dict[str, dict[str, Any]], s3: Store, suite: Path, bundle: Pa
         urls = {name: s3.fresh(side, source) for name, side in sides.items()}
         store = {name: s3.size(url)[0] for name, url in urls.items()}
         alternate(sides, rounds, lambda side: run(side, suite, s3, urls[side["name"]], *args),
-                  f"{f'one test (-k {ONE}) of {tests}' if args else f'the whole suite of {REAL} tests'}, a fresh runner "
-                  f"each run, {rounds} rounds; store {', '.join(f'{n} {b / 1e6:.2f} MB' for n, b in store.items())}",
+                  f"{f'one test (-k {ONE}) of {tests}' if args else f'the whole suite of {REAL} tests'}, "
+                  f"a fresh runner each run, {rounds} rounds; store "
+                  f"{', '.join(f'{n} {b / 1e6:.2f} MB' for n, b in store.items())}",
                   store)
         for url in urls.values():
             s3.drop(url)
@@ -291,8 +293,8 @@ def main() -> None:
     work = keep or Path(tempfile.mkdtemp(prefix="packs-at-urls-")).resolve()
     work.mkdir(parents=True, exist_ok=True)
     for name, side in sides.items():  # found through PYTHONPATH, not the editable install (run outside the checkout)
-        found = subprocess.run([sys.executable, "-c", "import pytest_compilecache; print(pytest_compilecache.__file__)"],
-                               cwd=work, env={**os.environ, **side["env"]}, capture_output=True, text=True).stdout
+        found = subprocess.run([sys.executable, "-c", "import pytest_compilecache as p; print(p.__file__)"], cwd=work,
+                               env={**os.environ, **side["env"]}, capture_output=True, text=True).stdout
         assert found.startswith(side["env"]["PYTHONPATH"]), (name, found)
         print(f"{name}: {found.strip()} ({'packs under URL/packs/' if side['packs'] else 'one object at the URL'})")
     bundle, suite = build(work), work / "suite"
