@@ -16,7 +16,7 @@ class Outcome(enum.Enum):
 
     #: Its artifacts are in the bundle every process reads.
     PUBLISHED = "published"
-    #: Its artifacts are in a bundle of the session's own, at ``detail`` (the store failed, or holds a delta).
+    #: Its artifacts are in a bundle of the session's own, at ``detail`` (the store failed to take them).
     KEPT_APART = "kept apart"
     #: It compiled nothing to publish.
     NOTHING = "nothing"
