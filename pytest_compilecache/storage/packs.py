@@ -210,8 +210,8 @@ class PackStore:
         return self.folder / PACKS / name / f"{start}-{end}"
 
     def _read(self, name: str, start: int, end: int) -> bytes:
-        """Bytes ``start:end`` of a pack: from this machine's copy of that part, or of the whole pack, else read
-        and kept (the object at the URL itself may change, so its bytes are never kept)."""
+        """Bytes ``start:end`` of a pack: from what this machine keeps of it, else read and kept (the object at the
+        URL itself may change: what this process read of it is kept in its memory only)."""
         if not name:
             held = next((data[start - a:end - a] for (a, b), data in self._memory.items() if a <= start and end <= b),
                         None)
