@@ -20,8 +20,8 @@ from .bundle.binaries import build_id, identity_differences
 from .bundle.format import Bundle, BundleError, Entry, differences, encoded_size, env_label, printable, read_manifest
 from .bundle.pruning import CannotFit, fit
 from .session.options import user_cache_dir
-from .storage.deadlines import DEFAULT_TIMEOUT as DEFAULT_NETWORK_TIMEOUT
-from .storage.deadlines import MIN_RATE
+from .storage.errors import DEFAULT_TIMEOUT as DEFAULT_NETWORK_TIMEOUT
+from .storage.errors import MIN_RATE
 from .storage.interface import BundleStore
 from .bundle.merge import union, without_unused
 from .storage.packs import read_url

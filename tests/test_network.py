@@ -28,8 +28,8 @@ import pytest
 from pytest_compilecache import files
 from pytest_compilecache.bundle.format import BundleError, Entry, entry_of, read_manifest
 from pytest_compilecache.bundle.members import Members
-from pytest_compilecache.storage import deadlines, packs, ranges
-from pytest_compilecache.storage.deadlines import StoreTimeout
+from pytest_compilecache.storage import client, packs, ranges
+from pytest_compilecache.storage.errors import StoreTimeout
 from pytest_compilecache.storage.packs import PackStore
 from servers import Blackhole, FaultProxy, azurite_connection, azurite_server, s3_server
 
@@ -133,7 +133,9 @@ def _whole_packs(objects: dict[str, bytes]) -> bool:
 def test_a_store_that_never_answers_gives_up_within_the_deadline(kind: str, tmp_path: Path) -> None:
     """Reading gives up after the network timeout with a message naming the store, what it was doing
     (asking for the object at the URL, the first request) and how long it waited; once it gave up, the
-    store is not asked again in the same process: reading, writing and describing it say the same at once."""
+    store is not asked again in the same process: reading, writing and describing it say the same at once.
+    The wait is the client's own, cancelled on fsspec's event loop: no thread of ours is left running."""
+    threads = set(threading.enumerate())
     if kind == "s3":
         pytest.importorskip("s3fs")
     if kind == "az":
@@ -162,6 +164,9 @@ def test_a_store_that_never_answers_gives_up_within_the_deadline(kind: str, tmp_
         assert store.describe().problem == message
         assert time.monotonic() - started < 1.0
         assert str(again.value) == message, "the same problem, said once"
+        left = [t.name for t in set(threading.enumerate()) - threads
+                if t.name != "fsspecIO" and not t.name.startswith("asyncio_") and not t.name.endswith("(_accept)")]
+        assert not left, left
 
 
 SESSION_TESTS = '''
@@ -223,7 +228,7 @@ def test_an_upload_cut_midway_leaves_no_pack(kind: str, request: pytest.FixtureR
     with one, it stays, byte for byte, and is still the only object; the next writer on a sound network
     adds its pack, and both entries read back. (The deadline's allowance for a slow link is lifted: the
     store's client retries a cut upload until the deadline.)"""
-    monkeypatch.setattr(deadlines, "MIN_RATE", 10**9)
+    monkeypatch.setattr(client, "MIN_RATE", 10**9)
     port = int(request.getfixturevalue({"s3": "moto", "az": "azurite"}[kind]))
     root = _s3_bucket(port) if kind == "s3" else _az_container(port)
     url = f"{kind}://{root}/b.bundle"

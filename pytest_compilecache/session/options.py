@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from ..bundle.format import BundleError
-from ..storage.deadlines import DEFAULT_TIMEOUT as DEFAULT_NETWORK_TIMEOUT
-from ..storage.deadlines import MIN_RATE
+from ..storage.errors import DEFAULT_TIMEOUT as DEFAULT_NETWORK_TIMEOUT
+from ..storage.errors import MIN_RATE
 from ..storage.urls import STORAGE_OPTIONS_ENV, file_url_path, is_url, parse_storage_options, redacted
 from .remote import check_url
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 from urllib.parse import urlsplit
 
 from ..bundle.format import BundleError
-from .deadlines import DEFAULT_TIMEOUT, Deadlines, StoreError
-from .errors import transient, why
+from .errors import DEFAULT_TIMEOUT, MIN_RATE, StoreError, StoreTimeout, transient, why
 from .interface import NoProgress, TransferProgress
 from .protocols import protocol_of
 from .urls import redacted
@@ -17,7 +17,11 @@ from .urls import redacted
 
 class Client:
     """The objects at and under ``url``: each request has a deadline, each failure is a :class:`BundleError`
-    naming the URL, and every byte moved is counted."""
+    naming the URL, and every byte moved is counted.
+
+    A request's deadline is fsspec's own: the client's coroutine is cancelled on fsspec's event loop once
+    ``network_timeout`` seconds (plus a transfer's time at :data:`MIN_RATE`) have passed, with the client's own
+    retries inside it; no thread is left running. Once a store gave no answer, it is not asked again."""
 
     def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None,
                  network_timeout: float = DEFAULT_TIMEOUT) -> None:
@@ -25,8 +29,10 @@ class Client:
         self.name = redacted(self.url)
         self.protocol = urlsplit(url).scheme.lower()
         self.kind = protocol_of(self.protocol)
+        self.timeout = network_timeout
         self.storage_options = self.kind.with_timeouts(dict(storage_options or {}), network_timeout)
-        self.deadlines = Deadlines(self.name, network_timeout)
+        #: The message of the deadline that passed ("" while the store answers), with which every later request fails.
+        self.gave_up = ""
         self._fs: tuple[Any, str] | None = None
         self.downloaded = 0
         self.uploaded = 0
@@ -45,10 +51,7 @@ class Client:
             except ImportError:
                 raise BundleError(f"{self.name}: bundles at URLs need fsspec ({hint})") from None
             try:
-                self._fs = self.deadlines.run("opening it",
-                                              lambda: fsspec.core.url_to_fs(self.url, **self.storage_options))
-            except BundleError:
-                raise
+                self._fs = fsspec.core.url_to_fs(self.url, **self.storage_options)
             except ImportError as exc:
                 hint = hint if extra else f"install the package fsspec names for {self.protocol}://"
                 raise BundleError(f"{self.name}: {exc} ({hint})") from None
@@ -61,14 +64,29 @@ class Client:
         root = self.filesystem()[1].rstrip("/")
         return f"{root}/{name}" if name else root
 
-    def call(self, doing: str, action: Callable[[], Any], size: int = 0) -> Any:
-        """``action()`` within its deadline, its failure said as "``doing`` failed"."""
-        try:
-            return self.deadlines.run(doing, action, size)
-        except BundleError:
-            raise
-        except Exception as exc:
-            raise StoreError(f"{self.name}: {doing} failed: {why(exc)}") from None
+    def ask(self, doing: str, method: str, *args: Any, size: int = 0, **kwargs: Any) -> Any:
+        """The file system's ``method(*args, **kwargs)`` within its deadline; a client that gave no answer in
+        time raises :class:`StoreTimeout`, and so does every later request. A protocol whose client does not
+        retry (:attr:`~.protocols.Protocol.attempts`) is asked again where a request failed on the way."""
+        if self.gave_up:
+            raise StoreTimeout(self.gave_up)
+        fs = self.filesystem()[0]
+        seconds = self.timeout + size / MIN_RATE
+        if getattr(fs, "async_impl", False):
+            kwargs["timeout"] = seconds  # fsspec's sync(): cancels the request on its loop once it passes
+        started = time.monotonic()
+        for attempt in range(self.kind.attempts):
+            try:
+                return getattr(fs, method)(*args, **kwargs)
+            except Exception as exc:
+                overdue = time.monotonic() - started >= seconds  # the request's deadline, not one read's timeout
+                if not overdue and attempt + 1 < self.kind.attempts and transient(exc):
+                    continue
+                if isinstance(exc, TimeoutError) or "Timeout" in type(exc).__name__:
+                    self.gave_up = (f"{self.name}: no answer within {seconds:.0f} s while {doing}; this session goes "
+                                    "on without it (--compile-cache-network-timeout sets the wait)")
+                    raise StoreTimeout(self.gave_up) from None
+                raise
 
     def size_of(self, name: str = "") -> int | None:
         """The size of the object ``name`` (the URL's own where ""), or ``None`` where there is none (or a folder);
@@ -77,23 +95,24 @@ class Client:
         with contextlib.suppress(Exception):
             fs.invalidate_cache(path)
         try:
-            info = self.deadlines.retried("asking for it", lambda: fs.info(path), transient)
+            info = self.ask("asking for it", "info", path)
         except BundleError:
             raise
         except FileNotFoundError as exc:
             cause = self.kind.unreachable(exc)  # an HTTP server not reached, or answering an error but 404
             if cause is not None:
                 raise StoreError(f"{self.name}: cannot read it: {why(cause)}") from None
-            self.deadlines.run("asking for its bucket", lambda: self._check_bucket(fs, path))
+            self._check_bucket(path)
             return None
         except Exception as exc:
             raise StoreError(f"{self.name}: cannot read it: {why(exc)}") from None
         return None if info.get("type") == "directory" else int(info.get("size") or 0)
 
-    def _check_bucket(self, fs: Any, path: str) -> None:
+    def _check_bucket(self, path: str) -> None:
         """Raise :class:`BundleError` where a missing object lies in a bucket that does not exist."""
         bucket = path.strip("/").split("/", 1)[0]
-        if self.kind.bucket and bucket and bucket != path.strip("/") and self.kind.bucket_missing(fs, bucket):
+        if self.kind.bucket and bucket and bucket != path.strip("/") and self.kind.bucket_missing(
+                lambda method, *args, **kwargs: self.ask("asking for its bucket", method, *args, **kwargs), bucket):
             raise BundleError(f"{self.name}: no such {self.kind.bucket} {bucket!r} (create it, or check the URL and "
                               "the endpoint)")
 
@@ -105,7 +124,7 @@ class Client:
         with contextlib.suppress(Exception):
             fs.invalidate_cache(path)
         try:
-            found = self.deadlines.retried(f"listing {folder}/", lambda: fs.ls(path, detail=True), transient)
+            found = self.ask(f"listing {folder}/", "ls", path, detail=True)
         except BundleError:
             raise
         except (FileNotFoundError, NotADirectoryError):
@@ -123,18 +142,16 @@ class Client:
             return []
         if all(name in self._whole for name, _, _ in spans):
             return [self._whole[name][start:end] for name, start, end in spans]
-        fs = self.filesystem()[0]
         paths = [self.path(name) for name, _, _ in spans]
         total = max(sum(end - start for _, start, end in spans), whole)
-
-        def read() -> list[bytes]:
-            if len(spans) == 1:
-                return [fs.cat_file(paths[0], start=spans[0][1], end=spans[0][2])]
-            return list(fs.cat_ranges(paths, [s for _, s, _ in spans], [e for *_, e in spans], on_error="raise"))
-
         with self.progress.transfer("downloading", total) as moved:
             try:
-                answers = self.deadlines.retried("downloading", read, transient, total)
+                if len(spans) == 1:
+                    answers = [self.ask("downloading", "cat_file", paths[0], start=spans[0][1], end=spans[0][2],
+                                        size=total)]
+                else:
+                    answers = list(self.ask("downloading", "cat_ranges", paths, [s for _, s, _ in spans],
+                                            [e for *_, e in spans], on_error="raise", size=total))
             except BundleError:
                 raise
             except FileNotFoundError:
@@ -163,19 +180,23 @@ class Client:
         if self.kind.read_only:
             raise BundleError(f"{self.name}: {self.protocol}:// bundles are read-only; publish to an object "
                               "store (s3://...) and serve that over HTTP")
-        fs, path = self.filesystem()[0], self.path(name)
-        size = source.stat().st_size
+        path, size = self.path(name), source.stat().st_size
         with self.progress.transfer("uploading", size) as moved:
-            self.call(f"uploading {name}", lambda: self.kind.put(fs, source, path), size)
+            try:
+                self.kind.put(lambda method, *args: self.ask(f"uploading {name}", method, *args, size=size),
+                              source, path)
+            except BundleError:
+                raise
+            except Exception as exc:
+                raise StoreError(f"{self.name}: uploading {name} failed: {why(exc)}") from None
             if moved is not None:
                 moved(size)
         self.uploaded += size
 
     def remove(self, name: str) -> bool:
         """Remove the object ``name`` under the URL; whether it is gone."""
-        fs, path = self.filesystem()[0], self.path(name)
         try:
-            self.deadlines.run(f"removing {name}", lambda: fs.rm_file(path))
+            self.ask(f"removing {name}", "rm_file", self.path(name))
         except FileNotFoundError:
             return True
         except Exception:

@@ -1,6 +1,21 @@
-"""What a store's client raised: a failure said in words, and whether reading again may help."""
+"""How a store fails: the errors said, how long it may take, and a client's exception in words."""
 
 from __future__ import annotations
+
+from ..bundle.format import BundleError
+
+#: Seconds a store may take to answer a request (connect and first byte), and to go on sending.
+DEFAULT_TIMEOUT = 30.0
+#: The slowest transfer rate waited for (bytes a second): a transfer of N bytes gets N / MIN_RATE seconds more.
+MIN_RATE = 25_000
+
+
+class StoreError(BundleError):
+    """A store that failed to answer, or answered with an error: the network's or the server's fault, not a pack's."""
+
+
+class StoreTimeout(StoreError):
+    """A store did not answer within its deadline (or gave no answer earlier in this process)."""
 
 
 def why(exc: BaseException) -> str:
@@ -21,7 +36,7 @@ def why(exc: BaseException) -> str:
 
 
 def transient(exc: BaseException) -> bool:
-    """Whether a read that raised ``exc`` may succeed if read again (a reset, a stall, a short answer)."""
+    """Whether a request that raised ``exc`` may succeed if sent again (a reset, a stall, a short answer)."""
     if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError)):
         return False
     if type(exc).__name__ in ("TooManyRedirects", "InvalidURL", "NoCredentialsError", "ClientAuthenticationError"):

@@ -22,7 +22,7 @@ from ..bundle.keyindex import KeyIndex
 from ..bundle.members import Members
 from ..words import counted
 from .client import Client
-from .deadlines import DEFAULT_TIMEOUT, StoreError
+from .errors import DEFAULT_TIMEOUT, StoreError
 from .interface import REPLACED_UNREADABLE, Look, Saved, Transfer, Written
 from .local import Lock
 from ..bundle.merge import _union, env_id, mergeable, stamp, what_is_new
@@ -89,7 +89,7 @@ class PackStore:
                  storage_options: Mapping[str, Any] | None = None, network_timeout: float = DEFAULT_TIMEOUT,
                  unreachable: str = "") -> None:
         self.client = Client(url, storage_options, network_timeout)
-        self.client.deadlines.gave_up = unreachable
+        self.client.gave_up = unreachable
         self.name = self.client.name
         self.folder = Path(copies) / hashlib.sha256(redacted(url).encode()).hexdigest()[:16]
         writers = Lock(self.folder / "bundle", lock_timeout)
@@ -106,7 +106,7 @@ class PackStore:
     @property
     def unreachable(self) -> str:
         """Why this process no longer asks the store ("" while it answers)."""
-        return self.client.deadlines.gave_up
+        return self.client.gave_up
 
     @property
     def transfer(self) -> Transfer:

@@ -6,7 +6,10 @@ import math
 import os
 import uuid
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
+
+#: A request to the store's file system: ``ask(method, *args, **kwargs)`` within its deadline.
+Ask = Callable[..., Any]
 
 
 class Protocol:
@@ -19,6 +22,8 @@ class Protocol:
     lists: ClassVar[bool] = True
     #: What a path's first part names that must exist before anything is written ("" where nothing).
     bucket: ClassVar[str] = ""
+    #: How many times a request that failed on the way is sent (1 where the client retries by itself).
+    attempts: ClassVar[int] = 1
 
     def with_timeouts(self, options: dict[str, Any], seconds: float) -> dict[str, Any]:
         """fsspec's ``options`` with the client's connect and read timeouts at ``seconds`` where none are set."""
@@ -28,23 +33,23 @@ class Protocol:
         """What a "not found" hides when it does not mean a missing object, else ``None``."""
         return None
 
-    def bucket_missing(self, fs: Any, bucket: str) -> bool:
+    def bucket_missing(self, ask: Ask, bucket: str) -> bool:
         """Whether ``bucket`` (:attr:`bucket`) surely does not exist; ``False`` where the store will not say."""
         try:
-            self.ask_about_bucket(fs, bucket)
+            self.ask_about_bucket(ask, bucket)
         except FileNotFoundError:
             return True
         except Exception:
             return False
         return False
 
-    def ask_about_bucket(self, fs: Any, bucket: str) -> None:
+    def ask_about_bucket(self, ask: Ask, bucket: str) -> None:
         """Ask the store about ``bucket``: :class:`FileNotFoundError` where it does not exist."""
-        fs.info(bucket)
+        ask("info", bucket)
 
-    def put(self, fs: Any, source: Path, path: str) -> None:
+    def put(self, ask: Ask, source: Path, path: str) -> None:
         """Write the file ``source`` at ``path``: an object store shows an object whole once its upload ends."""
-        fs.put_file(str(source), path)
+        ask("put_file", str(source), path)
 
 
 class S3(Protocol):
@@ -55,9 +60,9 @@ class S3(Protocol):
         config = {"connect_timeout": seconds, "read_timeout": seconds, **options.get("config_kwargs", {})}
         return {**options, "config_kwargs": config}
 
-    def ask_about_bucket(self, fs: Any, bucket: str) -> None:
+    def ask_about_bucket(self, ask: Ask, bucket: str) -> None:
         """``HeadBucket`` (s3fs 2024.12 to 2025.7 at least take an empty bucket for a missing one in ``info``)."""
-        fs.call_s3("head_bucket", Bucket=bucket)
+        ask("call_s3", "head_bucket", Bucket=bucket)
 
 
 class Azure(Protocol):
@@ -78,11 +83,13 @@ class Gcs(Protocol):
 
 
 class Http(Protocol):
-    """Plain HTTP(S): read-only, one object; a "not found" may be a server that could not be reached."""
+    """Plain HTTP(S): read-only, one object; a "not found" may be a server that could not be reached. aiohttp
+    does not retry, so a read that stalled or was cut is sent once more."""
 
     extra = "http"
     read_only = True
     lists = False
+    attempts = 2
 
     def with_timeouts(self, options: dict[str, Any], seconds: float) -> dict[str, Any]:
         client = dict(options.get("client_kwargs", {}))
@@ -102,12 +109,12 @@ class Http(Protocol):
 class Local(Protocol):
     """A folder on this machine (``file://`` through fsspec): a file is written beside its place and renamed."""
 
-    def put(self, fs: Any, source: Path, path: str) -> None:
+    def put(self, ask: Ask, source: Path, path: str) -> None:
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         part = target.with_name(f".{target.name}.{uuid.uuid4().hex}.part")
         try:
-            fs.put_file(str(source), str(part))
+            ask("put_file", str(source), str(part))
             os.replace(part, target)
         finally:
             part.unlink(missing_ok=True)

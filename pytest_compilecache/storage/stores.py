@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from .deadlines import DEFAULT_TIMEOUT
+from .errors import DEFAULT_TIMEOUT
 from .interface import BundleStore
 from .local import LocalStore
 from .packs import PackStore
