@@ -150,3 +150,23 @@ def test_with_the_key_set_only_a_sealed_list_replaces_packs(url: str, tmp_path: 
     bundle = PackStore(url, tmp_path / "c", 30).read()
     assert bundle is not None and [e.env["cache_key_tag"] for e in bundle.entries] == ["y"]
 
+
+
+def test_a_readers_lock_held_too_long_leaves_each_part_read_when_asked(url: str, tmp_path: Path) -> None:
+    """Another process holds this machine's readers' lock past the lock timeout: the bundle is still read (its
+    tables, then each artifact when asked), never refused."""
+    import filelock
+
+    PackStore(url, tmp_path / "writer", 30).add([_entry("t", 1, 2)])
+    reader = PackStore(url, tmp_path / "reader", 0.2)
+    held = filelock.FileLock(reader._readers.file)
+    held.acquire()
+    try:
+        bundle = reader.read(_entry("t").env)
+        assert bundle is not None
+        entry = bundle.find(_entry("t").env)
+        assert entry is not None
+        bundle.fetch_ahead(entry)
+        assert len([c for _, _, c in bundle.members(entry).contents()]) == 4
+    finally:
+        held.release()

@@ -266,13 +266,18 @@ class PackStore:
                     self._keep(name, s, e, data[s - start:e - start])
 
     def _fetch_locked(self, spans: list[Span]) -> None:
-        """:meth:`_fetch` under this machine's readers' lock: one process downloads, the others find it here
-        (where no lock can be taken, nothing could be kept either: each part is read when asked instead)."""
+        """:meth:`_fetch` under this machine's readers' lock: one process downloads, the others find it here. Where
+        no lock can be made, nothing could be kept either: each part is read when asked instead; where another
+        process holds it too long, this one downloads for itself (a kept range is written whole or not at all)."""
         try:
             with self._readers.held():
                 self._fetch(spans)
         except (NotAFile, Unwritable):
             return
+        except StoreError:
+            raise
+        except BundleError:
+            self._fetch(spans)
 
     def _places(self, name: str, start: int, end: int) -> list[tuple[Path, int]]:
         """The files on this machine that may hold bytes ``start:end`` of a pack, and where in them."""
@@ -329,9 +334,8 @@ class PackStore:
             try:
                 members = bundle.members(entry)
                 if entry.binaries_section is not None:
-                    listing = bundle.carried_listing(entry)
-                    entry.binaries = listing.as_stored(entry.binaries_section)
-                    problems += [f"{bundle.name}: {p}" for p in listing.problems]
+                    entry.binaries = bundle.carried_listing(entry)
+                    problems += [f"{bundle.name}: {p}" for p in entry.binaries.problems]
                 _, problem = bundle.key_index(entry) if not indexes_later else (None, "")
             except BundleError as exc:
                 problems.append(str(exc))
