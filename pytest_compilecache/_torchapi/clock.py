@@ -56,9 +56,16 @@ def wrap_callbacks(install_callbacks: Callable[..., Any]) -> Callable[..., Any]:
     """Dynamo's ``callback_handler.install_callbacks`` (patched on the handler itself, since
     ``torch._dynamo.reset()`` clears registered callbacks): its span counted as compile time."""
 
-    @contextlib.contextmanager
-    def timed_callbacks(*args: Any, **kwargs: Any) -> Iterator[None]:
-        with compiling(), install_callbacks(*args, **kwargs):
-            yield
+    def timed_callbacks(*args: Any, **kwargs: Any) -> Any:
+        inner = install_callbacks(*args, **kwargs)
+        if not (hasattr(inner, "__enter__") and hasattr(inner, "__exit__")):
+            raise TypeError(f"install_callbacks returned a {type(inner).__name__}, not a context manager")
+        return _timed(inner)
 
     return timed_callbacks
+
+
+@contextlib.contextmanager
+def _timed(inner: Any) -> Iterator[None]:
+    with compiling(), inner:
+        yield

@@ -51,11 +51,11 @@ def wrap_fx_hash(original: Callable[..., Any]) -> Callable[..., Any]:
     missing = _missing_in(getattr(codecache, "FxGraphCache", None))
 
     def hashed(gm: Any, *args: Any, **kwargs: Any) -> Any:
-        key, lines = original(gm, *args, **kwargs)
-        with contextlib.suppress(Exception):
-            if missing(key):
-                _seen("fx_graph", key, gm, lines)
-        return key, lines
+        result = original(gm, *args, **kwargs)
+        key, lines = result
+        if missing(key):
+            _seen("fx_graph", key, gm, lines)
+        return result
 
     return hashed
 
@@ -67,17 +67,17 @@ def wrap_aot_key(original: Callable[..., Any]) -> Callable[..., Any]:
     missing = _missing_in(getattr(autograd_cache, "AOTAutogradCache", None))
 
     def keyed(*args: Any, **kwargs: Any) -> Any:
-        key, lines = original(*args, **kwargs)
-        with contextlib.suppress(Exception):
-            if key in _bundle_aot_keys and not missing(key):
-                with _lock:
-                    _counts["aot_autograd.from_bundle"] += 1
-            elif missing(key):
-                if not lines:
-                    lines = _debug_lines(original, logger, args, kwargs)
-                gm = args[0] if args else kwargs.get("mod")
-                _seen("aot_autograd", key, getattr(gm, "gm", gm), lines, _functorch_config())
-        return key, lines
+        result = original(*args, **kwargs)
+        key, lines = result
+        if key in _bundle_aot_keys and not missing(key):
+            with _lock:
+                _counts["aot_autograd.from_bundle"] += 1
+        elif missing(key):
+            if not lines:
+                lines = _debug_lines(original, logger, args, kwargs)
+            gm = args[0] if args else kwargs.get("mod")
+            _seen("aot_autograd", key, getattr(gm, "gm", gm), lines, _functorch_config())
+        return result
 
     return keyed
 

@@ -1,14 +1,21 @@
 """The register of patches: every attribute of torch the plugin replaces at run time, declared in one
 table (where, why, the feature lost where it does not take, the torch releases it was seen to work on),
-installed by :func:`install`, which records what took and imports torch, and undone by :func:`undo`."""
+installed by :func:`install`, which records what took and imports torch, and undone by :func:`undo`.
+Every replacement runs in one guard (:func:`_guarded`): a wrapper's own failure never reaches torch's caller."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
 import importlib
+import re
 import sys
+import threading
 from typing import Any, Callable
+
+
+#: The newest torch release the register was checked on (scripts/compat.sh's newest end).
+NEWEST_SEEN = "2.15.0"
 
 
 class NotApplicable(Exception):
@@ -26,7 +33,7 @@ class Patch:
     wrapper: str
     feature: str
     purpose: str
-    seen_on: str = "2.7.1 to 2.15.0"  # every torch of the compat matrix (scripts/compat.sh)
+    seen_on: str = f"2.7.1 to {NEWEST_SEEN}"  # every torch of the compat matrix (scripts/compat.sh)
     alternatives: tuple[str, ...] = ()
     fallback_for: str = ""
     backport: bool = False
@@ -148,6 +155,71 @@ _applied: dict[str, _Applied] = {}
 _missed: dict[str, str] = {}
 #: What was done, in order, as ``(kind, name)``: :func:`undo` takes back what came after a checkpoint.
 _done: list[tuple[str, str]] = []
+#: ``{patch name: why}`` of replacements whose own work failed: each stopped there, torch's own in force since.
+_faults: dict[str, str] = {}
+#: Per thread, what torch's original did in each replacement's call in progress (innermost last).
+_calls = threading.local()
+
+
+class _Call:
+    """What torch's original did within one call of a replacement."""
+
+    def __init__(self) -> None:
+        self.returned = False
+        self.result: Any = None
+        self.raised: BaseException | None = None
+
+
+def _stack() -> list[_Call]:
+    if not hasattr(_calls, "stack"):
+        _calls.stack = []
+    stack: list[_Call] = _calls.stack
+    return stack
+
+
+def _observed(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``original``, telling the replacement's call in progress what it returned or raised."""
+
+    @functools.wraps(original)
+    def observed(*args: Any, **kwargs: Any) -> Any:
+        call = _stack()[-1] if _stack() else None
+        try:
+            result = original(*args, **kwargs)
+        except BaseException as exc:
+            if call is not None:
+                call.raised = exc
+            raise
+        if call is not None and not call.returned:
+            call.returned, call.result = True, result
+        return result
+
+    return observed
+
+
+def _guarded(name: str, original: Callable[..., Any], replacement: Callable[..., Any]) -> Callable[..., Any]:
+    """``replacement`` (made from :func:`_observed` ``original``) in the guard: where it raises what torch's
+    original did not, the fault is recorded, torch's result is returned (torch is called where it was not yet),
+    and from then on torch's original runs alone."""
+
+    @functools.wraps(replacement)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        if name in _faults:
+            return original(*args, **kwargs)
+        call = _Call()
+        _stack().append(call)
+        try:
+            return replacement(*args, **kwargs)
+        except Exception as exc:
+            if exc is call.raised:
+                raise  # torch's own
+            _faults.setdefault(name, f"{type(exc).__name__}: {exc}")
+        finally:
+            _stack().pop()
+        if call.raised is not None:
+            raise call.raised
+        return call.result if call.returned else original(*args, **kwargs)
+
+    return guarded
 
 
 def _function(spec: str) -> Callable[..., Any]:
@@ -188,7 +260,7 @@ def _apply(patch: Patch) -> str:
             raw = earlier
             function, kind = _unwrapped(earlier)
         try:
-            replacement = _function(patch.wrapper)(function)
+            replacement = _guarded(patch.name, function, _function(patch.wrapper)(_observed(function)))
         except NotApplicable as exc:
             return str(exc)
         setattr(replacement, _ORIGINAL, None if raw is _ABSENT else raw)
@@ -262,14 +334,16 @@ def undo(since: int = 0) -> list[str]:
                     delattr(applied.owner, applied.attribute)
             else:
                 _missed.pop(name, None)
+            _faults.pop(name, None)
         except Exception as exc:  # one that cannot be put back must not keep the rest in force
             problems.append(f"{name} could not be put back ({type(exc).__name__}: {exc})")
     return problems
 
 
 def status() -> dict[str, Any]:
-    """``{"torch", "took": [names], "hooks": [] (the JSON report's format 1), "missed": {name: why},
-    "features_off": {feature: why}}``: features whose every patch missed (a patch whose fallback took is not)."""
+    """``{"torch", "newer": whether it is newer than :data:`NEWEST_SEEN`, "took": [names], "missed": {name: why},
+    "faults": {name: why}, "features_off": {feature: why}}``: features whose every patch missed (a patch whose
+    fallback took is not), and those of a replacement stopped by its own fault."""
     covered = {p.fallback_for for p in PATCHES if p.fallback_for and p.name in _applied}
     missed = {p.name: _missed[p.name] for p in PATCHES if p.name in _missed and p.attribute not in covered}
     features: dict[str, list[str]] = {}
@@ -278,6 +352,16 @@ def status() -> dict[str, Any]:
             features.setdefault(patch.feature, []).append(f"{patch.name}: {missed[patch.name]}")
     off = {feature: "; ".join(whys) for feature, whys in features.items()
            if not any(p.feature == feature and p.name in _applied for p in PATCHES)}
+    for patch in PATCHES:
+        if patch.name in _faults:
+            off[patch.feature] = f"{patch.name} failed ({_faults[patch.name]}); torch's own runs alone since"
     torch = str(getattr(sys.modules.get("torch"), "__version__", ""))
     took = [p.name for p in PATCHES if p.name in _applied]
-    return {"torch": torch, "took": took, "hooks": [], "missed": missed, "features_off": off}
+    return {"torch": torch, "newer": _release(torch) > _release(NEWEST_SEEN), "took": took, "missed": missed,
+            "faults": {n: why for n, why in _faults.items() if n in _applied}, "features_off": off}
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """``"2.16.0.dev20261201+cu130"`` as ``(2, 16, 0)``; ``()`` where it is not a version."""
+    found = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version)
+    return tuple(int(n) for n in found.groups() if n is not None) if found else ()
