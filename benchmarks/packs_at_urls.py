@@ -157,7 +157,8 @@ def pad(source: Path, tests: int) -> Path:
     """``source`` grown to ``tests`` tests' worth: its artifacts, carried binaries (each copy in another hash folder),
     key records, uses and tests copied under other keys (each key's last 4 characters a counter in hex)."""
     from pytest_compilecache.bundle.binaries import CarriedBinaries
-    from pytest_compilecache.bundle.format import Bundle, entry_of, read_manifest, write_bundle
+    from pytest_compilecache.bundle.format import Bundle, entry_of, read_manifest
+    from pytest_compilecache.bundle.writing import write_bundle
     from pytest_compilecache.bundle.keyindex import artifact_id, binary_id
     from pytest_compilecache.bundle.members import Members
 

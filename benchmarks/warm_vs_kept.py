@@ -176,7 +176,8 @@ def main() -> None:
 
 def bundle_sizes(path: Path) -> list[str]:
     """The bundle's size, and what it would be without its C++ binaries."""
-    from pytest_compilecache.bundle.format import Bundle, make_entry, read_manifest, write_bundle
+    from pytest_compilecache.bundle.format import Bundle, make_entry, read_manifest
+    from pytest_compilecache.bundle.writing import write_bundle
 
     with read_manifest(path) as bundle:
         bundle.read_all()

@@ -12,7 +12,7 @@ import pytest
 from . import _torchapi, misses
 from ._torchapi import layout
 from .environment import SavedEnv, caches_disabled_by_env, point_cache_dirs_at
-from .stats import DYNAMO_COUNTS, CacheStats, DynamoStats, check_layer_names, stats_from_counts
+from .stats import DYNAMO_COUNTS, CacheStats, check_layer_names, stats_from_counts
 
 
 class CacheKind(enum.Enum):
@@ -174,7 +174,11 @@ class CompileCache:
                 wrong.append(f"{layer} expected {want}, got {got.count(kind)}")
                 off_by.append({"misses": got.count(kind) - want, "hits": want - got.count(kind)}.get(kind, -1))
         if wrong:
-            message = failure_message(kind, expected, stats, wrong)
+            lines = [f"compile cache {kind} differ: " + "; ".join(wrong), stats.table(expected, kind),
+                     *stats.explanations(list(expected))]
+            if disabled := caches_disabled_by_env() or _torchapi.caches_disabled_by_config():
+                lines += ["  note: cache assertions are meaningless here:", *(f"    {line}" for line in disabled)]
+            message = "\n".join(lines)
             ran_without = misses.ran_without_damaged()[self._damaged_from:]
             if damaged := dict(ran_without):
                 why = "ran without what a damaged bundle held for it: " + "; ".join(damaged.values())
@@ -204,29 +208,11 @@ class CompileCache:
             elif dynamo.count(kind) != want:
                 wrong.append(f"{kind} expected {want}, got {dynamo.count(kind)}")
         if wrong:
-            raise AssertionError(dynamo_failure_message(expected, dynamo, wrong))
+            raise AssertionError("\n".join(["Dynamo compile counts differ: " + "; ".join(wrong),
+                                             dynamo.table(expected)]))
 
 
 def _check_counts(call: str, expected: Mapping[str, int]) -> None:
     for name, want in expected.items():
         if isinstance(want, bool) or not isinstance(want, int) or want < 0:
             raise TypeError(f"{call}({name}=...) needs a non-negative int, got {want!r}")
-
-
-def failure_message(kind: str, expected: Mapping[str, int], stats: CacheStats, wrong: list[str]) -> str:
-    """The text of a failed ``assert_<kind>``: what differs, every layer side by side, and warnings."""
-    lines = [f"compile cache {kind} differ: " + "; ".join(wrong), stats.table(expected, kind),
-             *stats.explanations(list(expected))]
-    if disabled := disabled_caches():
-        lines += ["  note: cache assertions are meaningless here:", *(f"    {line}" for line in disabled)]
-    return "\n".join(lines)
-
-
-def dynamo_failure_message(expected: Mapping[str, int], dynamo: DynamoStats, wrong: list[str]) -> str:
-    """The text of a failed ``assert_compiles``: what differs, every count, and torch's reasons."""
-    return "\n".join(["Dynamo compile counts differ: " + "; ".join(wrong), dynamo.table(expected)])
-
-
-def disabled_caches() -> list[str]:
-    """Everything in the environment or torch's config that switches a cache layer off."""
-    return caches_disabled_by_env() or _torchapi.caches_disabled_by_config()

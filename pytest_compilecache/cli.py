@@ -17,7 +17,9 @@ from . import _torchapi
 from .bundle import signing
 from ._torchapi.layout import is_cpp
 from .bundle.binaries import build_id, identity_differences
-from .bundle.format import Bundle, BundleError, Entry, differences, encoded_size, env_label, printable, read_manifest
+from .bundle.format import Bundle, BundleError, Entry, read_manifest
+from .bundle.labels import differences, env_label, printable
+from .bundle.writing import encoded_size
 from .bundle.pruning import CannotFit, fit
 from .session.options import user_cache_dir
 from .storage.errors import DEFAULT_TIMEOUT as DEFAULT_NETWORK_TIMEOUT
@@ -249,42 +251,33 @@ def _update(name: str, change: Any) -> Bundle | None:
 
 def cmd_merge(args: argparse.Namespace) -> int:
     out = args.output
-    inputs = list(args.inputs)
-    if not inputs:
+    if not args.inputs:
         raise UserError("merge needs bundles to merge")
-    others: list[Entry] = []
-    merged: list[str] = []
-    for name in (name for name in inputs if not _same_file(name, out)):
-        others.extend(_merge_input(name))
-        merged.append(name)
-    reads_output = any(_same_file(name, out) for name in inputs)
-    read = [False]
-    if is_url(out) and not reads_output:  # a push: one pack of what the URL lacks, nothing read but its tables
-        try:
-            pushed = union(others)
-            _store(out).add(pushed).bundle.release()
-        except (_torchapi.MegaCacheError, _torchapi.TorchUnavailable) as exc:
-            raise UserError(str(exc)) from None
-        _say(f"{_shown(out)}: {counted(len(pushed), 'environment')} from {counted(len(merged), 'bundle')} added")
-        return 0
+    others = [name for name in args.inputs if not _same_file(name, out)]
+    entries = [entry for name in others for entry in _merge_input(name)]
+    reads_output = len(others) < len(args.inputs)
 
     def change(current: Bundle | None) -> list[Entry]:
         if reads_output and current is None:
             raise UserError(f"{_shown(out)}: no such file")
-        read[0] = reads_output and current is not None
         try:
-            return union([*(current.entries if reads_output and current else []), *others])
+            return union([*(current.entries if reads_output and current else []), *entries])
         except BundleError as exc:
-            raise UserError(f"{', '.join(map(_shown, inputs))}: {exc}; {_shown(out)} is unchanged") from None
+            raise UserError(f"{', '.join(map(_shown, args.inputs))}: {exc}; {_shown(out)} is unchanged") from None
 
     try:
+        if is_url(out) and not reads_output:  # a push: one pack of what the URL lacks, nothing read but its tables
+            pushed = union(entries)
+            _store(out).add(pushed).bundle.release()
+            _say(f"{_shown(out)}: {counted(len(pushed), 'environment')} from {counted(len(others), 'bundle')} added")
+            return 0
         result = _update(out, change)
     except (_torchapi.MegaCacheError, _torchapi.TorchUnavailable) as exc:
         raise UserError(str(exc)) from None
     assert result is not None
     result.release()
-    _say(f"{_shown(args.output)}: {counted(len(result.entries), 'environment')} from "
-         f"{counted(len(merged) + read[0], 'bundle')}")
+    _say(f"{_shown(out)}: {counted(len(result.entries), 'environment')} from "
+         f"{counted(len(others) + reads_output, 'bundle')}")
     return 0
 
 

@@ -33,9 +33,8 @@ class Explanation:
 
 @dataclass(frozen=True)
 class Known:
-    """A place entries are known from (the bundle, or this session's earlier compiles) and why it may be blind;
-    ``fills``: the lookup's folder was filled from it, so its holding the very key that missed is a fault;
-    ``damaged``: the keys whose entries were found damaged when read (left out)."""
+    """A place entries are known from (the bundle, or this session's earlier compiles); ``fills``: the lookup's
+    folder was filled from it; ``damaged``: the keys whose entries were found damaged when read (left out)."""
 
     name: str
     index: KeyIndex

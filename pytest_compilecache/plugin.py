@@ -17,8 +17,9 @@ from ._torchapi import defaultdir, patches
 from .cache import CacheKind, CompileCache
 from .environment import SavedEnv, point_cache_dirs_at
 from .report.html import HtmlColumns
-from .session.home import Home, prune, settle
-from .session.options import Isolation, Options, add_options
+from .session.folders import Home, prune, settle
+from .session.options import Isolation, Options
+from .session.options import add_options as pytest_addoption  # noqa: F401  (pytest's hook)
 from .session.roles import Role, choose_role
 from .session.testside import REMOTE_MARKER, TestSide
 
@@ -37,10 +38,6 @@ _HOME = pytest.StashKey[Home]()
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hooks)
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    add_options(parser)
 
 
 @pytest.hookimpl(tryfirst=True)

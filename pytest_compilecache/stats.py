@@ -10,9 +10,6 @@ from typing import Any, Iterator, Mapping
 LAYERS: tuple[str, ...] = ("fx_graph", "aot_autograd", "cpp", "autotune", "triton", "pgo", "precompile",
                            "remote_fx_graph", "remote_aot_autograd", "remote_autotune")
 
-#: torch's remote (Redis) caches: observable only in a session that uses one (``--compile-cache-remote``).
-REMOTE_LAYERS: tuple[str, ...] = ("remote_fx_graph", "remote_aot_autograd", "remote_autotune")
-
 #: The count kinds every layer has, as named in assertions and reports.
 KINDS: tuple[str, ...] = ("hits", "misses", "bypasses")
 
@@ -35,9 +32,8 @@ class UnobservableLayerError(LookupError):
 
 @dataclass(frozen=True)
 class LayerStats:
-    """Counts of one cache layer over a span of time (a test, a session); see docs/fixtures.md.
-    Reading a count of a layer this machine cannot observe (``observable`` false, ``reason`` says why)
-    raises :class:`UnobservableLayerError` rather than pretending it is zero."""
+    """Counts of one cache layer over a span of time (a test, a session); see docs/fixtures.md. Reading a count of
+    a layer this machine cannot observe (``observable`` false) raises :class:`UnobservableLayerError`."""
 
     layer: str
     _hits: int = 0
@@ -156,8 +152,8 @@ def _checked(cell: str, ok: bool, expected: int) -> str:
 
 @dataclass(frozen=True)
 class DynamoStats:
-    """What Dynamo did over a span of time (a test, a session); not cache counts, a warm cache changes none.
-    Reading a count this torch cannot keep (in :attr:`unobservable`) raises :class:`UnobservableLayerError`."""
+    """What Dynamo did over a span of time; reading a count in :attr:`unobservable` raises
+    :class:`UnobservableLayerError`."""
 
     _frames: int = 0
     _graphs: int = 0
@@ -305,20 +301,18 @@ class CacheStats:
     @classmethod
     def from_dict(cls, data: Mapping[str, Mapping[str, Any]]) -> "CacheStats":
         """The inverse of :meth:`to_dict`; missing layers (and missing Dynamo counts) count zero."""
-        dynamo = data.get("dynamo")
         return cls(**{name: LayerStats.from_dict(name, data.get(name, {})) for name in LAYERS},
-                   dynamo=DynamoStats.from_dict(dynamo if isinstance(dynamo, Mapping) else {}))
+                   dynamo=DynamoStats.from_dict(data.get("dynamo") or {}))
 
     def __add__(self, other: "CacheStats") -> "CacheStats":
         return CacheStats(**{a.layer: a + b for a, b in zip(self, other)}, dynamo=self.dynamo + other.dynamo)
 
     def table(self, expected: Mapping[str, int] | None = None, kind: str = "", source: str = "bundle") -> str:
-        """All layers side by side; ``expected`` marks the checked ``kind`` cells as ``got (expected N)``.
-        ``source`` names where ``from_bundle`` hits came from (``warmup``: the session's own, no bundle named)."""
+        """All layers side by side; ``expected`` marks the checked ``kind`` cells as ``got (expected N)``."""
         expected = expected or {}
         rows = [("layer", *KINDS, "saved", f"from {source}", "")]
         for s in self:
-            if s.layer in REMOTE_LAYERS and not s.observable and s.layer not in expected:
+            if s.layer.startswith("remote_") and not s.observable and s.layer not in expected:  # no remote cache
                 continue
             cells = [_checked(s.cell(k), s.observable and s.count(k) == expected[s.layer], expected[s.layer])
                      if k == kind and s.layer in expected else s.cell(k) for k in KINDS]

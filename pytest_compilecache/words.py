@@ -13,13 +13,9 @@ def counted(n: int, noun: str) -> str:
     return f"{n:,d} {noun}" if n == 1 else f"{n:,d} {noun}s"
 
 
-#: Mega-Cache artifact types whose layer in the per-layer table has another name.
-_LAYERS = {"inductor": "fx_graph"}
-
-
 def layer_of(kind: str) -> str:
     """The per-layer table's name for the Mega-Cache artifact type ``kind``."""
-    return _LAYERS.get(kind, kind)
+    return "fx_graph" if kind == "inductor" else kind
 
 
 def in_layer_order(kinds: Iterable[str]) -> list[str]:

@@ -36,8 +36,9 @@ from typing import Any, Callable, Iterator
 
 from pytest_compilecache import _torchapi, cli
 from pytest_compilecache.bundle import signing
-from pytest_compilecache.bundle.binaries import BinaryPool
-from pytest_compilecache.bundle.format import Bundle, BundleError, make_entry, read_manifest, write_bundle
+from pytest_compilecache.session.pool import BinaryPool
+from pytest_compilecache.bundle.format import Bundle, BundleError, make_entry, read_manifest
+from pytest_compilecache.bundle.writing import write_bundle
 from pytest_compilecache.bundle.members import WHOLE, Members, unpack_table
 from pytest_compilecache.storage.local import LocalStore
 from pytest_compilecache.session.warmup import Preparer
@@ -532,7 +533,7 @@ def m_structure(rng: random.Random, seeds: Seeds, ctx: str) -> tuple[str, bytes]
     choice = rng.randrange(12)
     if choice == 0:
         depth = rng.choice([100, 600, 990, 1000, 5000, 200_000])
-        new = b'{"format": 1, "entries": ' + b"[" * depth + b"]" * depth + b"}"
+        new = b'{"format": 2, "entries": ' + b"[" * depth + b"]" * depth + b"}"
         return f"{name}: entries nested {depth} deep", join(new, body)
     if choice == 1:
         depth = rng.choice([50, 300, 450, 700, 900, 950, 980, 995])
@@ -554,10 +555,10 @@ def m_structure(rng: random.Random, seeds: Seeds, ctx: str) -> tuple[str, bytes]
     if choice == 3:
         return f"{name}: UTF-8 BOM before the manifest", join(b"\xef\xbb\xbf" + text, body)
     if choice == 4:
-        top = rng.choice([b"[]", b"null", b'"x"', b"1", b"{}", b'{"format": 1}', b'{"entries": []}'])
+        top = rng.choice([b"[]", b"null", b'"x"', b"1", b"{}", b'{"format": 2}', b'{"entries": []}'])
         return f"{name}: manifest is {top!r}", join(top, body)
     if choice == 5:
-        manifest["format"] = rng.choice([0, 2, "1", None, 1.0, True, -1, 2 ** 64, [1], {"v": 1}, NAN,
+        manifest["format"] = rng.choice([0, 1, "2", None, 1.0, True, -1, 2 ** 64, [1], {"v": 1}, NAN,
                                          "@@RAW:" + "9" * 5000 + "@@", "@@RAW:1" + "0" * 4000 + "@@"])
         return f"{name}: format = {_short(manifest['format'])}", join(dumps(manifest), body)
     if choice == 6:
@@ -566,7 +567,7 @@ def m_structure(rng: random.Random, seeds: Seeds, ctx: str) -> tuple[str, bytes]
     if choice == 7:
         dup = text.replace(b'"entries":', b'"entries": [], "entries":', 1)
         if rng.random() < 0.5:
-            dup = text.replace(b'"format": 1', b'"format": 1, "format": 2', 1)
+            dup = text.replace(b'"format": 2', b'"format": 2, "format": 1', 1)
         return f"{name}: a duplicated manifest key", join(dup, body)
     if choice == 8:
         e = manifest["entries"][0]

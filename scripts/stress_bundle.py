@@ -40,7 +40,8 @@ from test_faults import (  # noqa: E402
 
 from pytest_compilecache import files  # noqa: E402
 from pytest_compilecache.storage.local import lock_file  # noqa: E402
-from pytest_compilecache.bundle.format import Bundle, make_entry, read_manifest, write_bundle  # noqa: E402
+from pytest_compilecache.bundle.format import Bundle, make_entry, read_manifest  # noqa: E402
+from pytest_compilecache.bundle.writing import write_bundle  # noqa: E402
 
 violations: list[str] = []
 

@@ -17,9 +17,11 @@ from typing import Any, Callable
 import pytest
 
 from pytest_compilecache._torchapi.layout import find_binaries
-from pytest_compilecache.bundle.binaries import BinaryPool, CarriedBinaries, CarriedFile, build_id, pooled
-from pytest_compilecache.bundle.format import Bundle, make_entry, read_manifest, write_bundle
+from pytest_compilecache.bundle.binaries import CarriedBinaries, CarriedFile, build_id
+from pytest_compilecache.bundle.format import Bundle, make_entry, read_manifest
+from pytest_compilecache.bundle.writing import write_bundle
 from pytest_compilecache.files import link_tree
+from pytest_compilecache.session.pool import BinaryPool, pooled
 
 #: Real sessions against real servers and suites: left out of the fast tier (-m "not slow").
 pytestmark = pytest.mark.slow
@@ -452,3 +454,10 @@ def test_variant(warm_cache):
         sources = {path: file.content() for (_, path), file in carried.files.items() if path.endswith(".cpp")}
     assert any(b"sin" in source for source in sources.values()), sources.keys()
     assert not [path for path, source in sources.items() if b"cos" in source], "the not_saved() kernel was carried"
+
+
+def test_a_pooled_file_that_cannot_be_placed_is_kept_as_a_problem_not_swallowed(tmp_path: Path) -> None:
+    """A file the pool cannot place is left to torch to build, and the pool keeps why, for the process to say."""
+    pool = BinaryPool(tmp_path / "pool", {"compiler": "g++"})
+    assert pool.put(tmp_path / "cache", ["ab/cgone.so"]) == 0
+    assert len(pool.problems) == 1 and "ab/cgone.so: could not be placed in" in pool.problems[0], pool.problems

@@ -15,7 +15,8 @@ import pytest
 
 from helpers import BuildBundle
 
-from pytest_compilecache.bundle.format import Bundle, make_entry, read_manifest, write_bundle
+from pytest_compilecache.bundle.format import Bundle, make_entry, read_manifest
+from pytest_compilecache.bundle.writing import write_bundle
 
 #: Real sessions against real servers and suites: left out of the fast tier (-m "not slow").
 pytestmark = pytest.mark.slow

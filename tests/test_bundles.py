@@ -13,7 +13,8 @@ import filelock
 import pytest
 
 from helpers import WARMUP_CONFTEST, fingerprint_here
-from pytest_compilecache.bundle.format import MAGIC, Bundle, make_entry, read_manifest, write_bundle
+from pytest_compilecache.bundle.format import MAGIC, Bundle, make_entry, read_manifest
+from pytest_compilecache.bundle.writing import write_bundle
 from pytest_compilecache.storage.local import lock_file
 
 #: Real sessions against real servers and suites: left out of the fast tier (-m "not slow").
@@ -82,7 +83,7 @@ def test_warmup_runs_once_and_every_worker_hits(
     assert warmups(warm_project) == 1, "the warmup must run exactly once across all workers"
     assert bundle.exists() and read_manifest(bundle).entries[0].artifacts["inductor"]["count"] >= 1
     data = report_of(report)
-    assert data["format"] == 1
+    assert data["format"] == 2
     assert len(data["tests"]) == 8
     warm = [v for k, v in data["tests"].items() if "test_warm_hits" in k]
     assert all(t["fx_graph"]["misses"] == 0 and t["fx_graph"]["hits"] == 1 for t in warm)

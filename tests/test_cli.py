@@ -18,7 +18,8 @@ import pytest
 
 from pytest_compilecache.bundle import signing
 from pytest_compilecache.bundle.binaries import CarriedFile
-from pytest_compilecache.bundle.format import Bundle, Entry, make_entry, read_manifest, write_bundle
+from pytest_compilecache.bundle.format import Bundle, Entry, make_entry, read_manifest
+from pytest_compilecache.bundle.writing import write_bundle
 from pytest_compilecache.cli import main
 from helpers import kernels_name_their_folder
 

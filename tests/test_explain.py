@@ -12,7 +12,8 @@ from typing import Callable
 
 import pytest
 
-from pytest_compilecache.bundle.format import Bundle, parse, read_manifest, write_bundle
+from pytest_compilecache.bundle.format import Bundle, parse, read_manifest
+from pytest_compilecache.bundle.writing import write_bundle
 from pytest_compilecache.explain import Known, explain
 from pytest_compilecache.bundle.keyindex import KeyIndex
 
@@ -398,7 +399,8 @@ def test_a_dropped_key_is_remembered_until_an_updating_run_saves_it_again() -> N
 def test_the_key_index_is_read_by_group_and_a_rewrite_copies_the_groups_it_keeps_as_stored() -> None:
     """Format 2 of the key index: its head read at once, each group (one layer and code) when one of its keys is
     asked for; a damaged group costs only the explanations of its code; a rewrite keeping a group whole copies it as
-    stored (compressed against the same dictionary), and a format-1 index still reads and is written as format 2."""
+    stored; an index whose groups were compressed against a preset dictionary (as earlier versions wrote) still
+    reads, and is written without one."""
     import zlib
 
     from pytest_compilecache.bundle.keyindex import KeyIndexError
@@ -435,7 +437,7 @@ def test_the_key_index_is_read_by_group_and_a_rewrite_copies_the_groups_it_keeps
     other = _index(hb=("fx_graph", "h (y.py)", {**BASE, "gm": ("g3", "GraphModule()\\n    t = torch.tan(x)\\n")}))
     other.add("hc", "aot_autograd", "h (y.py)", BASE)
     joined = KeyIndex.unpack(KeyIndex.union([index, KeyIndex.unpack(other.pack())]).pack())
-    assert sorted(joined.keys) == ["aa", "fa", "fb", "ga", "hb", "hc"], "two indexes of other dictionaries joined"
+    assert sorted(joined.keys) == ["aa", "fa", "fb", "ga", "hb", "hc"], "two indexes joined"
     assert {k: joined.components(k) for k in joined.keys} == {
         **{k: made.components(k) for k in made.keys}, **{k: other.components(k) for k in other.keys}}
     for head in (b"2", b"[2]", b'{"format": 2, "groups": [["fx_graph", "f", 5, []]], "dictionary": 0}',
@@ -443,12 +445,17 @@ def test_the_key_index_is_read_by_group_and_a_rewrite_copies_the_groups_it_keeps
         with pytest.raises(KeyIndexError):
             KeyIndex.unpack(zlib.compress(head))
 
-    records = {k: made.keys[k] for k in made.keys}
-    old = zlib.compress(json.dumps({"format": 1, "torch": "2.13.0+cpu", "configs": made.configs, "keys": records,
-                                    "runs": [1.0], "used": {"inductor/fa": 1.0}}).encode())
-    from_format_1 = KeyIndex.unpack(old)
-    assert {k: from_format_1.components(k) for k in records} == {k: made.components(k) for k in records}
-    assert KeyIndex.unpack(from_format_1.pack()).of_code("fx_graph", "f (x.py)") == ["fa", "fb"]
+    dictionary = json.dumps({"fa": made.keys["fa"]["components"]}).encode()
+    deflater = zlib.compressobj(6, zdict=dictionary)
+    group = deflater.compress(json.dumps({"fa": made.keys["fa"]["components"]}).encode()) + deflater.flush()
+    packed_dictionary = zlib.compress(dictionary)
+    head = {"format": 2, "torch": "2.13.0+cpu", "configs": made.configs, "dictionary": len(packed_dictionary),
+            "groups": [["fx_graph", "f (x.py)", len(group), [["fa", made.keys["fa"]["config"]]]]]}
+    older = KeyIndex.unpack(zlib.compress(json.dumps(head).encode()) + packed_dictionary + group)
+    assert older.components("fa") == made.components("fa")
+    rewritten = older.pack()
+    assert json.loads(zlib.decompressobj().decompress(rewritten))["dictionary"] == 0
+    assert KeyIndex.unpack(rewritten).components("fa") == made.components("fa")
     with pytest.raises(KeyIndexError, match="unknown format"):
         KeyIndex.unpack(zlib.compress(b'{"format": 3}'))
 

@@ -20,7 +20,8 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from pytest_compilecache import files
-from pytest_compilecache.bundle.format import Bundle, make_entry, read_manifest, write_bundle
+from pytest_compilecache.bundle.format import Bundle, make_entry, read_manifest
+from pytest_compilecache.bundle.writing import write_bundle
 from pytest_compilecache.storage.local import lock_file as lock_of
 
 #: Real sessions against real servers and suites: left out of the fast tier (-m "not slow").
@@ -558,7 +559,7 @@ def test_a_bundle_that_loaded_stays_loaded_when_the_warmup_cannot_take_the_lock(
 def test_the_warmup_marker_says_one_outcome_and_nothing_else_reads_as_one(tmp_path: Path) -> None:
     """The marker other processes read to learn how the session's warmup ended: one typed outcome
     (with its error or its bundle kept apart), never a set of loose keys to be told apart by hand."""
-    from pytest_compilecache.session.marker import Outcome, WarmupMarker
+    from pytest_compilecache.session.protocol import Outcome, WarmupMarker
 
     path = tmp_path / "warmup-done"
     assert WarmupMarker.read(path) is None, "no warmup has ended yet"

@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("torch")
 
 from pytest_compilecache import cli
-from pytest_compilecache.bundle.binaries import BinaryDamaged, CarriedListing
+from pytest_compilecache.bundle.binaries import BinaryDamaged, CarriedBinaries
 from pytest_compilecache.bundle.format import BundleError, read_manifest
 
 #: Real sessions against real servers and suites: left out of the fast tier (-m "not slow").
@@ -162,12 +162,12 @@ def test_regression_a_zlib_bomb_among_carried_binaries_is_not_inflated() -> None
     identity = {"compiler": "x"}
     section["builds"] = {build_id(identity): identity}
     section["files"] = [[build_id(identity), "ab/bomb.so", "0" * 64, 10, len(stored)]]
-    listing = CarriedListing.of_section(section, lambda at, size: stored[at:at + size])
+    listing = CarriedBinaries.of_section(section, lambda at, size: stored[at:at + size])
     tracemalloc.start()
     try:
-        carried, problems = listing.as_stored(section).checked()
+        carried, problems = listing.checked()
         with pytest.raises(BinaryDamaged, match="carried binary ab/bomb.so fails its checksum; not used"):
-            listing.read(listing.fitting(build_id(identity))["ab/bomb.so"])
+            listing.fitting(build_id(identity))["ab/bomb.so"].content()
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

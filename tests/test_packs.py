@@ -129,7 +129,8 @@ def test_with_the_key_set_only_a_sealed_list_replaces_packs(url: str, tmp_path: 
     """A writer without the signing key (store credentials only) uploads a pack that claims to replace every
     other: readers with the key ignore the claim, and a prune removes nothing for it; a prune made with the
     key replaces packs as usual."""
-    from pytest_compilecache.bundle.format import Bundle, write_bundle
+    from pytest_compilecache.bundle.format import Bundle
+    from pytest_compilecache.bundle.writing import write_bundle
 
     monkeypatch.setenv("PYTEST_COMPILE_CACHE_KEY", "s3cret")
     store = PackStore(url, tmp_path / "a", 30)

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_compilecache.bundle.format import Bundle, BundleError, entry_of, read_manifest, write_bundle
+from pytest_compilecache.bundle.format import FORMAT, Bundle, BundleError, entry_of, read_manifest
+from pytest_compilecache.bundle.writing import write_bundle
 from pytest_compilecache.bundle.members import Member, MemberDamaged, Members, unpack_table
 
 pytestmark = pytest.mark.slow
@@ -179,23 +180,23 @@ Path(sys.argv[2]).write_bytes(MAGIC + b"%d\\n" % len(manifest) + manifest + payl
 
 
 @pytest.mark.compat
-def test_a_format_1_bundle_loads_and_an_update_writes_format_2(pytester: pytest.Pytester, run_inner) -> None:
-    """A bundle written by an earlier version (one payload an entry) still loads whole, and hits; an updating
-    run writes it in format 2."""
+def test_a_format_1_bundle_is_refused_in_one_line_and_a_rebuild_replaces_it(pytester: pytest.Pytester,
+                                                                            run_inner) -> None:
+    """A bundle written by an earlier version (one payload an entry) is refused with one line naming the file and
+    the option that rebuilds it; a run with that option writes it in the current format."""
     bundle = build(pytester, run_inner)
     old = pytester.path / "old.bundle"
     # torch puts the artifacts back together in a process of its own (pytester forgets modules a test imports).
     done = subprocess.run([sys.executable, "-c", FORMAT_1, str(bundle), str(old)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    report = pytester.path / "old.json"
-    result = run_inner(f"--compile-cache-bundle={old}", f"--compile-cache-report={report}", fresh=True)
-    result.assert_outcomes(passed=3)
-    fx, process = totals(report)
-    assert (fx["hits"], fx["misses"]) == (3, 0) and process["status"] == "loaded", process
-    run_inner(f"--compile-cache-bundle={old}", "--compile-cache-update").assert_outcomes(passed=3)
-    with read_manifest(old) as updated:
-        assert updated.format == 2
-        assert len(updated.members(updated.entries[0]).table) >= 6
+    with pytest.raises(BundleError) as refused:
+        read_manifest(old)
+    assert str(old) in str(refused.value) and "--compile-cache-rebuild" in str(refused.value)
+    assert "\n" not in str(refused.value)
+    run_inner(f"--compile-cache-bundle={old}", "--compile-cache-rebuild").assert_outcomes(passed=3)
+    with read_manifest(old) as rebuilt:
+        assert rebuilt.format == FORMAT
+        assert len(rebuilt.members(rebuilt.entries[0]).table) >= 6
 
 
 def test_members_are_checked_one_by_one() -> None:
@@ -254,7 +255,7 @@ def test_a_merge_keeps_the_intact_copy_and_leaves_out_a_damaged_autotune_result(
 
 def test_carried_binaries_are_read_one_by_one_and_each_checked(tmp_path: Path) -> None:
     """A bundle's carried binaries are listed without reading them; each file read alone is checked against its
-    own checksum (a damaged one is named, the others read), and a closed listing reads nothing."""
+    own checksum (a damaged one is named, the others read), and a released bundle's listing reads nothing."""
     from pytest_compilecache.bundle.binaries import BinaryDamaged, CarriedBinaries, build_id
 
     identity = {"compiler": "cc 1"}
@@ -271,20 +272,20 @@ def test_carried_binaries_are_read_one_by_one_and_each_checked(tmp_path: Path) -
     assert entry.binaries is None, "listing reads no binary"
     fitting = listing.fitting(build_id(identity))
     assert sorted(fitting) == ["ab/cabc.cpp", "ab/cabc.so", "cd/cdef.so"]
-    assert listing.read(fitting["cd/cdef.so"]) == b"so" * 50, "read after the bundle is closed, by its own descriptor"
+    assert fitting["cd/cdef.so"].content() == b"so" * 50, "read after the bundle is closed, by its own descriptor"
     damaged = bytearray(path.read_bytes())
     with read_manifest(path) as bundle:
-        damaged[bundle._start + section["offset"] + fitting["ab/cabc.so"].at + 2] ^= 0xFF
+        at = sum(f[4] for f in section["files"][:[f[1] for f in section["files"]].index("ab/cabc.so")])
+        damaged[bundle._start + section["offset"] + at + 2] ^= 0xFF
     path.write_bytes(bytes(damaged))
     with read_manifest(path) as bundle:
         again = bundle.carried_listing(bundle.entries[0])
     with pytest.raises(BinaryDamaged, match="carried binary ab/cabc.so fails its checksum"):
-        again.read(again.fitting(build_id(identity))["ab/cabc.so"])
-    assert again.read(again.fitting(build_id(identity))["ab/cabc.cpp"]) == b"int main(){}"
-    again.close()
+        again.fitting(build_id(identity))["ab/cabc.so"].content()
+    assert again.fitting(build_id(identity))["ab/cabc.cpp"].content() == b"int main(){}"
+    bundle.release()
     with pytest.raises(BinaryDamaged, match="cannot be read"):
-        again.read(again.fitting(build_id(identity))["cd/cdef.so"])
-    listing.close()
+        again.fitting(build_id(identity))["cd/cdef.so"].content()
 
 
 def test_a_member_that_cannot_be_read_while_copied_names_the_source_not_the_destination(tmp_path: Path) -> None:
@@ -341,15 +342,15 @@ def test_an_update_copies_the_bundles_carried_binaries_as_stored_without_holding
         assert not bundle.carried(entry, check=True)[1], "the section and every file pass their checksums"
     assert {key: after[key] for key in stored_before} == stored_before, "copied as stored, never compressed again"
     assert after[(build, "ef/cnew.so")] < 4000, "a file made here is compressed"
-    assert listing.read(listing.fitting(build)["ab/cabc.cpp"]) == b"int main() { return 0; }\n" * 40
-    assert listing.read(listing.fitting(build)["ef/cnew.so"]) == b"\x7fELF" * 1000
-    listing.close()
+    assert listing.fitting(build)["ab/cabc.cpp"].content() == b"int main() { return 0; }\n" * 40
+    assert listing.fitting(build)["ef/cnew.so"].content() == b"\x7fELF" * 1000
 
 
 def test_a_pooled_file_gone_before_the_write_is_left_out_not_the_write(tmp_path: Path) -> None:
     """Pooled files are listed (their checksums taken) first and compressed when written; one removed from the pool
     in between (dropped as unloadable) is left out of the bundle, and the rest is written."""
-    from pytest_compilecache.bundle.binaries import BinaryPool, build_id, pooled
+    from pytest_compilecache.bundle.binaries import build_id
+    from pytest_compilecache.session.pool import BinaryPool, pooled
 
     identity = {"compiler": "cc 1"}
     pool = BinaryPool(tmp_path / "pools", identity)
@@ -365,5 +366,4 @@ def test_a_pooled_file_gone_before_the_write_is_left_out_not_the_write(tmp_path:
     with read_manifest(path) as bundle:
         listing = bundle.carried_listing(bundle.entries[0])
     assert sorted(listing.fitting(build_id(identity))) == ["cd/cdef.so"]
-    assert listing.read(listing.fitting(build_id(identity))["cd/cdef.so"]) == b"so" * 500
-    listing.close()
+    assert listing.fitting(build_id(identity))["cd/cdef.so"].content() == b"so" * 500

@@ -6,8 +6,7 @@ import itertools
 
 import pytest
 
-from pytest_compilecache.session.marker import Outcome
-from pytest_compilecache.session.protocol import Next, Published, decide
+from pytest_compilecache.session.protocol import Next, Outcome, Published, decide
 
 N, E, R, T = Published.NOTHING, Published.NO_ENTRY, Published.EARLIER_ENTRY, Published.THIS_RUNS_ENTRY
 LOAD, NONE, WARM = Next.LOAD_PUBLISHED, Next.NOTHING, Next.WARM_UP

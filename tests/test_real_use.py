@@ -13,7 +13,8 @@ from typing import Callable
 import pytest
 
 from helpers import fingerprint_here
-from pytest_compilecache.bundle.format import Bundle, make_entry, read_manifest, write_bundle
+from pytest_compilecache.bundle.format import Bundle, make_entry, read_manifest
+from pytest_compilecache.bundle.writing import write_bundle
 
 #: Real sessions against real servers and suites: left out of the fast tier (-m "not slow").
 pytestmark = pytest.mark.slow

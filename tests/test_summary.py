@@ -547,7 +547,7 @@ def test_the_summary_says_where_the_report_went_and_which_folders_it_made(
     result = run_inner(*workers, "--compile-cache-report=out/deeper/r.json")
     result.assert_outcomes(passed=1)
     written = pytester.path / "out" / "deeper" / "r.json"
-    assert json.loads(written.read_text())["format"] == 1
+    assert json.loads(written.read_text())["format"] == 2
     summary = _summary(result)
     assert f"report written: {written} (made 2 folders for it, from {pytester.path / 'out'})" in summary, summary
     again = run_inner(*workers, "--compile-cache-report=out/deeper/r.json")

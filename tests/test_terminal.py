@@ -93,3 +93,20 @@ def test_an_update_says_what_it_added_and_a_url_is_left_whole() -> None:
                               added_artifacts={"inductor": 1}, artifacts={"inductor": {"count": 4, "bytes": 1}})
     (line,) = summary_lines(report, 0)
     assert "bundle s3://bucket/suite.bundle updated (added 1 fx_graph; holds 4 fx_graph; 0.31 MB)" in line, line
+
+
+def test_a_torch_newer_than_the_register_and_a_wrapper_fault_in_any_process_are_said_once() -> None:
+    from pytest_compilecache.report.model import ProcessReport
+    from pytest_compilecache.report.terminal import patch_lines
+
+    def process(name: str, features_off: dict[str, str]) -> ProcessReport:
+        status = {"torch": "2.16.0", "newer": True, "took": ["a"], "missed": {}, "faults": {},
+                  "features_off": features_off}
+        return ProcessReport(process=name, patches=status)
+
+    report = SessionReport()
+    report.processes = [process("main", {}), process("gw0", {"pgo layer counts": "x failed (KeyError: 1)"})]
+    lines = patch_lines(report, verbose=False)
+    assert lines == ["torch 2.16.0 is newer than any release the register of patches was checked on (2.15.0): a "
+                     "feature it cannot take is said below, if any",
+                     "off on torch 2.16.0: pgo layer counts (x failed (KeyError: 1))"]

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .binaries import build_identity, cpu_probe_sources, cpu_probes_in, header_build_seconds, mark_carried
-    from .binaries import rejected_binaries, rejected_binary_names
+    from .binaries import rejected_binaries
     from .clock import compile_seconds
     from .core import MIN_TORCH, TorchUnavailable, compiler_loaded, inductor_config_loaded, torch_module
     from .counters import read_counts, record_bypass_reasons, unobservable_fields, unobservable_layers
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "build_identity", "cpu_probe_sources", "cpu_probes_in", "header_build_seconds", "mark_carried",
-    "rejected_binaries", "rejected_binary_names", "compile_seconds", "MIN_TORCH", "TorchUnavailable",
+    "rejected_binaries", "compile_seconds", "MIN_TORCH", "TorchUnavailable",
     "compiler_loaded", "inductor_config_loaded", "torch_module", "read_counts", "record_bypass_reasons",
     "unobservable_fields", "unobservable_layers", "headers_at", "redirect", "gpu_count", "environment_fingerprint",
     "made_with", "bootstrap", "caches_disabled_by_config", "remote_caches_on", "reset_in_memory",
@@ -43,7 +43,7 @@ __all__ = [
 #: The module of this package each name of :data:`__all__` lives in.
 _MODULES = {
     "binaries": ("build_identity", "cpu_probe_sources", "cpu_probes_in", "header_build_seconds", "mark_carried",
-                 "rejected_binaries", "rejected_binary_names"),
+                 "rejected_binaries"),
     "clock": ("compile_seconds",),
     "core": ("MIN_TORCH", "TorchUnavailable", "compiler_loaded", "inductor_config_loaded", "torch_module"),
     "counters": ("read_counts", "record_bypass_reasons", "unobservable_fields", "unobservable_layers"),

@@ -24,9 +24,10 @@ from . import clock, defaultdir, patches, tritoncache
 
 _counts: Counter[str] = Counter()
 _carried_names: set[str] = set()
-_rejected: list[str] = []
-_rejected_names: set[str] = set()
+#: ``{file name: what was said}`` of the binaries that could not be loaded and were rebuilt.
+_rejected: dict[str, str] = {}
 _lock = threading.Lock()
+_header_seconds = 0.0
 
 
 def _run(args: list[str]) -> str:
@@ -87,22 +88,41 @@ def _cpu_flags() -> str:
 
 
 def wrap_load_async(function: Callable[..., Any]) -> Callable[..., Any]:
-    """``CppCodeCache.load_async`` (a classmethod's function), its result a :class:`_Load` that counts and checks."""
+    """``CppCodeCache.load_async`` (a classmethod's function), its load counted, timed and guarded the first time."""
 
     @functools.wraps(function)
     def load_async(cls: Any, *args: Any, **kwargs: Any) -> Any:
-        asked = time.time()
-        return _Load(function(cls, *args, **kwargs), asked)
+        asked, load = time.time(), function(cls, *args, **kwargs)
+        done: list[bool] = []
+
+        def first_load() -> Any:
+            if done:
+                return load()
+            with clock.compiling():
+                try:
+                    lib = load()
+                except (OSError, ImportError) as exc:
+                    _remove_unloadable(exc)
+                    lib = load()
+            done.append(True)
+            path = getattr(lib, "__file__", None) or getattr(lib, "_name", None)
+            try:
+                existed = path is not None and os.stat(path).st_mtime < asked
+            except OSError:
+                existed = False
+            with _lock:
+                _counts["cpp.hits" if existed else "cpp.misses"] += 1
+                if existed and os.path.basename(str(path)) in _carried_names:
+                    _counts["cpp.from_bundle"] += 1
+            return lib
+
+        return first_load
 
     return load_async
 
 
-_header_seconds = 0.0
-
-
 def header_build_seconds() -> float:
-    """Wall seconds this process spent building torch's precompiled C++ headers and CPU probes (not finding them):
-    a cost per machine, kept in the plugin's home whether or not a bundle is used."""
+    """Wall seconds this process spent building torch's precompiled C++ headers and CPU probes (not finding them)."""
     return _header_seconds
 
 
@@ -112,30 +132,26 @@ def wrap_precompile_header(original: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(original)
     def precompile_header(*args: Any, **kwargs: Any) -> Any:
-        global _header_seconds
         with defaultdir.headers_in_force():
-            folder = getattr(codecache, "_HEADER_DIR", None)
-            before = _files_in(folder)
-            started = time.perf_counter()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                if _files_in(folder) - before:
-                    with _lock:
-                        _header_seconds += time.perf_counter() - started
+            return _timing_builds(getattr(codecache, "_HEADER_DIR", None), lambda: original(*args, **kwargs))
 
     return precompile_header
 
 
-def _count_files(folder: str) -> int:
-    return sum(len(names) for _, _, names in os.walk(folder))
+def _timing_builds(folder: Any, build: Callable[[], Any]) -> Any:
+    """``build()``, its wall seconds counted in :func:`header_build_seconds` where it added files to ``folder``."""
+    global _header_seconds
 
+    def count() -> int:
+        return sum(len(names) for _, _, names in os.walk(folder)) if isinstance(folder, str) else 0
 
-def _files_in(folder: Any) -> set[str]:
+    before, started = count(), time.perf_counter()
     try:
-        return {entry.name for entry in os.scandir(folder)} if isinstance(folder, str) else set()
-    except OSError:
-        return set()
+        return build()
+    finally:
+        if count() > before:  # built here, not found
+            with _lock:
+                _header_seconds += time.perf_counter() - started
 
 
 #: The ``(folder, here)`` of each active :func:`cpu_probes_in`, innermost last.
@@ -144,21 +160,13 @@ _probes_at: list[tuple[str, bool]] = []
 
 @contextlib.contextmanager
 def cpu_probes_in(folder: str, here: bool) -> Iterator[None]:
-    """Inside, the CPU probes a process builds (about 7 s, 1.2 s where built already) are kept in ``folder``:
-    built there (``here``: for a folder that starts empty), or in the cache folder of the moment (a bundle
-    carries them) after placing the kept ones, and linked into ``folder`` too."""
-    with _lock:
-        _probes_at.append((folder, here))
+    """Inside, the CPU probes a process builds (about 7 s) are kept in ``folder``: built there (``here``), or in the
+    cache folder of the moment (a bundle carries them) after placing the kept ones, and linked into ``folder``."""
+    _probes_at.append((folder, here))
     try:
         yield
     finally:
-        with _lock:
-            _probes_at.remove((folder, here))
-
-
-def _probes_folder() -> tuple[str, bool] | None:
-    with _lock:
-        return _probes_at[-1] if _probes_at else None
+        _probes_at.remove((folder, here))
 
 
 def wrap_valid_vec_isa_list(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -169,20 +177,15 @@ def wrap_valid_vec_isa_list(original: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(original)
     def valid_vec_isa_list() -> Any:
-        global _header_seconds
-        told = _probes_folder()
+        told = next(reversed(_probes_at), None)
         if told is None or not told[1] or learned().currsize:
             return original()
         saved = SavedEnv(("TORCHINDUCTOR_CACHE_DIR",))
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = told[0]
-        before, started = _count_files(told[0]), time.perf_counter()
         try:
-            return original()
+            return _timing_builds(told[0], original)  # a cost of the home, as the headers
         finally:
             saved.restore()
-            if _count_files(told[0]) > before:  # built here, not found: a cost of the home, as the headers
-                with _lock:
-                    _header_seconds += time.perf_counter() - started
 
     return valid_vec_isa_list
 
@@ -228,7 +231,7 @@ def cpu_probe_sources() -> frozenset[str]:
 
 def _link_probe(code: str, keeping: bool) -> set[str]:
     """Link the probe built from ``code`` from the machine's probe folder to the cache folder, or back (``keeping``)."""
-    told = _probes_folder()
+    told = next(reversed(_probes_at), None)
     if told is None or told[1]:
         return set()
     from torch._inductor.runtime.cache_dir_utils import cache_dir
@@ -260,61 +263,27 @@ def _probe_sources(folder: Path, code: str) -> list[Path]:
     return found
 
 
-class _Load:
-    """Stands in for torch's load function: counts, times and guards the first load."""
+def _remove_unloadable(exc: BaseException) -> None:
+    """Remove the binary of the current cache folder that ``exc`` says cannot be loaded; raise ``exc`` if none."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
 
-    def __init__(self, load: Callable[[], Any], asked: float) -> None:
-        self._load = load
-        self._asked = asked
-        self._done = False
-
-    def __call__(self) -> Any:
-        if self._done:
-            return self._load()
-        with clock.compiling():
-            try:
-                lib = self._load()
-            except (OSError, ImportError) as exc:
-                lib = self._rebuild(exc)
-        self._done = True
-        path = getattr(lib, "__file__", None) or getattr(lib, "_name", None)
-        try:
-            existed = path is not None and os.stat(path).st_mtime < self._asked
-        except OSError:
-            existed = False
-        with _lock:
-            if existed:
-                _counts["cpp.hits"] += 1
-                if path is not None and os.path.basename(path) in _carried_names:
-                    _counts["cpp.from_bundle"] += 1
-            else:
-                _counts["cpp.misses"] += 1
-                _counts["cpp.saved"] += 1
-        return lib
-
-    def _rebuild(self, exc: BaseException) -> Any:
-        """Remove a binary of the current cache folder that cannot be loaded, and build it anew."""
-        from torch._inductor.runtime.cache_dir_utils import cache_dir
-
-        root = os.path.realpath(cache_dir()) + os.sep
-        candidates = [p for p in re.findall(r"(/[^:\s'\"()]+\.so)\b", str(exc))
-                      if os.path.realpath(p).startswith(root) and os.path.exists(p)]
-        if not candidates:
-            raise exc
-        path = candidates[-1]
-        _reject(os.path.basename(path), f"could not be loaded ({exc}); rebuilt")
-        for stale in Path(path).parent.glob(Path(path).name.split(".")[0] + ".*"):
-            if stale.suffix in (".so", ".o"):
-                stale.unlink(missing_ok=True)
-        return self._load()
+    root = os.path.realpath(cache_dir()) + os.sep
+    candidates = [p for p in re.findall(r"(/[^:\s'\"()]+\.so)\b", str(exc))
+                  if os.path.realpath(p).startswith(root) and os.path.exists(p)]
+    if not candidates:
+        raise exc
+    path = candidates[-1]
+    _reject(os.path.basename(path), f"could not be loaded ({exc}); rebuilt")
+    for stale in Path(path).parent.glob(Path(path).name.split(".")[0] + ".*"):
+        if stale.suffix in (".so", ".o"):
+            stale.unlink(missing_ok=True)
 
 
 def _reject(name: str, why: str) -> None:
     with _lock:
         kind = "carried binary" if name in _carried_names else "binary"
         _carried_names.discard(name)
-        _rejected_names.add(name)
-        _rejected.append(f"{kind} {name} {why}")
+        _rejected.setdefault(name, f"{kind} {name} {why}")
 
 
 def mark_carried(paths: Iterable[str]) -> None:
@@ -328,16 +297,11 @@ def mark_carried(paths: Iterable[str]) -> None:
 def counts() -> dict[str, int]:
     """The ``cpp`` layer's counts so far in this process."""
     with _lock:
-        return {key: _counts[key] for key in ("cpp.hits", "cpp.misses", "cpp.saved", "cpp.from_bundle")}
+        return {**{key: _counts[key] for key in ("cpp.hits", "cpp.misses", "cpp.from_bundle")},
+                "cpp.saved": _counts["cpp.misses"]}
 
 
-def rejected_binaries() -> list[str]:
-    """Carried binaries that could not be loaded (each rebuilt), since the process started."""
+def rejected_binaries() -> dict[str, str]:
+    """``{file name: what to say}`` of the binaries that could not be loaded (each rebuilt) in this process."""
     with _lock:
-        return list(_rejected)
-
-
-def rejected_binary_names() -> set[str]:
-    """The file names of the carried binaries :func:`rejected_binaries` reports."""
-    with _lock:
-        return set(_rejected_names)
+        return dict(_rejected)

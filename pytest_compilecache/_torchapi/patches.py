@@ -177,14 +177,21 @@ def _stack() -> list[_Call]:
     return stack
 
 
-def _observed(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``original``, telling the replacement's call in progress what it returned or raised."""
+class _Observed:
+    """torch's original as its wrapper calls it: telling the replacement's call in progress what it returned or
+    raised; its other attributes are the original's (a wrapper may ask for ``cache_info``)."""
 
-    @functools.wraps(original)
-    def observed(*args: Any, **kwargs: Any) -> Any:
+    def __init__(self, original: Callable[..., Any]) -> None:
+        functools.update_wrapper(self, original)
+        self.__wrapped__ = original
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__wrapped__, name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         call = _stack()[-1] if _stack() else None
         try:
-            result = original(*args, **kwargs)
+            result = self.__wrapped__(*args, **kwargs)
         except BaseException as exc:
             if call is not None:
                 call.raised = exc
@@ -193,11 +200,9 @@ def _observed(original: Callable[..., Any]) -> Callable[..., Any]:
             call.returned, call.result = True, result
         return result
 
-    return observed
-
 
 def _guarded(name: str, original: Callable[..., Any], replacement: Callable[..., Any]) -> Callable[..., Any]:
-    """``replacement`` (made from :func:`_observed` ``original``) in the guard: where it raises what torch's
+    """``replacement`` (made from :class:`_Observed` ``original``) in the guard: where it raises what torch's
     original did not, the fault is recorded, torch's result is returned (torch is called where it was not yet),
     and from then on torch's original runs alone."""
 
@@ -260,7 +265,7 @@ def _apply(patch: Patch) -> str:
             raw = earlier
             function, kind = _unwrapped(earlier)
         try:
-            replacement = _guarded(patch.name, function, _function(patch.wrapper)(_observed(function)))
+            replacement = _guarded(patch.name, function, _function(patch.wrapper)(_Observed(function)))
         except NotApplicable as exc:
             return str(exc)
         setattr(replacement, _ORIGINAL, None if raw is _ABSENT else raw)

@@ -1,5 +1,5 @@
-"""The bundle file (docs/file-format.md): a manifest, then per entry a table of its artifacts and each artifact
-compressed alone (format 2; format 1 held one payload an entry), each checked before torch sees it."""
+"""Reading the bundle file (docs/file-format.md): a manifest, then per entry a table of its artifacts and each
+artifact compressed alone, each checked before torch sees it."""
 
 from __future__ import annotations
 
@@ -11,23 +11,20 @@ import io
 import json
 import math
 import os
-import re
 import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterator, Mapping, cast
+from typing import Any, BinaryIO, Callable, Mapping, cast
 
-from .. import files
 from . import signing
-from .binaries import BinaryDamaged, CarriedBinaries, CarriedListing, check_section
+from .binaries import CarriedBinaries, check_section
 from .keyindex import KeyIndex, KeyIndexError
+from .labels import differences, env_label
 from .members import WHOLE, Member, MemberDamaged, Members, no_file, unpack_table
 
 MAGIC = b"PYTEST-COMPILECACHE-BUNDLE\n"
 FORMAT = 2
-#: Formats this version reads: 1 (one payload an entry, loaded whole) and 2 (written).
-READS = (1, 2)
 _MAX_MANIFEST = 64 * 1024 * 1024
 #: How much of a section is read at a time to check it.
 _CHUNK = 1024 * 1024
@@ -78,7 +75,7 @@ class Entry:
     """The artifacts of one environment inside a bundle."""
 
     env: dict[str, str]
-    #: Mega-Cache bytes: made here, or read whole (format 1, or format 2 put back together for ``verify``).
+    #: Mega-Cache bytes: made here, or its members put back together (for ``verify``).
     payload: bytes | None = None
     artifacts: dict[str, dict[str, int]] = field(default_factory=dict)
     created: float = 0.0
@@ -97,13 +94,11 @@ class Entry:
     _index_blob: bytes | None = field(default=None, repr=False)
     #: Why the key index is unusable ("": it is usable; ``None``: not checked yet).
     _index_problem: str | None = field(default=None, repr=False)
-    #: Format 2: bytes of its members after the table (``offset``, ``size`` and ``sha256`` are the table's).
-    stored: int | None = None
-    #: Format 2: its members as read from its bundle (copied as stored into another), and the table as stored.
+    #: Bytes of its members after the table (``offset``, ``size`` and ``sha256`` are the table's).
+    stored: int = 0
+    #: Its members (read from its bundle, or packed here), and the table as stored.
     _members: Members | None = field(default=None, repr=False)
     _table: bytes | None = field(default=None, repr=False)
-    #: Its payload's members, packed for a merge (the entry is written as they are).
-    _repacked: Members | None = field(default=None, repr=False)
 
     def vouched(self, secret: bytes) -> str:
         """``""`` when this entry may be signed with ``secret`` (made here, or read validly signed), else why not."""
@@ -132,9 +127,7 @@ class Entry:
         """The manifest form of this entry (without its place in the file); its index as read, else as packed now."""
         described: dict[str, Any] = {"history": self.history, "env": self.env, "created": self.created,
                                      "updated": self.updated, "size": self.size, "sha256": self.sha256,
-                                     "artifacts": self.artifacts}
-        if self.stored is not None:
-            described["stored"] = self.stored
+                                     "artifacts": self.artifacts, "stored": self.stored}
         if self.index_section is not None:
             described["index"] = {k: self.index_section[k] for k in ("size", "sha256")}
         elif (blob := self.index_blob()) is not None:
@@ -152,7 +145,7 @@ class Bundle:
     _start: int = 0
     #: What messages call the bundle when ``path`` is only a local copy of it (the URL it came from).
     label: str = ""
-    #: The format it was read in (a bundle made here is written in :data:`FORMAT`).
+    #: The format it was read in (always :data:`FORMAT`: the only one read).
     format: int = FORMAT
     #: How to let go of the readers of its sections handed out (they outlive :meth:`close`, not :meth:`release`).
     _opened: list[Callable[[], None]] = field(default_factory=list, repr=False)
@@ -206,20 +199,10 @@ class Bundle:
         return f"{self.name}: no entry matches this machine ({why})"
 
     def payload(self, entry: Entry) -> bytes:
-        """The entry's Mega-Cache bytes, each part checked: read from the same file as the manifest (format 1), or
-        put back together from its members (format 2: this needs torch)."""
-        if entry.payload is not None:
-            return entry.payload
-        if entry.stored is not None:
+        """The entry's Mega-Cache bytes, its members each checked and put back together (this needs torch)."""
+        if entry.payload is None:
             self.members(entry)
-            return payload_of(entry, self.name)
-        data = self._read(entry, "the payload", entry.offset, entry.size)
-        if len(data) != entry.size:
-            raise BundleError(f"{self.name}: truncated: the payload for {env_label(entry.env)} is cut short")
-        if hashlib.sha256(data).hexdigest() != entry.sha256:
-            raise BundleError(f"{self.name}: corrupt: the payload for {env_label(entry.env)} fails its checksum")
-        entry.payload = data
-        return data
+        return payload_of(entry, self.name)
 
     def _read(self, entry: Entry, what: str, offset: int, size: int) -> bytes:
         """``size`` bytes at ``offset`` (from the first payload byte) of the file the manifest was read from."""
@@ -232,12 +215,8 @@ class Bundle:
             raise BundleError(f"{self.name}: cannot read: {exc.strerror or exc}") from None
 
     def members(self, entry: Entry) -> Members:
-        """The entry's artifacts, listed (its table checked), each read alone when asked; they outlive :meth:`close`.
-        A format-1 entry's are its payload, read whole and taken apart by torch."""
+        """The entry's artifacts, listed (its table checked), each read alone when asked; they outlive :meth:`close`."""
         if entry._members is not None:
-            return entry._members
-        if entry.stored is None:
-            entry._members = Members.uncompressed(_artifacts_of(self.payload(entry)))
             return entry._members
         table = self._read(entry, "the table of artifacts", entry.offset, entry.size)
         if len(table) != entry.size:
@@ -257,7 +236,7 @@ class Bundle:
 
     def _member_reader(self, entry: Entry, listed: list[Member]) -> Members:
         """Members read from a file descriptor of their own where the bundle is a local file, else from memory."""
-        fetch, close = self._ranges(entry, "the artifacts", entry.offset + entry.size, entry.stored or 0)
+        fetch, close = self._ranges(entry, "the artifacts", entry.offset + entry.size, entry.stored)
         return Members(listed, fetch, close=close)
 
     def _ranges(self, entry: Entry, what: str, offset: int, size: int) -> tuple[Callable[[int, int], bytes],
@@ -288,13 +267,13 @@ class Bundle:
         return fetch, close
 
     def check(self, entry: Entry) -> None:
-        """Read and check what a session reads of ``entry`` before its first test: the payload (format 1), or the
-        table of its artifacts (format 2: each artifact is checked when read)."""
-        self.members(entry) if entry.stored is not None else self.payload(entry)
+        """Read and check what a session reads of ``entry`` before its first test: the table of its artifacts (each
+        artifact is checked when read)."""
+        self.members(entry)
 
     def spans(self, entries: list[Entry]) -> list[tuple[int, int]]:
         """Where the manifest and ``entries``' sections lie in the file: (first byte, length) of each."""
-        sections = [(e.offset, e.size + (e.stored or 0)) for e in entries]
+        sections = [(e.offset, e.size + e.stored) for e in entries]
         sections += [(s["offset"], s["size"]) for e in entries for s in (e.binaries_section, e.index_section)
                      if s is not None]
         return [(0, self._start)] + [(self._start + offset, size) for offset, size in sections if size]
@@ -302,15 +281,12 @@ class Bundle:
     def check_all(self, entry: Entry) -> None:
         """Read and check every section of ``entry`` now (each artifact once, none kept in memory): for a copy that
         must be whole before it is kept."""
-        if entry.stored is not None:
-            members = self.members(entry)
-            try:
-                for member in members.table:
-                    members.read(member)
-            except MemberDamaged as exc:
-                raise BundleError(f"{self.name}: corrupt: the entry for {env_label(entry.env)}: {exc}") from None
-        else:
-            self.payload(entry)
+        members = self.members(entry)
+        try:
+            for member in members.table:
+                members.read(member)
+        except MemberDamaged as exc:
+            raise BundleError(f"{self.name}: corrupt: the entry for {env_label(entry.env)}: {exc}") from None
         self.carried(entry)
         self.read_key_index(entry)  # a damaged key index costs its explanations only, here as anywhere
 
@@ -345,23 +321,24 @@ class Bundle:
                 raise BundleError(f"{self.name}: cannot read: {exc.strerror or exc}") from None
             if digest.hexdigest() != section["sha256"]:
                 raise BundleError(f"{self.name}: corrupt: the binaries for {env_label(entry.env)} fail their checksum")
-            listing = CarriedListing.of_section(section, fetch, close)
-            entry.binaries, problems = listing.as_stored(section), list(listing.problems)
+            entry.binaries = CarriedBinaries.of_section(section, fetch)
+            problems = list(entry.binaries.problems)
         carried = entry.binaries or CarriedBinaries()
         if check:
             carried, damaged = carried.checked()
             problems += damaged
         return carried, [f"{self.name}: {p}" for p in problems]
 
-    def carried_listing(self, entry: Entry) -> CarriedListing:
-        """The entry's compiled binaries, listed, each read and checked when asked for; close the listing."""
-        if entry.binaries is not None:
-            return CarriedListing.of(entry.binaries)
+    def carried_listing(self, entry: Entry) -> CarriedBinaries:
+        """The entry's compiled binaries, listed, each read and checked when asked for."""
         section = entry.binaries_section
+        if entry.binaries is not None:  # its problems were said where it was read
+            return CarriedBinaries(entry.binaries.builds, entry.binaries.files)
         if section is None:
-            return CarriedListing.of(CarriedBinaries())
-        return CarriedListing.of_section(section, *self._ranges(entry, "the binaries", section["offset"],
-                                                                section["size"]))
+            return CarriedBinaries()
+        fetch, close = self._ranges(entry, "the binaries", section["offset"], section["size"])
+        self._opened.append(close)
+        return CarriedBinaries.of_section(section, fetch)
 
     def key_index(self, entry: Entry) -> tuple[KeyIndex | None, str]:
         """The entry's key index (``None`` when it has none or it is unusable) and the problem, if any."""
@@ -398,7 +375,7 @@ class Bundle:
         return entry._index_problem
 
     def read_all(self) -> None:
-        """Read and check every entry (payload or table, carried binaries, key index) now, then close the file."""
+        """Read and check every entry (its table, carried binaries, key index) now, then close the file."""
         try:
             for entry in self.entries:
                 self.check(entry)
@@ -422,26 +399,6 @@ def payload_of(entry: Entry, name: str) -> bytes:
         except MemberDamaged as exc:
             raise BundleError(f"{name}: corrupt: the entry for {env_label(entry.env)}: {exc}") from None
     return entry.payload
-
-
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
-
-
-def printable(text: str) -> str:
-    """``text`` with control characters, line breaks, direction overrides and lone surrogates escaped (``\\n``)."""
-    return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape", "backslashreplace").decode("ascii"), text)
-
-
-def env_label(env: Mapping[str, str]) -> str:
-    """A short human name for an environment, e.g. ``torch 2.13.0+cpu on cpu``."""
-    return printable(f"torch {env.get('torch', '?')} on {env.get('device', '?')}")
-
-
-def differences(bundle_env: Mapping[str, str], here: Mapping[str, str]) -> list[str]:
-    """``field: bundle X, here Y`` for every field where two environments differ."""
-    keys = list(here) + [k for k in bundle_env if k not in here]
-    return [printable(f"{k}: bundle {bundle_env.get(k, '(absent)')!s}, here {here.get(k, '(absent)')!s}")
-            for k in keys if bundle_env.get(k) != here.get(k)]
 
 
 def _payload_start(f: Any, path: str) -> int:
@@ -469,7 +426,7 @@ def _finite(value: Any) -> bool:
         return False
 
 
-def _entry(raw: Any, version: int) -> Entry:
+def _entry(raw: Any) -> Entry:
     env = raw["env"]
     artifacts = raw.get("artifacts", {})
     history = raw.get("history", {})
@@ -497,8 +454,8 @@ def _entry(raw: Any, version: int) -> Entry:
             isinstance(index.get(k), int) and not isinstance(index.get(k), bool) and index[k] >= 0
             for k in ("offset", "size"))):
         raise TypeError("index must hold a non-negative offset and size and a sha256")
-    stored = raw["stored"] if version >= 2 else None
-    if version >= 2 and (not isinstance(stored, int) or isinstance(stored, bool) or stored < 0):
+    stored = raw["stored"]
+    if not isinstance(stored, int) or isinstance(stored, bool) or stored < 0:
         raise TypeError("stored must be a non-negative integer")
     return Entry(env={str(k): str(v) for k, v in env.items()}, artifacts=artifacts, created=float(numbers[0]),
                  updated=float(numbers[1]), sha256=sha, size=raw["size"], offset=raw["offset"], history=dict(history),
@@ -548,17 +505,17 @@ def parse(f: BinaryIO, path: Path, label: str = "") -> Bundle:
     if not isinstance(manifest, dict) or "format" not in manifest:
         raise BundleError(f"{name}: corrupt: the manifest has no format version")
     version = manifest["format"]
-    if version not in READS or isinstance(version, bool):
-        raise BundleError(f"{name}: bundle format {version!r} is not supported by this pytest-compilecache "
-                          f"(it reads formats {READS[0]} to {READS[-1]}); upgrade the plugin or rebuild the bundle")
+    if version != FORMAT or isinstance(version, bool):
+        raise BundleError(f"{name}: bundle format {version!r} is not supported by this pytest-compilecache (it reads "
+                          f"format {FORMAT}); upgrade the plugin, or rebuild the bundle: run the tests with "
+                          "--compile-cache-rebuild")
     try:
-        entries = [_entry(raw_entry, version) for raw_entry in manifest["entries"]]
+        entries = [_entry(raw_entry) for raw_entry in manifest["entries"]]
     except (KeyError, TypeError, ValueError, AttributeError):
         raise BundleError(f"{name}: corrupt: the manifest's entries are malformed") from None
     for e in entries:
-        if e.offset < 0 or e.size < 0 or start + e.offset + e.size + (e.stored or 0) > end:
-            what = "payload" if e.stored is None else "artifacts"
-            raise BundleError(f"{name}: truncated: the {what} for {env_label(e.env)} lies past the end of the file")
+        if e.offset < 0 or e.size < 0 or start + e.offset + e.size + e.stored > end:
+            raise BundleError(f"{name}: truncated: the artifacts for {env_label(e.env)} lie past the end of the file")
         section = e.binaries_section
         if section is not None and start + section["offset"] + section["size"] > end:
             raise BundleError(f"{name}: truncated: the binaries for {env_label(e.env)} lie past the end of the file")
@@ -569,17 +526,15 @@ def parse(f: BinaryIO, path: Path, label: str = "") -> Bundle:
     if not isinstance(supersedes, list) or not all(isinstance(n, str) for n in supersedes) or not _finite(written) \
             or not isinstance(seal, str):
         raise BundleError(f"{name}: corrupt: the manifest's supersedes, written or seal is malformed")
-    return Bundle(path, entries, f, start, label, version, supersedes=tuple(supersedes), written=float(written),
-                  seal=seal)
+    return Bundle(path, entries, f, start, label, supersedes=tuple(supersedes), written=float(written), seal=seal)
 
 
 def make_entry(env: Mapping[str, str], payload: bytes, artifacts: dict[str, dict[str, int]], created: float = 0.0,
                binaries: CarriedBinaries | None = None, index: KeyIndex | None = None) -> Entry:
-    """A new entry for ``payload`` (and the compiled binaries it carries), stamped now."""
-    now = time.time()
-    return Entry(env=dict(env), payload=payload, artifacts=artifacts, created=created or now, updated=now,
-                 sha256=hashlib.sha256(payload).hexdigest(), size=len(payload), binaries=binaries or None,
-                 index=index or None)
+    """A new entry for ``payload`` (and the compiled binaries it carries), its artifacts packed now, stamped now."""
+    entry = entry_of(env, Members.packed(_artifacts_of(payload)), created, binaries, index)
+    entry.payload, entry.artifacts = payload, artifacts
+    return entry
 
 
 def entry_of(env: Mapping[str, str], members: Members, created: float = 0.0, binaries: CarriedBinaries | None = None,
@@ -592,48 +547,10 @@ def entry_of(env: Mapping[str, str], members: Members, created: float = 0.0, bin
 
 
 def members_of(entry: Entry, name: str) -> Members:
-    """The members of an entry already read (or made here), each compressed: as read, or packed by torch (once)."""
-    if entry._members is not None and entry._table is not None:
-        return entry._members
-    if entry._repacked is None:
-        entry._repacked = Members.packed(_artifacts_of(payload_of(entry, name)))
-    return entry._repacked
-
-
-def write_bundle(bundle: Bundle) -> int:
-    """Write ``bundle`` atomically (a file beside it, fsynced, renamed into place); returns the file size. With the
-    signing key set, only an entry made here or validly signed is signed: a write vouches only for what it checked.
-    Members are copied as stored, a chunk at a time: writing holds no bundle in memory."""
-    path = bundle.path
-    chunks, _, placed = _encode(bundle)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        size = files.write_atomic(path, chunks)
-    except OSError as exc:
-        raise BundleError(f"{path}: cannot write: {exc.strerror or exc}; the file there is unchanged") from None
-    for entry, signature, description in placed:
-        entry.signature = signature
-        entry.binaries_section = description.get("binaries")
-        entry.index_section = description.get("index")
-    return size
-
-
-def encoded_size(bundle: Bundle) -> int:
-    """How many bytes :func:`write_bundle` would write for ``bundle``."""
-    return _encode(bundle)[1]
-
-
-def _packed(bundle: Bundle, entry: Entry, may_sign: bool) -> None:
-    """Give ``entry`` its table and members: read from its bundle, or packed from its payload (made here, or read
-    in format 1, whose signature, unless it may be signed again, no longer holds)."""
-    if entry.stored is not None:
-        bundle.members(entry)
-        return
-    members = entry._members = entry._repacked or Members.packed(_artifacts_of(bundle.payload(entry)))
-    table = entry._table = members.table_blob()
-    entry.stored, entry.size, entry.sha256 = members.stored, len(table), hashlib.sha256(table).hexdigest()
-    if entry.from_file:
-        entry.from_file, entry.signature = not may_sign, ""
+    """The members of an entry already read (or made here)."""
+    if entry._members is None:
+        raise BundleError(f"{name}: the artifacts for {env_label(entry.env)} were not read")
+    return entry._members
 
 
 def _artifacts_of(payload: bytes) -> list[tuple[str, str, bytes]]:
@@ -644,79 +561,3 @@ def _artifacts_of(payload: bytes) -> list[tuple[str, str, bytes]]:
         return _torchapi.artifact_contents(payload)
     except (_torchapi.MegaCacheError, _torchapi.TorchUnavailable, OSError):  # OSError: torch's import failed to write
         return [(WHOLE, "", payload)]
-
-
-def _members_of(entry: Entry) -> Iterator[bytes]:
-    members = entry._members
-    assert members is not None and entry._table is not None
-    yield entry._table
-    for member in members.table:
-        try:
-            raw = members.raw(member)
-        except OSError as exc:
-            raise BundleError(f"the {member} of {env_label(entry.env)} cannot be read where it is read from: "
-                              f"{exc.strerror or exc}; nothing was written") from None
-        if len(raw) != member.stored:
-            raise BundleError(f"the {member} of {env_label(entry.env)} is cut short where it is read from; "
-                              "nothing was written")
-        yield raw
-
-
-def _encode(bundle: Bundle) -> tuple[Iterator[bytes], int, list[tuple[Entry, str, dict[str, Any]]]]:
-    """The file's bytes (members read as they are written), their length, and per entry the signature and
-    manifest description they give it."""
-    secret = signing.key()
-    parts: list[tuple[int, Any]] = []
-    placed = []
-    at = 0
-    for entry in bundle.entries:
-        may_sign = secret is not None and not entry.vouched(secret)
-        _packed(bundle, entry, may_sign)
-        description = {**entry.describe(), "offset": at}
-        parts.append((entry.size + (entry.stored or 0), entry))
-        at += parts[-1][0]
-        carried, _ = bundle.carried(entry)
-        if carried:
-            try:
-                blob, section = carried.packed()
-            except BinaryDamaged as exc:
-                raise BundleError(f"{exc} where it is read from; nothing was written") from None
-            description["binaries"] = {**section, "offset": at}
-            parts.append((section["size"], blob))
-            at += section["size"]
-        else:
-            section = None
-        bundle.read_key_index(entry)  # copied as stored, never unpacked for it
-        index = entry.index_blob()
-        if index is not None:
-            description["index"] = {**description["index"], "offset": at}
-            parts.append((len(index), index))
-            at += len(index)
-        else:
-            description.pop("index", None)
-        signature = signing.sign(entry.describe(), section, secret) if may_sign and secret else entry.signature
-        if signature:
-            description["signature"] = signature
-        placed.append((entry, signature, description))
-    top: dict[str, Any] = {"format": FORMAT, "entries": [d for *_, d in placed]}
-    if bundle.written:
-        top.update(written=bundle.written, supersedes=list(bundle.supersedes))
-        if secret is not None:
-            top["seal"] = signing.seal(bundle.supersedes, bundle.written, secret)
-    manifest = json.dumps(top, indent=1, sort_keys=True).encode()
-    head = [MAGIC, b"%d\n" % len(manifest), manifest]
-
-    def chunks() -> Iterator[bytes]:
-        yield from head
-        for _, part in parts:
-            if isinstance(part, Entry):
-                yield from _members_of(part)
-            elif callable(part):
-                try:
-                    yield from part()
-                except BinaryDamaged as exc:
-                    raise BundleError(f"{exc} where it is read from; nothing was written") from None
-            else:
-                yield part
-
-    return chunks(), sum(map(len, head)) + at, placed

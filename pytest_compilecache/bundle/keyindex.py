@@ -1,7 +1,8 @@
 """What a bundle knows about each artifact key (the components torch built it from) and its usage, kept as a
 section of an entry: a compressed head, then the keys' components in groups of one layer and code, each compressed
 alone, read when one of its keys is asked for and copied as stored when rewritten (docs/file-format.md#the-key-index).
-This module never imports torch."""
+An index written by earlier versions compressed its groups against a preset dictionary: it is still read, and its
+groups compressed again when rewritten. This module never imports torch."""
 
 from __future__ import annotations
 
@@ -13,8 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
 FORMAT = 2
-#: Formats this version reads: 1 (one JSON object, read whole) and 2 (written).
-READS = (1, 2)
 #: Components whose names start so are config values, stored once per distinct set.
 CONFIG_PREFIXES = ("inductor_config[", "inductor_config_comms[", "functorch_config[")
 #: Longest text kept for one component (a graph's code gets more, for showing which nodes differ).
@@ -57,8 +56,7 @@ def binary_id(path: str) -> str:
 
 
 class _Group:
-    """The components of keys of one layer and code, compressed as a key index stores them (against the index's
-    preset dictionary), parsed when first asked."""
+    """The components of keys of one layer and code, compressed as a key index stores them, parsed when first asked."""
 
     def __init__(self, layer: str, code: str, stored: bytes, configs: dict[str, str], dictionary: bytes) -> None:
         self.layer, self.code, self.stored, self.dictionary = layer, code, stored, dictionary
@@ -134,22 +132,21 @@ class Records(Mapping[str, dict[str, Any]]):
         stored = {**{k: g for k, g in other._stored.items() if k not in self._made}, **self._stored}
         return Records({k: r for k, r in made.items() if k not in self._stored}, stored)
 
-    def packed(self) -> tuple[bytes, list[list[Any]], list[bytes]]:
-        """The preset dictionary groups are compressed against, the head's listing of groups, and each group as
-        stored: a stored group all of whose keys are here, compressed against that dictionary, is copied as it is;
-        any other is read and compressed again (one that cannot be read is left out, with its keys)."""
-        dictionary = self._dictionary()
+    def packed(self) -> tuple[list[list[Any]], list[bytes]]:
+        """The head's listing of groups, and each group as stored: a stored group all of whose keys are here (and
+        compressed without a dictionary) is copied as it is; any other is read and compressed again (one that
+        cannot be read is left out, with its keys)."""
         listing: list[list[Any]] = []
         blobs: list[bytes] = []
         by_group: dict[int, tuple[_Group, list[str]]] = {}
         for key, group in self._stored.items():
             by_group.setdefault(id(group), (group, []))[1].append(key)
         for group, keys in by_group.values():
-            if len(keys) == len(group.configs) and group.dictionary == dictionary:
+            if len(keys) == len(group.configs) and not group.dictionary:
                 blob = group.stored
             else:
                 try:
-                    blob = _deflated({k: group.components(k) for k in keys}, dictionary)
+                    blob = _deflated({k: group.components(k) for k in keys})
                 except KeyIndexError:
                     continue
             listing.append([group.layer, group.code, len(blob), [[k, group.configs[k]] for k in keys]])
@@ -158,23 +155,10 @@ class Records(Mapping[str, dict[str, Any]]):
         for key, record in self._made.items():
             made.setdefault((record["layer"], record["code"]), {})[key] = record
         for (layer, code), records in made.items():
-            blob = _deflated({k: r["components"] for k, r in records.items()}, dictionary)
+            blob = _deflated({k: r["components"] for k, r in records.items()})
             listing.append([layer, code, len(blob), [[k, r["config"]] for k, r in records.items()]])
             blobs.append(blob)
-        return dictionary, listing, blobs
-
-    def _dictionary(self) -> bytes:
-        """The dictionary most stored keys were compressed against (so that their groups are copied as stored), else
-        one made of a record of each layer (the components' names and most texts recur from key to key)."""
-        counts: dict[bytes, int] = {}
-        for group in self._stored.values():
-            counts[group.dictionary] = counts.get(group.dictionary, 0) + 1
-        if counts:
-            return max(counts, key=lambda d: counts[d])
-        firsts: dict[str, bytes] = {}
-        for key, record in self._made.items():
-            firsts.setdefault(record["layer"], _json({key: record["components"]}))
-        return b"".join(firsts.values())[-_DICTIONARY:]
+        return listing, blobs
 
 
 @dataclass
@@ -298,22 +282,21 @@ class KeyIndex:
 
     def pack(self) -> bytes:
         """The form stored in a bundle: the compressed head, then each group of keys compressed alone."""
-        dictionary, listing, blobs = self.keys.packed()
-        packed_dictionary = zlib.compress(dictionary, 6)
+        listing, blobs = self.keys.packed()
         data: dict[str, Any] = {"format": FORMAT, "torch": self.torch, "configs": self.configs, "groups": listing,
-                                "dictionary": len(packed_dictionary), "runs": self.runs, "used": self.used}
+                                "dictionary": 0, "runs": self.runs, "used": self.used}
         if self.dropped:
             data["dropped"] = {k: list(d) for k, d in self.dropped.items()}
         if self.whole_runs:
             data["whole_runs"] = self.whole_runs
         if self.kernels_since:
             data["kernels_since"] = self.kernels_since
-        return b"".join([_deflated(data), packed_dictionary, *blobs])
+        return b"".join([_deflated(data), *blobs])
 
     @classmethod
     def unpack(cls, blob: bytes) -> "KeyIndex":
-        """The inverse of :meth:`pack` (or a format-1 index, read whole): the head read and checked now, each group
-        of keys when one of its keys is asked for; raises :class:`KeyIndexError` on anything malformed."""
+        """The inverse of :meth:`pack`: the head read and checked now, each group of keys when one of its keys is
+        asked for; raises :class:`KeyIndexError` on anything malformed."""
         inflater = zlib.decompressobj()
         try:
             raw = inflater.decompress(blob, MAX_UNPACKED)
@@ -325,20 +308,13 @@ class KeyIndex:
         if not inflater.eof:
             raise KeyIndexError("the key index is not valid compressed JSON (cut short)")
         version = data.get("format") if isinstance(data, dict) else data
-        if version not in READS or isinstance(version, bool) or not isinstance(data, dict):
+        if version != FORMAT or isinstance(version, bool) or not isinstance(data, dict):
             raise KeyIndexError(f"the key index has an unknown format ({_short(version)})")
-        rest = inflater.unused_data
         try:
-            if version == 1:
-                if rest:
-                    raise TypeError("bytes follow the index")
-                records = Records({_str(k): _record(r) for k, r in _dict(data.get("keys", {})).items()})
-            else:
-                records = _groups(data.get("groups", []), data.get("dictionary"), rest)
             return cls(
                 torch=_str(data.get("torch", "")),
                 configs={_str(c): _components(v) for c, v in _dict(data.get("configs", {})).items()},
-                keys=records,
+                keys=_groups(data.get("groups", []), data.get("dictionary"), inflater.unused_data),
                 runs=sorted(_number(t) for t in _list(data.get("runs", [])))[-MAX_RUNS:],
                 used={_str(a): _number(t) for a, t in _dict(data.get("used", {})).items()},
                 dropped=_newest({_str(k): _drop(d) for k, d in _dict(data.get("dropped", {})).items()}),
@@ -349,18 +325,9 @@ class KeyIndex:
             raise KeyIndexError(f"the key index is malformed: {exc}") from None
 
 
-#: Largest preset dictionary (zlib's window).
-_DICTIONARY = 32 * 1024
-
-
-def _json(data: Any) -> bytes:
-    return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
-
-
-def _deflated(data: Any, dictionary: bytes = b"") -> bytes:
-    """``data`` as compact JSON, compressed (against ``dictionary``, where there is one)."""
-    deflater = zlib.compressobj(6, zdict=dictionary) if dictionary else zlib.compressobj(6)
-    return deflater.compress(_json(data)) + deflater.flush()
+def _deflated(data: Any) -> bytes:
+    """``data`` as compact JSON, compressed."""
+    return zlib.compress(json.dumps(data, sort_keys=True, separators=(",", ":")).encode(), 6)
 
 
 def _inflated(blob: bytes, dictionary: bytes = b"") -> bytes:
@@ -374,12 +341,12 @@ def _inflated(blob: bytes, dictionary: bytes = b"") -> bytes:
 
 
 def _groups(listing: Any, dictionary_size: Any, rest: bytes) -> Records:
-    """The stored records a format-2 head lists, the preset dictionary and groups' bytes taken from ``rest``
-    (what follows the head)."""
+    """The stored records a head lists, the preset dictionary (if any) and groups' bytes taken from ``rest`` (what
+    follows the head)."""
     if isinstance(dictionary_size, bool) or not isinstance(dictionary_size, int) or dictionary_size < 0:
         raise TypeError(f"dictionary must be a size, got {_short(dictionary_size)}")
     try:
-        dictionary = _inflated(rest[:dictionary_size])[:_DICTIONARY] if dictionary_size else b""
+        dictionary = _inflated(rest[:dictionary_size]) if dictionary_size else b""
     except (zlib.error, ValueError):
         raise TypeError("the preset dictionary is not valid compressed data") from None
     stored: dict[str, _Group] = {}
@@ -453,9 +420,3 @@ def _components(value: Any) -> dict[str, list[str]]:
             raise TypeError(f"component {_short(name)} must be [hash, text]")
         out[_str(name)] = [_str(pair[0]), _str(pair[1])]
     return out
-
-
-def _record(value: Any) -> dict[str, Any]:
-    record = _dict(value)
-    return {"layer": _str(record.get("layer")), "code": _str(record.get("code", "")),
-            "config": _str(record.get("config", "")), "components": _components(record.get("components", {}))}

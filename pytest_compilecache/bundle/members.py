@@ -1,4 +1,4 @@
-"""An entry's artifacts one by one (bundle format 2): a table, then each artifact compressed alone, read when asked."""
+"""An entry's artifacts one by one: a table, then each artifact compressed alone, read when asked."""
 
 from __future__ import annotations
 
@@ -62,10 +62,10 @@ def no_file() -> None:
 class Members:
     """The artifacts of one entry: listed at once, each read alone and checked before anyone sees a byte of it."""
 
-    def __init__(self, table: list[Member], fetch: Callable[[int, int], bytes], compressed: bool = True,
+    def __init__(self, table: list[Member], fetch: Callable[[int, int], bytes],
                  close: Callable[[], None] = no_file) -> None:
         self.table = table
-        self._fetch, self._compressed, self._close = fetch, compressed, close
+        self._fetch, self._close = fetch, close
         self._by_key: dict[tuple[str, str], list[Member]] = {}
         for member in table:
             self._by_key.setdefault((member.kind, member.key), []).append(member)
@@ -86,7 +86,7 @@ class Members:
         """Members made of members of others (each compressed), in the order given, read from where they are."""
         table, sources, offset = [], {}, 0
         for members, member in picks:
-            assert members._compressed and member.stored > 0
+            assert member.stored > 0
             table.append(replace(member, offset=offset))
             sources[offset] = (members, member)
             offset += member.stored
@@ -105,20 +105,6 @@ class Members:
             kind["count"] += 1
             kind["bytes"] += member.size
         return counts
-
-    @classmethod
-    def uncompressed(cls, artifacts: Iterable[tuple[str, str, bytes]]) -> "Members":
-        """Members over artifacts already in memory (an entry of bundle format 1, or one made here)."""
-        listed = list(artifacts)
-        contents = [content for *_, content in listed]
-        table = [Member(kind, key, i, len(content), len(content), hashlib.sha256(content).hexdigest())
-                 for i, (kind, key, content) in enumerate(listed)]
-        return cls(table, lambda offset, _: contents[offset], compressed=False)
-
-    @property
-    def in_memory(self) -> bool:
-        """Whether they are read from memory (no file stays open for them)."""
-        return self._close is no_file
 
     @property
     def stored(self) -> int:
@@ -142,7 +128,7 @@ class Members:
         if len(blob) != member.stored:
             raise MemberDamaged(f"{member} is cut short")
         try:
-            content = zlib.decompressobj().decompress(blob, member.size + 1) if self._compressed else blob
+            content = zlib.decompressobj().decompress(blob, member.size + 1)
         except zlib.error:
             raise MemberDamaged(f"{member} is corrupt (it does not inflate)") from None
         if len(content) != member.size or hashlib.sha256(content).hexdigest() != member.sha256:

@@ -10,7 +10,9 @@ from .. import _torchapi
 from . import signing
 from .._torchapi.layout import is_cpp
 from .binaries import CarriedBinaries
-from .format import Bundle, BundleError, Entry, encoded_size, entry_of, env_label, members_of
+from .format import Bundle, BundleError, Entry, entry_of, members_of
+from .labels import env_label
+from .writing import encoded_size
 from .members import WHOLE, Member, MemberDamaged, Members
 from .keyindex import BINARY, KeyIndex, artifact_id, binary_id
 from ..words import counted

@@ -6,7 +6,9 @@ import time
 from pathlib import Path
 
 from ..words import artifact_counts, counted
-from .format import Bundle, Entry, encoded_size, env_label, members_of
+from .format import Bundle, Entry, members_of
+from .labels import env_label
+from .writing import encoded_size
 from .members import Members
 from .keyindex import KeyIndex, artifact_id
 

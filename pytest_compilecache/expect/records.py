@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from ..stats import CacheStats, stats_from_counts
+from ..stats import stats_from_counts
 
 #: Dynamo's counts: compared on any torch and device.
 DYNAMO_FIELDS: tuple[str, ...] = ("frames", "graphs", "recompiles", "graph_breaks")
@@ -18,16 +18,6 @@ FIELDS: tuple[str, ...] = DYNAMO_FIELDS + CACHE_FIELDS
 
 #: A record: ``{field: count}``, ``None`` for a count this torch cannot keep.
 Record = Mapping[str, "int | None"]
-
-
-def record_of(stats: CacheStats) -> dict[str, int | None]:
-    """The record of a test whose counts are ``stats``."""
-    dynamo = stats.dynamo.to_dict()
-    out: dict[str, int | None] = {name: dynamo.get(name) for name in DYNAMO_FIELDS}
-    for name in CACHE_FIELDS:
-        layer, kind = name.split(".")
-        out[name] = stats.layer(layer).count(kind) if stats.layer(layer).observable else None
-    return out
 
 
 @dataclass(frozen=True)
@@ -45,7 +35,11 @@ class Measured:
         """From flat counts over the test (see ``_torchapi.read_counts``); empty counts: nothing compiled."""
         stats = stats_from_counts(delta, unobservable_layers, unobservable_fields=unobservable_fields)
         dynamo = stats.dynamo
-        return cls(record_of(stats), *(tuple(sorted(texts)) for texts in (
+        record: dict[str, int | None] = {name: dynamo.to_dict()[name] for name in DYNAMO_FIELDS}
+        for name in CACHE_FIELDS:
+            layer, kind = name.split(".")
+            record[name] = stats.layer(layer).count(kind) if stats.layer(layer).observable else None
+        return cls(record, *(tuple(sorted(texts)) for texts in (
             dynamo.recompile_reasons, dynamo.graph_break_reasons, dynamo.graph_breaks_at)))
 
 

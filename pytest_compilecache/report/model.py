@@ -15,7 +15,7 @@ from ..bundle.format import Unreadable
 from ..stats import CacheStats
 from ..words import artifact_counts
 
-REPORT_FORMAT = 1
+REPORT_FORMAT = 2
 #: The attribute of a test's teardown report that carries its counts (from a worker too).
 REPORT_ATTR = "compilecache"
 
@@ -72,11 +72,6 @@ class Problem:
         """``{"concern", "where", "text"}``."""
         return {"concern": self.concern.value, "where": self.where, "text": self.text}
 
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Problem":
-        """The inverse of :meth:`to_json`."""
-        return cls(Concern(data["concern"]), str(data["text"]), str(data.get("where", "")))
-
 
 @dataclass
 class ProcessReport:
@@ -89,8 +84,7 @@ class ProcessReport:
     loaded: dict[str, int] = field(default_factory=dict)
     loaded_bytes: int = 0
     load_seconds: float = 0.0
-    #: Artifacts the entry holds that are read only when needed (torch asks for their key, or a folder is made
-    #: whole), and those read.
+    #: Artifacts the entry holds that are read only when needed, and those read.
     on_demand: dict[str, int] = field(default_factory=dict)
     placed: dict[str, int] = field(default_factory=dict)
     placed_bytes: int = 0
@@ -99,8 +93,6 @@ class ProcessReport:
     warmup_seconds: float | None = None
     warmup_stats: dict[str, Any] | None = None
     warmup_error: str | None = None
-    artifacts_file: str | None = None
-    index_file: str | None = None
     env: dict[str, str] | None = None
     history: dict[str, Any] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
@@ -139,14 +131,14 @@ class ProcessReport:
         values = {f.name: data[f.name] for f in fields(cls) if f.name in data}
         kind = values.get("bundle_unreadable_kind")
         return cls(**{**values, "status": Status(values.get("status", Status.UNUSED.value)),
-                      "problems": [Problem.from_json(p) for p in data.get("problem_details", [])],
+                      "problems": [Problem(Concern(p["concern"]), p["text"], p.get("where", ""))
+                                   for p in data.get("problem_details", [])],
                       "bundle_unreadable_kind": Unreadable(kind) if kind else None})
 
 
 @dataclass(frozen=True)
 class ReportWritten:
-    """Where the ``--compile-cache-report`` file went, the outermost folder made for it ("" when its folder
-    existed), and how many folders were made for it."""
+    """Where the ``--compile-cache-report`` file went, the outermost folder made for it, and how many were made."""
 
     path: str
     made: str = ""
@@ -202,10 +194,9 @@ class SaveResult:
 
 @dataclass(frozen=True)
 class Comparison:
-    """This session against the run that built its bundle: wall clock and compiling (tests and warmup).
-    Compared only for the same tests in as many processes; else ``not_compared`` says why. Where one run built
-    torch's precompiled C++ headers and the other found them (the plugin's home kept on one machine, not on
-    the other), the headers' seconds are left out of both sides."""
+    """This session against the run that built its bundle: wall clock and compiling (tests and warmup), compared
+    only for the same tests in as many processes (else ``not_compared`` says why); where only one run built torch's
+    precompiled C++ headers, their seconds are left out of both sides."""
 
     tests: int
     processes: int
@@ -227,29 +218,28 @@ class Comparison:
 
     @property
     def saved(self) -> float:
-        """Wall seconds this session took less than the building run (negative: more), headers left out where
-        only one run built them; 0 when not compared."""
+        """Wall seconds this session took less than the building run (negative: more); 0 when not compared."""
         now, then = self._alike(self.seconds_now, self.seconds_then)
         return 0.0 if self.not_compared else then - now
 
-    def headers_words(self) -> str:
-        """What was left out, or ``""``."""
+    def _verdict(self) -> tuple[str, str]:
+        """``3.0 s less`` (or ``MORE``), and what was left out of the wall clocks (``""``: nothing)."""
+        verdict = f"{self.saved:.1f} s less" if self.saved >= 0 else f"{-self.saved:.1f} s MORE"
         if not self.headers_differ:
-            return ""
-        if self.headers_now >= HEADERS_NOTED:
-            return (f"leaving out the {self.headers_now:.1f} s this run spent building torch's C++ headers and CPU "
-                    "probes, which that run found ready in the plugin's home")
-        return (f"leaving out the {self.headers_then:.1f} s that run spent building torch's C++ headers and CPU "
-                "probes, which this run found ready in the plugin's home")
+            return verdict, ""
+        this = self.headers_now >= HEADERS_NOTED
+        return verdict, (f"leaving out the {self.headers_now if this else self.headers_then:.1f} s "
+                         f"{'this' if this else 'that'} run spent building torch's C++ headers and CPU probes, "
+                         f"which {'that' if this else 'this'} run found ready in the plugin's home")
 
     def brief(self) -> str:
         """The comparison in a clause of the one-line summary."""
         if self.not_compared:
             return ""
         now, then = self._alike(self.seconds_now, self.seconds_then)
-        verdict = f"{self.saved:.1f} s less" if self.saved >= 0 else f"{-self.saved:.1f} s MORE"
-        left_out = f"; {self.headers_words()}" if self.headers_differ else ""
-        return f"{now:.1f} s against {then:.1f} s in the run that built the bundle ({verdict}{left_out})"
+        verdict, left_out = self._verdict()
+        return (f"{now:.1f} s against {then:.1f} s in the run that built the bundle ({verdict}"
+                f"{'; ' + left_out if left_out else ''})")
 
     def sentence(self) -> str:
         """This session against the run that built its bundle, in one sentence (the terminal's and the job summary's)."""
@@ -258,13 +248,12 @@ class Comparison:
         if self.not_compared:
             return f"not compared with the run that built the bundle: {self.not_compared}; {compiling}"
         now, then = self._alike(self.seconds_now, self.seconds_then)
-        verdict = f"{self.saved:.1f} s less" if self.saved >= 0 else f"{-self.saved:.1f} s MORE"
+        verdict, left_out = self._verdict()
         tests = "the same test" if self.tests == 1 else f"the same {self.tests} tests"
         where = "" if self.processes == 1 else f" on {self.processes} workers"
-        left_out = f", {self.headers_words()}" if self.headers_differ else ""
         return (f"this session against the run that built the bundle ({tests}{where}): {now:.1f} s now, "
-                f"{then:.1f} s then ({verdict}), each from the plugin's start to the session's end{left_out}; "
-                + compiling)
+                f"{then:.1f} s then ({verdict}), each from the plugin's start to the session's end"
+                f"{', ' + left_out if left_out else ''}; {compiling}")
 
     def to_json(self) -> dict[str, Any]:
         """The report's ``totals.compared_with_build``."""
@@ -327,11 +316,8 @@ class ExpectationsReport:
         return f"torch {made_with.get('torch', '?')} on {made_with.get('device', '?')}"
 
     def to_json(self) -> dict[str, Any]:
-        """The ``expectations`` entry of the JSON report."""
-        return {"path": self.path, "update": self.update, "compared": self.compared,
-                "regressed": sorted(self.regressed), "not_recorded": sorted(self.not_recorded),
-                "unused": sorted(self.unused), "recorded_with": self.recorded_with, "made_with": self.made_with,
-                **({"written": self.written} if self.update else {})}
+        """The ``expectations`` entry of the JSON report (its lists sorted, as :class:`.hooks.Keeper` fills them)."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "exists" and (k != "written" or self.update)}
 
 
 @dataclass
@@ -385,8 +371,7 @@ class SessionReport:
         return dict(out)
 
     def every_problem(self) -> list[Problem]:
-        """Every problem seen in any process, carried binaries' included, once each; a damaged entry's names the
-        tests that missed it."""
+        """Every problem seen in any process, once each; a damaged entry's names the tests that missed it."""
         first: dict[str, Problem] = {}
         for problem in [*self.problems, *(p for r in self.processes for p in r.problems)]:
             first.setdefault(problem.text, problem)
@@ -414,8 +399,7 @@ class SessionReport:
         return sum(r.warmup_seconds or 0.0 for r in self.processes)
 
     def hits_came_from(self) -> str:
-        """Where ``from_bundle`` hits came from, in words: ``bundle`` where a process loaded PATH's entry,
-        ``warmup`` where processes loaded only what the session's warmup compiled."""
+        """Where ``from_bundle`` hits came from: ``bundle``, or ``warmup`` where processes loaded only its own."""
         loaded = [p for p in self.processes if p.status is Status.LOADED]
         return "warmup" if all(p.own_warmup for p in loaded) and (loaded or not self.bundle_path) else "bundle"
 
@@ -445,8 +429,7 @@ class SessionReport:
 
     @property
     def headers_seconds(self) -> float:
-        """Wall seconds this session lost building precompiled C++ headers and CPU probes: the longest of any process
-        (xdist workers build them side by side, or wait on each other's)."""
+        """Wall seconds this session lost building C++ headers and CPU probes: the longest of any process."""
         return max((r.headers_seconds for r in self.processes), default=0.0)
 
     @property
@@ -455,8 +438,7 @@ class SessionReport:
         return next((r.warmup_error for r in self.processes if r.warmup_error), None)
 
     def built_tests(self) -> dict[str, float]:
-        """``{test: compile seconds}`` in the run that first saved each test's figure into the loaded bundle
-        (the building run, or the updating run that added the test), where recorded."""
+        """``{test: compile seconds}`` in the run that first saved each test's figure into the loaded bundle."""
         for process in self.processes:
             tests = process.history.get("tests")
             if isinstance(tests, dict) and tests:
@@ -491,24 +473,19 @@ class SessionReport:
                           now["compile_seconds"], float(then.get("compile_seconds", 0.0)), why,
                           self.headers_seconds, float(headers_then or 0.0))
 
-    def _tests_json(self) -> dict[str, dict[str, Any]]:
-        built = self.built_tests()
-        return {nodeid: {**stats, "built_compile_seconds": built[nodeid]}
-                if nodeid in built and not _starts_empty(stats) else stats for nodeid, stats in self.tests.items()}
-
-    def _totals_json(self) -> dict[str, Any]:
-        compared = self.compared_with_build()
-        return {**(self.totals or CacheStats()).to_dict(), "compile_seconds": round(self.compile_seconds, 3),
-                **({"compared_with_build": compared.to_json()} if compared is not None else {})}
-
     def to_json(self) -> dict[str, Any]:
-        """The ``--compile-cache-report`` document (format 1)."""
+        """The ``--compile-cache-report`` document."""
+        built, compared = self.built_tests(), self.compared_with_build()
+        totals = {**(self.totals or CacheStats()).to_dict(), "compile_seconds": round(self.compile_seconds, 3),
+                  **({"compared_with_build": compared.to_json()} if compared is not None else {})}
+        tests = {nodeid: {**stats, "built_compile_seconds": built[nodeid]}
+                 if nodeid in built and not _starts_empty(stats) else stats for nodeid, stats in self.tests.items()}
         bundle = {"path": self.bundle_path, "at_start": self.bundle_at_start,
                   "processes": [r.to_json() for r in self.processes if r.status is not Status.UNUSED],
                   "saved": self.saved.to_json(), "problems": [p.text for p in self.all_problems()],
                   "problem_details": [p.to_json() for p in self.every_problem()],
                   **({"checked_downloaded_bytes": self.checked_downloaded} if self.checked_downloaded else {})}
-        return {"format": REPORT_FORMAT, "totals": self._totals_json(), "tests": self._tests_json(), "bundle": bundle,
+        return {"format": REPORT_FORMAT, "totals": totals, "tests": tests, "bundle": bundle,
                 **({"expectations": self.expectations.to_json()} if self.expectations is not None else {})}
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from .._torchapi import patches
 from ..stats import CacheStats
 from ..words import artifact_counts, placed_counts
 from .model import Concern, ExpectationsReport, SaveStatus, SessionReport, Status
@@ -107,15 +108,19 @@ def expectation_lines(e: ExpectationsReport | None) -> list[str]:
 
 
 def patch_lines(report: SessionReport, verbose: bool) -> list[str]:
-    """What the register of patches did on this torch: the features it leaves off, always (once a
-    session); with ``verbose`` (``-v``, ``--compile-cache-explain``) first how many patches took, and
-    each one that did not."""
-    status = next((p.patches for p in report.processes_in_order() if p.patches), None)
-    if status is None:
+    """The features the register of patches leaves off (in any process: a wrapper's fault stops it where it
+    happened), and a torch newer than the register knows; with ``verbose``, first how many took and which did not."""
+    statuses = [p.patches for p in report.processes_in_order() if p.patches]
+    if not statuses:
         return []
-    took, missed, off = status["took"], status["missed"], status["features_off"]
-    lines = [f"torch patches (torch {status['torch']}): {len(took)} took, {len(missed)} did not"] if verbose else []
-    lines += [f"off on torch {status['torch']}: {feature} ({why})" for feature, why in off.items()]
+    status, torch = statuses[0], statuses[0]["torch"]
+    took, missed = status["took"], status["missed"]
+    off = {feature: why for s in statuses for feature, why in s["features_off"].items()}
+    lines = [f"torch patches (torch {torch}): {len(took)} took, {len(missed)} did not"] if verbose else []
+    if status.get("newer"):
+        lines.append(f"torch {torch} is newer than any release the register of patches was checked on "
+                     f"({patches.NEWEST_SEEN}): a feature it cannot take is said below, if any")
+    lines += [f"off on torch {torch}: {feature} ({why})" for feature, why in off.items()]
     if verbose:
         lines += [f"  not taken: {name}: {why}" for name, why in missed.items()
                   if not any(f"{name}:" in reasons for reasons in off.values())]
@@ -180,8 +185,7 @@ def _bundle(report: SessionReport) -> str:
 
 
 def headline(report: SessionReport) -> str:
-    """The one line of a run where all is well: the bundle, what the graphs did, and the time against the bundle's
-    building run (alike runs only)."""
+    """The one line of a run where all is well: the bundle, what the graphs did, and the time against its building."""
     compared = report.compared_with_build()
     clock = compared.brief() if compared is not None else ""
     if not clock and report.warmup_seconds and report.bundle_path:
@@ -206,14 +210,20 @@ def attention_lines(report: SessionReport) -> list[str]:
     if report.totals is not None:
         lines.extend(_explained_lines(report.totals))
     lines.extend(f"not saved: {why}" for why in dict.fromkeys(w for p in report.processes for w in p.not_saved))
+    lines.extend(_trouble_lines(report))
+    if _expectations_need_saying(report.expectations):
+        lines.extend(expectation_lines(report.expectations))
+    return lines
+
+
+def _trouble_lines(report: SessionReport) -> list[str]:
+    """The warmup's failure, the problems, and the carried binaries not used."""
+    lines = []
     if failure := report.warmup_failed:
         lines.append("WARMUP FAILED (this run's warm_cache tests skip):")
         lines.extend("  " + line for line in failure.rstrip().splitlines())
     lines.extend(f"PROBLEM: {problem}" for problem in report.problems_beside_the_failure())
-    lines.extend(f"C++ binary not used: {problem}" for problem in report.binary_problems())
-    if _expectations_need_saying(report.expectations):
-        lines.extend(expectation_lines(report.expectations))
-    return lines
+    return lines + [f"C++ binary not used: {problem}" for problem in report.binary_problems()]
 
 
 def summary_lines(report: SessionReport, verbosity: int = 1) -> list[str]:
@@ -319,14 +329,8 @@ def detailed_lines(report: SessionReport) -> list[str]:
         lines.append(f"bundle {saved.status.value}: {saved.reason}" + moved)
     if saved.not_counted and saved.status is SaveStatus.SAVED:
         lines.append(f"  not counted toward compile_cache_max_unused_runs: {saved.not_counted}")
-    not_saved = dict.fromkeys(why for process in report.processes for why in process.not_saved)
-    lines.extend(f"  not saved: {why}" for why in not_saved)
-    failure = report.warmup_failed
-    if failure:
-        lines.append("WARMUP FAILED (this run's warm_cache tests skip):")
-        lines.extend("  " + line for line in failure.rstrip().splitlines())
-    lines.extend(f"PROBLEM: {problem}" for problem in report.problems_beside_the_failure())
-    lines.extend(f"C++ binary not used: {problem}" for problem in report.binary_problems())
+    lines.extend(f"  not saved: {why}" for why in dict.fromkeys(w for p in report.processes for w in p.not_saved))
+    lines.extend(_trouble_lines(report))
     lines.extend(expectation_lines(report.expectations))
     if report.written is not None:
         made, folders = report.written.made, report.written.folders_made

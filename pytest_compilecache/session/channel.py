@@ -44,16 +44,19 @@ class ToWorker:
 
 @dataclasses.dataclass(frozen=True)
 class FromWorker:
-    """A worker to the controller (``workeroutput``) at its end: what its bundle preparation did."""
+    """A worker to the controller (``workeroutput``) at its end: what its bundle preparation did, and the artifacts
+    it recorded with their key index (where it writes the bundle), as pytest-cov sends its data home."""
 
     process: ProcessReport
+    artifacts: bytes | None = None
+    index: bytes | None = None
 
     def put(self, workeroutput: dict[str, Any]) -> None:
         """Into this worker's ``workeroutput``."""
-        workeroutput[_KEY] = self.process.to_json()
+        workeroutput[_KEY] = {"process": self.process.to_json(), "artifacts": self.artifacts, "index": self.index}
 
     @classmethod
     def get(cls, workeroutput: dict[str, Any]) -> "FromWorker | None":
         """From a finished worker's ``workeroutput`` (``None`` where it said nothing: it crashed)."""
         said = workeroutput.get(_KEY)
-        return cls(ProcessReport.from_json(said)) if said is not None else None
+        return cls(ProcessReport.from_json(said["process"]), said["artifacts"], said["index"]) if said else None

@@ -9,9 +9,10 @@ from typing import Collection, Iterable, Iterator, Mapping
 
 from .. import misses
 from .._torchapi.layout import in_order, is_cpp
-from ..bundle.binaries import BinaryDamaged, BinaryPool, CarriedListing, Listed
+from ..bundle.binaries import BinaryDamaged, CarriedFile
 from ..bundle.members import WHOLE, Member, MemberDamaged, Members
 from ..report.model import Concern, Problem, ProcessReport
+from .pool import BinaryPool
 
 
 class EntryOnDemand:
@@ -23,9 +24,8 @@ class EntryOnDemand:
         #: Where in ``report.problems`` the damaged artifacts are said (once for all of them).
         self._said: int | None = None
         #: The carried binaries put in place when torch asks for their two-character folder, by folder.
-        self._binaries: CarriedListing | None = None
         self._pool: BinaryPool | None = None
-        self._folders: dict[str, list[tuple[str, Listed]]] = {}
+        self._folders: dict[str, list[tuple[str, CarriedFile]]] = {}
         #: When the binaries were loaded: the time of those written later (they are loaded, not built, then).
         self._loaded = 0.0
         self._probes: set[str] = set()
@@ -61,35 +61,32 @@ class EntryOnDemand:
     def keys(self) -> Iterable[tuple[str, str]]:
         return dict.fromkeys((member.kind, member.key) for member in self.members.table)
 
-    def carry(self, carried: CarriedListing, later: Mapping[str, Listed], pool: BinaryPool,
-              probes: Collection[str] = ()) -> None:
-        """Put the binaries ``later`` (of ``carried``) into ``pool`` and a template when torch asks for their folder;
+    def carry(self, later: Mapping[str, CarriedFile], pool: BinaryPool, probes: Collection[str] = ()) -> None:
+        """Put the carried binaries ``later`` into ``pool`` and a template when torch asks for their folder;
         ``probes``: those that are torch's CPU probes (counted apart: no test's kernel)."""
         if not later:
-            carried.close()
             return
-        self._binaries, self._pool, self._loaded, self._probes = carried, pool, time.time(), set(probes)
+        self._pool, self._loaded, self._probes = pool, time.time(), set(probes)
         for path, listed in in_order(later):  # by two-character folder, or Triton's folder of one kernel
             folder = "/".join(path.split("/", 2)[:2]) if path.startswith("triton/") else path.split("/", 1)[0]
             self._folders.setdefault(folder, []).append((path, listed))
         if kernels := sum(1 for path in later if is_cpp(path) and path not in self._probes):
             self.report.on_demand["cpp"] = kernels
 
-    def checked_binaries(self, carried: CarriedListing, files: Iterable[tuple[str, Listed]]
-                         ) -> Iterator[tuple[str, bytes]]:
+    def checked_binaries(self, files: Iterable[tuple[str, CarriedFile]]) -> Iterator[tuple[str, bytes]]:
         """(path, content) of ``files``, each checked as it is read; a damaged one is said and left out."""
-        for path, listed in files:
+        for path, file in files:
             try:
-                yield path, carried.read(listed)
+                yield path, file.content()
             except BinaryDamaged as exc:
                 self.report.problems.append(Problem(Concern.BINARY, f"{self.name}: {exc}", self.name))
 
     def place_folder(self, name: str, template: str) -> bool:
-        wanted, pool, carried = self._folders.get(name), self._pool, self._binaries
-        if not wanted or pool is None or carried is None:
+        wanted, pool = self._folders.get(name), self._pool
+        if not wanted or pool is None:
             return True
         missing = [(path, listed) for path, listed in wanted if not (pool.path / path).exists()]
-        written, failed = pool.add_loaded(self.checked_binaries(carried, missing), self._loaded)
+        written, failed = pool.add_all(self.checked_binaries(missing), self._loaded)
         for path, error in failed:
             self.report.problems.append(Problem(Concern.BINARY, f"{self.name}: carried binary {path} could not be "
                                                                 f"pooled: {error}", self.name))
@@ -105,5 +102,3 @@ class EntryOnDemand:
 
     def close(self) -> None:
         self.members.close()
-        if self._binaries is not None:
-            self._binaries.close()

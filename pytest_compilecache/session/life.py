@@ -1,22 +1,32 @@
-"""One session's start and end for the roles that report: checks before any test; save, report and exit status."""
+"""One session's start and end for the roles that report: what it checks and says before any test (the bundle's
+state, the remote cache, strict mode's checks); the save, the summary, the report and the exit status."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import pytest
 
+from .. import _torchapi
+from ..bundle import signing
+from ..bundle.format import BundleError, Unreadable
+from ..environment import caches_disabled_by_env
 from ..expect.hooks import Keeper, Recorder
-from ..report.model import Concern, Problem, ProcessReport, SessionReport
+from ..report.markdown import SUMMARY_ENV, append_job_summary
+from ..report.model import REPORT_ATTR, Concern, Problem, ProcessReport, SessionReport, Status
+from ..report.terminal import patch_lines, summary_lines
 from ..storage.interface import BundleStore
-from .collector import Collector
-from .options import Options
+from ..storage.stores import open_store
+from ..storage.urls import redacted
+from ..words import counted
+from . import remote
+from .channel import BundleAtStart
+from .options import Isolation, Options, verbosity
 from .progress import Progress
 from .saving import exit_status, save, write_json
-from .selection import stopped_early
-from .start import check_at_start, check_remote, describe
 
 #: When the plugin was loaded: a process's first session counts its wall clock from here, a later one from its start.
 _LOADED: float | None = time.time()
@@ -83,3 +93,190 @@ def teller(config: pytest.Config) -> Callable[[str], None]:
             terminal.write_line(f"compilecache: {line}")
 
     return tell
+
+
+class Collector:
+    """Registered beside the roles that report (a run without xdist, the xdist controller)."""
+
+    def __init__(self, options: Options, report: SessionReport) -> None:
+        self.options, self.report = options, report
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "teardown":
+            self.report.ran.add(report.nodeid)
+        stats = getattr(report, REPORT_ATTR, None)
+        if stats is not None and report.when == "teardown":
+            self.report.add_test(report.nodeid, stats)
+
+    def _worth_saying(self, config: pytest.Config) -> bool:
+        """When asked for, when tests were counted, or when something went wrong; never in a run that only collects."""
+        report = self.report
+        return not config.option.collectonly and bool(
+            self.options.active or self.options.warnings or report.totals is not None or report.all_problems()
+            or report.expectations is not None or any(p.status is not Status.UNUSED for p in report.processes))
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """Under GitHub Actions, append the compilecache section to the job summary (after the roles' end)."""
+        if self._worth_saying(session.config):
+            try:
+                append_job_summary(self.report)
+            except OSError as exc:
+                self.report.problems.append(Problem(Concern.REPORT, f"{SUMMARY_ENV}: could not append the job summary: "
+                                                    f"{exc}", os.environ.get(SUMMARY_ENV, "")))
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        """The ``compilecache`` section, when :meth:`_worth_saying`."""
+        if self._worth_saying(terminalreporter.config):
+            level = verbosity(terminalreporter.config, self.options)
+            warnings = self.options.warnings + self.options.home_notices
+            lines = [*(f"WARNING: {w}" for w in warnings), *summary_lines(self.report, level),
+                     *patch_lines(self.report, level > 0)]
+            if lines:
+                terminalreporter.ensure_newline()  # ends the progress line, so the section adds no empty line
+                terminalreporter.section("compilecache")
+                for line in lines:
+                    terminalreporter.write_line(line)
+
+
+class Selection:
+    """Watches what a process that runs tests left out of its collection: deselected tests (``-k``, ``-m``,
+    ``--deselect``, ``--sw``), a run of the last failures (``--lf``), collection errors, and tests or files named on
+    the command line (not ``testpaths``)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        where = Path(config.invocation_params.dir)
+        source = getattr(config, "args_source", None)
+        given = source is None or source.name == "ARGS"  # not testpaths, not the invocation folder
+        self._named = [arg for arg in config.args if given and ("::" in arg or (where / arg).is_file())]
+        self._deselected = 0
+        self._errors = 0
+        self._last_failed = False
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        self._deselected += len(items)
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self._errors += 1
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self) -> None:
+        # --lf skips files and drops passed tests during collection, without deselecting them.
+        last_failed = self.config.pluginmanager.get_plugin("lfplugin")
+        self._last_failed = bool(self.config.getoption("lf", False) and getattr(last_failed, "lastfailed", None))
+
+    def left_out(self) -> str:
+        """Why this process ran part of the suite, in words; "" when it ran every test its paths hold."""
+        if self._last_failed:
+            return "it ran the last failures only (--lf)"
+        if self._named:
+            return f"it named tests or files ({self._named[0]}{', ...' if len(self._named) > 1 else ''})"
+        if self._deselected:
+            return f"it deselected {counted(self._deselected, 'test')} (-k, -m, --deselect or --sw)"
+        if self._errors:
+            return f"{counted(self._errors, 'collection error')} left tests out"
+        return ""
+
+
+def stopped_early(session: pytest.Session, exitstatus: int | pytest.ExitCode) -> str:
+    """Why the session did not run every test it selected (``-x``, ``--maxfail``, an interrupt), or ""."""
+    if session.shouldfail or session.shouldstop:  # set by pytest, or by the xdist controller at --maxfail
+        return f"it stopped early ({session.shouldfail or session.shouldstop})"
+    if exitstatus == pytest.ExitCode.INTERRUPTED:
+        return "it was interrupted"
+    return ""
+
+
+def open_bundle_store(options: Options, unreachable: str = "") -> BundleStore | None:
+    """The session's bundle store (``None`` without a bundle); ``unreachable``: why the controller stopped asking it."""
+    where = options.bundle_url or options.bundle
+    return None if where is None else open_store(where, options.lock_timeout, options.home / "bundle-copies",
+                                                 options.storage_options, options.network_timeout, unreachable)
+
+
+def describe(store: BundleStore | None, report: SessionReport, rebuild: bool = False) -> BundleAtStart:
+    """How the bundle looks now, without torch and without a download (in words: ``report.bundle_at_start``);
+    with ``rebuild``, damage is what the session repairs, said here once."""
+    if store is None:
+        return BundleAtStart()
+    look = store.describe()  # a problem's reason is said once, as a PROBLEM in the summary
+    report.bundle_existed = look.exists
+    repaired = bool(look.problem) and rebuild and look.unreadable is Unreadable.DAMAGED
+    report.bundle_at_start = (f"{look.problem}; --compile-cache-rebuild writes a fresh one" if repaired else
+                              f"{store.name}: cannot be used (see PROBLEM in the compilecache summary)"
+                              if look.problem else look.text)
+    return BundleAtStart(look.exists, look.problem, repaired)
+
+
+def header_lines(options: Options, report: SessionReport, process: ProcessReport | None, level: int) -> list[str]:
+    """The lines under pytest's header: by default one, naming what the user set up (none where nothing is); with
+    ``level`` 1 (``-v``) also what is off; a warning always."""
+    mode = {Isolation.OFF: "off", Isolation.TEST: "a cache per test",
+            Isolation.WORKER: "a kept cache per worker"}[options.isolation]
+    said = [f"bundle {report.bundle_at_start}"] if options.has_bundle else []
+    if signing.key() and options.has_bundle:
+        said.append(f"bundles are signed and checked with {signing.KEY_ENV}")
+    elif level > 0 and options.has_bundle:
+        said.append(f"bundles are unsigned (set {signing.KEY_ENV} to sign and check them)")
+    if options.isolation is not Isolation.OFF or level > 0:
+        said.append(f"isolation: {mode}")
+    if options.remote is not None:
+        state = f"UNREACHABLE: {report.remote_problem}" if report.remote_problem else "reachable"
+        said.append(f"remote cache {redacted(options.remote)} (FX graph, AOTAutograd, autotune): {state}")
+    if level > 0 and process is not None and process.status is not Status.UNUSED:
+        said.append(f"bundle {process.status.value}: {process.reason}")
+    lines = ([f"compilecache: {said[0]}" + "".join(f"; {part}" for part in said[1:])] if said and level <= 0
+             else [f"compilecache: {part}" for part in said])
+    return lines + [f"compilecache: WARNING: {line}; cache assertions are meaningless"
+                    for line in caches_disabled_by_env()]
+
+
+def _entry_problems(store: BundleStore, process_dir: Path, report: SessionReport) -> list[str]:
+    """Strict mode's check that PATH has an intact entry for this machine (what it downloads is noted in ``report``)."""
+    before = store.transfer
+    try:
+        _torchapi.bootstrap(str(process_dir))
+        here = _torchapi.environment_fingerprint()
+        bundle = store.read(here)
+        if bundle is None:
+            return []
+        with bundle:
+            entry = bundle.find(here)
+            if entry is None:
+                return [bundle.mismatch(here)]
+            secret = signing.key()
+            if refused := bundle.signature_problem(entry, secret) if secret else "":
+                return [refused]
+            bundle.check(entry)
+    except (BundleError, _torchapi.TorchUnavailable) as exc:
+        return [str(exc)]
+    finally:
+        report.checked_downloaded = store.transfer.since(before).downloaded
+    return []
+
+
+def check_remote(options: Options, report: SessionReport) -> None:
+    """Ask the remote cache's server for a PING before any test: torch hides a server it cannot reach."""
+    url = options.remote
+    if url is not None and (why := remote.unreachable(url)):
+        report.remote_problem = why
+        report.problems.append(Problem(Concern.REMOTE, f"remote cache {redacted(url)} is unreachable ({why}); torch "
+                                       "switches its remote cache off in silence, so every remote lookup misses",
+                                       redacted(url)))
+        strict_failure(options, report.problems[-1:], "remote cache")
+
+
+def check_at_start(options: Options, store: BundleStore | None, at_start: BundleAtStart, process_dir: Path,
+                   report: SessionReport) -> None:
+    """In strict mode, stop before any test when PATH is unreadable or has no intact entry for here (unless rebuilt)."""
+    if options.strict and store is not None and not options.rebuild:
+        strict_failure(options, [at_start.problem] if at_start.problem
+                       else _entry_problems(store, process_dir, report) if at_start.existed else [])
+
+
+def strict_failure(options: Options, problems: Sequence[Problem | str], what: str = "bundle") -> None:
+    if options.strict and problems:
+        raise pytest.UsageError(f"--compile-cache-strict: {what} problem at session start:\n  "
+                                + "\n  ".join(map(str, problems)))

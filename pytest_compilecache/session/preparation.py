@@ -14,7 +14,6 @@ import pytest
 
 from .. import _torchapi, files, misses
 from .._torchapi import patches
-from ..bundle.binaries import BinaryPool, drop_from
 from ..bundle.format import Unreadable
 from ..bundle.keyindex import KeyIndex
 from ..cache import CacheKind, CompileCache
@@ -23,6 +22,7 @@ from ..storage.interface import BundleStore
 from ..storage.local import LocalStore
 from .folders import Folders, WorkerDir
 from .options import Isolation, Options
+from .pool import BinaryPool, drop_from
 from .channel import BundleAtStart
 from .progress import Progress
 from .warmup import Preparer, WarmupFailed, WarmupRun
@@ -175,7 +175,7 @@ class BundlePreparation:
         if self._pool is not None:
             try:
                 if _torchapi.compiler_loaded():
-                    rejected = _torchapi.rejected_binary_names() - self._dropped
+                    rejected = set(_torchapi.rejected_binaries()) - self._dropped
                     if rejected:
                         self._pool.drop(rejected)
                         drop_from(self.folders.template, rejected)  # seeded from the pool: its links too
@@ -199,7 +199,9 @@ class BundlePreparation:
             process.headers_seconds = round(_torchapi.header_build_seconds(), 3)
             source = self.options.bundle_name or "the session's warmup bundle"
             process.problems.extend(Problem(Concern.BINARY, f"{source}: {why}", self.options.bundle_name or "")
-                                    for why in _torchapi.rejected_binaries())
+                                    for why in _torchapi.rejected_binaries().values())
+        if self._pool is not None:
+            process.problems.extend(Problem(Concern.BINARY, why, str(self._pool.path)) for why in self._pool.problems)
         return process
 
     def _run_warmup(self, previous: Path | None) -> WarmupRun:

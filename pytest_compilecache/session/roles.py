@@ -3,30 +3,37 @@ once, each registering only the hooks it needs and delegating to :mod:`.life`, :
 
 from __future__ import annotations
 
-import os
+import contextlib
 import time
-import uuid
 from pathlib import Path
-from typing import Any, Generator, Union
+from typing import Any, Generator, Iterator, Union
 
 import pytest
 
-from .. import files
 from ..bundle.keyindex import KeyIndex
 from ..environment import SavedEnv
 from ..expect.hooks import Recorder
 from ..report.model import Concern, Problem, ProcessReport
-from .capture import warnings_to_pytest
 from .channel import FromWorker, ToWorker
 from .folders import Folders
-from .life import SessionLife, teller
+from .life import Selection, SessionLife, header_lines, open_bundle_store, teller
 from .options import Options, verbosity
 from .progress import Progress
-from .saving import read_index
-from .selection import Selection
-from .start import header_lines, open_bundle_store
 from .testside import TestSide
 from .warmup import died_in_warmup
+
+
+@contextlib.contextmanager
+def warnings_to_pytest(config: pytest.Config) -> Iterator[None]:
+    """Capture warnings inside (preparing or saving a bundle) as pytest captures a test's, with the user's filters,
+    for pytest's ``pytest_warning_recorded``; with ``-p no:warnings``, leave them to Python, as pytest does."""
+    if config.pluginmanager.is_blocked("warnings"):
+        yield
+        return
+    from _pytest.warnings import catch_warnings_for_item  # pytest's own, as for a test (every pytest >= 7.4)
+
+    with catch_warnings_for_item(config, ihook=config.hook, when="runtest", item=None):
+        yield
 
 
 class _RunsTests:
@@ -138,13 +145,8 @@ class Worker(_RunsTests):
 
     def _finish(self, session: pytest.Session, exitstatus: int | pytest.ExitCode, process: ProcessReport,
                 own: tuple[bytes, KeyIndex] | None) -> None:
-        if own is not None:
-            shared, name = self.side.folders.shared, f"{os.getpid()}-{uuid.uuid4().hex}"
-            data, index = shared / f"artifacts-{name}.bin", shared / f"index-{name}.bin"
-            files.write_atomic(data, own[0], fsync=False)
-            files.write_atomic(index, own[1].pack(), fsync=False)
-            process.artifacts_file, process.index_file = str(data), str(index)
-        FromWorker(process).put(self.config.workeroutput)  # type: ignore[attr-defined]
+        data, index = (own[0], own[1].pack()) if own else (None, None)
+        FromWorker(process, data, index).put(self.config.workeroutput)  # type: ignore[attr-defined]
 
 
 class Controller:
@@ -158,6 +160,7 @@ class Controller:
         self.store = open_bundle_store(options)
         self.life = SessionLife(config, options, self.store, time.time(), Progress.of_store(config, self.store), None)
         self.processes: list[ProcessReport] = []
+        self.artifacts: list[tuple[dict[str, str], bytes, KeyIndex | None]] = []
         self._died_in_warmup: dict[str, str] = {}
         self._died: list[str] = []
 
@@ -185,6 +188,9 @@ class Controller:
         told = FromWorker.get(getattr(node, "workeroutput", {}))
         if told is not None:
             self.processes.append(told.process)
+            if told.artifacts is not None and told.process.env:
+                index = KeyIndex.unpack(told.index) if told.index else None
+                self.artifacts.append((told.process.env, told.artifacts, index))
         if error is not None:
             worker = str(node.gateway.id)
             self._died.append(worker)
@@ -202,12 +208,10 @@ class Controller:
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int | pytest.ExitCode) -> None:
         with warnings_to_pytest(self.config):
-            artifacts = [(process.env, Path(process.artifacts_file).read_bytes(), read_index(process.index_file))
-                         for process in self.processes
-                         if process.artifacts_file and process.env and os.path.exists(process.artifacts_file)]
             died = (f"a worker died ({', '.join(self._died)}), so what its tests used is not known"
                     if self._died else "")
-            self.life.finish(session, exitstatus, self.processes, artifacts, self.folders.shared / "binaries", died)
+            self.life.finish(session, exitstatus, self.processes, self.artifacts, self.folders.shared / "binaries",
+                             died)
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         return header_lines(self.options, self.life.report, None, verbosity(config, self.options))

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 
 from .. import _torchapi, files
-from ..bundle.binaries import pooled
 from ..bundle.format import BundleError, NotABundle, Unreadable, make_entry
-from ..bundle.keyindex import KeyIndex, KeyIndexError
+from ..bundle.keyindex import KeyIndex
 from ..report.model import Concern, Problem, ReportWritten, SaveResult, SaveStatus, SessionReport
 from ..storage.interface import BundleStore, Written, replaced_unreadable
 from ..bundle.merge import env_id
 from .channel import BundleAtStart
 from .options import Options
+from .pool import pooled
 
 
 def save(report: SessionReport, blobs: list[tuple[dict[str, str], bytes, KeyIndex | None]], store: BundleStore | None,
@@ -88,8 +88,6 @@ def save(report: SessionReport, blobs: list[tuple[dict[str, str], bytes, KeyInde
                 kinds["cpp"] = listing.counts(_torchapi.cpu_probe_sources())
                 if listing.triton_counts()["count"]:
                     kinds["triton_cache"] = listing.triton_counts()
-            if listing is not None:
-                listing.close()
             for kind, counts in kinds.items():
                 total = artifacts.setdefault(kind, {"count": 0, "bytes": 0})
                 total.update({key: total[key] + counts[key] for key in total})
@@ -151,14 +149,6 @@ def write_json(path: Path | None, report: SessionReport) -> ReportWritten | None
         report.problems.append(Problem(Concern.REPORT, f"{path}: cannot write the report: {why}", str(path)))
         return None
     return ReportWritten(str(path.absolute()), str(missing[-1].absolute()) if missing else "", len(missing))
-
-
-def read_index(file: str | None) -> KeyIndex | None:
-    """A worker's key index, or ``None`` when it wrote none (or it cannot be read: explanations only)."""
-    try:
-        return KeyIndex.unpack(Path(file).read_bytes()) if file else None
-    except (OSError, KeyIndexError):
-        return None
 
 
 def _missed(report: SessionReport, looked_up: bool = False) -> bool:

@@ -3,23 +3,24 @@
 from __future__ import annotations
 
 import contextlib
+import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
 from .. import _torchapi, misses
 from .._torchapi import defaultdir
-from ..cache import CacheKind, CompileCache
+from ..cache import CacheKind, CompileCache, not_saved_misses
 from ..environment import SavedEnv, point_cache_dirs_at
 from ..report.model import REPORT_ATTR
 from ..report.properties import properties_of
+from ..stats import stats_from_counts
 from ..storage.interface import BundleStore
 from . import remote
 from .channel import BundleAtStart
-from .counting import TestCounts
 from .folders import Folders, WorkerDir
 from .options import Isolation, Options
 from .preparation import BundlePreparation
@@ -105,7 +106,7 @@ class TestSide:
             if kind is not CacheKind.COLD:
                 self.bundle.harvest(cache.path, since=made, leaving_out=cache.not_saved_binaries)
             if not self._keep(request.node):
-                self.folders.discard(cache.path)
+                shutil.rmtree(cache.path, ignore_errors=True)
             elif template is not None:
                 _torchapi.complete_warm_folder(template, cache.path)  # kept to be looked at: what the template holds
 
@@ -122,7 +123,7 @@ class TestSide:
                 _torchapi.reset_in_memory()
                 self.bundle.harvest(folder)
             if not self._keep(request.node):
-                self.folders.discard(folder)
+                shutil.rmtree(folder, ignore_errors=True)
 
     def _keep(self, item: pytest.Item) -> bool:
         """Keep a failed test's folder for inspection (unless ``tmp_path_retention_policy = none``)."""
@@ -145,3 +146,59 @@ class TestSide:
             if stats is not None:
                 setattr(report, REPORT_ATTR, stats)
                 report.user_properties.extend(properties_of(stats))
+
+
+class TestCounts:
+    """Counts every test when anything session-wide is on, else the tests that use a fixture."""
+
+    __test__ = False  # not a test class, whatever its name
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self._start: dict[str, tuple[dict[str, int], float, dict[str, int], int]] = {}
+
+    def counted(self, item: pytest.Item) -> bool:
+        """Whether ``item``'s compile counts are recorded."""
+        names = getattr(item, "fixturenames", ())
+        return self.options.active or "cold_cache" in names or "warm_cache" in names
+
+    def started(self, item: pytest.Item) -> None:
+        """Take the counters' starting point for ``item`` (if it is counted)."""
+        if self.counted(item):
+            self._start[item.nodeid] = (_torchapi.read_counts() if _torchapi.compiler_loaded() else {},
+                                        _torchapi.compile_seconds(), not_saved_misses(),
+                                        len(misses.ran_without_damaged()))
+
+    def finished(self, item: pytest.Item) -> dict[str, Any] | None:
+        """``item``'s per-layer counts, compile seconds and cache kind, or ``None`` (not counted, nothing compiled)."""
+        delta = self.so_far(item)
+        start = self._start.pop(item.nodeid, None)
+        if start is None or delta is None:
+            return None
+        result: dict[str, Any] = stats_from_counts(delta, _torchapi.unobservable_layers(),
+                                                   unobservable_fields=_torchapi.unobservable_fields()).to_dict()
+        result["compile_seconds"] = round(_torchapi.compile_seconds() - start[1], 4)
+        if start[1] == 0.0 and result["compile_seconds"] > 0:
+            result["first_in_process"] = True
+        result["cache"] = self.cache_kind(item)
+        left_out = {layer: max(0, n - start[2].get(layer, 0)) for layer, n in not_saved_misses().items()}
+        if any(left_out.values()):
+            result["misses_not_saved"] = {layer: n for layer, n in left_out.items() if n}
+        if damaged := dict(misses.ran_without_damaged()[start[3]:]):
+            result["ran_without_damaged"] = damaged
+        return result
+
+    def so_far(self, item: pytest.Item) -> dict[str, int] | None:
+        """``item``'s flat counts from its start until now, or ``None`` (not counted, or nothing compiled)."""
+        start = self._start.get(item.nodeid)
+        if start is None or not _torchapi.compiler_loaded():
+            return None
+        return {k: v - start[0].get(k, 0) for k, v in _torchapi.read_counts().items()}
+
+    def cache_kind(self, item: pytest.Item) -> str | None:
+        """The cache the test ran in (a :class:`CacheKind` value), or ``None``: a cache shared with other tests."""
+        names = getattr(item, "fixturenames", ())
+        for fixture, kind in (("warm_cache", CacheKind.WARM), ("cold_cache", CacheKind.COLD)):
+            if fixture in names:
+                return kind.value
+        return CacheKind.ISOLATED.value if self.options.isolation is Isolation.TEST else None

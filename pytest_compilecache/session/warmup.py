@@ -14,16 +14,18 @@ from typing import Any, Callable, Collection
 from .. import _torchapi, files, misses
 from ..bundle import signing
 from .._torchapi.layout import in_order, in_subdir, is_cpp
-from ..bundle.binaries import BinaryPool, identity_differences, pooled
-from ..bundle.format import (Bundle, BundleError, Entry, NotABundle, NotAFile, Unreadable, Unwritable, env_label,
-                             make_entry, read_manifest, write_bundle)
+from ..bundle.binaries import identity_differences
+from ..bundle.format import (Bundle, BundleError, Entry, NotABundle, NotAFile, Unreadable, Unwritable, make_entry,
+                             read_manifest)
+from ..bundle.labels import env_label
+from ..bundle.writing import write_bundle
 from ..bundle.keyindex import KeyIndex
 from ..bundle.members import WHOLE, MemberDamaged
 from ..report.model import Concern, Problem, ProcessReport, Status
 from ..storage.interface import BundleStore, replaced_unreadable
-from .marker import Outcome, WarmupMarker
 from .entries import EntryOnDemand
-from .protocol import Next, Published, decide
+from .pool import BinaryPool, pooled
+from .protocol import Next, Outcome, Published, WarmupMarker, decide
 
 
 @dataclass(frozen=True)
@@ -249,9 +251,9 @@ class Preparer:
         now = [(path, f) for path, f in in_order(fitting) if path not in later]
         probes = carried.probes(_torchapi.cpu_probe_sources())
         try:
-            _, failed = pool.add_all(source.checked_binaries(carried, now))
+            _, failed = pool.add_all(source.checked_binaries(now))
         finally:
-            source.carry(carried, later, pool, probes)
+            source.carry(later, pool, probes)
         for path, error in failed:
             self._say(Concern.BINARY, f"{bundle.name}: carried binary {path} could not be pooled: {error}", bundle.name)
         _torchapi.mark_carried(fitting)

@@ -9,8 +9,8 @@ from typing import Callable, Iterator, Mapping
 import filelock
 
 from .. import files
-from ..bundle.format import (Bundle, BundleError, Entry, NotABundle, NotAFile, Unreadable, Unwritable, read_manifest,
-                             write_bundle)
+from ..bundle.format import Bundle, BundleError, Entry, NotABundle, NotAFile, Unreadable, Unwritable, read_manifest
+from ..bundle.writing import write_bundle
 from ..words import counted
 from .interface import REPLACED_UNREADABLE, Look, Saved, Transfer
 from ..bundle.merge import Combined, combine, stamp, written_size

@@ -17,7 +17,8 @@ from typing import Any, Callable, Iterator, Mapping
 from .. import files
 from ..bundle import signing
 from ..bundle.binaries import CarriedBinaries
-from ..bundle.format import Bundle, BundleError, Entry, NotAFile, Unwritable, write_bundle
+from ..bundle.format import Bundle, BundleError, Entry, NotAFile, Unwritable
+from ..bundle.writing import write_bundle
 from ..bundle.keyindex import KeyIndex
 from ..bundle.members import Members
 from ..words import counted
@@ -348,7 +349,7 @@ class PackStore:
             first = bundle._start + entry.offset + entry.size
             section = entry.binaries_section or {}
             spans.setdefault(env_id(entry.env), []).extend(
-                [(name, first + m.offset, first + m.offset + m.stored) for m in members.table if entry.stored is not None]
+                [(name, first + m.offset, first + m.offset + m.stored) for m in members.table]
                 + [(name, bundle._start + section["offset"] + at, bundle._start + section["offset"] + at + stored)
                    for at, stored in _binary_offsets(section)])
         entries, dropped = _union(parts)
