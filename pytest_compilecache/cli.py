@@ -20,16 +20,16 @@ from .bundle.binaries import build_id, identity_differences
 from .bundle.format import Bundle, BundleError, Entry, read_manifest
 from .bundle.labels import differences, env_label, printable
 from .bundle.writing import encoded_size
-from .bundle.pruning import CannotFit, fit
+from .bundle.pruning import prune
 from .session.options import user_cache_dir
 from .storage.errors import DEFAULT_TIMEOUT as DEFAULT_NETWORK_TIMEOUT
 from .storage.errors import MIN_RATE
 from .storage.interface import BundleStore
-from .bundle.merge import union, without_unused
+from .bundle.merge import merge_input, merged
 from .storage.packs import read_url
 from .storage.stores import open_store
 from .storage.urls import STORAGE_OPTIONS_ENV, file_url_path, is_url, parse_storage_options, redacted
-from .words import artifact_counts, counted, in_layer_order, layer_of
+from .words import counted, in_layer_order, layer_of
 
 LOCK_TIMEOUT = 60.0
 
@@ -254,20 +254,21 @@ def cmd_merge(args: argparse.Namespace) -> int:
     if not args.inputs:
         raise UserError("merge needs bundles to merge")
     others = [name for name in args.inputs if not _same_file(name, out)]
-    entries = [entry for name in others for entry in _merge_input(name)]
+    entries = []
+    for name in others:
+        with _read(name, whole=True) as bundle:
+            entries += merge_input(bundle)
     reads_output = len(others) < len(args.inputs)
+    inputs = ", ".join(map(_shown, args.inputs))
 
     def change(current: Bundle | None) -> list[Entry]:
         if reads_output and current is None:
             raise UserError(f"{_shown(out)}: no such file")
-        try:
-            return union([*(current.entries if reads_output and current else []), *entries])
-        except BundleError as exc:
-            raise UserError(f"{', '.join(map(_shown, args.inputs))}: {exc}; {_shown(out)} is unchanged") from None
+        return merged([*(current.entries if reads_output and current else []), *entries], inputs, _shown(out))
 
     try:
         if is_url(out) and not reads_output:  # a push: one pack of what the URL lacks, nothing read but its tables
-            pushed = union(entries)
+            pushed = merged(entries, inputs, _shown(out))
             _store(out).add(pushed).bundle.release()
             _say(f"{_shown(out)}: {counted(len(pushed), 'environment')} from {counted(len(others), 'bundle')} added")
             return 0
@@ -281,18 +282,6 @@ def cmd_merge(args: argparse.Namespace) -> int:
     return 0
 
 
-def _merge_input(name: str) -> list[Entry]:
-    """The entries of one input of ``merge``, every payload read; one a key refuses is a user error."""
-    with _read(name, whole=True) as bundle:
-        bundle.read_all()
-        secret = signing.key()
-        for entry in bundle.entries:
-            refused = bundle.signature_problem(entry, secret) if secret else ""
-            if refused:
-                raise UserError(f"{refused}; merge refuses it")
-        return list(bundle.entries)
-
-
 def _same_file(a: str, b: str) -> bool:
     if is_url(a) or is_url(b):
         return a == b
@@ -300,30 +289,6 @@ def _same_file(a: str, b: str) -> bool:
         return _local(a).resolve() == _local(b).resolve()
     except OSError:
         return False
-
-
-def _dropped(name: str, spec: str, entries: list[Entry]) -> set[int]:
-    """The numbers of the entries one ``--drop`` names; one that names none is a user error that says
-    why (no such number, a field no entry has, or no entry with that value), naming the bundle."""
-    unchanged = f"{name} is unchanged"
-    if spec.isdigit():
-        number = int(spec)
-        if number >= len(entries):
-            have = f"numbered 0 to {len(entries) - 1}" if entries else "none"
-            raise UserError(f"{name}: --drop {spec}: there is no entry {number}; its entries are {have} "
-                            f"(see inspect); {unchanged}")
-        return {number}
-    key, _, value = spec.partition("=")
-    fields = sorted({field for entry in entries for field in entry.env})
-    if key not in fields:
-        raise UserError(f"{name}: --drop {spec!r}: no entry has a field {key!r}; the fields are "
-                        f"{', '.join(fields) or 'none'}; {unchanged}")
-    matched = {i for i, entry in enumerate(entries) if entry.env.get(key) == value}
-    if not matched:
-        values = sorted({entry.env[key] for entry in entries if key in entry.env})
-        raise UserError(f"{name}: --drop {spec!r}: no entry has {key}={value!r}; its entries have {key}="
-                        f"{', '.join(map(repr, values))}; {unchanged}")
-    return matched
 
 
 def parse_size(text: str) -> int:
@@ -344,40 +309,24 @@ def cmd_prune(args: argparse.Namespace) -> int:
             raise UserError(f"--drop {spec!r}: give an entry number (see inspect) or FIELD=VALUE, e.g. device=cpu")
     _read(args.path).close()
     here = _here() if args.keep_matching else None
+    shown = _shown(args.path)
     counts = [0, 0]
     said: list[str] = []
 
     def change(current: Bundle | None) -> list[Entry]:
         if current is None:
-            raise UserError(f"{_shown(args.path)}: no such file")
-        dropped = set().union(*(_dropped(_shown(args.path), spec, current.entries) for spec in args.drop))
-        kept = [entry for i, entry in enumerate(current.entries)
-                if i not in dropped and (here is None or entry.env == here)]
-        if not kept:
-            raise UserError(f"{_shown(args.path)}: no entry would be left (delete the file to remove the bundle); "
-                            f"{_shown(args.path)} is unchanged")
-        if args.max_unused_runs > 0:
-            kept, unused = without_unused(kept, args.max_unused_runs)
-            runs = max((len(e.index.whole_runs) for e in kept if e.index is not None), default=0)
-            few = (f" (only {counted(runs, 'updating run')} of the whole suite recorded: runs that left tests out, "
-                   "such as CI shards, are not counted)") if runs < args.max_unused_runs else ""
-            said.append(f"dropped as unused in the last {counted(args.max_unused_runs, 'updating run')}: "
-                        f"{artifact_counts(unused) if unused else 'nothing'}{few}")
-        if limit is not None:
-            try:
-                kept, lines = fit(current.path, kept, limit, _shown(args.path))
-            except CannotFit as exc:
-                raise UserError(str(exc)) from None
-            except (_torchapi.MegaCacheError, _torchapi.TorchUnavailable) as exc:
-                raise UserError(f"{_shown(args.path)}: {exc}") from None
-            said.extend(lines)
+            raise UserError(f"{shown}: no such file")
+        try:
+            kept, said[:] = prune(current, shown, args.drop, here, args.max_unused_runs, limit)
+        except (_torchapi.MegaCacheError, _torchapi.TorchUnavailable) as exc:
+            raise UserError(f"{shown}: {exc}") from None
         counts[:] = [len(kept), len(current.entries)]
         return kept
 
     written = _update(args.path, change)
     if written is not None:
         written.release()
-    _say(f"{_shown(args.path)}: kept {counts[0]} of {counted(counts[1], 'environment')}" + (f"; {'; '.join(said)}" if said else ""))
+    _say(f"{shown}: kept {counts[0]} of {counted(counts[1], 'environment')}" + "".join(f"; {line}" for line in said))
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
@@ -12,9 +13,13 @@ LAYERS: tuple[str, ...] = ("fx_graph", "aot_autograd", "cpp", "autotune", "trito
 
 #: The count kinds every layer has, as named in assertions and reports.
 KINDS: tuple[str, ...] = ("hits", "misses", "bypasses")
+#: Every count a layer keeps, as its JSON form names them.
+LAYER_COUNTS: tuple[str, ...] = (*KINDS, "saved", "from_bundle")
 
 #: The counts of ``stats.dynamo``, as named in ``assert_compiles`` and reports.
 DYNAMO_COUNTS: tuple[str, ...] = ("frames", "graphs", "recompiles", "graph_breaks")
+#: The reasons ``stats.dynamo`` keeps, each a tuple of texts.
+DYNAMO_REASONS: tuple[str, ...] = ("recompile_reasons", "graph_break_reasons", "graph_breaks_at")
 
 #: Prefixes of the flat counts that carry one reason each: ``prefix + reason`` counts that reason.
 RECOMPILE_REASON = "dynamo.recompile_reason/"
@@ -30,56 +35,63 @@ class UnobservableLayerError(LookupError):
     """Raised when a count is read from a layer this torch build or device cannot observe."""
 
 
+def _plus(a: Any, b: Any) -> Any:
+    """Two values of one field summed: counts added, texts joined without repeats, the first reason kept."""
+    if isinstance(a, Counter):
+        return a + b
+    if isinstance(a, dict):
+        return {**b, **a}
+    if isinstance(a, tuple):
+        return tuple(dict.fromkeys(a + b))
+    return a or b if isinstance(a, str) else a + b
+
+
 @dataclass(frozen=True)
 class LayerStats:
     """Counts of one cache layer over a span of time (a test, a session); see docs/fixtures.md. Reading a count of
-    a layer this machine cannot observe (``observable`` false) raises :class:`UnobservableLayerError`."""
+    a layer this machine cannot observe (``reason`` says why) raises :class:`UnobservableLayerError`."""
 
     layer: str
-    _hits: int = 0
-    _misses: int = 0
-    _bypasses: int = 0
-    _saved: int = 0
-    from_bundle: int = 0
-    observable: bool = True
+    #: ``{kind: count}`` of :data:`LAYER_COUNTS`.
+    counts: Counter[str] = field(default_factory=Counter)
+    #: Why this machine cannot observe the layer; ``""`` where it can.
     reason: str = ""
     bypass_reasons: tuple[str, ...] = ()
     saved_unobservable: str = ""
     explanations: tuple[str, ...] = ()
-    _miss_kinds: tuple[tuple[str, int], ...] = ()
+    #: ``{kind of difference: misses}`` over the explained misses.
+    miss_kinds: Counter[str] = field(default_factory=Counter)
     explained: int = 0
 
     @property
-    def miss_kinds(self) -> dict[str, int]:
-        """``{kind of difference: misses}`` over the explained misses, most frequent first."""
-        return dict(sorted(self._miss_kinds, key=lambda kv: (-kv[1], kv[0])))
-
-    @property
-    def saved(self) -> int:
-        """Entries written to this layer; raises :class:`UnobservableLayerError` where torch cannot count them."""
-        if self.observable and self.saved_unobservable:
-            raise UnobservableLayerError(f"{self.layer}.saved cannot be observed here: {self.saved_unobservable}")
-        return self._count("saved")
-
-    def _count(self, kind: str) -> int:
-        if not self.observable:
-            raise UnobservableLayerError(f"layer {self.layer!r} cannot be observed here: {self.reason}")
-        return int(getattr(self, "_" + kind))
+    def observable(self) -> bool:
+        """Whether this machine can observe the layer."""
+        return not self.reason
 
     @property
     def hits(self) -> int:
         """Lookups answered from the cache."""
-        return self._count("hits")
+        return self.count("hits")
 
     @property
     def misses(self) -> int:
         """Lookups that found nothing and compiled."""
-        return self._count("misses")
+        return self.count("misses")
 
     @property
     def bypasses(self) -> int:
         """Compiles that could not use this cache at all (see ``bypass_reasons``)."""
-        return self._count("bypasses")
+        return self.count("bypasses")
+
+    @property
+    def saved(self) -> int:
+        """Entries written to this layer; raises :class:`UnobservableLayerError` where torch cannot count them."""
+        return self._count("saved")
+
+    @property
+    def from_bundle(self) -> int:
+        """Hits answered by what the bundle (or the warmup) put in the cache."""
+        return self.counts["from_bundle"]
 
     def count(self, kind: str) -> int:
         """The count of ``kind`` ("hits", "misses" or "bypasses")."""
@@ -87,62 +99,61 @@ class LayerStats:
             raise TypeError(f"unknown count kind {kind!r}; expected one of {', '.join(KINDS)}")
         return self._count(kind)
 
+    def _count(self, kind: str) -> int:
+        if self.reason:
+            raise UnobservableLayerError(f"layer {self.layer!r} cannot be observed here: {self.reason}")
+        if kind == "saved" and self.saved_unobservable:
+            raise UnobservableLayerError(f"{self.layer}.saved cannot be observed here: {self.saved_unobservable}")
+        return self.counts[kind]
+
+    def cell(self, kind: str) -> str:
+        """The count as printed in a table, or ``-`` when unobservable."""
+        if self.reason or (kind == "saved" and self.saved_unobservable):
+            return "-"
+        return str(self.counts[kind])
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready form; unobservable layers carry ``observable: false`` and the reason."""
-        if not self.observable:
+        if self.reason:
             return {"observable": False, "reason": self.reason}
-        out: dict[str, Any] = {"hits": self._hits, "misses": self._misses, "bypasses": self._bypasses,
-                               "saved": None if self.saved_unobservable else self._saved,
-                               "from_bundle": self.from_bundle}
+        out: dict[str, Any] = {kind: self.counts[kind] for kind in LAYER_COUNTS}
         if self.saved_unobservable:
-            out["saved_unobservable"] = self.saved_unobservable
+            out.update(saved=None, saved_unobservable=self.saved_unobservable)
         if self.bypass_reasons:
             out["bypass_reasons"] = list(self.bypass_reasons)
         if self.explanations:
-            out.update(explanations=list(self.explanations), miss_kinds=self.miss_kinds, explained=self.explained)
+            out.update(explanations=list(self.explanations), miss_kinds=dict(_most_first(self.miss_kinds)),
+                       explained=self.explained)
         return out
 
     @classmethod
     def from_dict(cls, layer: str, data: Mapping[str, Any]) -> "LayerStats":
         """The inverse of :meth:`to_dict`."""
         if not data.get("observable", True):
-            return cls(layer, observable=False, reason=str(data.get("reason", "")))
-        return cls(layer, int(data.get("hits", 0)), int(data.get("misses", 0)), int(data.get("bypasses", 0)),
-                   int(data.get("saved") or 0), int(data.get("from_bundle", 0)),
+            return cls(layer, reason=str(data.get("reason") or "not observable"))
+        return cls(layer, Counter({kind: int(data.get(kind) or 0) for kind in LAYER_COUNTS}),
                    bypass_reasons=tuple(data.get("bypass_reasons", ())),
                    saved_unobservable=str(data.get("saved_unobservable", "")),
                    explanations=tuple(data.get("explanations", ())),
-                   _miss_kinds=tuple((str(k), int(n)) for k, n in dict(data.get("miss_kinds", {})).items()),
+                   miss_kinds=Counter({str(k): int(n) for k, n in dict(data.get("miss_kinds", {})).items()}),
                    explained=int(data.get("explained", 0)))
 
     def __add__(self, other: "LayerStats") -> "LayerStats":
-        if not (self.observable and other.observable):
-            return self if not self.observable else other
-        return LayerStats(self.layer, self._hits + other._hits, self._misses + other._misses,
-                          self._bypasses + other._bypasses, self._saved + other._saved,
-                          self.from_bundle + other.from_bundle,
-                          bypass_reasons=_unique(self.bypass_reasons + other.bypass_reasons),
-                          saved_unobservable=self.saved_unobservable or other.saved_unobservable,
-                          explanations=_unique(self.explanations + other.explanations),
-                          _miss_kinds=tuple((Counter(self.miss_kinds) + Counter(other.miss_kinds)).items()),
-                          explained=self.explained + other.explained)
+        if self.reason or other.reason:
+            return self if self.reason else other
+        return dataclasses.replace(self, **{f.name: _plus(getattr(self, f.name), getattr(other, f.name))
+                                            for f in dataclasses.fields(self)})
 
     def explained_summary(self) -> str:
         """``fx_graph: 3 misses explained: 2 config `x` changed, 1 new code``, or ``""`` when none was."""
         if not self.explained:
             return ""
-        kinds = ", ".join(f"{n} {kind}" for kind, n in self.miss_kinds.items())
+        kinds = ", ".join(f"{n} {kind}" for kind, n in _most_first(self.miss_kinds))
         return f"{self.layer}: {self.explained} miss{'es' if self.explained > 1 else ''} explained: {kinds}"
 
-    def cell(self, kind: str) -> str:
-        """The count as printed in a table, or ``-`` when unobservable."""
-        if not self.observable or (kind == "saved" and self.saved_unobservable):
-            return "-"
-        return str(getattr(self, "_" + kind if kind in (*KINDS, "saved") else kind))
 
-
-def _unique(items: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(items))
+def _most_first(counts: Counter[str]) -> list[tuple[str, int]]:
+    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
 def _checked(cell: str, ok: bool, expected: int) -> str:
@@ -155,29 +166,22 @@ class DynamoStats:
     """What Dynamo did over a span of time; reading a count in :attr:`unobservable` raises
     :class:`UnobservableLayerError`."""
 
-    _frames: int = 0
-    _graphs: int = 0
-    _recompiles: int = 0
-    _graph_breaks: int = 0
+    #: ``{kind: count}`` of :data:`DYNAMO_COUNTS`.
+    counts: Counter[str] = field(default_factory=Counter)
     recompile_reasons: tuple[str, ...] = ()
     graph_break_reasons: tuple[str, ...] = ()
-    _unobservable: tuple[tuple[str, str], ...] = ()
     #: Where in the user's code each graph break was met, as ``file:line: reason``.
     graph_breaks_at: tuple[str, ...] = ()
-
-    @property
-    def unobservable(self) -> dict[str, str]:
-        """``{count: reason}`` for each count this torch cannot keep."""
-        return dict(self._unobservable)
+    #: ``{count: reason}`` for each count this torch cannot keep.
+    unobservable: dict[str, str] = field(default_factory=dict)
 
     def count(self, kind: str) -> int:
         """The count called ``kind`` (one of :data:`DYNAMO_COUNTS`)."""
         if kind not in DYNAMO_COUNTS:
             raise TypeError(f"unknown Dynamo count {kind!r}; the counts are {', '.join(DYNAMO_COUNTS)}")
-        reason = self.unobservable.get(kind)
-        if reason:
-            raise UnobservableLayerError(f"dynamo.{kind} cannot be observed here: {reason}")
-        return int(getattr(self, "_" + kind))
+        if kind in self.unobservable:
+            raise UnobservableLayerError(f"dynamo.{kind} cannot be observed here: {self.unobservable[kind]}")
+        return self.counts[kind]
 
     @property
     def frames(self) -> int:
@@ -201,31 +205,26 @@ class DynamoStats:
 
     def cell(self, kind: str) -> str:
         """The count as printed in a table, or ``-`` when unobservable."""
-        return "-" if kind in self.unobservable else str(getattr(self, "_" + kind))
+        return "-" if kind in self.unobservable else str(self.counts[kind])
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready form: the counts (``None`` where unobservable), then reasons and unobservable ones if any."""
-        out: dict[str, Any] = {k: None if k in self.unobservable else getattr(self, "_" + k) for k in DYNAMO_COUNTS}
-        for name in ("recompile_reasons", "graph_break_reasons", "graph_breaks_at"):
-            if getattr(self, name):
-                out[name] = list(getattr(self, name))
-        if self._unobservable:
-            out["unobservable"] = self.unobservable
+        out: dict[str, Any] = {k: None if k in self.unobservable else self.counts[k] for k in DYNAMO_COUNTS}
+        out.update({name: list(getattr(self, name)) for name in DYNAMO_REASONS if getattr(self, name)})
+        if self.unobservable:
+            out["unobservable"] = dict(self.unobservable)
         return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "DynamoStats":
         """The inverse of :meth:`to_dict`; missing counts are zero."""
-        return _dynamo({k: int(data.get(k) or 0) for k in DYNAMO_COUNTS}, tuple(data.get("recompile_reasons", ())),
-                       tuple(data.get("graph_break_reasons", ())), dict(data.get("unobservable", {})),
-                       tuple(data.get("graph_breaks_at", ())))
+        reasons = [tuple(data.get(name, ())) for name in DYNAMO_REASONS]
+        return cls(Counter({k: int(data.get(k) or 0) for k in DYNAMO_COUNTS}), reasons[0], reasons[1], reasons[2],
+                   dict(data.get("unobservable", {})))
 
     def __add__(self, other: "DynamoStats") -> "DynamoStats":
-        return _dynamo({k: int(getattr(self, "_" + k)) + int(getattr(other, "_" + k)) for k in DYNAMO_COUNTS},
-                       _unique(self.recompile_reasons + other.recompile_reasons),
-                       _unique(self.graph_break_reasons + other.graph_break_reasons),
-                       {**other.unobservable, **self.unobservable},
-                       _unique(self.graph_breaks_at + other.graph_breaks_at))
+        return dataclasses.replace(self, **{f.name: _plus(getattr(self, f.name), getattr(other, f.name))
+                                            for f in dataclasses.fields(self)})
 
     def table(self, expected: Mapping[str, int] | None = None, brief: bool = False) -> str:
         """The counts side by side (checked as ``got (expected N)``), then every reason (``brief``: first lines)."""
@@ -240,7 +239,7 @@ class DynamoStats:
             header.append(kind.ljust(width))
             cells.append(cell.ljust(width))
         lines = ["  " + "  ".join(header).rstrip(), "  " + "  ".join(cells).rstrip()]
-        lines += [f"  {kind} not observable: {why}" for kind, why in self._unobservable]
+        lines += [f"  {kind} not observable: {why}" for kind, why in self.unobservable.items()]
         lines += [f"  recompile: {r}" for r in self.recompile_reasons]
         lines += [f"  graph break at {place}" for place in self.graph_breaks_at]
         for reason in self.graph_break_reasons:
@@ -251,13 +250,6 @@ class DynamoStats:
             if not brief:
                 lines.extend(f"  {line}".rstrip() for line in text[1:])
         return "\n".join(lines)
-
-
-def _dynamo(counts: Mapping[str, int], recompile_reasons: tuple[str, ...], graph_break_reasons: tuple[str, ...],
-            unobservable: Mapping[str, str], graph_breaks_at: tuple[str, ...] = ()) -> DynamoStats:
-    return DynamoStats(counts.get("frames", 0), counts.get("graphs", 0), counts.get("recompiles", 0),
-                       counts.get("graph_breaks", 0), recompile_reasons, graph_break_reasons,
-                       tuple(unobservable.items()), graph_breaks_at)
 
 
 @dataclass(frozen=True)
@@ -282,9 +274,8 @@ class CacheStats:
     @property
     def nothing_happened(self) -> bool:
         """Whether no layer counted anything and Dynamo compiled no frame (a span with no compile)."""
-        counted = any(getattr(layer, f"_{kind}") for layer in self if layer.observable
-                      for kind in ("hits", "misses", "bypasses", "saved"))
-        return not counted and not self.dynamo._frames and not self.dynamo._graphs
+        counted = any(layer.counts[kind] for layer in self if layer.observable for kind in (*KINDS, "saved"))
+        return not counted and not self.dynamo.counts["frames"] and not self.dynamo.counts["graphs"]
 
     def __iter__(self) -> Iterator[LayerStats]:
         return (getattr(self, name) for name in LAYERS)
@@ -337,29 +328,26 @@ def stats_from_counts(counts: Mapping[str, int], unobservable: Mapping[str, str]
     layers = {}
     for name in LAYERS:
         if name in unobservable:
-            layers[name] = LayerStats(name, observable=False, reason=unobservable[name])
+            layers[name] = LayerStats(name, reason=unobservable[name])
             continue
-        hits = counts.get(f"{name}.hits", 0)
-        layers[name] = LayerStats(
-            name, hits, counts.get(f"{name}.misses", 0), counts.get(f"{name}.bypasses", 0),
-            counts.get(f"{name}.saved", 0), min(counts.get(f"{name}.from_bundle", 0), hits),
-            bypass_reasons=tuple(bypass_reasons.get(name, ())),
-            saved_unobservable=unobservable_fields.get(f"{name}.saved", ""),
-            explanations=_reasons(counts, name + EXPLANATION),
-            _miss_kinds=tuple((k[len(name + MISS_KIND):], n) for k, n in counts.items()
-                              if k.startswith(name + MISS_KIND) and n > 0),
-            explained=sum(n for k, n in counts.items() if k.startswith(name + EXPLANATION) and n > 0))
-    dynamo = _dynamo({kind: counts.get(f"dynamo.{kind}", 0) for kind in DYNAMO_COUNTS},
-                     _reasons(counts, RECOMPILE_REASON), _reasons(counts, GRAPH_BREAK_REASON),
-                     {k.removeprefix("dynamo."): why for k, why in unobservable_fields.items()
-                      if k.startswith("dynamo.") and why},
-                     _reasons(counts, GRAPH_BREAK_PLACE))
+        own = Counter({kind: counts.get(f"{name}.{kind}", 0) for kind in LAYER_COUNTS})
+        own["from_bundle"] = min(own["from_bundle"], own["hits"])
+        explained = _counted(counts, name + EXPLANATION)
+        layers[name] = LayerStats(name, own, bypass_reasons=tuple(bypass_reasons.get(name, ())),
+                                  saved_unobservable=unobservable_fields.get(f"{name}.saved", ""),
+                                  explanations=tuple(explained), miss_kinds=_counted(counts, name + MISS_KIND),
+                                  explained=sum(explained.values()))
+    dynamo = DynamoStats(Counter({kind: counts.get(f"dynamo.{kind}", 0) for kind in DYNAMO_COUNTS}),
+                         tuple(_counted(counts, RECOMPILE_REASON)), tuple(_counted(counts, GRAPH_BREAK_REASON)),
+                         tuple(_counted(counts, GRAPH_BREAK_PLACE)),
+                         unobservable={k.removeprefix("dynamo."): why for k, why in unobservable_fields.items()
+                                       if k.startswith("dynamo.") and why})
     return CacheStats(**layers, dynamo=dynamo)
 
 
-def _reasons(counts: Mapping[str, int], prefix: str) -> tuple[str, ...]:
-    """The texts of the flat counts ``prefix + text`` that are above zero."""
-    return tuple(k[len(prefix):] for k, n in counts.items() if k.startswith(prefix) and n > 0)
+def _counted(counts: Mapping[str, int], prefix: str) -> Counter[str]:
+    """``{text: count}`` of the flat counts ``prefix + text`` that are above zero."""
+    return Counter({k[len(prefix):]: n for k, n in counts.items() if k.startswith(prefix) and n > 0})
 
 
 def check_layer_names(names: Iterator[str] | list[str] | Mapping[str, Any]) -> None:

@@ -29,18 +29,21 @@ import sys
 import tempfile
 import time
 import traceback
+import types
 import zlib
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from pytest_compilecache import _torchapi, cli
+from pytest_compilecache._torchapi import layout as torch_layout
 from pytest_compilecache.bundle import signing
 from pytest_compilecache.session.pool import BinaryPool
 from pytest_compilecache.bundle.format import Bundle, BundleError, make_entry, read_manifest
 from pytest_compilecache.bundle.writing import write_bundle
 from pytest_compilecache.bundle.members import WHOLE, Members, unpack_table
 from pytest_compilecache.storage.local import LocalStore
+from pytest_compilecache.session.options import Options
 from pytest_compilecache.session.warmup import Preparer
 
 KEY = "fuzz-signing-key"
@@ -889,7 +892,8 @@ class Harness:
         handed.clear()
         store = LocalStore(path, 5.0)
         pool = BinaryPool(self.pool_root, self.identity)
-        preparer = Preparer(store, store, False, self.template, self.sandbox / "marker.json", None, "fuzz", pool)
+        folders = types.SimpleNamespace(template=self.template, shared=self.sandbox)  # what a Preparer uses of them
+        preparer = Preparer(Options(), folders, store, True, store, None, "fuzz", pool, time.time())
         try:
             loaded = preparer.prepare(dict(self.here))
         except Hang:
@@ -924,7 +928,7 @@ class Harness:
             if sha not in shas:
                 out.violations.append(f"prepare[{label}]: an artifact read on demand has a sha256 no table states")
         _torchapi.fill_from(self.template, None)
-        for rel, file in pool.files().items():
+        for rel, file in torch_layout.find_binaries(pool.path).items():
             sha = hashlib.sha256(file.read_bytes()).hexdigest()
             if secret is not None and sha not in self.seeds.signed_binaries:
                 out.violations.append(f"prepare[{label}]: pooled binary {rel} is not an original signed one")

@@ -351,10 +351,10 @@ def test_a_seeded_folder_gets_what_another_process_pools_later(tmp_path: Path) -
     ours.seed(tmp_path / "another")
     assert (tmp_path / "another" / "ab" / "csecond.so").exists(), "another folder is seeded in full"
     (template / "ab" / "csecond.so").write_bytes(b"second")
-    assert theirs.drop(["cfirst.so"]) == 1
-    version = ours.version()
-    (template / "ab" / "cfirst.so").unlink()
-    assert ours.seed(template) == 0 and ours.version() == version
+    theirs.drop(["cfirst.so"], template)
+    assert not (theirs.path / "ab" / "cfirst.so").exists()
+    version = (ours.path / "version").read_text()
+    assert ours.seed(template) == 0 and (ours.path / "version").read_text() == version
     assert not (template / "ab" / "cfirst.so").exists(), "a dropped binary is not seeded again"
 
 

@@ -415,7 +415,7 @@ def test_the_key_index_is_read_by_group_and_a_rewrite_copies_the_groups_it_keeps
     assert {k: index.components(k) for k in index.keys} == {k: made.components(k) for k in made.keys}
     assert index.used == {"inductor/fa": 1.0} and KeyIndex.unpack(index.pack()).pack() == blob
 
-    g_group = next(g for g in index.keys._stored.values() if g.code == "g (x.py)")
+    g_group = next(g for g in index.keys._groups.values() if g.code == "g (x.py)")
     at = blob.index(g_group.stored)
     damaged = KeyIndex.unpack(blob[:at + 2] + bytes([blob[at + 2] ^ 0xFF]) + blob[at + 3:])
     assert damaged.components("fa") == made.components("fa"), "the other groups read"
@@ -427,7 +427,7 @@ def test_the_key_index_is_read_by_group_and_a_rewrite_copies_the_groups_it_keeps
 
     kept = damaged.restricted(["fa", "fb", "aa"])
     rewritten = kept.pack()
-    f_group = next(g for g in index.keys._stored.values() if g.code == "f (x.py)" and g.layer == "fx_graph")
+    f_group = next(g for g in index.keys._groups.values() if g.code == "f (x.py)" and g.layer == "fx_graph")
     assert f_group.stored in rewritten, "a group kept whole is copied as stored"
     again = KeyIndex.unpack(rewritten)
     assert sorted(again.keys) == ["aa", "fa", "fb"] and again.components("fb") == made.components("fb")

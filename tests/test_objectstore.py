@@ -220,7 +220,7 @@ def test_shards_share_one_s3_bundle(pytester: pytest.Pytester, run_inner: Callab
 
     nothing_new = shard("two", "--compile-cache-update")
     assert nothing_new["saved"]["status"] == "unchanged"
-    assert nothing_new["saved"]["transfer"] == {"downloaded": 0, "uploaded": 0, "conflicts": 0}
+    assert nothing_new["saved"]["transfer"] == {"downloaded": 0, "uploaded": 0}
 
     held = set(store.client.listing(PACKS))
     pytester.makepyfile(test_s=TESTS + MORE)

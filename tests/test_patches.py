@@ -104,10 +104,10 @@ def test_a_patch_this_torch_cannot_take_turns_its_feature_off_once_and_raises_no
 
 
 #: ``setattr`` calls anywhere in the package that replace nothing: pytest's reports carrying a test's counts
-#: home (testside.py, expect/hooks.py), torch config values (isolation.py), the backport of
+#: home (testside.py, expect/hooks.py), the backport of
 #: ``with_fresh_cache`` (a patch in the register) swapping torch's collections while active, as torch's
 #: own does, and the headers' folder set around a header build by the register's wrapper of ``_precompile_header``.
-ALLOWED_SETATTR = {("_torchapi/isolation.py", "config"), ("_torchapi/megacache.py", "cls"),
+ALLOWED_SETATTR = {("_torchapi/megacache.py", "cls"),
                    ("_torchapi/defaultdir.py", "codecache"), ("session/testside.py", "report"),
                    ("expect/hooks.py", "report")}
 

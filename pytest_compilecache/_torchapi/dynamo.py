@@ -10,7 +10,7 @@ import os
 import sys
 import threading
 from collections import Counter
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from ..stats import GRAPH_BREAK_PLACE, GRAPH_BREAK_REASON, RECOMPILE_REASON
 
@@ -87,21 +87,18 @@ def _logged(reason: str, user_stack: Any) -> None:
 
 def _compiles_a_partial_graph() -> bool:
     """Whether a data-dependent branch goes uncounted: logged by ``jump_graph_break`` that compiles the graph so far."""
-    frame = next((f for f in _frames(sys._getframe(2), 6) if f.f_code.co_name == "jump_graph_break"), None)
-    if frame is None:  # who logged is a few frames up (the wrapper and the register's guard between)
+    frame: Any = sys._getframe(2)  # who logged is a few frames up (the wrapper and the register's guard between)
+    for _ in range(5):
+        if frame is None or frame.f_code.co_name == "jump_graph_break":
+            break
+        frame = frame.f_back
+    if frame is None or frame.f_code.co_name != "jump_graph_break":
         return False
     check = getattr(frame.f_locals.get("self"), "should_compile_partial_graph", None)
     try:
         return bool(check()) if check is not None else True
     except Exception:
         return True
-
-
-def _frames(frame: Any, count: int) -> Iterator[Any]:
-    """``frame`` and up to ``count - 1`` of its callers."""
-    while frame is not None and count > 0:
-        yield frame
-        frame, count = frame.f_back, count - 1
 
 
 def _note(stack: Any, text: str) -> None:

@@ -62,33 +62,30 @@ def _fork_safe_cuda_check() -> Iterator[None]:
         saved.restore()
 
 
-@contextlib.contextmanager
-def without_remote_caches() -> Iterator[None]:
-    """Switch off torch's remote (Redis) FX graph, AOTAutograd and autotune caches while active (only values
-    that are on are changed, so a session without remote caches keeps its cache keys)."""
-    import torch._functorch.config as functorch_config
-    import torch._inductor.config as inductor_config
-
-    with contextlib.ExitStack() as stack:
-        for config, names in (
-            (inductor_config, ("fx_graph_remote_cache", "autotune_remote_cache", "bundled_autotune_remote_cache")),
-            (functorch_config, ("enable_remote_autograd_cache",)),
-        ):
-            on = {name: False for name in names if getattr(config, name, None)}
-            if on:
-                stack.enter_context(config.patch(on))
-        yield
+def _remote_caches(on: bool) -> contextlib.ExitStack:
+    """torch's remote (Redis) FX graph, AOTAutograd and autotune caches switched ``on`` through each config's
+    ``patch`` until the stack returned is closed (a value that is so already is left alone, so a session without
+    remote caches keeps its cache keys; the bundled autotune cache is only ever switched off)."""
+    inductor = ("fx_graph_remote_cache", "autotune_remote_cache") + (() if on else ("bundled_autotune_remote_cache",))
+    stack = contextlib.ExitStack()
+    for module, names in (("torch._inductor.config", inductor),
+                          ("torch._functorch.config", ("enable_remote_autograd_cache",))):
+        config = importlib.import_module(module)
+        changed = {name: on for name in names if hasattr(config, name) and bool(getattr(config, name)) != on}
+        if changed:
+            stack.enter_context(config.patch(changed))
+    return stack
 
 
-def remote_caches_on() -> None:
-    """Switch torch's remote caches on, in a torch already imported (the environment is read only at import)."""
-    import torch._functorch.config as functorch_config
-    import torch._inductor.config as inductor_config
+def without_remote_caches() -> contextlib.ExitStack:
+    """Switch off torch's remote caches while active."""
+    return _remote_caches(False)
 
-    for config, name in ((inductor_config, "fx_graph_remote_cache"), (inductor_config, "autotune_remote_cache"),
-                         (functorch_config, "enable_remote_autograd_cache")):
-        if hasattr(config, name):
-            setattr(config, name, True)
+
+def remote_caches_on() -> contextlib.ExitStack:
+    """Switch torch's remote caches on, in a torch already imported (the environment is read only at import), until
+    the stack returned is closed."""
+    return _remote_caches(True)
 
 
 def caches_disabled_by_config() -> list[str]:

@@ -4,6 +4,7 @@ max-autotune GEMM timings. Nothing here imports torch."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -15,12 +16,12 @@ from typing import Any, Mapping
 _PATH = re.compile(r"^([A-Za-z0-9_]{1,8}|triton/[A-Za-z0-9_-]{8,128})/[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}$")
 TRITON = "triton"
 _TIMINGS = "cache"
-_BINARY = (".so", ".o")
+BINARY = (".so", ".o")
 #: Triton's compiled C modules (its driver's helpers, kernel launchers): one per folder, with no group file.
 _MODULE = (".so", ".pyd")
 #: How far a file time may lag the clock (the kernel stamps files with a clock that ticks every few ms).
 _CLOCK_TICK = 0.02
-_SOURCE = ".cpp"
+SOURCE = ".cpp"
 
 
 def is_group_file(name: str) -> bool:
@@ -38,7 +39,9 @@ def find_binaries(folder: Path, since: float = 0.0) -> dict[str, Path]:
     changed since then): C++ binaries with their sources, Triton's kernel folders (complete ones) and the
     max-autotune GEMM timings, but not a binary whose source names this folder (torch 2.7's kernels)."""
     found = _triton_files(Path(folder) / TRITON, since)
-    found.update(_timing_files(Path(folder) / _TIMINGS))
+    with contextlib.suppress(OSError):
+        found.update({f"{_TIMINGS}/{e.name}": Path(e.path) for e in os.scandir(Path(folder) / _TIMINGS)
+                      if e.is_file(follow_symlinks=False) and valid_path(f"{_TIMINGS}/{e.name}")})
     try:
         subdirs = [d for d in os.scandir(folder) if len(d.name) == 2 and d.is_dir(follow_symlinks=False)
                    and _changed_since(d, since)]
@@ -50,11 +53,11 @@ def find_binaries(folder: Path, since: float = 0.0) -> dict[str, Path]:
             names = {e.name: e for e in os.scandir(sub.path) if e.is_file(follow_symlinks=False)}
         except OSError:
             continue
-        stems = {n.rsplit(".", 1)[0] for n in names if n.endswith(_BINARY)}
-        local = {stem for stem in stems if _names_folder(Path(sub.path) / (stem + _SOURCE), here)}
+        stems = {n.rsplit(".", 1)[0] for n in names if n.endswith(BINARY)}
+        local = {stem for stem in stems if _names_folder(Path(sub.path) / (stem + SOURCE), here)}
         for name in names:
             stem, _, ext = name.rpartition(".")
-            built = "." + ext in _BINARY or ("." + ext == _SOURCE and stem in stems)
+            built = "." + ext in BINARY or ("." + ext == SOURCE and stem in stems)
             if built and stem not in local and not name.startswith(".") and valid_path(f"{sub.name}/{name}"):
                 found[f"{sub.name}/{name}"] = Path(sub.path) / name
     return found
@@ -117,14 +120,6 @@ def in_order(files: Mapping[str, Any]) -> list[tuple[str, Any]]:
     return sorted(files.items(), key=lambda item: (is_group_file(item[0].rsplit("/", 1)[-1]), item[0]))
 
 
-def _timing_files(root: Path) -> dict[str, Path]:
-    try:
-        entries = [e for e in os.scandir(root) if e.is_file(follow_symlinks=False) and not e.name.startswith(".")]
-    except OSError:
-        return {}
-    return {f"{_TIMINGS}/{e.name}": Path(e.path) for e in entries if valid_path(f"{_TIMINGS}/{e.name}")}
-
-
 def is_timings(path: str) -> bool:
     """Whether a carried file is torch's max-autotune GEMM timing cache (merged, never replaced)."""
     return path.startswith(_TIMINGS + "/")
@@ -160,7 +155,7 @@ def in_subdir(path: str) -> bool:
 
 def is_cpp(path: str) -> bool:
     """Whether a carried file is a C++ binary (not a source, not a Triton kernel file)."""
-    return path.endswith(_BINARY) and not path.startswith(TRITON + "/")
+    return path.endswith(BINARY) and not path.startswith(TRITON + "/")
 
 
 def relocated_group(data: bytes, folder: Path) -> bytes:

@@ -123,11 +123,11 @@ def ready_to_read() -> float:
 
 def _deserialize(data: bytes) -> dict[str, list[Any]]:
     """``{artifact type: artifacts}`` in Mega-Cache bytes, read without 2.7's ``deserialize`` (which writes them)."""
+    ready_to_read()
     manager = _manager()
     from torch.compiler import _cache
     from torch.utils._appending_byte_serializer import AppendingByteSerializer
 
-    getattr(manager, "_ensure_cache_artifacts_registered", lambda: None)()
     logger = logging.getLogger("torch.compiler._cache")
     level = logger.level
     logger.setLevel(logging.ERROR)
@@ -153,8 +153,9 @@ _KEY_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}$")
 _KEY_SHAPES = {"inductor": re.compile(r"^f[a-z0-9]{20,100}$"), "aot_autograd": re.compile(r"^a[a-z0-9]{20,100}$")}
 
 
-def _unsafe_keys(pairs: Iterable[tuple[str, Any]]) -> list[str]:
-    """The problem, in words, of each (type, key) whose key could reach outside the cache folder or is not of its form."""
+def check_artifact_keys(pairs: Iterable[tuple[str, Any]]) -> None:
+    """Raise :class:`MegaCacheError` naming the (type, key) pairs whose key could reach outside the cache folder or
+    is not of its form."""
     problems = []
     for kind, key in pairs:
         shape = _KEY_SHAPES.get(kind)
@@ -164,7 +165,9 @@ def _unsafe_keys(pairs: Iterable[tuple[str, Any]]) -> list[str]:
             problems.append(f"{kind} artifact key {key!r} could write outside the cache folder")
         elif shape is not None and not shape.match(key):
             problems.append(f"{kind} artifact key {key!r} is not of the form torch gives {kind} keys")
-    return problems
+    if problems:
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        raise MegaCacheError("rejected, nothing of it loaded: " + "; ".join(problems[:3]) + more)
 
 
 def _pairs(groups: dict[str, list[Any]]) -> Iterator[tuple[str, Any]]:
@@ -172,13 +175,8 @@ def _pairs(groups: dict[str, list[Any]]) -> Iterator[tuple[str, Any]]:
 
 
 def check_keys(data: bytes) -> None:
-    """Raise :class:`MegaCacheError` naming the bad keys unless every artifact key is safe."""
-    _refuse(_unsafe_keys(_pairs(_deserialize(data))))
-
-
-def check_artifact_keys(pairs: Iterable[tuple[str, str]]) -> None:
-    """:func:`check_keys` for (type, key) pairs listed apart from the artifacts (a bundle's table)."""
-    _refuse(_unsafe_keys(pairs))
+    """:func:`check_artifact_keys` for the artifacts of Mega-Cache bytes."""
+    check_artifact_keys(_pairs(_deserialize(data)))
 
 
 def artifact_contents(data: bytes) -> list[tuple[str, str, bytes]]:
@@ -204,12 +202,6 @@ def artifacts_bytes(contents: Iterable[tuple[str, str, bytes]]) -> bytes:
     return _serialize(groups)
 
 
-def _refuse(problems: list[str]) -> None:
-    if problems:
-        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
-        raise MegaCacheError("rejected, nothing of it loaded: " + "; ".join(problems[:3]) + more)
-
-
 def describe_artifacts(data: bytes) -> dict[str, dict[str, int]]:
     """``{artifact type: {"count": n, "bytes": n}}`` for Mega-Cache bytes."""
     return {kind: {"count": len(items), "bytes": sum(len(getattr(a, "content", b"")) for a in items)}
@@ -218,8 +210,7 @@ def describe_artifacts(data: bytes) -> dict[str, dict[str, int]]:
 
 def artifact_identities(data: bytes) -> set[tuple[str, str, str]]:
     """``(type, key, sha256 of content)`` of every artifact in Mega-Cache bytes."""
-    return {(kind, str(a.key), hashlib.sha256(bytes(a.content)).hexdigest())
-            for kind, items in _deserialize(data).items() for a in items}
+    return {(kind, key, hashlib.sha256(content).hexdigest()) for kind, key, content in artifact_contents(data)}
 
 
 def _serialize(groups: dict[str, list[Any]]) -> bytes:
@@ -264,7 +255,7 @@ def load_artifacts(data: bytes, into: str) -> dict[str, list[str]]:
     """Write Mega-Cache bytes into the cache folder ``into``; ``{artifact type: keys}`` loaded."""
     torch = torch_module()
     groups = _deserialize(data)
-    _refuse(_unsafe_keys(_pairs(groups)))
+    check_artifact_keys(_pairs(groups))
     if _one_result_per_kernel(groups):
         data = _serialize(groups)
     saved = SavedEnv()
@@ -277,13 +268,8 @@ def load_artifacts(data: bytes, into: str) -> dict[str, list[str]]:
         saved.restore()
     if info is None:
         raise MegaCacheError("torch could not deserialize the artifacts (load_cache_artifacts returned None)")
-    return {kind: [str(k) for k in keys] for kind, keys in _loaded_keys(info).items() if keys}
-
-
-def _loaded_keys(info: Any) -> dict[str, list[Any]]:
-    """``{artifact type: keys}`` of torch's ``CacheInfo`` (a mapping, or on 2.7 one ``<type>_artifacts`` list each)."""
-    artifacts = getattr(info, "artifacts", None)
-    if isinstance(artifacts, dict):
-        return artifacts
-    return {name[: -len("_artifacts")]: list(value) for name, value in vars(info).items()
-            if name.endswith("_artifacts") and isinstance(value, list)}
+    loaded = getattr(info, "artifacts", None)  # torch's CacheInfo: a mapping, or on 2.7 one <type>_artifacts list each
+    if not isinstance(loaded, dict):
+        loaded = {name[: -len("_artifacts")]: value for name, value in vars(info).items()
+                  if name.endswith("_artifacts") and isinstance(value, list)}
+    return {kind: [str(k) for k in keys] for kind, keys in loaded.items() if keys}

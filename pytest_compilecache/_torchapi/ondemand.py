@@ -15,17 +15,14 @@ from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from .. import files
 from . import patches
+from .layout import BINARY, SOURCE, TRITON
 
 #: The folder under a cache folder each wrapped cache keeps its entries in, by the patched attribute.
 _FOLDERS = {"FxGraphCache._get_tmp_dir_for_key": "fxgraph", "AOTAutogradCache._get_tmp_dir_for_key": "aotautograd"}
-#: Sources torch writes itself, when absent, before it builds or loads their binaries (never linked).
-_WRITTEN_BY_TORCH = (".cpp",)
-#: Built C++ binaries, found beside the source torch names through ``get_path`` (other files of the
-#: two-character folders, as autotune results, are found by other paths: linked when a test starts).
-_BUILT = (".so", ".o")
-
-#: The folder of a cache folder that holds Triton's own cache (``TRITON_CACHE_DIR``), a folder per kernel.
-TRITON = "triton"
+#: Sources torch writes itself, when absent, before it builds or loads their binaries (never linked); built
+#: binaries are found beside the source torch names through ``get_path`` (other files of the two-character folders,
+#: as autotune results, are found by other paths: linked when a test starts).
+_WRITTEN_BY_TORCH = (SOURCE,)
 #: The Mega-Cache type of the entries each of those folders holds.
 _KINDS = {"fxgraph": "inductor", "aotautograd": "aot_autograd"}
 
@@ -75,7 +72,7 @@ def wrap_tmp_dir_for_key(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def get_tmp_dir_for_key(cls: Any, *args: Any, **kwargs: Any) -> Any:
         path = original(cls, *args, **kwargs)
-        _place(str(path))
+        place(str(path))
         return path
 
     return get_tmp_dir_for_key
@@ -92,7 +89,7 @@ def wrap_get_path(original: Callable[..., Any]) -> Callable[..., Any]:
             extension = args[1] if len(args) > 1 else kwargs.get("extension", "")
             if isinstance(extension, str) and extension.endswith("cpp"):  # not the Python, Triton, autotune files
                 _asked.add(str(found[0]))
-            _place(subdir, without=_WRITTEN_BY_TORCH)
+            place(subdir, without=_WRITTEN_BY_TORCH)
         return found
 
     return get_path
@@ -114,13 +111,8 @@ def binaries_on_demand() -> bool:
 
 
 def triton_on_demand() -> bool:
-    """Whether carried Triton kernels (``triton/<hash>/``) are put into a template only when Triton opens their folder."""
+    """Whether carried Triton kernels (``triton/<hash>/``) go into a template only when Triton opens their folder."""
     return patches.took("FileCacheManager.__init__")
-
-
-def place(path: str) -> None:
-    """Put the carried files of the folder ``path`` (of the active test's cache folder) in place, once."""
-    _place(path)
 
 
 def kinds_on_demand() -> frozenset[str]:
@@ -159,17 +151,12 @@ def _fill(template: str, relative: str) -> None:
     kind = _KINDS.get(parts[0]) if len(parts) == (3 if parts[0] == "fxgraph" else 2) else None
     if kind is None or (kind, parts[-1]) in written:
         return
-    _write_entry(template, kind, parts[-1], source.contents(kind, parts[-1]))
-    written.add((kind, parts[-1]))
-
-
-def _write_entry(template: str, kind: str, key: str, contents: list[bytes]) -> None:
     from torch._inductor.codecache import sha256_hash
 
-    folder = os.path.join(template, _entry_folder(kind, key))
-    for content in contents:
-        os.makedirs(folder, exist_ok=True)
-        files.write_atomic(Path(folder, sha256_hash(content)), content, fsync=False)
+    for content in source.contents(kind, parts[-1]):
+        os.makedirs(os.path.join(template, relative), exist_ok=True)
+        files.write_atomic(Path(template, relative, sha256_hash(content)), content, fsync=False)
+    written.add((kind, parts[-1]))
 
 
 def make_whole(template: str | os.PathLike[str]) -> None:
@@ -187,7 +174,8 @@ def make_whole(template: str | os.PathLike[str]) -> None:
             _fill(real, name)
 
 
-def _place(path: str, without: tuple[str, ...] = ()) -> None:
+def place(path: str, without: tuple[str, ...] = ()) -> None:
+    """Put the carried files of the folder ``path`` (of the active test's cache folder) in place, once."""
     with _lock:
         active = _active
         if active is None or active.whole:
@@ -212,13 +200,11 @@ def link_whole() -> None:
         if active is None or active.whole:
             return
         make_whole(active.template)
-        for folder in on_demand():
+        for folder in on_demand() | ({TRITON} if triton_on_demand() else set()):
             if os.path.isdir(os.path.join(active.template, folder)):
                 files.link_tree(os.path.join(active.template, folder), os.path.join(active.folder, folder))
-        if patches.took("get_path"):
+        if binaries_on_demand():
             _link_two_character(active.template, active.folder)
-        if triton_on_demand() and os.path.isdir(os.path.join(active.template, TRITON)):
-            files.link_tree(os.path.join(active.template, TRITON), os.path.join(active.folder, TRITON))
         active.whole = True
 
 
@@ -228,7 +214,7 @@ def _two_character(template: str | os.PathLike[str]) -> set[str]:
 
 def _link_two_character(template: str | os.PathLike[str], folder: str | os.PathLike[str], built: bool = True) -> None:
     """Link the template's two-character folders into ``folder`` but for C++ sources (and binaries unless ``built``)."""
-    without = _WRITTEN_BY_TORCH if built else _WRITTEN_BY_TORCH + _BUILT
+    without = _WRITTEN_BY_TORCH if built else _WRITTEN_BY_TORCH + BINARY
     names = _holding_more(template, _two_character(template), without) if built else _pool(template).holding_more
     for name in names:
         files.link_tree(os.path.join(template, name), os.path.join(folder, name), without=without)
@@ -271,18 +257,18 @@ def _pool(template: str | os.PathLike[str]) -> _Pool:
         return known
     names = _two_character(key)
     if known is None or known.state[0] != state[0]:
-        known = _pools[key] = _Pool(state, names, _holding_more(key, names, _WRITTEN_BY_TORCH + _BUILT))
+        known = _pools[key] = _Pool(state, names, _holding_more(key, names, _WRITTEN_BY_TORCH + BINARY))
         return known
     new = names - known.names
     known.state, known.names = state, names
-    known.holding_more = (known.holding_more & names) | _holding_more(key, new, _WRITTEN_BY_TORCH + _BUILT)
+    known.holding_more = (known.holding_more & names) | _holding_more(key, new, _WRITTEN_BY_TORCH + BINARY)
     return known
 
 
 def fill_warm_folder(template: str | os.PathLike[str], folder: str | os.PathLike[str]) -> None:
     """Link into ``folder`` what a warm test needs before its first compile: all of ``template`` but
     the entries and binaries :func:`placing_from` places on demand and the C++ sources torch writes itself."""
-    built = not patches.took("get_path")
+    built = not binaries_on_demand()
     files.link_tree(template, folder, leave_out=on_demand() | (_two_character(template) if built else
                                                                _pool(template).names))
     _link_two_character(template, folder, built=built)

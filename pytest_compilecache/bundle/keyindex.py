@@ -56,13 +56,15 @@ def binary_id(path: str) -> str:
 
 
 class _Group:
-    """The components of keys of one layer and code, compressed as a key index stores them, parsed when first asked."""
+    """Components of keys of one layer and code: made here, or compressed as a key index stores them and parsed when
+    first asked."""
 
-    def __init__(self, layer: str, code: str, stored: bytes, configs: dict[str, str], dictionary: bytes) -> None:
+    def __init__(self, layer: str, code: str, configs: dict[str, str], stored: bytes = b"", dictionary: bytes = b"",
+                 parsed: dict[str, dict[str, list[str]]] | None = None) -> None:
         self.layer, self.code, self.stored, self.dictionary = layer, code, stored, dictionary
         #: ``{key: config id}`` of every key it holds.
         self.configs = configs
-        self._parsed: dict[str, dict[str, list[str]]] | None = None
+        self._parsed = parsed
 
     def components(self, key: str) -> dict[str, list[str]]:
         """The key's own components; raises :class:`KeyIndexError` when the group is malformed."""
@@ -82,81 +84,63 @@ class _Group:
 
 
 class Records(Mapping[str, dict[str, Any]]):
-    """Each key's record (``layer``, ``code``, ``config``, ``components``): made here, or stored in a group read when
-    one of its keys is asked for; a key's layer, code and config set are known without reading it."""
+    """Each key's record (``layer``, ``code``, ``config``, ``components``), by the group holding it; a key's layer,
+    code and config set are known without reading its group."""
 
-    def __init__(self, made: dict[str, dict[str, Any]] | None = None,
-                 stored: dict[str, _Group] | None = None) -> None:
-        self._made = made if made is not None else {}
-        self._stored = {k: g for k, g in (stored or {}).items() if k not in self._made}
+    def __init__(self, groups: dict[str, _Group] | None = None) -> None:
+        self._groups = groups if groups is not None else {}
 
     def __getitem__(self, key: str) -> dict[str, Any]:
-        made = self._made.get(key)
-        if made is not None:
-            return made
-        group = self._stored[key]
+        group = self._groups[key]
         return {"layer": group.layer, "code": group.code, "config": group.configs[key],
                 "components": group.components(key)}
 
     def __contains__(self, key: object) -> bool:
-        return key in self._made or key in self._stored
+        return key in self._groups
 
     def __iter__(self) -> Iterator[str]:
-        yield from self._made
-        yield from self._stored
+        return iter(self._groups)
 
     def __len__(self) -> int:
-        return len(self._made) + len(self._stored)
+        return len(self._groups)
 
     def about(self, key: str) -> tuple[str, str, str]:
         """The key's layer, code and config set, its components unread."""
-        made = self._made.get(key)
-        if made is not None:
-            return made["layer"], made["code"], made["config"]
-        group = self._stored[key]
+        group = self._groups[key]
         return group.layer, group.code, group.configs[key]
 
     def put(self, key: str, record: dict[str, Any]) -> None:
         """Record ``key`` made here."""
-        self._stored.pop(key, None)
-        self._made[key] = record
+        self._groups[key] = _Group(record["layer"], record["code"], {key: record["config"]},
+                                   parsed={key: record["components"]})
 
     def only(self, keys: set[str]) -> "Records":
-        """Those of ``keys`` (records shared, nothing read)."""
-        return Records({k: r for k, r in self._made.items() if k in keys},
-                       {k: g for k, g in self._stored.items() if k in keys})
+        """Those of ``keys`` (groups shared, nothing read)."""
+        return Records({k: g for k, g in self._groups.items() if k in keys})
 
     def merged(self, other: "Records") -> "Records":
-        """These and those of ``other`` these lack (records shared, nothing read)."""
-        made = {**other._made, **self._made}
-        stored = {**{k: g for k, g in other._stored.items() if k not in self._made}, **self._stored}
-        return Records({k: r for k, r in made.items() if k not in self._stored}, stored)
+        """These and those of ``other`` these lack (groups shared, nothing read)."""
+        return Records({**self._groups, **{k: g for k, g in other._groups.items() if k not in self._groups}})
 
     def packed(self) -> tuple[list[list[Any]], list[bytes]]:
         """The head's listing of groups, and each group as stored: a stored group all of whose keys are here (and
         compressed without a dictionary) is copied as it is; any other is read and compressed again (one that
-        cannot be read is left out, with its keys)."""
+        cannot be read is left out, with its keys), keys made here in one group per layer and code."""
         listing: list[list[Any]] = []
         blobs: list[bytes] = []
-        by_group: dict[int, tuple[_Group, list[str]]] = {}
-        for key, group in self._stored.items():
-            by_group.setdefault(id(group), (group, []))[1].append(key)
-        for group, keys in by_group.values():
-            if len(keys) == len(group.configs) and not group.dictionary:
-                blob = group.stored
+        by_group: dict[object, list[tuple[str, _Group]]] = {}
+        for key, group in self._groups.items():
+            by_group.setdefault(id(group) if group.stored else (group.layer, group.code), []).append((key, group))
+        for pairs in by_group.values():
+            first = pairs[0][1]
+            if first.stored and not first.dictionary and len(pairs) == len(first.configs):
+                blob = first.stored
             else:
                 try:
-                    blob = _deflated({k: group.components(k) for k in keys})
+                    blob = _deflated({k: g.components(k) for k, g in pairs})
                 except KeyIndexError:
                     continue
-            listing.append([group.layer, group.code, len(blob), [[k, group.configs[k]] for k in keys]])
-            blobs.append(blob)
-        made: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
-        for key, record in self._made.items():
-            made.setdefault((record["layer"], record["code"]), {})[key] = record
-        for (layer, code), records in made.items():
-            blob = _deflated({k: r["components"] for k, r in records.items()})
-            listing.append([layer, code, len(blob), [[k, r["config"]] for k, r in records.items()]])
+            listing.append([first.layer, first.code, len(blob), [[k, g.configs[k]] for k, g in pairs]])
             blobs.append(blob)
         return listing, blobs
 
@@ -361,12 +345,12 @@ def _groups(listing: Any, dictionary_size: Any, rest: bytes) -> Records:
             if len(pair) != 2:
                 raise TypeError(f"a group's key must be [key, config], got {_short(pair)}")
             configs[_str(pair[0])] = _str(pair[1])
-        made = _Group(_str(group[0]), _str(group[1]), rest[at:at + group[2]], configs, dictionary)
+        made = _Group(_str(group[0]), _str(group[1]), configs, rest[at:at + group[2]], dictionary)
         at += group[2]
         stored.update(dict.fromkeys(configs, made))
     if at != len(rest):
         raise TypeError("the groups do not add up to the bytes that follow the head")
-    return Records(stored=stored)
+    return Records(stored)
 
 
 def _newest(dropped: dict[str, tuple[str, float]]) -> dict[str, tuple[str, float]]:

@@ -29,6 +29,25 @@ def union(entries: Iterable[Entry]) -> list[Entry]:
     return _union(entries)[0]
 
 
+def merge_input(bundle: Bundle) -> list[Entry]:
+    """The entries of one input of ``merge``, every payload read; a :class:`BundleError` where a signing key
+    refuses one."""
+    bundle.read_all()
+    secret = signing.key()
+    for entry in bundle.entries:
+        if refused := bundle.signature_problem(entry, secret) if secret else "":
+            raise BundleError(f"{refused}; merge refuses it")
+    return list(bundle.entries)
+
+
+def merged(entries: Iterable[Entry], inputs: str, output: str) -> list[Entry]:
+    """:func:`union`, whose :class:`BundleError` names the ``inputs`` and the ``output`` left unchanged."""
+    try:
+        return union(entries)
+    except BundleError as exc:
+        raise BundleError(f"{inputs}: {exc}; {output} is unchanged") from None
+
+
 def _union(entries: Iterable[Entry]) -> tuple[list[Entry], list[str]]:
     """The union (merged over type, key and content; the earliest history wins) and what it dropped, in words."""
     secret = signing.key()

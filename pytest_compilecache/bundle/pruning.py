@@ -1,4 +1,5 @@
-"""Making a bundle fit a size (``prune --max-size``): the artifacts and binaries to drop, least recently used first."""
+"""What ``prune`` keeps of a bundle: entries named or not matching dropped, unused artifacts dropped, and the rest
+made to fit a size, least recently used first."""
 
 from __future__ import annotations
 
@@ -6,20 +7,64 @@ import time
 from pathlib import Path
 
 from ..words import artifact_counts, counted
-from .format import Bundle, Entry, members_of
+from .format import Bundle, BundleError, Entry, members_of
 from .labels import env_label
 from .writing import encoded_size
 from .members import Members
 from .keyindex import KeyIndex, artifact_id
+from .merge import without_unused
 
 
-class CannotFit(Exception):
-    """No way to fit the size with any artifact kept (the message says which bundle and size)."""
+def prune(bundle: Bundle, label: str, drop: list[str], here: dict[str, str] | None, max_unused_runs: int,
+          limit: int | None) -> tuple[list[Entry], list[str]]:
+    """The entries of ``bundle`` a prune keeps, and what it dropped in words; a :class:`BundleError` (naming
+    ``label``) where a ``drop`` names no entry or nothing would be left."""
+    dropped = set().union(*(_named(label, spec, bundle.entries) for spec in drop))
+    kept = [entry for i, entry in enumerate(bundle.entries) if i not in dropped and (here is None or entry.env == here)]
+    if not kept:
+        raise BundleError(f"{label}: no entry would be left (delete the file to remove the bundle); {label} is "
+                          "unchanged")
+    said = []
+    if max_unused_runs > 0:
+        kept, unused = without_unused(kept, max_unused_runs)
+        runs = max((len(e.index.whole_runs) for e in kept if e.index is not None), default=0)
+        few = (f" (only {counted(runs, 'updating run')} of the whole suite recorded: runs that left tests out, "
+               "such as CI shards, are not counted)") if runs < max_unused_runs else ""
+        said.append(f"dropped as unused in the last {counted(max_unused_runs, 'updating run')}: "
+                    f"{artifact_counts(unused) if unused else 'nothing'}{few}")
+    if limit is not None:
+        kept, lines = fit(bundle.path, kept, limit, label)
+        said.extend(lines)
+    return kept, said
+
+
+def _named(name: str, spec: str, entries: list[Entry]) -> set[int]:
+    """The numbers of the entries one ``--drop`` names; one that names none is a :class:`BundleError` that says
+    why (no such number, a field no entry has, or no entry with that value)."""
+    unchanged = f"{name} is unchanged"
+    if spec.isdigit():
+        number = int(spec)
+        if number >= len(entries):
+            have = f"numbered 0 to {len(entries) - 1}" if entries else "none"
+            raise BundleError(f"{name}: --drop {spec}: there is no entry {number}; its entries are {have} "
+                              f"(see inspect); {unchanged}")
+        return {number}
+    key, _, value = spec.partition("=")
+    fields = sorted({field for entry in entries for field in entry.env})
+    if key not in fields:
+        raise BundleError(f"{name}: --drop {spec!r}: no entry has a field {key!r}; the fields are "
+                          f"{', '.join(fields) or 'none'}; {unchanged}")
+    matched = {i for i, entry in enumerate(entries) if entry.env.get(key) == value}
+    if not matched:
+        values = sorted({entry.env[key] for entry in entries if key in entry.env})
+        raise BundleError(f"{name}: --drop {spec!r}: no entry has {key}={value!r}; its entries have {key}="
+                          f"{', '.join(map(repr, values))}; {unchanged}")
+    return matched
 
 
 def fit(path: Path, entries: list[Entry], limit: int, label: str = "") -> tuple[list[Entry], list[str]]:
     """``entries`` made to fit in ``limit`` bytes, least recently used artifacts first (carried binaries where
-    those cannot make it fit), and what was dropped; raises :class:`CannotFit` where no artifact would be left
+    those cannot make it fit), and what was dropped; a :class:`BundleError` where no artifact would be left
     (naming ``label``, else ``path``)."""
     start = encoded_size(Bundle(path, entries))
     plan = _plan(path, entries, limit, binaries_first=False)
@@ -29,8 +74,8 @@ def fit(path: Path, entries: list[Entry], limit: int, label: str = "") -> tuple[
     kept, size, lines = plan
     left = [e for e in kept if e.artifacts]  # carried binaries serve artifacts: alone they are nothing usable
     if size > limit or not left:
-        raise CannotFit(f"{label or path}: cannot fit in {limit:,d} bytes with any artifact kept; {label or path} is "
-                        "unchanged")
+        raise BundleError(f"{label or path}: cannot fit in {limit:,d} bytes with any artifact kept; {label or path} "
+                          "is unchanged")
     if len(left) < len(kept):
         lines.append(f"dropped {counted(len(kept) - len(left), 'environment')} left with no artifact")
     return left, [f"{start:,d} -> {encoded_size(Bundle(path, left)):,d} bytes", *lines]

@@ -10,14 +10,11 @@ import pytest
 
 from .. import _torchapi
 from ..report.model import ExpectationsReport
+from ..channel import EXPECT_ATTR, send_unused, unused_from
 from . import fileformat
 from .fileformat import Expectations, ExpectFileError
 from .records import DYNAMO_FIELDS, FIELDS, Measured, changes, describe
 
-#: The attribute of a test's call report that carries its measurement (from a worker too).
-EXPECT_ATTR = "compilecache_expect"
-#: The key of a worker's ``workeroutput`` that carries its unused records.
-WORKER_OUTPUT_KEY = "compilecache_expect"
 
 
 def load(path: Path) -> Expectations | None:
@@ -74,9 +71,7 @@ class Recorder:
         """Judge which records are unused; a worker sends them to the controller."""
         records = self.expectations.tests if self.expectations is not None else {}
         self.unused = unused(records, session, self._deselected, self._files, self.counts)
-        output = getattr(self.config, "workeroutput", None)
-        if output is not None:
-            output[WORKER_OUTPUT_KEY] = {"unused": self.unused}
+        send_unused(self.config, self.unused)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
@@ -185,9 +180,7 @@ class Keeper:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
-        output = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT_KEY)
-        if isinstance(output, dict):
-            self._unused.update(str(n) for n in output.get("unused", ()))
+        self._unused.update(unused_from(node))
 
     def finish(self, session: pytest.Session) -> ExpectationsReport:
         """Compare the counts, write the file (with ``--compile-cache-expect-update``), and say what happened."""

@@ -6,13 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from ..stats import stats_from_counts
+from ..stats import DYNAMO_COUNTS, KINDS, stats_from_counts
 
 #: Dynamo's counts: compared on any torch and device.
-DYNAMO_FIELDS: tuple[str, ...] = ("frames", "graphs", "recompiles", "graph_breaks")
+DYNAMO_FIELDS: tuple[str, ...] = DYNAMO_COUNTS
 #: Cache outcomes: compared only with the torch version and device the record was made with.
-CACHE_FIELDS: tuple[str, ...] = tuple(f"{layer}.{kind}" for layer in ("fx_graph", "aot_autograd")
-                                      for kind in ("hits", "misses", "bypasses"))
+CACHE_FIELDS: tuple[str, ...] = tuple(f"{layer}.{kind}" for layer in ("fx_graph", "aot_autograd") for kind in KINDS)
 #: Every field of a record, in the order the file writes them.
 FIELDS: tuple[str, ...] = DYNAMO_FIELDS + CACHE_FIELDS
 
@@ -35,7 +34,7 @@ class Measured:
         """From flat counts over the test (see ``_torchapi.read_counts``); empty counts: nothing compiled."""
         stats = stats_from_counts(delta, unobservable_layers, unobservable_fields=unobservable_fields)
         dynamo = stats.dynamo
-        record: dict[str, int | None] = {name: dynamo.to_dict()[name] for name in DYNAMO_FIELDS}
+        record: dict[str, int | None] = {k: v for k, v in dynamo.to_dict().items() if k in DYNAMO_FIELDS}
         for name in CACHE_FIELDS:
             layer, kind = name.split(".")
             record[name] = stats.layer(layer).count(kind) if stats.layer(layer).observable else None

@@ -6,15 +6,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..words import artifact_counts, placed_counts
-from .model import SaveStatus, SessionReport, Status
+from .model import SessionReport
+from .terminal import bundle_lines, cold_lines, compile_time_lines, explained_lines
 
 #: The environment variable GitHub Actions names the job summary's file in.
 SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 #: Rows of the table of the tests that spent the most time compiling.
 TOP_TESTS = 10
-#: Explanations of misses listed per layer.
-EXPLANATIONS = 5
 
 
 def _cell(text: str) -> str:
@@ -22,51 +20,11 @@ def _cell(text: str) -> str:
     return "`" + text.replace("`", "'").replace("|", "\\|").replace("\n", " ") + "`"
 
 
-def _mb(n: int) -> str:
-    return f"{n / 1e6:.2f} MB"
-
-
 def _bundle_lines(report: SessionReport) -> list[str]:
-    """What each process did with the bundle, and what was written."""
+    """What each process did with the bundle, and what was written, in the terminal's words (details nested)."""
     lines = [f"**Bundle** {_cell(report.bundle_path)} at the start: {report.bundle_at_start or 'not looked at'}",
              ""] if report.bundle_path else []
-    for process in (p for p in report.processes_in_order() if p.status is not Status.UNUSED):
-        if not report.bundle_path and process.status is Status.LOADED:
-            what = "this session's warmup, for this session's `warm_cache` tests only (no bundle named)"
-        elif process.status is Status.WARMUP_FAILED:
-            what = "warmup failed"
-        else:
-            reason = process.reason.removeprefix(f"{report.bundle_path}: ") if report.bundle_path else process.reason
-            what = f"{process.status.value}: {reason}"
-        who = "" if len(report.processes) == 1 else f" (xdist worker {process.process})"
-        line = f"- **Bundle{who}** {what}"
-        if process.loaded:
-            line += (f"; loaded {artifact_counts(process.loaded)} ({_mb(process.loaded_bytes)} of compiled artifacts "
-                     f"in {process.load_seconds:.2f} s)")
-        if process.on_demand:
-            line += (f"; on demand: {placed_counts(process.placed, process.on_demand)} read when needed"
-                     + (f" ({_mb(process.placed_bytes)} unpacked into the cache folder)" if process.placed_bytes else ""))
-        if process.downloaded_bytes:
-            line += f"; downloaded {_mb(process.downloaded_bytes)}"
-        if process.warmup_seconds is not None and not process.warmup_error:
-            line += f"; the warmup ran here{' and wrote the bundle' if process.wrote_bundle else ''}: " \
-                    f"{process.warmup_seconds:.1f} s"
-            if process.warmup_found_all:
-                line += " (the bundle already held everything it compiled)"
-        lines.append(line)
-    saved = report.saved
-    if saved.status is SaveStatus.SAVED:
-        imported = (f", after {saved.import_seconds:.2f} s importing torch's compiler"
-                    if saved.import_seconds >= 0.1 else "")
-        verb, what = report.written_words()
-        lines.append(f"- **{verb}**: {what} ({_mb(saved.bytes)} in {saved.seconds:.2f} s{imported})")
-    elif saved.status is SaveStatus.UNCHANGED:
-        lines.append(f"- **unchanged**: the bundle already held everything this run compiled ({saved.seconds:.2f} s)")
-    elif saved.status is not SaveStatus.NOT_ASKED:
-        lines.append(f"- **{saved.status.value}**: {saved.reason}")
-    if saved.transfer:
-        lines.append(f"- moved {_mb(saved.transfer.get('downloaded', 0))} down, "
-                     f"{_mb(saved.transfer.get('uploaded', 0))} up while saving")
+    lines += [f"  - {line.strip()}" if line.startswith("  ") else f"- {line}" for line in bundle_lines(report)]
     return lines + [""] if lines else []
 
 
@@ -74,15 +32,7 @@ def _time_lines(report: SessionReport) -> list[str]:
     """Compile time in tests and the warmup; against the same tests when the bundle first recorded them."""
     if not (report.compile_seconds or report.warmup_seconds):
         return []
-    summed = " (summed over workers)" if len(report.processes) > 1 else ""
-    line = f"**Compile time in tests:** {report.compile_seconds:.1f} s{summed}"
-    if report.warmup_seconds:
-        line += f", plus {report.warmup_seconds:.1f} s in the warmup"
-    c = report.compared_with_build()
-    if c is not None:
-        text = c.sentence()
-        line += ". " + text[0].upper() + text[1:]
-    return [line + ".", ""]
+    return [f"- {line.strip()}" for line in compile_time_lines(report)] + [""]
 
 
 def _layer_table(report: SessionReport) -> list[str]:
@@ -95,26 +45,13 @@ def _layer_table(report: SessionReport) -> list[str]:
             rows.append(f"| {layer.layer} | {layer.hits} | {layer.misses} | {layer.bypasses} | {layer.from_bundle} |")
     d = report.totals.dynamo
     line = f"Dynamo: {d.cell('graphs')} graphs, {d.cell('recompiles')} recompiles, {d.cell('graph_breaks')} graph breaks."
-    for where, misses in ((" Misses in tests whose cache starts empty by design (`cold_cache`, per-test isolation): ",
-                           report.misses_in_cold_caches()),
-                          (" Misses in `not_saved()` blocks (left out of the bundle on purpose): ",
-                           report.misses_not_saved())):
-        if misses:
-            line += where + ", ".join(f"{layer} {n}" for layer, n in misses.items()) + "."
-    return rows + ["", line, ""]
+    return rows + ["", line, *(f"- {cold.strip()}" for cold in cold_lines(report, report.totals)), ""]
 
 
 def _explained(report: SessionReport) -> list[str]:
-    """Explained misses per layer, in a folded block."""
-    layers = [s for s in report.totals or () if s.observable and s.explained]
-    if not layers:
-        return []
-    lines = ["**Misses explained** (the nearest known entry for the same code, and what differs):", "",
-             *(f"- {layer.explained_summary()}" for layer in layers),
-             "", "<details><summary>explanations</summary>", ""]
-    for layer in layers:
-        lines.extend(f"- {layer.layer}: {_cell(text)}" for text in layer.explanations[:EXPLANATIONS])
-    return lines + ["", "</details>", ""]
+    """Explained misses per layer, by kind, with the first few explanations, as the terminal says them."""
+    lines = explained_lines(report.totals) if report.totals is not None else []
+    return ["```text", *lines, "```", ""] if lines else []
 
 
 def _top_tests(report: SessionReport) -> list[str]:

@@ -16,7 +16,7 @@ def _workers(report: SessionReport) -> bool:
     return len(report.processes) > 1
 
 
-def _compile_time_line(report: SessionReport) -> list[str]:
+def compile_time_lines(report: SessionReport) -> list[str]:
     """Compile time as wall time, and against the run that built the bundle."""
     line = (f"compile time in tests: {report.compile_seconds:.1f} s of wall time (Dynamo, Inductor, C++ builds, "
             f"Triton, autotuning, loading compiled code{'; summed over workers' if _workers(report) else ''})")
@@ -45,7 +45,7 @@ def _dynamo_lines(totals: CacheStats, workers: bool) -> list[str]:
     return lines
 
 
-def _explained_lines(totals: CacheStats) -> list[str]:
+def explained_lines(totals: CacheStats) -> list[str]:
     """Explained misses per layer, by kind, and the first few explanations (all in the JSON report)."""
     layers = [s for s in totals if s.observable and s.explained]
     lines = ["misses explained:"] if layers else []
@@ -57,7 +57,7 @@ def _explained_lines(totals: CacheStats) -> list[str]:
     return lines
 
 
-def _cold_lines(report: SessionReport, totals: CacheStats) -> list[str]:
+def cold_lines(report: SessionReport, totals: CacheStats) -> list[str]:
     """Which misses happened in caches that start empty by design, so that a reader looks at the rest."""
     def of_all(misses: dict[str, int]) -> str:
         return ", ".join(f"{layer} {n} of {totals.layer(layer).misses}" for layer, n in misses.items())
@@ -208,7 +208,7 @@ def attention_lines(report: SessionReport) -> list[str]:
     elif saved.status is SaveStatus.LEFT_ALONE:
         lines.append(f"bundle {saved.status.value}: {saved.reason or saved.path}")
     if report.totals is not None:
-        lines.extend(_explained_lines(report.totals))
+        lines.extend(explained_lines(report.totals))
     lines.extend(f"not saved: {why}" for why in dict.fromkeys(w for p in report.processes for w in p.not_saved))
     lines.extend(_trouble_lines(report))
     if _expectations_need_saying(report.expectations):
@@ -248,10 +248,24 @@ def detailed_lines(report: SessionReport) -> list[str]:
                  "with --compile-cache-isolate)"]
     else:
         lines = [f"per-layer totals over all tests{' (summed over workers)' if _workers(report) else ''}:",
-                 report.totals.table(source=report.hits_came_from()), *_cold_lines(report, report.totals),
-                 *_dynamo_lines(report.totals, _workers(report)), *_explained_lines(report.totals)]
+                 report.totals.table(source=report.hits_came_from()), *cold_lines(report, report.totals),
+                 *_dynamo_lines(report.totals, _workers(report)), *explained_lines(report.totals)]
     if report.compile_seconds or report.warmup_seconds or report.compared_with_build() is not None:
-        lines.extend(_compile_time_line(report))
+        lines.extend(compile_time_lines(report))
+    lines.extend(bundle_lines(report))
+    lines.extend(_trouble_lines(report))
+    lines.extend(expectation_lines(report.expectations))
+    if report.written is not None:
+        made, folders = report.written.made, report.written.folders_made
+        made = (f" (made {folders} folders for it, from {made})" if folders > 1 else
+                f" (made the folder {made} for it)" if made else "")
+        lines.append(f"report written: {report.written.path}{made}")
+    return lines
+
+
+def bundle_lines(report: SessionReport) -> list[str]:
+    """What each process did with the bundle, and what the end of the session wrote (details indented)."""
+    lines = []
     if report.checked_downloaded:
         lines.append(f"bundle checked at session start (--compile-cache-strict): downloaded "
                      f"{report.checked_downloaded / 1e6:.2f} MB from {report.bundle_path}")
@@ -330,11 +344,4 @@ def detailed_lines(report: SessionReport) -> list[str]:
     if saved.not_counted and saved.status is SaveStatus.SAVED:
         lines.append(f"  not counted toward compile_cache_max_unused_runs: {saved.not_counted}")
     lines.extend(f"  not saved: {why}" for why in dict.fromkeys(w for p in report.processes for w in p.not_saved))
-    lines.extend(_trouble_lines(report))
-    lines.extend(expectation_lines(report.expectations))
-    if report.written is not None:
-        made, folders = report.written.made, report.written.folders_made
-        made = (f" (made {folders} folders for it, from {made})" if folders > 1 else
-                f" (made the folder {made} for it)" if made else "")
-        lines.append(f"report written: {report.written.path}{made}")
     return lines

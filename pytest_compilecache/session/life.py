@@ -23,7 +23,7 @@ from ..storage.stores import open_store
 from ..storage.urls import redacted
 from ..words import counted
 from . import remote
-from .channel import BundleAtStart
+from ..channel import BundleAtStart
 from .options import Isolation, Options, verbosity
 from .progress import Progress
 from .saving import exit_status, save, write_json

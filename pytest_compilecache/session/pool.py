@@ -25,15 +25,6 @@ def _place(source: Path, dest: Path) -> bool:
     return True
 
 
-def drop_from(folder: Path, names: Iterable[str]) -> int:
-    """Remove the binaries of a cache folder (or pool) that have these names; returns how many."""
-    wanted = set(names)
-    gone = [file for rel, file in layout.find_binaries(folder).items() if rel.rsplit("/", 1)[-1] in wanted]
-    for file in gone:
-        file.unlink(missing_ok=True)
-    return len(gone)
-
-
 class BinaryPool:
     """The binaries of one build identity built or loaded in a session, shared by its processes, written once each."""
 
@@ -50,19 +41,9 @@ class BinaryPool:
                                fsync=False)
             self._changed()
 
-    def version(self) -> str:
-        """A token that changes whenever any process adds to or drops from the pool ("" if unreadable)."""
-        try:
-            return (self.path / "version").read_text()
-        except OSError:
-            return ""
-
     def _changed(self) -> None:
+        """A new token in the file ``version``: any process that adds to or drops from the pool writes one."""
         files.write_atomic(self.path / "version", uuid.uuid4().hex.encode(), fsync=False)
-
-    def files(self) -> dict[str, Path]:
-        """``{relative path: file}`` of everything in the pool."""
-        return layout.find_binaries(self.path)
 
     def add_from(self, folder: Path, since: float = 0.0, leaving_out: Collection[str] = ()) -> int:
         """Take every binary of a cache folder the pool lacks (timings merged), not older than ``since`` nor in
@@ -138,20 +119,25 @@ class BinaryPool:
                 self.problems.append(f"{file}: could not be placed in {folder}: {exc.strerror or exc}")
         return placed
 
-    def drop(self, names: Iterable[str]) -> int:
-        """Remove the pooled files with these names (binaries that failed to load); returns how many."""
-        dropped = drop_from(self.path, names)
-        if dropped:
-            self._changed()
-        return dropped
+    def drop(self, names: Iterable[str], seeded: Path) -> None:
+        """Remove the files with these names (binaries that failed to load) from the pool and a folder it seeded."""
+        wanted = set(names)
+        for folder in (self.path, seeded):
+            for rel, file in layout.find_binaries(folder).items():
+                if rel.rsplit("/", 1)[-1] in wanted:
+                    file.unlink(missing_ok=True)
+        self._changed()
 
     def seed(self, folder: Path) -> int:
         """Link every pooled binary into a cache folder where missing (timings merged), once per pool change."""
         folder = Path(folder)
-        version = self.version()
+        try:
+            version = (self.path / "version").read_text()
+        except OSError:
+            version = ""
         if version and self._seeded.get(folder) == version:
             return 0
-        placed = self.put(folder, [rel for rel, _ in layout.in_order(self.files())])
+        placed = self.put(folder, [rel for rel, _ in layout.in_order(layout.find_binaries(self.path))])
         self._seeded[folder] = version
         return placed
 

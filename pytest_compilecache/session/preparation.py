@@ -22,10 +22,10 @@ from ..storage.interface import BundleStore
 from ..storage.local import LocalStore
 from .folders import Folders, WorkerDir
 from .options import Isolation, Options
-from .pool import BinaryPool, drop_from
-from .channel import BundleAtStart
+from .pool import BinaryPool
+from ..channel import BundleAtStart
 from .progress import Progress
-from .warmup import Preparer, WarmupFailed, WarmupRun
+from .warmup import Preparer, WarmupFailed
 
 
 def _failed_in(hook: Any, exc: Exception) -> WarmupFailed:
@@ -140,11 +140,9 @@ class BundlePreparation:
             _torchapi.bootstrap(str(self.folders.process))
             pool = self._pool = BinaryPool(self.folders.shared / "binaries", _torchapi.build_identity())
             hook = self.config.hook.pytest_compilecache_warmup.get_hookimpls()
-            source, own = self.store, LocalStore(self.folders.shared / "session.bundle", self.options.lock_timeout)
-            preparer = Preparer(source, source if self.writes_bundle and source is not None else own,
-                                self.options.update, self.folders.template, self.folders.shared / "warmup-done",
-                                self._run_warmup if hook else None, self.process, binaries=self._pool, run=self.run,
-                                rebuild=self.options.rebuild, fallback=own,
+            own = LocalStore(self.folders.shared / "session.bundle", self.options.lock_timeout)
+            preparer = Preparer(self.options, self.folders, self.store, self.writes_bundle, own,
+                                self._run_warmup if hook else None, self.process, pool, self.run,
                                 tell=None if self._at_start().problem else self.tell,  # the header said it
                                 selected=self._selected)
             self.process_report = preparer.report
@@ -177,8 +175,7 @@ class BundlePreparation:
                 if _torchapi.compiler_loaded():
                     rejected = set(_torchapi.rejected_binaries()) - self._dropped
                     if rejected:
-                        self._pool.drop(rejected)
-                        drop_from(self.folders.template, rejected)  # seeded from the pool: its links too
+                        self._pool.drop(rejected, self.folders.template)
                     self._dropped |= rejected
                 self._pool.add_from(folder, since, leaving_out)
             except OSError as exc:
@@ -204,7 +201,7 @@ class BundlePreparation:
             process.problems.extend(Problem(Concern.BINARY, why, str(self._pool.path)) for why in self._pool.problems)
         return process
 
-    def _run_warmup(self, previous: Path | None) -> WarmupRun:
+    def _run_warmup(self, previous: Path | None) -> bytes | None:
         hook = self.config.hook.pytest_compilecache_warmup
         kept = WorkerDir(self.options.home, "warmup") if self.options.isolation is Isolation.WORKER else None
         on_demand = previous if kept is None else None  # a folder kept between runs gets the previous entry whole
@@ -233,8 +230,11 @@ class BundlePreparation:
                 kept.release()  # kept between runs, as the workers' folders: the next warmup hits
             else:
                 shutil.rmtree(cache.path, ignore_errors=True)
-        return WarmupRun(recorded.data, cache.stats.to_dict(), time.perf_counter() - start,
-                         str(kept.path) if kept is not None else "", recorded.not_saved)
+        report = self.process_report
+        report.warmup_seconds, report.warmup_stats = time.perf_counter() - start, cache.stats.to_dict()
+        report.warmup_folder = str(kept.path) if kept is not None else ""
+        report.not_saved.extend(why for why in recorded.not_saved if why not in report.not_saved)
+        return recorded.data
 
     def own_artifacts(self, report: ProcessReport) -> tuple[bytes, KeyIndex] | None:
         """This process's recorded Mega-Cache bytes and what it knows of their keys, when it writes the bundle."""

@@ -14,7 +14,7 @@ from ..bundle.keyindex import KeyIndex
 from ..environment import SavedEnv
 from ..expect.hooks import Recorder
 from ..report.model import Concern, Problem, ProcessReport
-from .channel import FromWorker, ToWorker
+from ..channel import FromWorker, ToWorker
 from .folders import Folders
 from .life import Selection, SessionLife, header_lines, open_bundle_store, teller
 from .options import Options, verbosity
@@ -145,8 +145,7 @@ class Worker(_RunsTests):
 
     def _finish(self, session: pytest.Session, exitstatus: int | pytest.ExitCode, process: ProcessReport,
                 own: tuple[bytes, KeyIndex] | None) -> None:
-        data, index = (own[0], own[1].pack()) if own else (None, None)
-        FromWorker(process, data, index).put(self.config.workeroutput)  # type: ignore[attr-defined]
+        FromWorker(process, own).put(self.config.workeroutput)  # type: ignore[attr-defined]
 
 
 class Controller:
@@ -188,9 +187,8 @@ class Controller:
         told = FromWorker.get(getattr(node, "workeroutput", {}))
         if told is not None:
             self.processes.append(told.process)
-            if told.artifacts is not None and told.process.env:
-                index = KeyIndex.unpack(told.index) if told.index else None
-                self.artifacts.append((told.process.env, told.artifacts, index))
+            if told.own is not None and told.process.env:
+                self.artifacts.append((told.process.env, *told.own))
         if error is not None:
             worker = str(node.gateway.id)
             self._died.append(worker)

@@ -15,7 +15,7 @@ from ..bundle.keyindex import KeyIndex
 from ..report.model import Concern, Problem, ReportWritten, SaveResult, SaveStatus, SessionReport
 from ..storage.interface import BundleStore, Written, replaced_unreadable
 from ..bundle.merge import env_id
-from .channel import BundleAtStart
+from ..channel import BundleAtStart
 from .options import Options
 from .pool import pooled
 

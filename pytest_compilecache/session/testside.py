@@ -20,7 +20,7 @@ from ..report.properties import properties_of
 from ..stats import stats_from_counts
 from ..storage.interface import BundleStore
 from . import remote
-from .channel import BundleAtStart
+from ..channel import BundleAtStart
 from .folders import Folders, WorkerDir
 from .options import Isolation, Options
 from .preparation import BundlePreparation
@@ -55,7 +55,7 @@ class TestSide:
         if self.options.remote is not None:
             self._undo.callback(remote.switch_on(self.options.remote).restore)
             if _torchapi.inductor_config_loaded():
-                _torchapi.remote_caches_on()
+                self._undo.enter_context(_torchapi.remote_caches_on())
         if self.options.session_wide:
             self._undo.callback((saved or SavedEnv()).restore)
             kept = WorkerDir(self.options.home, self.process) if self.options.isolation is Isolation.WORKER else None

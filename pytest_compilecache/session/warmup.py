@@ -7,9 +7,8 @@ import json
 import os
 import shutil
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Collection
+from typing import Callable, Collection
 
 from .. import _torchapi, files, misses
 from ..bundle import signing
@@ -24,28 +23,17 @@ from ..bundle.members import WHOLE, MemberDamaged
 from ..report.model import Concern, Problem, ProcessReport, Status
 from ..storage.interface import BundleStore, replaced_unreadable
 from .entries import EntryOnDemand
+from .folders import Folders
+from .options import Options
 from .pool import BinaryPool, pooled
 from .protocol import Next, Outcome, Published, WarmupMarker, decide
 
 
-@dataclass(frozen=True)
-class WarmupRun:
-    """What one run of the warmup hook did."""
-
-    #: The Mega-Cache bytes it recorded (``None``: nothing).
-    data: bytes | None
-    stats: dict[str, Any]
-    seconds: float
-    #: The folder it compiled in, where that is kept between runs (worker mode); else "".
-    kept_folder: str = ""
-    #: What it compiled but left out of ``data``, and why (one sentence each).
-    not_saved: tuple[str, ...] = ()
-
-
 #: Beside the marker: the warmup's artifacts a failed store did not take.
 _UNPUBLISHED = "warmup-unpublished.bundle"
-#: Runs the warmup in a folder (starting from the previous template, if given); raises :class:`WarmupFailed`.
-RunWarmup = Callable[[Path | None], WarmupRun]
+#: Runs the warmup in a folder (starting from the previous template, if given), noting in the process's report what
+#: it ran; the Mega-Cache bytes it recorded (``None``: nothing); raises :class:`WarmupFailed`.
+RunWarmup = Callable[[Path | None], bytes | None]
 
 
 class WarmupFailed(Exception):
@@ -71,31 +59,25 @@ def died_in_warmup(marker: Path, process: str) -> str:
 class Preparer:
     """Loads the bundle (or runs the warmup and publishes it) into ``template``, once per process."""
 
-    def __init__(self, source: BundleStore | None, publish: BundleStore, update: bool, template: Path, marker: Path,
-                 run_warmup: RunWarmup | None, process: str, binaries: BinaryPool | None = None,
-                 run: float | None = None, rebuild: bool = False, fallback: BundleStore | None = None,
+    def __init__(self, options: Options, folders: Folders, source: BundleStore | None, to_source: bool,
+                 fallback: BundleStore, run_warmup: RunWarmup | None, process: str, binaries: BinaryPool, run: float,
                  tell: Callable[[str], None] | None = None, selected: Collection[str] = ()) -> None:
         #: The tests this process may run: where they are a tenth or more of those the bundle's runs recorded (a
         #: CI shard, say), an entry at a URL is downloaded before the first test, else each part when torch asks.
         self.selected = selected
-        #: Where the bundle is read from; where the warmup publishes; where instead when that cannot be read.
-        self.source, self.publish, self.fallback = source, publish, fallback
-        self.update, self.rebuild, self.run = update, rebuild, run
-        self.template, self.marker, self.binaries, self.run_warmup = template, marker, binaries, run_warmup
+        #: Where the bundle is read from; where the warmup publishes (``source`` where this session writes it, else
+        #: ``fallback``, the session's own, also used when ``source`` cannot be read).
+        self.source, self.fallback = source, fallback
+        self.publish = source if to_source and source is not None else fallback
+        self.update, self.rebuild, self.run = options.update, options.rebuild, run
+        self.template, self.marker = folders.template, folders.shared / "warmup-done"
+        self.binaries, self.run_warmup = binaries, run_warmup
         #: Told, as soon as it is found and before the warmup runs, that the bundle cannot be used (the summary says why).
         self.tell = tell
         self.report = ProcessReport(process=process)
 
     def prepare(self, env: dict[str, str]) -> bool:
         """Fill the template folder; True when it holds a usable bundle entry."""
-        before = self.source.transfer if self.source is not None else None
-        try:
-            return self._prepare(env)
-        finally:
-            if self.source is not None and before is not None and before.counted:
-                self.report.downloaded_bytes = self.source.transfer.since(before).downloaded
-
-    def _prepare(self, env: dict[str, str]) -> bool:
         self.report.env = env
         loaded = False
         try:
@@ -145,7 +127,7 @@ class Preparer:
     def _unreadable(self, why: str, kind: Unreadable) -> None:
         """The bundle could not be read: nothing writes over it, the warmup publishes to the session's own instead."""
         self.report.bundle_unreadable, self.report.bundle_unreadable_kind = why, kind
-        if self.publish is self.source and self.fallback is not None:
+        if self.publish is self.source:
             self.publish = self.fallback
 
     def _status(self, status: Status, reason: str) -> None:
@@ -200,8 +182,7 @@ class Preparer:
             held.setdefault(member.kind, []).append(member.key)
         self.report.on_demand = {kind: len(keys) for kind, keys in held.items() if kind in later}
         self._use_index(bundle, entry, held)
-        if self.binaries is not None:
-            self._load_binaries(bundle, entry, self.binaries, source)
+        self._load_binaries(bundle, entry, self.binaries, source)
         self.report.load_seconds = time.perf_counter() - start
         return True
 
@@ -211,7 +192,7 @@ class Preparer:
             self._say(Concern.BUNDLE, unreadable, bundle.name)
         keys = {k for kind in ("inductor", "aot_autograd") for k in loaded.get(kind, [])}
         _torchapi.note_bundle_keys(loaded.get("aot_autograd", []), loaded.get("autotune", []))
-        name = "this session's warmup" if self._own(bundle) else f"the bundle {bundle.name}"
+        name = "this session's warmup" if self.report.own_warmup else f"the bundle {bundle.name}"
 
         def unpacked() -> tuple[KeyIndex | None, int, str]:
             index, problem = bundle.key_index(entry)  # read and checked above: the file is not read again
@@ -231,7 +212,7 @@ class Preparer:
 
     def _own(self, bundle: Bundle) -> bool:
         """Whether ``bundle`` holds only what this session's warmup compiled, not PATH's entry."""
-        return bundle.path.name == _UNPUBLISHED or (self.fallback is not None and bundle.name == self.fallback.name
+        return bundle.path.name == _UNPUBLISHED or (bundle.name == self.fallback.name
                                                     and (self.source is None or self.source.name != bundle.name))
 
     def _load_binaries(self, bundle: Bundle, entry: Entry, pool: BinaryPool, source: EntryOnDemand) -> None:
@@ -278,7 +259,7 @@ class Preparer:
             # Only --compile-cache-rebuild, which did not read PATH, finds it here: a file that is not a bundle is
             # never written over, and a path with no file (or in a folder this user cannot write) cannot be: the
             # warmup publishes to the session's own.
-            if self.publish is not self.source or self.fallback is None or self.report.warmup_seconds is not None \
+            if self.publish is not self.source or self.report.warmup_seconds is not None \
                     or (have_previous and isinstance(exc, Unwritable)):
                 raise
             if isinstance(exc, NotABundle):
@@ -336,29 +317,29 @@ class Preparer:
         """Run the warmup hook and publish what it compiled; the caller holds the lock."""
         assert self.run_warmup is not None
         try:
-            ran = self.run_warmup(self.template if have_previous else None)
+            data = self.run_warmup(self.template if have_previous else None)
         except WarmupFailed as exc:
             self._write_marker(Outcome.FAILED, str(exc))
             self._warmup_failed(str(exc))
             return False
-        report, data, to_path = self.report, ran.data, self.publish is self.source
-        report.warmup_seconds, report.warmup_stats, report.warmup_folder = ran.seconds, ran.stats, ran.kept_folder
-        report.not_saved.extend(why for why in ran.not_saved if why not in report.not_saved)
+        report, to_path = self.report, self.publish is self.source
         if data is None:
             self._write_marker(Outcome.NOTHING)
             return False
         # The session's own bundle needs no binaries: its readers share the pool on disk already.
-        carried = pooled(self.binaries.path.parent) if to_path and self.binaries is not None else None
+        carried = pooled(self.binaries.path.parent) if to_path else None
         addition = make_entry(env, data, _torchapi.describe_artifacts(data), binaries=carried,
                               index=misses.index_for(data))
+        seconds = round(report.warmup_seconds or 0.0, 3)
         try:
-            saved = self.publish.add([addition], {"warmup_seconds": round(ran.seconds, 3)}, run=self.run,
+            saved = self.publish.add([addition], {"warmup_seconds": seconds}, run=self.run,
                                      rebuild=self.rebuild and to_path, counted=False)  # the session's end decides
         except BundleError as exc:
             if not self.publish.may_be_unreachable:
                 raise
             # The store failed (a network, a server): this session still uses what the warmup compiled.
-            published = self._kept_apart(_UNPUBLISHED, [addition])
+            write_bundle(Bundle(self.marker.with_name(_UNPUBLISHED), [addition]))
+            published = read_manifest(self.marker.with_name(_UNPUBLISHED))
             self._say(Concern.SAVING, f"{exc}; this session uses the warmup's artifacts without publishing them",
                       self.publish.name)
             self._write_marker(Outcome.KEPT_APART, str(published.path))
@@ -373,12 +354,6 @@ class Preparer:
         with published:
             entry = published.find(env)
             return entry is not None and self._load(published, entry)
-
-    def _kept_apart(self, name: str, entries: list[Entry]) -> Bundle:
-        """A bundle of ``entries`` beside the session's marker, for the processes of this session."""
-        kept_at = self.marker.with_name(name)
-        write_bundle(Bundle(kept_at, entries))
-        return read_manifest(kept_at)
 
     def _warmup_failed(self, message: str, elsewhere: str = "") -> None:
         where = f" (in {elsewhere})" if elsewhere and elsewhere != self.report.process else ""

@@ -24,8 +24,7 @@ class Transfer:
 
     def to_json(self) -> dict[str, int]:
         """The report's form: empty where nothing is counted."""
-        moved = {"downloaded": self.downloaded, "uploaded": self.uploaded, "conflicts": 0}  # format 1 keeps its members
-        return moved if self.counted else {}
+        return {"downloaded": self.downloaded, "uploaded": self.uploaded} if self.counted else {}
 
 
 class TransferProgress(Protocol):

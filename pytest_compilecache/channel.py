@@ -1,4 +1,5 @@
-"""What the xdist controller and a worker tell each other: one dataclass each way, in one place."""
+"""What the xdist controller and a worker tell each other, all in one place: the session's bundle one dataclass each
+way; the expectations' measurements (on each test's report) and unused records."""
 
 from __future__ import annotations
 
@@ -6,9 +7,26 @@ import dataclasses
 import time
 from typing import Any
 
-from ..report.model import ProcessReport
+from .bundle.keyindex import KeyIndex
+from .report.model import ProcessReport
 
 _KEY = "compilecache"
+#: The attribute of a test's call report that carries its expectation measurement (from a worker too), and the key
+#: of a worker's ``workeroutput`` that carries its unused expectation records.
+EXPECT_ATTR = _EXPECT_KEY = "compilecache_expect"
+
+
+def send_unused(config: Any, unused: list[str]) -> None:
+    """A worker's unused expectation records, into its ``workeroutput`` (nothing where this is no worker)."""
+    output = getattr(config, "workeroutput", None)
+    if output is not None:
+        output[_EXPECT_KEY] = {"unused": unused}
+
+
+def unused_from(node: Any) -> list[str]:
+    """The unused expectation records a finished worker sent (none where it sent nothing)."""
+    said = getattr(node, "workeroutput", {}).get(_EXPECT_KEY)
+    return [str(nodeid) for nodeid in said.get("unused", ())] if isinstance(said, dict) else []
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,15 +66,18 @@ class FromWorker:
     it recorded with their key index (where it writes the bundle), as pytest-cov sends its data home."""
 
     process: ProcessReport
-    artifacts: bytes | None = None
-    index: bytes | None = None
+    own: tuple[bytes, KeyIndex] | None = None
 
     def put(self, workeroutput: dict[str, Any]) -> None:
         """Into this worker's ``workeroutput``."""
-        workeroutput[_KEY] = {"process": self.process.to_json(), "artifacts": self.artifacts, "index": self.index}
+        artifacts, index = (self.own[0], self.own[1].pack()) if self.own else (None, None)
+        workeroutput[_KEY] = {"process": self.process.to_json(), "artifacts": artifacts, "index": index}
 
     @classmethod
     def get(cls, workeroutput: dict[str, Any]) -> "FromWorker | None":
         """From a finished worker's ``workeroutput`` (``None`` where it said nothing: it crashed)."""
         said = workeroutput.get(_KEY)
-        return cls(ProcessReport.from_json(said["process"]), said["artifacts"], said["index"]) if said else None
+        if not said:
+            return None
+        own = (said["artifacts"], KeyIndex.unpack(said["index"])) if said["artifacts"] is not None else None
+        return cls(ProcessReport.from_json(said["process"]), own)
