@@ -7,7 +7,7 @@ import dataclasses
 import time
 from typing import Any
 
-from .bundle.keyindex import KeyIndex
+from .bundle.keyindex import KeyIndex, KeyIndexError
 from .report.model import ProcessReport
 
 _KEY = "compilecache"
@@ -79,5 +79,10 @@ class FromWorker:
         said = workeroutput.get(_KEY)
         if not said:
             return None
-        own = (said["artifacts"], KeyIndex.unpack(said["index"])) if said["artifacts"] is not None else None
-        return cls(ProcessReport.from_json(said["process"]), own)
+        if said["artifacts"] is None:
+            return cls(ProcessReport.from_json(said["process"]), None)
+        try:
+            index = KeyIndex.unpack(said["index"])
+        except KeyIndexError:  # the artifacts are still the worker's; only their key details are lost
+            index = KeyIndex()
+        return cls(ProcessReport.from_json(said["process"]), (said["artifacts"], index))

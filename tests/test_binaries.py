@@ -373,7 +373,8 @@ def test_pooling_a_test_folder_since_its_start_finds_what_the_test_wrote(tmp_pat
     old = time.time() - 60
     for sub in ("ab", "cd"):
         os.utime(test / sub, (old, old))
-    start = time.time()
+    (tmp_path / "clock").touch()  # the file system's clock, coarser than time.time(): a file written just after
+    start = (tmp_path / "clock").stat().st_mtime  # time.time() may carry an earlier mtime
     (test / "ab" / "cnew.so").write_bytes(b"built in the test")
     assert set(find_binaries(test, since=start)) == {"ab/cab.so", "ab/cnew.so"}, "the untouched folder is skipped"
     assert pool.add_from(test, since=start) == 1

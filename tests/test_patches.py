@@ -366,6 +366,24 @@ def test_a_wrapper_that_fails_before_calling_torch_calls_it_and_torchs_errors_pa
     patches._faults.pop("fake.f")
 
 
+def test_a_call_the_wrapper_makes_after_torch_answered_is_the_wrappers_own() -> None:
+    """As the AOTAutograd key's wrapper asking torch again for the key's details: where that second call raises,
+    torch's first answer is returned and the fault is the wrapper's."""
+    from pytest_compilecache._torchapi import patches
+
+    def again(original: Any) -> Any:
+        def replacement(x: int) -> Any:
+            result = original(x)
+            original(-1)
+            return result
+
+        return replacement
+
+    guarded, calls = _guard(again)
+    assert guarded(4) == 40 and calls == ["torch 4", "torch -1"]
+    assert patches._faults.pop("fake.f") == "ValueError: torch's own error"
+
+
 def test_the_register_says_a_torch_newer_than_it_was_checked_on() -> None:
     from pytest_compilecache._torchapi import patches
 

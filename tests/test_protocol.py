@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import pytest
 
@@ -53,3 +54,20 @@ def test_after_a_warmup_ended_nobody_warms_up_again(outcome: Outcome) -> None:
 def test_a_failed_or_kept_apart_warmup_decides_alone(outcome: Outcome, expected: Next) -> None:
     steps = {decide(outcome, *case) for case in itertools.product(Published, (False, True), (False, True), (False, True))}
     assert steps == {expected}
+
+
+def test_a_workers_key_index_that_cannot_be_read_leaves_its_artifacts_home() -> None:
+    """What a worker sends home rides in ``workeroutput``; a key index damaged on the way costs only the artifacts'
+    key details, never the controller (an INTERNALERROR would fail a passing suite)."""
+    from pytest_compilecache.bundle.keyindex import KeyIndex
+    from pytest_compilecache.channel import FromWorker
+    from pytest_compilecache.report.model import ProcessReport
+
+    output: dict[str, Any] = {}
+    FromWorker(ProcessReport(process="gw0"), (b"artifacts", KeyIndex())).put(output)
+    sent = next(iter(output.values()))
+    assert FromWorker.get(output) is not None
+    sent["index"] = b"\x00not a key index"
+    got = FromWorker.get(output)
+    assert got is not None and got.own is not None
+    assert got.own[0] == b"artifacts" and not got.own[1].keys

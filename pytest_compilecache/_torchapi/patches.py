@@ -193,11 +193,11 @@ class _Observed:
         try:
             result = self.__wrapped__(*args, **kwargs)
         except BaseException as exc:
-            if call is not None:
+            if call is not None and not call.returned:  # a call the wrapper makes after torch's answered is its own
                 call.raised = exc
             raise
-        if call is not None and not call.returned:
-            call.returned, call.result = True, result
+        if call is not None:
+            call.returned, call.result, call.raised = True, result, None
         return result
 
 

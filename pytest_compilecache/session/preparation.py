@@ -197,8 +197,6 @@ class BundlePreparation:
             source = self.options.bundle_name or "the session's warmup bundle"
             process.problems.extend(Problem(Concern.BINARY, f"{source}: {why}", self.options.bundle_name or "")
                                     for why in _torchapi.rejected_binaries().values())
-        if self._pool is not None:
-            process.problems.extend(Problem(Concern.BINARY, why, str(self._pool.path)) for why in self._pool.problems)
         return process
 
     def _run_warmup(self, previous: Path | None) -> bytes | None:

@@ -72,15 +72,16 @@ class Client:
             raise StoreTimeout(self.gave_up)
         fs = self.filesystem()[0]
         seconds = self.timeout + size / MIN_RATE
-        if getattr(fs, "async_impl", False):
-            kwargs["timeout"] = seconds  # fsspec's sync(): cancels the request on its loop once it passes
         started = time.monotonic()
         for attempt in range(self.kind.attempts):
+            left = seconds - (time.monotonic() - started)
+            if getattr(fs, "async_impl", False):
+                kwargs["timeout"] = left  # fsspec's sync(): cancels the request on its loop once it passes
             try:
                 return getattr(fs, method)(*args, **kwargs)
             except Exception as exc:
-                overdue = time.monotonic() - started >= seconds  # the request's deadline, not one read's timeout
-                if not overdue and attempt + 1 < self.kind.attempts and transient(exc):
+                left = seconds - (time.monotonic() - started)  # the request's deadline, not one read's timeout
+                if left >= 1.0 and attempt + 1 < self.kind.attempts and transient(exc):
                     continue
                 if isinstance(exc, TimeoutError) or "Timeout" in type(exc).__name__:
                     self.gave_up = (f"{self.name}: no answer within {seconds:.0f} s while {doing}; this session goes "

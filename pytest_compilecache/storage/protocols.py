@@ -8,6 +8,8 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, ClassVar
 
+from ..bundle.format import BundleError
+
 #: A request to the store's file system: ``ask(method, *args, **kwargs)`` within its deadline.
 Ask = Callable[..., Any]
 
@@ -39,6 +41,8 @@ class Protocol:
             self.ask_about_bucket(ask, bucket)
         except FileNotFoundError:
             return True
+        except BundleError:  # no answer in time: said as such, not as a missing bundle
+            raise
         except Exception:
             return False
         return False
