@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from .bundle.keyindex import KeyIndex, KeyIndexError
+from .caught import caught
 from .report.model import ProcessReport
 
 _KEY = "compilecache"
@@ -83,6 +84,7 @@ class FromWorker:
             return cls(ProcessReport.from_json(said["process"]), None)
         try:
             index = KeyIndex.unpack(said["index"])
-        except KeyIndexError:  # the artifacts are still the worker's; only their key details are lost
+        except KeyIndexError as exc:  # the artifacts are still the worker's; only their key details are lost
+            caught("reading a worker's key index", exc)
             index = KeyIndex()
         return cls(ProcessReport.from_json(said["process"]), (said["artifacts"], index))

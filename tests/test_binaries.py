@@ -457,8 +457,11 @@ def test_variant(warm_cache):
     assert not [path for path, source in sources.items() if b"cos" in source], "the not_saved() kernel was carried"
 
 
-def test_a_pooled_file_that_cannot_be_placed_is_kept_as_a_problem_not_swallowed(tmp_path: Path) -> None:
-    """A file the pool cannot place is left to torch to build, and the pool keeps why, for the process to say."""
+def test_a_pooled_file_that_cannot_be_placed_is_counted_not_swallowed(tmp_path: Path) -> None:
+    """A file the pool cannot place is left to torch to build, and counted as caught, for ``-v`` and the report."""
+    from pytest_compilecache import caught
+
+    before = caught.counts().get("placing a pooled C++ binary (FileNotFoundError)", 0)
     pool = BinaryPool(tmp_path / "pool", {"compiler": "g++"})
     assert pool.put(tmp_path / "cache", ["ab/cgone.so"]) == 0
-    assert len(pool.problems) == 1 and "ab/cgone.so: could not be placed in" in pool.problems[0], pool.problems
+    assert caught.counts()["placing a pooled C++ binary (FileNotFoundError)"] == before + 1

@@ -7,7 +7,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pytest_compilecache"
 #: What the torch boundary may import of the plugin: small data types, nothing that decides.
-BELOW_TORCHAPI = {"environment", "files", "stats", "words"}
+BELOW_TORCHAPI = {"caught", "environment", "files", "stats", "words"}
 
 
 def _imports() -> dict[str, set[str]]:

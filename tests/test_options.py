@@ -150,3 +150,18 @@ def test_an_empty_bundle_path_is_said_once_and_refused_under_strict(suite: pytes
     assert strict.ret == pytest.ExitCode.USAGE_ERROR, strict.stdout.str()
     strict.stderr.fnmatch_lines(["*--compile-cache-bundle was given an empty value (an unset variable?)*"
                                  "--compile-cache-strict*"])
+
+
+@pytest.mark.parametrize("spec", ["ssh=nobody@127.0.0.1//python=python3", "socket=127.0.0.1:8888"])
+def test_workers_on_another_host_with_a_bundle_are_refused_in_one_line(suite: pytest.Pytester, spec: str) -> None:
+    """Workers elsewhere cannot see this machine's folders, which a bundle's warmup and pool share: refused before
+    any worker starts, in one line naming the spec; without a bundle nothing is refused (the plain test runs)."""
+    result = suite.runpytest_subprocess("--tx", spec, "--dist", "load", "--compile-cache-bundle=b.bundle", "suite/")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    refused = [line for line in result.stderr.lines if "needs every worker on this machine" in line]
+    assert refused == [f"ERROR: --tx {spec}: --compile-cache-bundle needs every worker on this machine (they share "
+                       "its folders: the warmup's lock, the pool of binaries); run them here (-n N), or without a "
+                       "bundle"], result.stderr.str()
+    assert not (suite.path / "b.bundle").exists()
+    local = suite.runpytest_subprocess("--tx", "popen", "--dist", "load", "--compile-cache-bundle=b.bundle", "suite/")
+    local.assert_outcomes(passed=1)

@@ -680,3 +680,32 @@ def test_a_bundle_with_nothing_to_save_says_it_was_not_written() -> None:
     report.saved = SaveResult(SaveStatus.NOTHING, "no test compiled anything to save")
     lines = summary_lines(report)
     assert "bundle not written, nothing to save: no test compiled anything to save" in lines, lines
+
+
+CAUGHT_TEST = """
+from pytest_compilecache.session.protocol import WarmupMarker
+
+def test_reads_a_damaged_marker(tmp_path, cold_cache):
+    (tmp_path / "warmup-done").write_text("{not json")
+    assert WarmupMarker.read(tmp_path / "warmup-done") is None
+"""
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "n2"])
+def test_an_error_the_plugin_went_on_past_is_counted_under_v_and_in_the_report_never_a_problem(
+    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], workers: list[str]
+) -> None:
+    """A real error the plugin caught (a damaged warmup marker: the warmup would run again), in each of two tests,
+    from the workers too: one line under -v, summed in the JSON report, nothing by default, no problem in strict
+    mode."""
+    pytester.makepyfile(test_a=CAUGHT_TEST, test_b=CAUGHT_TEST)
+    where = "reading the session's warmup marker (JSONDecodeError)"
+    verbose = run_inner(*workers, "--compile-cache-report=r.json", "--compile-cache-strict")
+    verbose.assert_outcomes(passed=2)
+    assert verbose.ret == 0
+    lines = [line for line in _summary(verbose).splitlines() if line.startswith("caught and went on past:")]
+    assert lines == [f"caught and went on past: 2 x {where}"], _summary(verbose)
+    assert json.loads((pytester.path / "r.json").read_text())["caught"] == {where: 2}
+    quiet = run_inner(*workers, "-o", "verbosity_compilecache=auto")
+    quiet.assert_outcomes(passed=2)
+    assert "caught and went on past" not in quiet.stdout.str()

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from .. import files
+from ..caught import caught
 from ..environment import SavedEnv
 from . import clock, defaultdir, patches, tritoncache
 
@@ -246,7 +247,8 @@ def _link_probe(code: str, keeping: bool) -> set[str]:
             try:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 files.place_file(str(path), str(target))
-            except OSError:
+            except OSError as exc:  # left to torch to build
+                caught("placing a carried C++ binary", exc)
                 continue
             if path is not source:
                 placed.add(target.name)

@@ -12,6 +12,7 @@ import threading
 from collections import Counter
 from typing import Any, Callable
 
+from ..caught import caught
 from ..stats import GRAPH_BREAK_PLACE, GRAPH_BREAK_REASON, RECOMPILE_REASON
 
 _recompiles: Counter[str] = Counter()
@@ -97,7 +98,8 @@ def _compiles_a_partial_graph() -> bool:
     check = getattr(frame.f_locals.get("self"), "should_compile_partial_graph", None)
     try:
         return bool(check()) if check is not None else True
-    except Exception:
+    except Exception as exc:
+        caught("asking Dynamo whether a graph break compiles a partial graph", exc)
         return True
 
 
@@ -105,7 +107,8 @@ def _note(stack: Any, text: str) -> None:
     """Count a graph break at its place in the user's code, where that can be told."""
     try:
         place = _place(stack, text)
-    except Exception:
+    except Exception as exc:  # the graph break is counted, without its place
+        caught("finding a graph break's place in the user's code", exc)
         return
     if place:
         with _lock:
@@ -147,7 +150,8 @@ def _wrapped_name(frame: Any) -> str:
     """``Sequential.forward`` for the wrapper frame around a module (its ``fn``), else ``""``."""
     try:
         fn = (getattr(frame, "f_locals", None) or {}).get("fn")
-    except Exception:
+    except Exception as exc:
+        caught("naming the module a graph break is in", exc)
         return ""
     forward = getattr(type(fn), "forward", None) if fn is not None and hasattr(fn, "_modules") else None
     target = forward if forward is not None else getattr(fn, "__func__", fn)

@@ -15,6 +15,7 @@ import threading
 from collections import Counter
 from typing import Any, Callable, Iterable, Iterator
 
+from ..caught import caught
 from . import loglevels
 
 _LINE = re.compile(r"^\[([A-Za-z0-9]+)\] ([^\s:\[]+(?:\[[^\]]*\])?): (.*)$", re.DOTALL)
@@ -91,7 +92,8 @@ def _missing_in(cache_class: Any) -> Callable[[str], bool]:
             if finder is not None:
                 return not os.path.exists(str(finder(key)))
             return base is None or not os.path.exists(os.path.join(str(base()), key))
-        except Exception:
+        except Exception as exc:  # taken as a miss: its key details are kept
+            caught("asking torch whether an AOTAutograd key is cached", exc)
             return True
 
     return missing
@@ -115,7 +117,8 @@ def _functorch_config() -> dict[str, tuple[str, str]]:
         from torch._functorch import config
 
         values = config.save_config_portable()
-    except Exception:
+    except Exception as exc:  # the AOTAutograd key's explanation lacks functorch's config values
+        caught("reading functorch's config for a key's details", exc)
         return {}
     texts = {f"functorch_config[{name}]": repr(value) for name, value in values.items()}
     return {name: (hashlib.sha256(text.encode()).hexdigest()[:20], text) for name, text in texts.items()}

@@ -11,6 +11,8 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..caught import caught
+
 #: What a carried file may be called, relative to a cache folder: ``<subdir>/<name>`` (a C++
 #: binary or source) or ``triton/<key>/<name>`` (a file of Triton's own kernel cache).
 _PATH = re.compile(r"^([A-Za-z0-9_]{1,8}|triton/[A-Za-z0-9_-]{8,128})/[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}$")
@@ -51,7 +53,8 @@ def find_binaries(folder: Path, since: float = 0.0) -> dict[str, Path]:
     for sub in subdirs:
         try:
             names = {e.name: e for e in os.scandir(sub.path) if e.is_file(follow_symlinks=False)}
-        except OSError:
+        except OSError as exc:  # removed while scanned: its binaries are not carried
+            caught("scanning a C++ kernel folder", exc)
             continue
         stems = {n.rsplit(".", 1)[0] for n in names if n.endswith(BINARY)}
         local = {stem for stem in stems if _names_folder(Path(sub.path) / (stem + SOURCE), here)}
@@ -67,7 +70,8 @@ def _names_folder(source: Path, folders: set[bytes]) -> bool:
     """Whether a C++ source names the cache folder it lies in (torch 2.7's kernels: their key differs per folder)."""
     try:
         text = source.read_bytes()
-    except OSError:
+    except OSError as exc:
+        caught("reading a C++ kernel's source", exc)
         return False
     return any(folder in text for folder in folders)
 
@@ -91,7 +95,8 @@ def _triton_files(root: Path, since: float = 0.0) -> dict[str, Path]:
     for kernel in kernels:
         try:
             files = [e for e in os.scandir(kernel.path) if e.is_file(follow_symlinks=False)]
-        except OSError:
+        except OSError as exc:
+            caught("scanning a Triton kernel folder", exc)
             continue
         groups = [e for e in files if is_group_file(e.name)]
         if not groups:

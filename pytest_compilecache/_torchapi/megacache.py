@@ -11,6 +11,7 @@ import re
 import time
 from typing import Any, Iterable, Iterator
 
+from ..caught import caught
 from ..environment import SavedEnv, point_cache_dirs_at
 from .core import torch_module
 from .isolation import bootstrap
@@ -232,7 +233,8 @@ def found_by_coordinate_descent(content: bytes) -> bool:
     """Whether an autotune result was found by coordinate descent (kept over a heuristic one for its kernel)."""
     try:
         return json.loads(content).get("found_by_coordesc") is True
-    except (ValueError, AttributeError, TypeError):
+    except (ValueError, AttributeError, TypeError) as exc:  # kept as a heuristic result
+        caught("reading an autotune result", exc)
         return False
 
 

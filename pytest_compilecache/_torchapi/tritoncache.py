@@ -11,6 +11,7 @@ import threading
 from collections import Counter
 from typing import Any, Callable
 
+from ..caught import caught
 from . import ondemand, patches
 
 _counts: Counter[str] = Counter()
@@ -54,7 +55,8 @@ def _count_present(bundle: Any, cache_dir: Any) -> None:
             folder = os.path.join(cache_dir(artifacts.device), artifacts.kernel_hash)
             ondemand.place(folder)  # a carried kernel's folder, where its placing waits for this ask
             present = os.path.isdir(folder) and bool(os.listdir(folder))
-        except (OSError, AttributeError, TypeError):
+        except (OSError, AttributeError, TypeError) as exc:  # this kernel's files are not counted
+            caught("counting a Triton kernel's files torch found", exc)
             continue
         if present:
             files = len(getattr(artifacts, "artifacts", ()))

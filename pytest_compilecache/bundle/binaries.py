@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable, Collection, Iterable, Iterator, Mapping
 
 from .. import files
+from ..caught import caught
 from .._torchapi import layout
 
 #: How much of a section is copied at a time.
@@ -151,8 +152,8 @@ class CarriedBinaries:
         if old is not None and layout.is_timings(path):
             try:
                 data = layout.merge_timings(old.content(), data)
-            except BinaryDamaged:  # the damaged copy is replaced
-                pass
+            except BinaryDamaged as exc:  # the damaged copy is replaced
+                caught("merging autotune timings", exc)
         elif old is not None:
             return
         self.files[(build, path)] = CarriedFile.made(build, path, data)
@@ -208,7 +209,8 @@ class CarriedBinaries:
                 if have is not None and layout.is_timings(key[1]):
                     try:
                         merged.add(key[0], key[1], file.content())
-                    except BinaryDamaged:
+                    except BinaryDamaged as exc:
+                        caught("merging autotune timings", exc)
                         continue
                 elif have is None or (have.here and not file.here and have.sha256 == file.sha256):
                     merged.files[key] = file

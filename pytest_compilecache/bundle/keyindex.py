@@ -13,6 +13,8 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
+from ..caught import caught
+
 FORMAT = 2
 #: Components whose names start so are config values, stored once per distinct set.
 CONFIG_PREFIXES = ("inductor_config[", "inductor_config_comms[", "functorch_config[")
@@ -138,7 +140,8 @@ class Records(Mapping[str, dict[str, Any]]):
             else:
                 try:
                     blob = _deflated({k: g.components(k) for k, g in pairs})
-                except KeyIndexError:
+                except KeyIndexError as exc:  # this group's key details are left out
+                    caught("packing a group of key details", exc)
                     continue
             listing.append([first.layer, first.code, len(blob), [[k, g.configs[k]] for k, g in pairs]])
             blobs.append(blob)

@@ -116,6 +116,8 @@ class ProcessReport:
     left_out: str = ""
     #: What this process compiled but did not save, and why (one sentence each): no problem, a limit of torch's.
     not_saved: list[str] = field(default_factory=list)
+    #: Errors this process caught and went on past (``caught.counts()``): said under ``-v`` only.
+    caught: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """A plain dict (for ``workeroutput`` and the JSON report)."""
@@ -347,6 +349,8 @@ class SessionReport:
     session_seconds: float = 0.0
     #: Every test that ran (reported its teardown), counted or not, by node id.
     ran: set[str] = field(default_factory=set)
+    #: Errors the reporting process caught and went on past (a worker's ride in its process report).
+    caught: dict[str, int] = field(default_factory=dict)
 
     def add_test(self, nodeid: str, stats: dict[str, Any]) -> None:
         """Record one test's counts (from this process or from a worker's report)."""
@@ -378,6 +382,13 @@ class SessionReport:
         ran = [(test, key) for test, stats in self.tests.items() for key in stats.get("ran_without_damaged", {})]
         return [dataclasses.replace(p, text=f"{p.text}; tests that ran without it: {', '.join(tests)}")
                 if (tests := sorted({test for test, key in ran if key in p.text})) else p for p in first.values()]
+
+    def caught_everywhere(self) -> dict[str, int]:
+        """Errors caught and gone past in every process, summed by place and error type."""
+        total = Counter(self.caught)
+        for process in self.processes:
+            total.update(process.caught)
+        return dict(sorted(total.items()))
 
     def binary_problems(self) -> list[Problem]:
         """Carried binaries that were not used (checksum, fit, load), once each; problems in strict mode."""
@@ -486,6 +497,7 @@ class SessionReport:
                   "problem_details": [p.to_json() for p in self.every_problem()],
                   **({"checked_downloaded_bytes": self.checked_downloaded} if self.checked_downloaded else {})}
         return {"format": REPORT_FORMAT, "totals": totals, "tests": tests, "bundle": bundle,
+                "caught": self.caught_everywhere(),
                 **({"expectations": self.expectations.to_json()} if self.expectations is not None else {})}
 
 

@@ -254,6 +254,8 @@ def detailed_lines(report: SessionReport) -> list[str]:
         lines.extend(compile_time_lines(report))
     lines.extend(bundle_lines(report))
     lines.extend(_trouble_lines(report))
+    if caught := report.caught_everywhere():
+        lines.append("caught and went on past: " + "; ".join(f"{n} x {where}" for where, n in caught.items()))
     lines.extend(expectation_lines(report.expectations))
     if report.written is not None:
         made, folders = report.written.made, report.written.folders_made

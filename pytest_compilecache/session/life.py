@@ -10,7 +10,7 @@ from typing import Any, Callable, Sequence
 
 import pytest
 
-from .. import _torchapi
+from .. import _torchapi, caught
 from ..bundle import signing
 from ..bundle.format import BundleError, Unreadable
 from ..environment import caches_disabled_by_env
@@ -78,6 +78,7 @@ class SessionLife:
         with self.progress.showing():
             save(self.report, artifacts, self.store, self.options, self.at_start, self.run, pools, left_out)
         self.report.session_seconds = time.time() - self.report.started
+        self.report.caught = caught.counts()
         if self.keeper is not None:
             self.report.expectations = self.keeper.finish(session)
         self.report.written = write_json(self.options.report, self.report)

@@ -10,6 +10,7 @@ from typing import Collection, Iterable, Mapping
 from filelock import FileLock
 
 from .. import files
+from ..caught import caught
 from .._torchapi import layout
 from ..bundle.binaries import CarriedBinaries, CarriedFile, build_id
 
@@ -33,8 +34,6 @@ class BinaryPool:
         self.build = build_id(identity)
         self.path = Path(root) / self.build
         self._seeded: dict[Path, str] = {}
-        #: One per file that could not be pooled or placed (left to torch to build), for the process to say.
-        self.problems: list[str] = []
         if not (self.path / "identity.json").exists():
             self.path.mkdir(parents=True, exist_ok=True)
             files.write_atomic(self.path / "identity.json", json.dumps(self.identity, sort_keys=True).encode(),
@@ -62,8 +61,8 @@ class BinaryPool:
                     elif layout.is_triton_module(rel) and file.read_bytes() != dest.read_bytes():
                         files.write_atomic(dest, file.read_bytes(), fsync=False)  # rebuilt: the pooled one failed
                         taken += 1
-                except OSError as exc:
-                    self.problems.append(f"{file}: could not be pooled: {exc.strerror or exc}")
+                except OSError as exc:  # left out of the pool: torch builds it again where asked
+                    caught("pooling a C++ binary", exc)
         finally:
             if taken:
                 self._changed()
@@ -115,8 +114,8 @@ class BinaryPool:
                     placed += 1
                 else:
                     placed += _place(file, dest)
-            except OSError as exc:
-                self.problems.append(f"{file}: could not be placed in {folder}: {exc.strerror or exc}")
+            except OSError as exc:  # left to torch to build
+                caught("placing a pooled C++ binary", exc)
         return placed
 
     def drop(self, names: Iterable[str], seeded: Path) -> None:
@@ -152,7 +151,8 @@ def pooled(root: Path) -> CarriedBinaries:
     for folder in builds:
         try:
             identity = json.loads((folder / "identity.json").read_text())
-        except (OSError, ValueError):
+        except (OSError, ValueError) as exc:
+            caught("reading a pooled build's identity", exc)
             continue
         if not isinstance(identity, dict) or build_id(identity) != folder.name:
             continue

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import files
+from ..caught import caught
 
 
 class Outcome(enum.Enum):
@@ -39,7 +40,10 @@ class WarmupMarker:
         try:
             data = json.loads(Path(path).read_text())
             return cls(Outcome(data["outcome"]), str(data.get("process", "")), str(data.get("detail", "")))
-        except (OSError, ValueError, KeyError, TypeError):
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # taken as no warmup ended: it runs again
+            caught("reading the session's warmup marker", exc)
             return None
 
     def write(self, path: Path) -> None:

@@ -10,6 +10,7 @@ from typing import Any, Generator, Iterator, Union
 
 import pytest
 
+from .. import caught
 from ..bundle.keyindex import KeyIndex
 from ..environment import SavedEnv
 from ..expect.hooks import Recorder
@@ -145,6 +146,7 @@ class Worker(_RunsTests):
 
     def _finish(self, session: pytest.Session, exitstatus: int | pytest.ExitCode, process: ProcessReport,
                 own: tuple[bytes, KeyIndex] | None) -> None:
+        process.caught = caught.counts()
         FromWorker(process, own).put(self.config.workeroutput)  # type: ignore[attr-defined]
 
 
@@ -224,5 +226,10 @@ def choose_role(config: pytest.Config, options: Options) -> Role:
         return Worker(config, options)
     if config.pluginmanager.hasplugin("xdist") and not config.option.collectonly \
             and getattr(config.option, "dist", "no") != "no" and getattr(config.option, "tx", None):
+        elsewhere = [spec for spec in config.option.tx if "ssh=" in spec or "socket=" in spec]
+        if elsewhere and options.has_bundle:
+            raise pytest.UsageError(
+                f"--tx {elsewhere[0]}: --compile-cache-bundle needs every worker on this machine (they share its "
+                "folders: the warmup's lock, the pool of binaries); run them here (-n N), or without a bundle")
         return Controller(config, options)
     return SingleProcess(config, options)

@@ -9,6 +9,7 @@ from typing import Any, Mapping
 from urllib.parse import urlsplit
 
 from ..bundle.format import BundleError
+from ..caught import caught
 from .errors import DEFAULT_TIMEOUT, MIN_RATE, StoreError, StoreTimeout, transient, why
 from .interface import NoProgress, TransferProgress
 from .protocols import protocol_of
@@ -200,6 +201,7 @@ class Client:
             self.ask(f"removing {name}", "rm_file", self.path(name))
         except FileNotFoundError:
             return True
-        except Exception:
+        except Exception as exc:  # left for the next removal
+            caught("removing a replaced pack from the store", exc)
             return False
         return True

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from .. import files
+from ..caught import caught
 from ..bundle import signing
 from ..bundle.binaries import CarriedBinaries
 from ..bundle.format import Bundle, BundleError, Entry, NotAFile, Unwritable
@@ -273,7 +274,8 @@ class PackStore:
         try:
             with self._readers.held():
                 self._fetch(spans)
-        except (NotAFile, Unwritable):
+        except (NotAFile, Unwritable) as exc:  # each part is read when asked instead
+            caught("keeping the bundle's parts on this machine", exc)
             return
         except StoreError:
             raise

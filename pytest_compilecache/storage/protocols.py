@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Callable, ClassVar
 
 from ..bundle.format import BundleError
+from ..caught import caught
 
 #: A request to the store's file system: ``ask(method, *args, **kwargs)`` within its deadline.
 Ask = Callable[..., Any]
@@ -43,7 +44,8 @@ class Protocol:
             return True
         except BundleError:  # no answer in time: said as such, not as a missing bundle
             raise
-        except Exception:
+        except Exception as exc:  # the bucket's absence is not said
+            caught("asking whether the bucket exists", exc)
             return False
         return False
 
