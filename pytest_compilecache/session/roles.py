@@ -147,7 +147,8 @@ class Worker(_RunsTests):
     def _finish(self, session: pytest.Session, exitstatus: int | pytest.ExitCode, process: ProcessReport,
                 own: tuple[bytes, KeyIndex] | None) -> None:
         process.caught = caught.counts()
-        FromWorker(process, own).put(self.config.workeroutput)  # type: ignore[attr-defined]
+        FromWorker(process, own).put(self.config.workeroutput,  # type: ignore[attr-defined]
+                                     self.side.folders.shared)
 
 
 class Controller:
