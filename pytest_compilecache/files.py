@@ -117,7 +117,11 @@ def write_atomic(path: Path, chunks: bytes | Iterable[bytes], fsync: bool = True
     size. Raises :class:`OSError` (with ``filename`` set to ``path``) after removing the temporary file."""
     path = Path(path)
     prefix, suffix = temporary_name(path)
-    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=path.parent)
+    except OSError as exc:
+        exc.filename = str(path)
+        raise
     try:
         with os.fdopen(fd, "wb") as f:
             for chunk in [chunks] if isinstance(chunks, bytes) else chunks:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -64,7 +65,7 @@ def test_a_workers_key_index_that_cannot_be_read_leaves_its_artifacts_home() -> 
     from pytest_compilecache.report.model import ProcessReport
 
     output: dict[str, Any] = {}
-    FromWorker(ProcessReport(process="gw0"), (b"artifacts", KeyIndex())).put(output)
+    FromWorker(ProcessReport(process="gw0"), (b"artifacts", KeyIndex())).put(output, Path("."))
     sent = next(iter(output.values()))
     assert FromWorker.get(output) is not None
     sent["index"] = b"\x00not a key index"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,7 +54,7 @@ def read(path: Path) -> Expectations | None:
     try:
         data = json.loads(text, object_pairs_hook=_no_duplicates)
     except _Duplicate as dup:
-        raise ExpectFileError(path, _line_of(text, dup.key, second=True), f"{dup.key!r} appears twice") from None
+        raise ExpectFileError(path, _line_of_repeat(text, dup.key), f"{dup.key!r} appears twice") from None
     except json.JSONDecodeError as exc:
         raise ExpectFileError(path, exc.lineno, f"not valid JSON ({exc.msg}); the file is truncated or was "
                                                 "edited by hand: restore it from version control, or delete it "
@@ -87,13 +88,32 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _line_of(text: str, key: str, second: bool = False) -> int:
-    """The line of ``key`` (as a JSON object key) in ``text``; of its second appearance with ``second``."""
-    needle = json.dumps(key, ensure_ascii=False)
-    at = text.find(needle)
-    if second and at >= 0:
-        at = text.find(needle, at + 1)
+def _line_of(text: str, key: str) -> int:
+    """The line of ``key`` (as a JSON object key) in ``text``."""
+    at = text.find(json.dumps(key, ensure_ascii=False))
     return text.count("\n", 0, at) + 1 if at >= 0 else 1
+
+
+#: A JSON string (with the colon after it, where it is a key), or a brace.
+_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"\s*:?|[{}]')
+
+
+def _line_of_repeat(text: str, key: str) -> int:
+    """The line where ``key`` is a key of one JSON object for the second time (1 where that cannot be told)."""
+    objects: list[set[str]] = []
+    for token in _TOKENS.finditer(text):
+        found = token.group()
+        if found == "{":
+            objects.append(set())
+        elif found == "}":
+            if objects:
+                objects.pop()
+        elif found.endswith(":") and objects:
+            name = json.loads(found[:-1])
+            if name == key and name in objects[-1]:
+                return text.count("\n", 0, token.start()) + 1
+            objects[-1].add(name)
+    return 1
 
 
 def _checked(path: Path, text: str, data: Any) -> Expectations:
