@@ -9,7 +9,8 @@
 # $COMPAT_VENVS (default ~/.cache/pytest-compilecache-compat/venvs). The plugin is installed into it
 # from this checkout each time (editable, so a venv serves one checkout's run at a time). The compat
 # tier is the fast tier plus the tests marked `compat` (bundle build, load, update and merge, serial and
-# under -n 2, warm tests, explanations, compile expectations, the command line): `-m "not slow or compat"`.
+# under -n 2, warm tests, explanations, compile expectations, the command line): `-m "not slow or compat"`, less the
+# tests no torch release changes (``torch_free`` below).
 # One line per version: passed/failed/skipped and wall time; logs in $COMPAT_LOGS (default
 # benchmarks/results/compat), one per version, plus summary.txt. Exit status: 1 if any version failed.
 # COMPAT_DISCARD=1 removes each venv once its tier has run, so that one CUDA build (about 5 GB) is on disk at a
@@ -66,6 +67,11 @@ if [ "$install_only" = 1 ]; then
   exit 0
 fi
 
+#: Tests whose outcome no torch release changes (they import no torch, or test only storage, options, files and the
+#: harness): the full suite runs them on one torch; the tier leaves them out.
+torch_free="tests/unit tests/test_network.py tests/test_objectstore.py tests/test_packs.py tests/test_options.py
+  tests/test_files.py tests/test_harness.py tests/test_protocol.py tests/test_layers.py"
+
 summary="$logs/summary.txt"
 : > "$summary"
 failed=0
@@ -76,7 +82,8 @@ for version in "$@"; do
   {
     echo "# scripts/compat.sh $version at $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo '?') on $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores"
     prepare "$version" "$venv" && cd "$repo" && "$venv/bin/python" -m pytest tests -q -p no:cacheprovider -m "not slow or compat" \
-      -n "$workers" --dist worksteal -W "ignore::DeprecationWarning" -W "ignore::UserWarning" -rfEs
+      $(printf -- "--ignore=%s " $torch_free) -n "$workers" --dist worksteal -W "ignore::DeprecationWarning" \
+      -W "ignore::UserWarning" -rfEs
   } > "$log" 2>&1
   rc=$?
   seconds=$(( $(date +%s) - start ))
