@@ -156,13 +156,17 @@ class Bundle:
     seal: str = ""
     #: What of it could not be used, in words, each naming the file (a bundle at a URL: an unreadable pack).
     problems: list[str] = field(default_factory=list)
+    #: A pack at a URL: ``read_at(first byte, length)`` reads its artifacts and binaries, each range when asked.
+    _read_at: Callable[[int, int], bytes] | None = field(default=None, repr=False)
 
     @classmethod
-    def over(cls, source: io.RawIOBase, path: Path, label: str = "", head: int = io.DEFAULT_BUFFER_SIZE) -> "Bundle":
-        """The manifest of the bundle in ``source`` (kept open), read ``head`` bytes, then a section, at a time."""
+    def over(cls, source: io.RawIOBase, read_at: Callable[[int, int], bytes], path: Path, label: str = "",
+             head: int = io.DEFAULT_BUFFER_SIZE) -> "Bundle":
+        """The manifest of the bundle in ``source`` (kept open), read ``head`` bytes, then a section, at a time;
+        its artifacts and binaries are read by ``read_at``, each when asked."""
         buffered = io.BufferedReader(source, head)
         bundle = parse(cast(BinaryIO, buffered), path, label)
-        bundle._file = cast(BinaryIO, buffered.detach())
+        bundle._file, bundle._read_at = cast(BinaryIO, buffered.detach()), read_at
         return bundle
 
     @property
@@ -244,7 +248,7 @@ class Bundle:
         """Reads by range of ``what`` (``size`` bytes at ``offset``), and how to let go of them: through a file
         descriptor of their own (they outlive :meth:`close`) where the bundle is a local file, else from memory."""
         first = self._start + offset
-        read_at = getattr(self._file, "read_at", None)
+        read_at = self._read_at
         if read_at is not None:  # a pack at a URL: each range read when asked
             return (lambda at, length: read_at(first + at, length)), no_file
         fd = None

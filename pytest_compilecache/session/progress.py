@@ -10,7 +10,6 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from ..storage.client import Client
 from ..storage.interface import BundleStore
 
 #: Seconds a transfer, or the warmup, lasts before its progress shows (shorter work shows nothing).
@@ -38,9 +37,8 @@ class Progress:
 
     def attach(self, store: BundleStore | None) -> None:
         """Be told of ``store``'s downloads and uploads (a bundle at a URL; a local path moves nothing)."""
-        client = getattr(store, "client", None)
-        if isinstance(client, Client):
-            client.progress = self
+        if store is not None:
+            store.watch(self.transfer)
 
     @contextlib.contextmanager
     def showing(self) -> Iterator[None]:

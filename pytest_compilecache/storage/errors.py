@@ -36,10 +36,9 @@ def why(exc: BaseException) -> str:
 
 
 def transient(exc: BaseException) -> bool:
-    """Whether a request that raised ``exc`` may succeed if sent again (a reset, a stall, a short answer)."""
+    """Whether a request that raised ``exc`` may succeed if sent again (a reset, a stall, a short answer; not a
+    redirect loop, a bad URL or missing credentials, whose clients' errors are neither OSErrors nor named so)."""
     if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError)):
         return False
-    if type(exc).__name__ in ("TooManyRedirects", "InvalidURL", "NoCredentialsError", "ClientAuthenticationError"):
-        return False
-    return isinstance(exc, (OSError, TimeoutError, ConnectionError)) or any(
+    return isinstance(exc, (OSError, TimeoutError)) or any(
         word in type(exc).__name__ for word in ("Timeout", "Connection", "Payload", "Disconnected", "Incomplete"))

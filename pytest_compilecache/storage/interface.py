@@ -1,13 +1,15 @@
-"""The one interface of a bundle store (a local path or a URL) and the values its operations return."""
+"""The one interface of a bundle store (a local path or a URL), the values its operations return, and opening one."""
 
 from __future__ import annotations
 
-import contextlib
 import enum
 from dataclasses import dataclass, field, replace
-from typing import Callable, ContextManager, Iterator, Mapping, Protocol
+from pathlib import Path
+from typing import Any, Callable, ContextManager, Mapping, Protocol
 
 from ..bundle.format import Bundle, Entry, Unreadable
+from .errors import DEFAULT_TIMEOUT
+from .urls import file_url_path, is_url
 
 
 @dataclass(frozen=True)
@@ -27,19 +29,9 @@ class Transfer:
         return {"downloaded": self.downloaded, "uploaded": self.uploaded} if self.counted else {}
 
 
-class TransferProgress(Protocol):
-    """Told how a transfer goes, for a display (the session's progress line on a terminal)."""
-
-    def transfer(self, verb: str, total: int) -> ContextManager[Callable[[int], None] | None]:
-        """Around one transfer of ``total`` bytes (0: unknown); yields ``moved(n)`` for the bytes moved, or ``None``."""
-
-
-class NoProgress:
-    """The :class:`TransferProgress` that shows nothing (every store's until a session attaches one)."""
-
-    @contextlib.contextmanager
-    def transfer(self, verb: str, total: int) -> Iterator[Callable[[int], None] | None]:
-        yield None
+#: Told how a transfer goes, for a display (the session's progress line on a terminal): around one transfer
+#: (``progress(verb, total)``, ``total`` bytes, 0: unknown), yields ``moved(n)`` for the bytes moved, or ``None``.
+TransferProgress = Callable[[str, int], ContextManager[Callable[[int], None] | None]]
 
 
 class Written(enum.Enum):
@@ -115,6 +107,9 @@ class BundleStore(Protocol):
         At a URL nothing but the packs' tables is downloaded: each artifact and binary is read when asked for, or
         all of an entry's at once by :meth:`.format.Bundle.fetch_ahead`."""
 
+    def watch(self, progress: TransferProgress) -> None:
+        """Tell ``progress`` how each download and upload goes (a local path moves nothing: it tells nothing)."""
+
     def locked(self) -> ContextManager[None]:
         """Hold this machine's writers' lock (reentrant in one thread); raises ``BundleError`` naming it."""
 
@@ -133,3 +128,18 @@ class BundleStore(Protocol):
         """Read the bundle whole, let ``change`` compute its entries (``None``: leave it), and write them so that
         they replace what was read (and nothing a writer added meanwhile). ``dropped``: an unreadable bundle (or
         pack) counts as empty, said there."""
+
+
+def open_store(where: str | Path, lock_timeout: float, copies: Path,
+               storage_options: Mapping[str, Any] | None = None, network_timeout: float = DEFAULT_TIMEOUT,
+               unreachable: str = "") -> BundleStore:
+    """The store of the bundle at ``where``, opened once per process that needs it: a URL's (its packs' bytes kept
+    under ``copies``; ``unreachable``: why another process of the session stopped asking it), or a path's, also
+    given as a ``file://`` URL."""
+    from .local import LocalStore
+    from .packs import PackStore
+
+    name = str(where)
+    if is_url(name):
+        return PackStore(name, copies, lock_timeout, storage_options, network_timeout, unreachable)
+    return LocalStore(Path(file_url_path(name) or name), lock_timeout)

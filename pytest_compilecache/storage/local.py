@@ -12,7 +12,7 @@ from .. import files
 from ..bundle.format import Bundle, BundleError, Entry, NotABundle, NotAFile, Unreadable, Unwritable, read_manifest
 from ..bundle.writing import write_bundle
 from ..words import counted
-from .interface import REPLACED_UNREADABLE, Look, Saved, Transfer
+from .interface import REPLACED_UNREADABLE, Look, Saved, Transfer, TransferProgress
 from ..bundle.merge import Combined, combine, stamp, written_size
 
 
@@ -63,9 +63,11 @@ class LocalStore:
 
     def __init__(self, path: Path, lock_timeout: float) -> None:
         self.path = Path(path)
-        self._lock = Lock(self.path, lock_timeout)
-        self.name = str(self.path)
-        self.lock_file = self._lock.file
+        lock = Lock(self.path, lock_timeout)
+        self.name, self.lock_file, self.locked = str(self.path), lock.file, lock.held
+
+    def watch(self, progress: TransferProgress) -> None:
+        """Nothing to tell: a path moves nothing over a network."""
 
     def read(self, env: Mapping[str, str] | None = None) -> Bundle | None:
         """The bundle as it is now (its file kept open), or ``None`` if missing or empty; ``env`` is not needed."""
@@ -78,10 +80,6 @@ class LocalStore:
             raise NotAFile(f"{self.path}: cannot be read or written: {blocked} is a file, not a folder") from None
         except OSError as exc:
             raise BundleError(f"{self.path}: cannot read: {exc.strerror or exc}") from None
-
-    def locked(self) -> contextlib.AbstractContextManager[None]:
-        """Hold the bundle's lock file (reentrant in one thread), or raise :class:`BundleError` naming it."""
-        return self._lock.held()
 
     def describe(self) -> Look:
         """The bundle's environments and size (its manifest is read), or that it is missing."""
@@ -128,23 +126,17 @@ class LocalStore:
 
     def add(self, additions: list[Entry], history: Mapping[str, object] | None = None, run: float | None = None,
             max_unused_runs: int = 0, rebuild: bool = False, counted: bool = True) -> Saved:
-        """Merge ``additions`` into PATH, under its lock (see :meth:`.interface.BundleStore.add`)."""
+        """Merge ``additions`` into PATH by :meth:`update`, under its lock (see :meth:`.interface.BundleStore.add`)."""
         stamp(additions, history, run, counted)
-        return fold(self.update, additions, run=run, max_unused_runs=max_unused_runs, rebuild=rebuild)
+        dropped: list[str] = []
+        combined: list[Combined] = []
 
+        def change(current: Bundle | None) -> list[Entry]:
+            combined.append(combine(current, additions, run=run, max_unused_runs=max_unused_runs, rebuild=rebuild))
+            return combined[-1].entries
 
-def fold(update: Callable[..., Bundle | None], additions: list[Entry], *, run: float | None, max_unused_runs: int,
-         rebuild: bool) -> Saved:
-    """Fold the (stamped) ``additions`` into a store's bundle by its ``update`` (see :func:`combine`); what it did."""
-    dropped: list[str] = []
-    combined: list[Combined] = []
-
-    def change(current: Bundle | None) -> list[Entry]:
-        combined.append(combine(current, additions, run=run, max_unused_runs=max_unused_runs, rebuild=rebuild))
-        return combined[-1].entries
-
-    written = update(change, dropped=dropped if rebuild else None)
-    assert written is not None
-    last = combined[-1]
-    return Saved(written, size=written_size(written), dropped=(*dropped, *last.dropped), unused=last.unused,
-                 added=not last.new.nothing, added_artifacts=last.new.counts)
+        written = self.update(change, dropped=dropped if rebuild else None)
+        assert written is not None
+        last = combined[-1]
+        return Saved(written, size=written_size(written), dropped=(*dropped, *last.dropped), unused=last.unused,
+                     added=not last.new.nothing, added_artifacts=last.new.counts)

@@ -25,7 +25,7 @@ from ..bundle.members import Members
 from ..words import counted
 from .client import Client
 from .errors import DEFAULT_TIMEOUT, StoreError
-from .interface import REPLACED_UNREADABLE, Look, Saved, Transfer, Written
+from .interface import REPLACED_UNREADABLE, Look, Saved, Transfer, TransferProgress, Written
 from .local import Lock
 from ..bundle.merge import _union, env_id, mergeable, stamp, what_is_new
 from .ranges import CHUNK_BYTES, HEAD_BYTES, Ranges
@@ -46,29 +46,29 @@ Span = tuple[str, int, int]
 class PackedBundle(Bundle):
     """The union of a URL's packs: what each entry holds is read by range when asked, or by :meth:`fetch_ahead`."""
 
-    _spans: dict[str, list[Span]] = field(default_factory=dict, repr=False)
-    _fetch: Callable[[list[Span]], None] | None = field(default=None, repr=False)
-    #: Per environment, the packs' entries whose key indexes are read when a miss first needs them.
-    _indexes: dict[str, list[tuple[Bundle, Entry]]] = field(default_factory=dict, repr=False)
+    #: Per environment, the packs' entries it joins: (pack name, pack, entry).
+    _parts: dict[str, list[tuple[str, Bundle, Entry]]] = field(default_factory=dict, repr=False)
+    _fetch: Callable[[list[Span]], None] = field(default=lambda spans: None, repr=False)
+    #: The environments whose packs' key indexes are read when a miss first needs them.
+    _later: set[str] = field(default_factory=set, repr=False)
     #: Entries left out beside signed ones (the signing key set), in words: said where a write happens.
     unvouched: list[str] = field(default_factory=list)
 
     def fetch_ahead(self, entry: Entry) -> None:
         """Download every artifact and binary of ``entry`` not yet on this machine, a few requests at once."""
-        if self._fetch is not None:
-            self._fetch(self._spans.get(env_id(entry.env), []))
+        self._fetch([span for part in self._parts.get(env_id(entry.env), []) for span in _spans(*part)])
 
     def read_key_index(self, entry: Entry) -> str:
         """Nothing yet where the packs' key indexes are read when first needed (see :meth:`key_index`)."""
-        return "" if env_id(entry.env) in self._indexes else super().read_key_index(entry)
+        return "" if env_id(entry.env) in self._later else super().read_key_index(entry)
 
     def key_index(self, entry: Entry) -> tuple[KeyIndex | None, str]:
         """The union of the key indexes of the packs that hold ``entry``, each downloaded and checked now."""
-        parts = self._indexes.pop(env_id(entry.env), None)
-        if parts is None:
+        if env_id(entry.env) not in self._later:
             return super().key_index(entry)
+        self._later.remove(env_id(entry.env))
         read, problems = [], []
-        for bundle, part in parts:
+        for _, bundle, part in self._parts[env_id(entry.env)]:
             index, problem = bundle.key_index(part)
             problems += [problem] if problem else []
             read += [index] if index is not None else []
@@ -82,7 +82,7 @@ class PackedBundle(Bundle):
 
 class PackStore:
     """A bundle at a URL (see :class:`.interface.BundleStore`), its packs' bytes kept on this machine under
-    ``copies`` once read (a pack never changes); ``unreachable``: as in :func:`.stores.open_store`."""
+    ``copies`` once read (a pack never changes); ``unreachable``: as in :func:`.interface.open_store`."""
 
     #: A network and a server stand between this machine and the bundle.
     may_be_unreachable = True
@@ -90,20 +90,17 @@ class PackStore:
     def __init__(self, url: str, copies: Path, lock_timeout: float,
                  storage_options: Mapping[str, Any] | None = None, network_timeout: float = DEFAULT_TIMEOUT,
                  unreachable: str = "") -> None:
-        self.client = Client(url, storage_options, network_timeout)
-        self.client.gave_up = unreachable
+        self.client = Client(url, storage_options, network_timeout, unreachable)
         self.name = self.client.name
         self.folder = Path(copies) / hashlib.sha256(redacted(url).encode()).hexdigest()[:16]
         writers = Lock(self.folder / "bundle", lock_timeout)
         self._readers = Lock(self.folder / "read", lock_timeout)
         self.lock_file, self.locked = writers.file, writers.held
-        #: Why each pack that could not be read could not, by name; how many of its first bytes a reader reads.
-        self._unreadable: dict[str, str] = {}
-        self._heads: dict[str, int] = {}
+        #: Each pack's size, and what this machine keeps of it by (first byte, end): files (looked for again with
+        #: each download: another process may keep parts too), or of the object at the URL, which may change,
+        #: this process's memory.
         self._sizes: dict[str, int] = {}
-        #: The ranges of each pack this machine keeps, by (first byte, end); of the object at the URL, this process.
-        self._spans_kept: dict[str, dict[tuple[int, int], Path]] = {}
-        self._memory: dict[tuple[int, int], bytes] = {}
+        self._kept: dict[str, dict[tuple[int, int], Path | bytes]] = {"": {}}
 
     @property
     def unreachable(self) -> str:
@@ -113,6 +110,10 @@ class PackStore:
     @property
     def transfer(self) -> Transfer:
         return Transfer(True, self.client.downloaded, self.client.uploaded)
+
+    def watch(self, progress: TransferProgress) -> None:
+        """Tell ``progress`` how each download and upload goes."""
+        self.client.progress = progress
 
     def describe(self) -> Look:
         """How many packs there are and their size (one listing, nothing downloaded)."""
@@ -127,51 +128,49 @@ class PackStore:
     def read(self, env: Mapping[str, str] | None = None) -> PackedBundle | None:
         """The union of the packs (``env``'s entry only, where given), or ``None`` where there are none; key
         indexes are downloaded when first needed."""
-        packs = self._listing()
-        return self._union(self._open(packs), env, indexes_later=True) if packs else None
+        return self._union(self._open(), env, indexes_later=True)
 
     def add(self, additions: list[Entry], history: Mapping[str, object] | None = None, run: float | None = None,
             max_unused_runs: int = 0, rebuild: bool = False, counted: bool = True) -> Saved:
         """Upload one pack of what ``additions`` hold that the packs lack (see :meth:`.interface.BundleStore.add`);
         with ``rebuild``, all of it, replacing the packs of only these environments and the unreadable ones."""
         before = self.transfer
-        if self.client.kind.read_only:
-            raise BundleError(f"{self.name}: {self.client.protocol}:// bundles are read-only; this run's artifacts "
-                              "were not published (publish to an object store such as s3:// and serve that over HTTP)")
+        self._writable()
         stamp(additions, history, run, counted)
         envs = {env_id(e.env): e.env for e in additions}
-        packs = self._listing()
-        opened = self._open(packs)
+        opened = self._open()
         only = next(iter(envs.values())) if len(envs) == 1 else None
         current = None if rebuild else self._union(opened, only, indexes_later=True)
         try:
             new = what_is_new(current, additions)  # packs it cannot read are said by the sessions that read them
             if current is not None and new.nothing:
                 kept, current = current, None
-                return Saved(kept, Written.UNCHANGED, size=sum(packs.values()), transfer=self.transfer.since(before))
+                return Saved(kept, Written.UNCHANGED, size=sum(self._sizes[n] for n in opened),
+                             transfer=self.transfer.since(before))
             entries = [_lacking(current, a) for a in additions]
             refused = current.unvouched if current is not None else []
         finally:
             if current is not None:
                 current.release()
         secret = signing.key()
-        readable = {n: b for n, b in opened.items() if b is not None}
-        ours = [n for n, b in readable.items() if n and {env_id(e.env) for e in b.entries} <= set(envs)]
+        readable = {n: b for n, b in opened.items() if n and isinstance(b, Bundle)}
+        ours = [n for n, b in readable.items() if {env_id(e.env) for e in b.entries} <= set(envs)]
         unsigned = [n for n in ours if secret is not None and all(e.vouched(secret) for e in readable[n].entries)]
-        unreadable = [n for n, b in opened.items() if n and b is None] if rebuild else []
-        dropped = [f"{REPLACED_UNREADABLE} ({self._unreadable[n]}); a fresh pack replaces it" for n in unreadable]
+        unreadable = {n: why for n, why in opened.items() if n and isinstance(why, str)} if rebuild else {}
+        dropped = [f"{REPLACED_UNREADABLE} ({why}); a fresh pack replaces it" for why in unreadable.values()]
         self._write(entries, [*ours, *unreadable] if rebuild else unsigned)
-        packs = self._listing()
-        written = self._union(self._open(packs), only, indexes_later=True)
+        opened = self._open()
+        written = self._union(opened, only, indexes_later=True)
         assert written is not None
-        return Saved(written, size=sum(packs.values()), dropped=(*refused, *dropped), transfer=self.transfer.since(before),
-                     added=not new.nothing, added_artifacts=new.counts)
+        return Saved(written, size=sum(self._sizes[n] for n in opened), dropped=(*refused, *dropped),
+                     transfer=self.transfer.since(before), added=not new.nothing, added_artifacts=new.counts)
 
     def update(self, change: Callable[[Bundle | None], list[Entry] | None],
                dropped: list[str] | None = None) -> Bundle | None:
         """One pack of ``change``'s entries, replacing every pack read (packs others add meanwhile stay); then the
         packs replaced more than :data:`GRACE_SECONDS` ago are removed."""
-        opened = self._open(self._listing())
+        self._writable()
+        opened = self._open()
         current = self._union(opened, None)
         if current is not None and dropped is not None:  # the write replaces what it could not read
             dropped.extend([*current.problems, *current.unvouched])
@@ -193,6 +192,12 @@ class PackStore:
                            f"({', '.join(left)}); the next prune tries again")
         return self.read()
 
+    def _writable(self) -> None:
+        """Raise :class:`BundleError` for a store that takes no writes (plain HTTP), before anything is read."""
+        if self.client.kind.http:
+            raise BundleError(f"{self.name}: {self.client.protocol}:// bundles are read-only; nothing was published "
+                              "(publish to an object store such as s3:// and serve that over HTTP)")
+
     def _listing(self) -> dict[str, int]:
         """``{pack name: size}``; the object at the URL itself, where there is one, is the pack ``""``."""
         own = self.client.size_of()
@@ -208,63 +213,65 @@ class PackStore:
     def _object(self, name: str) -> str:
         return f"{PACKS}/{name}" if name else ""
 
-    def _kept(self, name: str, start: int, end: int) -> Path:
-        return self.folder / PACKS / name / f"{start}-{end}"
+    def _where(self, name: str, start: int, end: int) -> tuple[Path | bytes, int] | None:
+        """What this machine keeps that holds bytes ``start:end`` of a pack, and where in it they begin."""
+        if name not in self._kept:
+            kept = self._kept[name] = {}
+            with contextlib.suppress(OSError):
+                for file in (self.folder / PACKS / name).iterdir():
+                    first, _, last = file.name.partition("-")
+                    if file.name == "whole":
+                        kept[(0, self._sizes.get(name, 0))] = file
+                    elif first.isdigit() and last.isdigit():
+                        kept[(int(first), int(last))] = file
+        return next(((held, start - a) for (a, b), held in self._kept[name].items() if a <= start and end <= b), None)
 
     def _read(self, name: str, start: int, end: int) -> bytes:
-        """Bytes ``start:end`` of a pack: from what this machine keeps of it, else read and kept (the object at the
-        URL itself may change: what this process read of it is kept in its memory only)."""
-        if not name:
-            held = next((data[start - a:end - a] for (a, b), data in self._memory.items() if a <= start and end <= b),
-                        None)
-            if held is not None:
-                return held
-        for path, at in self._places(name, start, end) if name else []:
-            with contextlib.suppress(OSError), open(path, "rb") as f:
+        """Bytes ``start:end`` of a pack: from what this machine keeps of it, else downloaded and kept."""
+        held, at = self._where(name, start, end) or (None, 0)
+        if isinstance(held, bytes):
+            return held[at:at + end - start]
+        if held is not None:
+            with contextlib.suppress(OSError), open(held, "rb") as f:
                 f.seek(at)
-                data = f.read(end - start)
-                if len(data) == end - start:
+                if len(data := f.read(end - start)) == end - start:
                     return data
         (data,) = self.client.read_ranges([(self._object(name), start, end)], whole=self._sizes.get(name, 0))
-        if name:
-            self._keep(name, start, end, data)
+        self._keep(name, start, end, data)
         return data
 
     def _keep(self, name: str, start: int, end: int, data: bytes) -> None:
         if not name:  # the object at the URL may change: what this process read of it stays in its memory only
-            self._memory[(start, end)] = data
+            self._kept[""][(start, end)] = data
             return
-        kept = self._kept(name, start, end)
+        kept = self.folder / PACKS / name / f"{start}-{end}"
         with contextlib.suppress(OSError):  # this machine keeps no copy: the next read asks again
             kept.parent.mkdir(parents=True, exist_ok=True)
             files.write_atomic(kept, data, fsync=False)
-            self._spans_kept.setdefault(name, {})[(start, end)] = kept
+            if name in self._kept:
+                self._kept[name][(start, end)] = kept
 
     def _fetch(self, spans: list[Span]) -> None:
-        """Download the spans this machine keeps no copy of: nearby ones of a pack as one range, each range in
-        requests of at most :data:`CHUNK_BYTES`, a few of them at once (held in memory until kept)."""
-        groups: list[tuple[Span, list[Span]]] = []
-        self._spans_kept.clear()  # another process may have kept some since
-        for span in sorted({s for s in spans if not self._has(*s)}):
-            last = groups[-1][0] if groups else None
-            if last is not None and last[0] == span[0] and span[1] - last[2] <= _GAP and \
-                    span[2] - last[1] <= CHUNK_BYTES:
-                groups[-1] = ((last[0], last[1], max(last[2], span[2])), [*groups[-1][1], span])
+        """Download the spans this machine keeps no copy of, in pieces of at most :data:`CHUNK_BYTES` as
+        :class:`.ranges.Ranges` reads them, each kept as such: nearby pieces of a pack as one request of at most
+        that size, a few requests at once (held in memory until kept)."""
+        self._kept = {"": self._kept[""]}  # another process may have kept some since
+        pieces = {(n, at, min(e, at + CHUNK_BYTES)) for n, s, e in spans for at in range(s, e, CHUNK_BYTES)}
+        groups: list[tuple[Span, list[Span]]] = []  # the range of one request, and the pieces it holds
+        for piece in sorted(p for p in pieces if self._where(*p) is None):
+            (name, first, end), held = groups[-1] if groups else (piece, [])
+            if held and name == piece[0] and piece[1] - end <= _GAP and piece[2] - first <= CHUNK_BYTES:
+                groups[-1] = ((name, first, max(end, piece[2])), [*held, piece])
             else:
-                groups.append((span, [span]))
+                groups.append((piece, [piece]))
         while groups:
-            batch: list[tuple[Span, list[Span]]] = []
-            size = 0
-            while groups and (not batch or size + groups[0][0][2] - groups[0][0][1] <= 4 * CHUNK_BYTES):
+            batch = [groups.pop(0)]
+            while groups and sum(e - s for (_, s, e), _ in [*batch, groups[0]]) <= 4 * CHUNK_BYTES:
                 batch.append(groups.pop(0))
-                size += batch[-1][0][2] - batch[-1][0][1]
-            pieces = [[(self._object(n), at, min(e, at + CHUNK_BYTES)) for at in range(s, e, CHUNK_BYTES)]
-                      for (n, s, e), _ in batch]
             whole = max(self._sizes.get(name, 0) for (name, _, _), _ in batch)  # for a server that ignores ranges
-            answers = iter(self.client.read_ranges([piece for group in pieces for piece in group], whole))
-            for ((_, start, _), parts), group in zip(batch, pieces):
-                data = b"".join(next(answers) for _ in group)
-                for name, s, e in parts:
+            answers = self.client.read_ranges([(self._object(n), s, e) for (n, s, e), _ in batch], whole)
+            for ((_, start, _), held), data in zip(batch, answers):
+                for name, s, e in held:
                     self._keep(name, s, e, data[s - start:e - start])
 
     def _fetch_locked(self, spans: list[Span]) -> None:
@@ -272,7 +279,7 @@ class PackStore:
         no lock can be made, nothing could be kept either: each part is read when asked instead; where another
         process holds it too long, this one downloads for itself (a kept range is written whole or not at all)."""
         try:
-            with self._readers.held():
+            with self._readers.held() if spans else contextlib.nullcontext():
                 self._fetch(spans)
         except (NotAFile, Unwritable) as exc:  # each part is read when asked instead
             caught("keeping the bundle's parts on this machine", exc)
@@ -282,60 +289,40 @@ class PackStore:
         except BundleError:
             self._fetch(spans)
 
-    def _places(self, name: str, start: int, end: int) -> list[tuple[Path, int]]:
-        """The files on this machine that may hold bytes ``start:end`` of a pack, and where in them."""
-        if name not in self._spans_kept:
-            kept = self._spans_kept[name] = {}
-            with contextlib.suppress(OSError):
-                for file in (self.folder / PACKS / name).iterdir():
-                    first, _, last = file.name.partition("-")
-                    if first.isdigit() and last.isdigit():
-                        kept[(int(first), int(last))] = file
-        holding = [(f, start - a) for (a, b), f in self._spans_kept[name].items() if a <= start and end <= b]
-        return [(self.folder / PACKS / name / "whole", start), (self._kept(name, start, end), 0), *holding]
-
-    def _has(self, name: str, start: int, end: int) -> bool:
-        if not name:
-            return any(a <= start and end <= b for a, b in self._memory)
-        return any(path.is_file() for path, _ in self._places(name, start, end))
-
-    def _open(self, packs: Mapping[str, int]) -> dict[str, Bundle | None]:
-        """Every pack's manifest (their first bytes read at once); ``None`` for one that cannot be read."""
+    def _open(self) -> dict[str, Bundle | str]:
+        """Every pack's manifest, listed now (their first bytes read at once), or why it cannot be read."""
+        packs = self._listing()
         self._sizes.update(packs)
-        self._heads.update({name: min(HEAD_BYTES, size) for name, size in packs.items()})
-        self._fetch_locked([(name, 0, head) for name, head in self._heads.items() if head and name in packs])
-        opened: dict[str, Bundle | None] = {}
+        self._fetch_locked([(name, 0, min(HEAD_BYTES, size)) for name, size in packs.items() if size])
+        opened: dict[str, Bundle | str] = {}
         for name, size in sorted(packs.items()):
-            label = f"{self.name}/{PACKS}/{name}" if name else self.name
+            ranges = Ranges(functools.partial(self._read, name), size)
             try:
-                opened[name] = Bundle.over(Ranges(functools.partial(self._read, name), size),
-                                           self.folder / PACKS / (name or "at-the-url"), label, head=HEAD_BYTES)
+                opened[name] = Bundle.over(ranges, ranges.read_at, self.folder / PACKS / (name or "at-the-url"),
+                                           f"{self.name}/{PACKS}/{name}" if name else self.name, head=HEAD_BYTES)
             except StoreError:
                 raise
             except BundleError as exc:
-                opened[name] = None
-                self._unreadable[name] = str(exc)
+                opened[name] = str(exc)
         return opened
 
-    def _union(self, opened: Mapping[str, Bundle | None], env: Mapping[str, str] | None,
+    def _union(self, opened: Mapping[str, Bundle | str], env: Mapping[str, str] | None,
                indexes_later: bool = False) -> PackedBundle | None:
         """The live packs' entries (``env``'s only, where given) joined per environment; the others listed unread.
         With ``indexes_later``, their key indexes are read when first asked for (:meth:`PackedBundle.key_index`)."""
         if not opened:
             return None
         replaced = {old for b in opened.values() for old in _replaces(b)}
-        live = {n: b for n, b in opened.items() if n not in replaced}
-        problems = [self._unreadable.get(n, f"{self.name}/{PACKS}/{n}: cannot be read")
-                    for n, b in live.items() if b is None]
-        wanted = [(n, b, e) for n, b in live.items() if b is not None for e in b.entries
+        live = [(n, b) for n, b in opened.items() if n not in replaced]
+        problems = [b for _, b in live if isinstance(b, str)]
+        wanted = [(n, b, e) for n, b in live if isinstance(b, Bundle) for e in b.entries
                   if env is None or e.env == dict(env)]
         self._fetch_locked([span for n, b, e in wanted for span in _sections(n, b, e, not indexes_later)])
-        spans: dict[str, list[Span]] = {}
-        later: dict[str, list[tuple[Bundle, Entry]]] = {}
+        joined: dict[str, list[tuple[str, Bundle, Entry]]] = {}
         parts = []
         for name, bundle, entry in wanted:
             try:
-                members = bundle.members(entry)
+                bundle.members(entry)
                 if entry.binaries_section is not None:
                     entry.binaries = bundle.carried_listing(entry)
                     problems += [f"{bundle.name}: {p}" for p in entry.binaries.problems]
@@ -343,28 +330,20 @@ class PackStore:
             except BundleError as exc:
                 problems.append(str(exc))
                 continue
-            if problem:
-                problems.append(problem)
-            if indexes_later:
-                later.setdefault(env_id(entry.env), []).append((bundle, entry))
+            problems += [problem] if problem else []
+            joined.setdefault(env_id(entry.env), []).append((name, bundle, entry))
             parts.append(entry)
-            first = bundle._start + entry.offset + entry.size
-            section = entry.binaries_section or {}
-            spans.setdefault(env_id(entry.env), []).extend(
-                [(name, first + m.offset, first + m.offset + m.stored) for m in members.table]
-                + [(name, bundle._start + section["offset"] + at, bundle._start + section["offset"] + at + stored)
-                   for at, stored in _binary_offsets(section)])
         entries, dropped = _union(parts)
         seen = {env_id(e.env) for e in entries}
-        for bundle in (b for b in live.values() if b is not None and env is not None):
-            for entry in bundle.entries:
-                if entry.env != dict(env or {}) and env_id(entry.env) not in seen:  # listed for messages, unread
-                    seen.add(env_id(entry.env))
-                    entries.append(entry)
+        for entry in [e for _, b in live if isinstance(b, Bundle) for e in b.entries] if env is not None else []:
+            if entry.env != dict(env or {}) and env_id(entry.env) not in seen:  # listed for messages, unread
+                seen.add(env_id(entry.env))
+                entries.append(entry)
         if not entries and problems:
             raise BundleError(problems[0])
         return PackedBundle(self.folder / "union.bundle", entries, label=self.name, problems=problems,
-                            _spans=spans, _fetch=self._fetch_locked, _indexes=later, unvouched=dropped)
+                            _parts=joined, _fetch=self._fetch_locked, _later=set(joined) if indexes_later else set(),
+                            unvouched=dropped)
 
     def _write(self, entries: list[Entry], supersedes: list[str]) -> str:
         """Upload ``entries`` as a new pack (replacing the packs ``supersedes``), keep it here whole; its name."""
@@ -388,13 +367,13 @@ class PackStore:
             staging.unlink(missing_ok=True)
         return pack
 
-    def _collect(self, opened: Mapping[str, Bundle | None]) -> list[str]:
+    def _collect(self, opened: Mapping[str, Bundle | str]) -> list[str]:
         """Remove the packs replaced more than :data:`GRACE_SECONDS` ago, the earliest replaced first; stop at
         the first that stays (so no pack replaced comes back); the names of those left."""
         now = time.time()
         when: dict[str, float] = {}
         for bundle in opened.values():
-            if bundle is not None and bundle.written and now - bundle.written > GRACE_SECONDS:
+            if isinstance(bundle, Bundle) and bundle.written and now - bundle.written > GRACE_SECONDS:
                 for old in _replaces(bundle):
                     when[old] = min(when.get(old, bundle.written), bundle.written)
         due = sorted((n for n in when if n in opened), key=lambda n: when[n])
@@ -404,11 +383,11 @@ class PackStore:
         return []
 
 
-def _replaces(bundle: Bundle | None) -> tuple[str, ...]:
+def _replaces(bundle: Bundle | str) -> tuple[str, ...]:
     """The packs ``bundle`` replaces: as its manifest says, or with the signing key set, only where its seal holds
     (a writer without the key can hide no pack, nor have one removed). The object at the URL itself is never
     replaced: it is not the layout's to remove."""
-    if bundle is None:
+    if isinstance(bundle, str):  # a pack that cannot be read replaces nothing
         return ()
     secret = signing.key()
     if secret is not None and signing.check({"supersedes": list(bundle.supersedes), "written": bundle.written}, None,
@@ -425,11 +404,13 @@ def _sections(name: str, bundle: Bundle, entry: Entry, index: bool) -> Iterator[
         yield name, at, at + entry.index_section["size"]
 
 
-def _binary_offsets(section: Mapping[str, Any]) -> Iterator[tuple[int, int]]:
-    """(where in the section, stored size) of each file a binaries section lists."""
-    at = 0
-    for *_, stored in section.get("files", []):
-        yield at, stored
+def _spans(name: str, bundle: Bundle, entry: Entry) -> Iterator[Span]:
+    """Where each artifact and each carried binary of ``entry`` (its table read) lies in the pack ``name``."""
+    at = bundle._start + entry.offset + entry.size
+    yield from ((name, at + m.offset, at + m.offset + m.stored) for m in bundle.members(entry).table)
+    at = bundle._start + (entry.binaries_section or {}).get("offset", 0)
+    for *_, stored in (entry.binaries_section or {}).get("files", []):
+        yield name, at, at + stored
         at += stored
 
 
