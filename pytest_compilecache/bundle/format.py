@@ -275,25 +275,6 @@ class Bundle:
         artifact is checked when read)."""
         self.members(entry)
 
-    def spans(self, entries: list[Entry]) -> list[tuple[int, int]]:
-        """Where the manifest and ``entries``' sections lie in the file: (first byte, length) of each."""
-        sections = [(e.offset, e.size + e.stored) for e in entries]
-        sections += [(s["offset"], s["size"]) for e in entries for s in (e.binaries_section, e.index_section)
-                     if s is not None]
-        return [(0, self._start)] + [(self._start + offset, size) for offset, size in sections if size]
-
-    def check_all(self, entry: Entry) -> None:
-        """Read and check every section of ``entry`` now (each artifact once, none kept in memory): for a copy that
-        must be whole before it is kept."""
-        members = self.members(entry)
-        try:
-            for member in members.table:
-                members.read(member)
-        except MemberDamaged as exc:
-            raise BundleError(f"{self.name}: corrupt: the entry for {env_label(entry.env)}: {exc}") from None
-        self.carried(entry)
-        self.read_key_index(entry)  # a damaged key index costs its explanations only, here as anywhere
-
     def fetch_ahead(self, entry: Entry) -> None:
         """Read now what the entry's artifacts and binaries will be read from (nothing: a file is read in place)."""
 

@@ -231,16 +231,6 @@ def test_a_malformed_table_with_a_valid_checksum_is_corrupt(tmp_path: Path, case
     assert LABEL in str(exc.value)
 
 
-def test_check_all_names_the_damaged_artifact(tmp_path: Path) -> None:
-    """``check_all`` (what a copy does before keeping one) reads each artifact: a damaged one is a
-    :class:`BundleError` naming the file, the entry and the artifact."""
-    path = flipped(good_bundle(tmp_path / "b.bundle"), lambda e: e["offset"] + e["size"] + e["stored"] - 3)
-    with read_manifest(path) as bundle:
-        with pytest.raises(BundleError) as exc:
-            bundle.check_all(bundle.entries[0])
-    assert_names(str(exc.value), path, f"corrupt: the entry for {LABEL}: aot_autograd artifact {AOT[1]}")
-
-
 def test_damaged_binaries_fail_their_section_checksum(tmp_path: Path) -> None:
     """A flipped byte in the carried binaries fails the section's checksum when they are read."""
     path = flipped(good_bundle(tmp_path / "b.bundle"), lambda e: e["binaries"]["offset"] + 2)

@@ -143,22 +143,6 @@ def test_the_file_starts_with_the_magic_line_and_a_sorted_manifest(tmp_path: Pat
     assert list(top) == sorted(top) and list(top["entries"][0]) == sorted(top["entries"][0])
 
 
-def test_sections_lie_back_to_back_and_cover_the_file(tmp_path: Path) -> None:
-    """``spans``: the manifest, then each entry's table and artifacts, binaries and key index, with no gap or
-    overlap, ending at the file's end."""
-    ki = KeyIndex(torch="2.13")
-    ki.note_run(10.0, ["inductor/x"])
-    identity = {"compiler": "g++"}
-    carried = CarriedBinaries({build_id(identity): identity})
-    carried.add(build_id(identity), "ab/kernel.main.so", b"\x7fELF" + bytes(range(256)))
-    path = write(tmp_path / "b.bundle", entry(CPU, binaries=carried, index=ki), entry(GPU))
-    with read_manifest(path) as bundle:
-        spans = sorted(bundle.spans(bundle.entries))
-    assert len(spans) == 5
-    assert all(a + n == b for (a, n), (b, _) in zip(spans, spans[1:]))
-    assert spans[0][0] == 0 and sum(n for _, n in spans) == path.stat().st_size
-
-
 def test_rewriting_a_read_bundle_reproduces_it_byte_for_byte(tmp_path: Path) -> None:
     """A bundle read and written elsewhere unchanged is the same file: members, binaries and key index are copied
     as stored, never recompressed."""
