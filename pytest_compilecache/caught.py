@@ -20,3 +20,8 @@ def counts() -> dict[str, int]:
     """This process's counts so far, by place and error type."""
     with _lock:
         return dict(_counts)
+
+
+def since(before: dict[str, int]) -> dict[str, int]:
+    """The counts added since ``before`` (an earlier :func:`counts`): one session's, in a process that runs several."""
+    return {where: n - before.get(where, 0) for where, n in counts().items() if n > before.get(where, 0)}

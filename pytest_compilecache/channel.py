@@ -102,11 +102,15 @@ class FromWorker:
             path = Path(said["artifacts_file"])
             try:
                 said = {**said, "artifacts": path.read_bytes()}
-                path.unlink()
             except OSError as exc:
                 process.problems.append(Problem(Concern.SAVING, f"{path}: {process.process}'s artifacts, too large "
                                                 f"to send inline, cannot be read here: {exc.strerror or exc}; "
                                                 "not saved", str(path)))
+            else:
+                try:
+                    path.unlink()
+                except OSError as exc:  # the session's shared folder goes at its end
+                    caught("removing a worker's artifacts file", exc)
         if said["artifacts"] is None:
             return cls(process, None)
         try:

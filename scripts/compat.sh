@@ -67,10 +67,10 @@ if [ "$install_only" = 1 ]; then
   exit 0
 fi
 
-#: Tests whose outcome no torch release changes (they import no torch, or test only storage, options, files and the
-#: harness): the full suite runs them on one torch; the tier leaves them out.
+#: Tests whose outcome no torch release changes (they import no torch, or test only storage, options, the protocol
+#: table and the floors): the full suite runs them on one torch; the tier leaves them out.
 torch_free="tests/unit tests/test_network.py tests/test_objectstore.py tests/test_packs.py tests/test_options.py
-  tests/test_files.py tests/test_harness.py tests/test_protocol.py tests/test_layers.py"
+  tests/test_protocol.py tests/test_layers.py"
 
 summary="$logs/summary.txt"
 : > "$summary"

@@ -461,7 +461,7 @@ def test_a_pooled_file_that_cannot_be_placed_is_counted_not_swallowed(tmp_path: 
     """A file the pool cannot place is left to torch to build, and counted as caught, for ``-v`` and the report."""
     from pytest_compilecache import caught
 
-    before = caught.counts().get("placing a pooled C++ binary (FileNotFoundError)", 0)
+    before = caught.counts().get("placing a pooled compiled file (FileNotFoundError)", 0)
     pool = BinaryPool(tmp_path / "pool", {"compiler": "g++"})
     assert pool.put(tmp_path / "cache", ["ab/cgone.so"]) == 0
-    assert caught.counts()["placing a pooled C++ binary (FileNotFoundError)"] == before + 1
+    assert caught.counts()["placing a pooled compiled file (FileNotFoundError)"] == before + 1

@@ -290,6 +290,10 @@ class _Files(http.server.SimpleHTTPRequestHandler):
             self.end_headers()
             if self.command == "GET":
                 self.wfile.write(page)
+        elif mode == "refuse" and self.command == "GET":  # it is there, but no range of it is sent
+            self.send_response(503)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
         elif mode in ("short", "longer"):
             self.send_response(200)
             self.send_header("Content-Length", str(len(data) + (1000 if mode == "longer" else 0)))
@@ -448,11 +452,12 @@ def test_a_download_that_stalls_midway_is_read_again_from_the_start(served: int,
     ("short", "shorter than"),
     ("longer", "shorter than"),
     ("loop", "redirect"),
+    ("refuse", "503"),
 ])
 def test_answers_that_lie_end_in_one_message_naming_the_url(served: int, tmp_path: Path, mode: str,
                                                             said: str) -> None:
     """A web page where the bundle should be, an answer shorter or longer than its Content-Length, a
-    redirect loop: reading fails within its deadline with one message that begins with the URL and says
+    redirect loop, a server that refuses every read of a file it says is there: reading fails within its deadline with one message that begins with the URL and says
     what was wrong, and nothing read is kept on this machine."""
     url = f"http://127.0.0.1:{served}/{mode}/b.bundle"
     store = _store(url, tmp_path / "copies", {}, timeout=5.0)

@@ -10,6 +10,8 @@ import os
 import threading
 from typing import Any, Callable
 
+from ..caught import caught
+
 
 def _current(filename: str) -> str:
     """``filename`` moved into the current cache folder (keeping its ``<xx>/<name>`` tail) unless it lies there."""
@@ -91,8 +93,10 @@ def wrap_recheck(recheck: Callable[..., Any]) -> Callable[..., Any]:
             config: Any = getattr(results[0], "config", None) if len(results) == 1 else None
             unmarked = config is not None and not getattr(config, "found_by_coordesc", False)
             if unmarked and getattr(named, "found_by_coordesc", False):
-                with contextlib.suppress(Exception):  # a config torch cannot hash: left as torch left it
+                try:
                     if triton_config_to_hashable(config) == triton_config_to_hashable(named):
                         config.found_by_coordesc = True
+                except Exception as exc:  # a config torch cannot hash: left as torch left it
+                    caught("comparing an autotune config with the one coordinate descent found", exc)
 
     return rechecking

@@ -259,9 +259,11 @@ def _probe_sources(folder: Path, code: str) -> list[Path]:
     """The C++ sources in ``folder``'s two-character folders whose text is the probe source ``code``."""
     found = []
     for source in folder.glob("*/*.cpp"):
-        with contextlib.suppress(OSError, UnicodeDecodeError):
+        try:
             if source.read_text() == code:
                 found.append(source)
+        except (OSError, UnicodeDecodeError) as exc:
+            caught("reading a C++ source to tell a CPU probe", exc)
     return found
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from .. import files
+from ..caught import caught
 from . import patches
 from .layout import BINARY, SOURCE, TRITON
 
@@ -188,8 +189,9 @@ def place(path: str, without: tuple[str, ...] = ()) -> None:
             _fill(active.template, relative)
             if os.path.isdir(source):
                 files.link_tree(source, path, without=without)
-        except OSError:
-            return  # not placed (a full disk, say): torch misses, and the next ask tries again
+        except OSError as exc:  # not placed (a full disk, say): torch misses, and the next ask tries again
+            caught("placing a bundle's entry where torch asked", exc)
+            return
         active.placed.add(relative)
 
 

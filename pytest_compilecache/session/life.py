@@ -44,6 +44,7 @@ class SessionLife:
     def __init__(self, config: pytest.Config, options: Options, store: BundleStore | None, run: float,
                  progress: Progress, recorder: Recorder | None) -> None:
         self.options, self.store, self.run, self.progress = options, store, run, progress
+        self._caught_before = caught.counts()
         self.report = SessionReport(bundle_path=options.bundle_name, started=_session_started())
         self.collector = Collector(options, self.report)
         self.keeper = Keeper.create(config, options.expect, options.expect_update, recorder)
@@ -77,7 +78,7 @@ class SessionLife:
         with self.progress.showing():
             save(self.report, artifacts, self.store, self.options, self.at_start, self.run, pools, left_out)
         self.report.session_seconds = time.time() - self.report.started
-        self.report.caught = caught.counts()
+        self.report.caught = caught.since(self._caught_before)
         if self.keeper is not None:
             self.report.expectations = self.keeper.finish(session)
         self.report.written = write_json(self.options.report, self.report)

@@ -62,7 +62,7 @@ class BinaryPool:
                         files.write_atomic(dest, file.read_bytes(), fsync=False)  # rebuilt: the pooled one failed
                         taken += 1
                 except OSError as exc:  # left out of the pool: torch builds it again where asked
-                    caught("pooling a C++ binary", exc)
+                    caught("pooling a compiled file", exc)
         finally:
             if taken:
                 self._changed()
@@ -115,7 +115,7 @@ class BinaryPool:
                 else:
                     placed += _place(file, dest)
             except OSError as exc:  # left to torch to build
-                caught("placing a pooled C++ binary", exc)
+                caught("placing a pooled compiled file", exc)
         return placed
 
     def drop(self, names: Iterable[str], seeded: Path) -> None:

@@ -138,6 +138,7 @@ class Worker(_RunsTests):
         folders = Folders(config, Path(told.shared) if told.shared else None)
         store = open_bundle_store(options, told.store_unreachable)
         process = str(config.workerinput.get("workerid", "worker"))  # type: ignore[attr-defined]
+        self._caught_before = caught.counts()
         super().__init__(config, options, TestSide(config, options, folders, process, told.run, store,
                                                    lambda: told.at_start))
 
@@ -146,7 +147,7 @@ class Worker(_RunsTests):
 
     def _finish(self, session: pytest.Session, exitstatus: int | pytest.ExitCode, process: ProcessReport,
                 own: tuple[bytes, KeyIndex] | None) -> None:
-        process.caught = caught.counts()
+        process.caught = caught.since(self._caught_before)
         FromWorker(process, own).put(self.config.workeroutput,  # type: ignore[attr-defined]
                                      self.side.folders.shared)
 

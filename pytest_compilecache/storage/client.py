@@ -134,7 +134,12 @@ class Client:
             if getattr(fs, "async_impl", False):  # fsspec's sync(): cancels the request on its loop once it passes
                 kwargs["timeout"] = seconds - (time.monotonic() - started)
             try:
-                return getattr(fs, method)(*args, **kwargs)
+                answer = getattr(fs, method)(*args, **kwargs)
+                if method == "cat_ranges":  # fsspec before 2026.6 returns a range's failure instead of raising it
+                    failure = next((a for a in answer if isinstance(a, BaseException)), None)
+                    if failure is not None:
+                        raise failure
+                return answer
             except missing:
                 raise
             except Exception as exc:
@@ -250,6 +255,6 @@ class Client:
         except FileNotFoundError:
             return True
         except BundleError as exc:  # left for the next removal
-            caught("removing a replaced pack from the store", exc)
+            caught("removing an object from the store", exc)
             return False
         return True

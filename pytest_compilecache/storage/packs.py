@@ -232,10 +232,13 @@ class PackStore:
         if isinstance(held, bytes):
             return held[at:at + end - start]
         if held is not None:
-            with contextlib.suppress(OSError), open(held, "rb") as f:
-                f.seek(at)
-                if len(data := f.read(end - start)) == end - start:
-                    return data
+            try:
+                with open(held, "rb") as f:
+                    f.seek(at)
+                    if len(data := f.read(end - start)) == end - start:
+                        return data
+            except OSError as exc:  # read again from the store
+                caught("reading a kept range of a pack", exc)
         (data,) = self.client.read_ranges([(self._object(name), start, end)], whole=self._sizes.get(name, 0))
         self._keep(name, start, end, data)
         return data
@@ -245,11 +248,14 @@ class PackStore:
             self._kept[""][(start, end)] = data
             return
         kept = self.folder / PACKS / name / f"{start}-{end}"
-        with contextlib.suppress(OSError):  # this machine keeps no copy: the next read asks again
+        try:
             kept.parent.mkdir(parents=True, exist_ok=True)
             files.write_atomic(kept, data, fsync=False)
-            if name in self._kept:
-                self._kept[name][(start, end)] = kept
+        except OSError as exc:  # this machine keeps no copy: the next read asks again
+            caught("keeping a range read of a pack", exc)
+            return
+        if name in self._kept:
+            self._kept[name][(start, end)] = kept
 
     def _fetch(self, spans: list[Span]) -> None:
         """Download the spans this machine keeps no copy of, in pieces of at most :data:`CHUNK_BYTES` as
@@ -360,9 +366,11 @@ class PackStore:
                                   f"{why}; nothing was uploaded") from None
             pack = f"{files.checksum(staging)[0][:32]}.bundle"
             self.client.put(staging, f"{PACKS}/{pack}")
-            with contextlib.suppress(OSError):
+            try:
                 (self.folder / PACKS / pack).mkdir(parents=True, exist_ok=True)
                 files.replace(staging, self.folder / PACKS / pack / "whole")
+            except OSError as exc:  # the next reader downloads it
+                caught("keeping a new pack on this machine", exc)
         finally:
             staging.unlink(missing_ok=True)
         return pack

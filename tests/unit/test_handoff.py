@@ -64,3 +64,23 @@ def test_a_shared_folder_the_worker_cannot_write_is_one_problem_and_nothing_half
 
 def test_a_worker_that_said_nothing_is_none() -> None:
     assert FromWorker.get({}) is None
+
+
+def test_a_file_read_but_not_removed_is_saved_and_no_problem(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The artifacts were read: a file the controller cannot remove costs nothing but a count (the shared folder
+    goes at the session's end), never a 'not saved' problem that strict mode would fail on."""
+    from pytest_compilecache import caught
+
+    monkeypatch.setattr(channel, "INLINE_LIMIT", 0)
+    output: dict[str, object] = {}
+    FromWorker(ProcessReport(process="gw2"), (ARTIFACTS, _index())).put(output, tmp_path)
+    before = caught.counts().get("removing a worker's artifacts file (PermissionError)", 0)
+
+    def refuse(self: Path, missing_ok: bool = False) -> None:
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "unlink", refuse)
+    told = FromWorker.get(output)
+    assert told is not None and told.own is not None and told.own[0] == ARTIFACTS
+    assert told.process.problems == []
+    assert caught.counts()["removing a worker's artifacts file (PermissionError)"] == before + 1
