@@ -190,6 +190,7 @@ def test_each_kind_of_difference_is_named(project: pytest.Pytester, run_inner: C
     data[-1] ^= 0xFF  # the key index is the entry's last section
     downloaded = parse(io.BytesIO(bytes(data)), bundle)
     (entry,) = downloaded.entries
+    downloaded.read_key_index(entry)
     downloaded.close()
     index, problem = downloaded.key_index(entry)
     assert index is None and "fails its checksum" in problem, problem
