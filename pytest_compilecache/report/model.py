@@ -116,7 +116,7 @@ class ProcessReport:
     left_out: str = ""
     #: What this process compiled but did not save, and why (one sentence each): no problem, a limit of torch's.
     not_saved: list[str] = field(default_factory=list)
-    #: Errors this process caught and went on past (``caught.counts()``): said under ``-v`` only.
+    #: Errors this worker caught and went on past in its session (``caught.since``): said under ``-v`` only.
     caught: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
