@@ -24,7 +24,8 @@ from .bundle.pruning import prune
 from .session.options import user_cache_dir
 from .storage.errors import DEFAULT_TIMEOUT as DEFAULT_NETWORK_TIMEOUT
 from .storage.errors import MIN_RATE
-from .storage.interface import BundleStore, open_store
+from .storage.interface import BundleStore
+from .storage.stores import open_store
 from .bundle.merge import merge_input, merged
 from .storage.packs import read_url
 from .storage.urls import STORAGE_OPTIONS_ENV, file_url_path, is_url, parse_storage_options, redacted

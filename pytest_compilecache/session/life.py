@@ -18,7 +18,8 @@ from ..expect.hooks import Keeper, Recorder
 from ..report.markdown import SUMMARY_ENV, append_job_summary
 from ..report.model import REPORT_ATTR, Concern, Problem, ProcessReport, SessionReport, Status
 from ..report.terminal import patch_lines, summary_lines
-from ..storage.interface import BundleStore, open_store
+from ..storage.interface import BundleStore
+from ..storage.stores import open_store
 from ..storage.urls import redacted
 from ..words import counted
 from . import remote

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Any, Callable, ContextManager, Mapping, Protocol
+from typing import Callable, ContextManager, Mapping, Protocol
 
 from ..bundle.format import Bundle, Entry, Unreadable
-from .errors import DEFAULT_TIMEOUT
-from .urls import file_url_path, is_url
 
 
 @dataclass(frozen=True)
@@ -128,18 +125,3 @@ class BundleStore(Protocol):
         """Read the bundle whole, let ``change`` compute its entries (``None``: leave it), and write them so that
         they replace what was read (and nothing a writer added meanwhile). ``dropped``: an unreadable bundle (or
         pack) counts as empty, said there."""
-
-
-def open_store(where: str | Path, lock_timeout: float, copies: Path,
-               storage_options: Mapping[str, Any] | None = None, network_timeout: float = DEFAULT_TIMEOUT,
-               unreachable: str = "") -> BundleStore:
-    """The store of the bundle at ``where``, opened once per process that needs it: a URL's (its packs' bytes kept
-    under ``copies``; ``unreachable``: why another process of the session stopped asking it), or a path's, also
-    given as a ``file://`` URL."""
-    from .local import LocalStore
-    from .packs import PackStore
-
-    name = str(where)
-    if is_url(name):
-        return PackStore(name, copies, lock_timeout, storage_options, network_timeout, unreachable)
-    return LocalStore(Path(file_url_path(name) or name), lock_timeout)

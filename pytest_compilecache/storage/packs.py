@@ -82,7 +82,7 @@ class PackedBundle(Bundle):
 
 class PackStore:
     """A bundle at a URL (see :class:`.interface.BundleStore`), its packs' bytes kept on this machine under
-    ``copies`` once read (a pack never changes); ``unreachable``: as in :func:`.interface.open_store`."""
+    ``copies`` once read (a pack never changes); ``unreachable``: as in :func:`.stores.open_store`."""
 
     #: A network and a server stand between this machine and the bundle.
     may_be_unreachable = True

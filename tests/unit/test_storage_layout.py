@@ -20,7 +20,8 @@ from pytest_compilecache.bundle.members import Members
 from pytest_compilecache.bundle.writing import write_bundle
 from pytest_compilecache.storage import packs, ranges
 from pytest_compilecache.storage.errors import StoreError, StoreTimeout, why
-from pytest_compilecache.storage.interface import Written, open_store
+from pytest_compilecache.storage.interface import Written
+from pytest_compilecache.storage.stores import open_store
 from pytest_compilecache.storage.local import LocalStore
 from pytest_compilecache.storage.packs import PACKS, PackStore
 from pytest_compilecache.storage.ranges import Ranges
