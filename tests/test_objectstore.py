@@ -177,6 +177,20 @@ def _packs(store: PackStore) -> list[str]:
     return sorted(store.client.listing(PACKS))
 
 
+def test_a_store_opened_after_the_endpoint_changed_reaches_the_new_one(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The endpoint and credentials come from the environment: a store opened after they changed (a later session in
+    the same process, a CI step that points elsewhere) reaches the new server, not one an earlier store of the process
+    reached (fsspec keeps one file system per set of arguments, and the environment is not among them)."""
+    with s3_server() as (first, _):
+        _use(monkeypatch, first)
+        assert _store(f"{_bucket(first)}/b.bundle", tmp_path / "one").read() is None
+    with s3_server() as (second, _):
+        _use(monkeypatch, second)
+        url = f"{_bucket(second)}/b.bundle"
+        assert _store(url, tmp_path / "two").read() is None, "the second server holds no bundle"
+
+
 def test_shards_share_one_s3_bundle(pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult],
                                     s3: str) -> None:
     """The first shard creates the bundle (one pack); the command line adds another machine's entry

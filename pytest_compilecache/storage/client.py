@@ -106,7 +106,9 @@ class Client:
             except ImportError:
                 raise BundleError(f"{self.name}: bundles at URLs need fsspec ({hint})") from None
             try:
-                self._fs = fsspec.core.url_to_fs(self.url, **self.storage_options)
+                # A file system of its own: fsspec keeps one per set of arguments, and the endpoint or credentials
+                # a client reads from the environment are not among them.
+                self._fs = fsspec.core.url_to_fs(self.url, **{**self.storage_options, "skip_instance_cache": True})
             except ImportError as exc:
                 hint = hint if extra else f"install the package fsspec names for {self.protocol}://"
                 raise BundleError(f"{self.name}: {exc} ({hint})") from None
