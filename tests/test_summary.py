@@ -656,11 +656,16 @@ def test_the_claimed_saving_is_what_the_wall_clock_shows_on_a_fresh_runner(
             measured -= compared["built_headers_seconds"] - compared["headers_seconds"]
         print(f"{label} {workers}: claimed {claimed:.1f} s less, the wall clocks {measured:.1f} s ({cold:.1f} - {wall:.1f})")
         assert "not_compared" not in compared, summary
-        # The claim and the clocks agree (within 30%, or 2 s of a loaded machine's start and exit outside the plugin's
-        # clock); on a loaded 2-core machine a fresh runner's warm run may even take longer, and must then say so.
-        assert abs(claimed - measured) <= max(0.3 * abs(measured), 2.0), \
+        # The claim and the clocks agree (within 30%, or 2 s per process of a loaded machine's start and exit outside
+        # the plugin's clock); on a loaded 2-core machine a fresh runner's warm run may even take longer, and must then
+        # say so.
+        assert abs(claimed - measured) <= max(0.3 * abs(measured), 2.0 * (2 if workers else 1)), \
             f"{label}: claimed {claimed:.1f} s less, the wall clocks {measured:.1f} s\n{summary}"
-        assert (f"({claimed:.1f} s less" if claimed >= 0 else f"({-claimed:.1f} s MORE") in summary, summary
+        said = re.search(r"\((\d+\.\d) s (less|MORE)", summary)
+        assert said is not None, summary
+        # the report's figure, to the tenth the summary prints it (the report keeps more digits: no second rounding)
+        assert abs(float(said.group(1)) - abs(claimed)) <= 0.051 and (said.group(2) == "less") == (claimed >= 0), \
+            summary
         first = [name for name, stats in report["tests"].items() if stats.get("first_in_process")]
         assert 1 <= len(first) <= (2 if workers else 1), first  # torch's start-up, once a process
     if not workers:
