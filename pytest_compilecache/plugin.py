@@ -16,7 +16,6 @@ from . import hooks
 from ._torchapi import defaultdir, patches
 from .cache import CacheKind, CompileCache
 from .environment import SavedEnv, point_cache_dirs_at
-from .report.html import HtmlColumns
 from .session.folders import Home, prune, settle
 from .session.options import Isolation, Options
 from .session.options import add_options as pytest_addoption  # noqa: F401  (pytest's hook)
@@ -81,9 +80,6 @@ def pytest_configure(config: pytest.Config) -> None:
     role.start(config.pluginmanager, config.stash.get(_EARLY_ENV, None))
     if role.options.isolation is Isolation.TEST:
         config.pluginmanager.register(_IsolateEveryTest(), "compilecache-isolate-every-test")
-    if config.pluginmanager.hasplugin("html") and getattr(config.option, "htmlpath", None) \
-            and not hasattr(config, "workerinput"):
-        config.pluginmanager.register(HtmlColumns(), "compilecache-html")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -34,7 +34,7 @@ def _private_user_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[No
 
 
 #: Inner runs print the whole summary (as -v), which most tests read: first on the command line of every inner run
-#: (pytester's, :func:`run_pytest`'s, :func:`on_a_terminal`'s; pytester clears ``PYTEST_ADDOPTS``), and in
+#: (pytester's, :func:`run_pytest`'s; pytester clears ``PYTEST_ADDOPTS``), and in
 #: ``PYTEST_ADDOPTS`` for the rest; the tests of the quiet default give ``-o verbosity_compilecache=auto`` after it.
 SAY_EVERYTHING = "-o verbosity_compilecache=1"
 
@@ -296,64 +296,6 @@ def run_inner(
             if forked is not None:
                 return forked
         return pytester.runpytest_subprocess(*full, timeout=timeout)
-
-    return run
-
-
-@pytest.fixture
-def on_a_terminal(zygote: Zygotes | None) -> Callable[[list[str], Path], tuple[int, str]]:
-    """``on_a_terminal(args, cwd)``: ``python -m pytest ARGS`` with a pseudo-terminal 120 columns wide
-    as its output, forked from the zygote where that sees what a fresh process sees; its exit status
-    and all it wrote."""
-    import pty
-    import select
-    import sys
-    import threading
-
-    def read_all(master: int, chunks: list[bytes], ended: threading.Event) -> None:
-        while True:
-            ready, _, _ = select.select([master], [], [], 0.2)
-            if not ready:
-                if ended.is_set():
-                    return  # the run is over and nothing more is coming
-                continue
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:  # every other end of the terminal closed
-                return
-            if not chunk:
-                return
-            chunks.append(chunk)
-
-    def run(args: list[str], cwd: Path) -> tuple[int, str]:
-        args = [*SAY_EVERYTHING.split(), *args]
-        master, slave = pty.openpty()
-        env = {**os.environ, "COLUMNS": "120", "LINES": "40", "TERM": "xterm"}
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(cwd), env.get("PYTHONPATH", "")]))
-        chunks: list[bytes] = []
-        ended = threading.Event()
-        reader = threading.Thread(target=read_all, args=(master, chunks, ended), daemon=True)
-        reader.start()
-        forked = zygote.next(env) if zygote is not None else None
-        try:
-            if forked is not None:
-                terminal = Path(os.ttyname(slave))
-                status = forked.run(args, cwd, env, terminal, terminal, 600)
-            else:
-                proc = subprocess.Popen([sys.executable, "-m", "pytest", *args], cwd=cwd, stdin=subprocess.DEVNULL,
-                                        stdout=slave, stderr=slave, env=env, start_new_session=True)
-                try:
-                    status = proc.wait(timeout=600)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, 9)
-                    proc.wait()
-                    raise
-        finally:
-            os.close(slave)
-            ended.set()
-            reader.join()
-            os.close(master)
-        return status, b"".join(chunks).decode(errors="replace")
 
     return run
 

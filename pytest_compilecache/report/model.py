@@ -1,5 +1,5 @@
 """The session's report: what each process did with the bundle, per-test counts, what was saved.
-Filled by the plugin's roles; rendered by :mod:`.terminal`, :mod:`.markdown` and :meth:`SessionReport.to_json`."""
+Filled by the plugin's roles; rendered by :mod:`.terminal` and :meth:`SessionReport.to_json`."""
 
 from __future__ import annotations
 

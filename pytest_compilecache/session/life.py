@@ -3,7 +3,6 @@ state, the remote cache, strict mode's checks); the save, the summary, the repor
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -15,7 +14,6 @@ from ..bundle import signing
 from ..bundle.format import BundleError, Unreadable
 from ..environment import caches_disabled_by_env
 from ..expect.hooks import Keeper, Recorder
-from ..report.markdown import SUMMARY_ENV, append_job_summary
 from ..report.model import REPORT_ATTR, Concern, Problem, ProcessReport, SessionReport, Status
 from ..report.terminal import patch_lines, summary_lines
 from ..storage.interface import BundleStore
@@ -25,7 +23,6 @@ from ..words import counted
 from . import remote
 from ..channel import BundleAtStart
 from .options import Isolation, Options, verbosity
-from .progress import Progress
 from .saving import exit_status, save, write_json
 
 #: When the plugin was loaded: a process's first session counts its wall clock from here, a later one from its start.
@@ -43,8 +40,8 @@ class SessionLife:
     """The session's report, collector and expectations' keeper, and its bundle as seen before any test."""
 
     def __init__(self, config: pytest.Config, options: Options, store: BundleStore | None, run: float,
-                 progress: Progress, recorder: Recorder | None) -> None:
-        self.options, self.store, self.run, self.progress = options, store, run, progress
+                 recorder: Recorder | None) -> None:
+        self.options, self.store, self.run = options, store, run
         self._caught_before = caught.counts()
         self.report = SessionReport(bundle_path=options.bundle_name, started=_session_started())
         self.collector = Collector(options, self.report)
@@ -65,8 +62,7 @@ class SessionLife:
             self.report.problems.append(Problem(Concern.BUNDLE, self.at_start.problem,
                                                 self.store.name if self.store is not None else ""))
         check_remote(self.options, self.report)
-        with self.progress.showing():
-            check_at_start(self.options, self.store, self.at_start, process_dir, self.report)
+        check_at_start(self.options, self.store, self.at_start, process_dir, self.report)
 
     def finish(self, session: pytest.Session, exitstatus: int | pytest.ExitCode, processes: list[ProcessReport],
                artifacts: list[tuple[dict[str, str], bytes, Any]], pools: Path, left_out: str = "") -> None:
@@ -76,8 +72,7 @@ class SessionLife:
         left_out = (left_out or next((p.left_out for p in processes if p.left_out), "")
                     or stopped_early(session, exitstatus)
                     or ("the warmup failed, so warm_cache tests were skipped" if self.report.warmup_failed else ""))
-        with self.progress.showing():
-            save(self.report, artifacts, self.store, self.options, self.at_start, self.run, pools, left_out)
+        save(self.report, artifacts, self.store, self.options, self.at_start, self.run, pools, left_out)
         self.report.session_seconds = time.time() - self.report.started
         self.report.caught = caught.since(self._caught_before)
         if self.keeper is not None:
@@ -117,16 +112,6 @@ class Collector:
             self.options.active or self.options.warnings or report.totals is not None or report.all_problems()
             or report.expectations is not None or any(p.status is not Status.UNUSED for p in report.processes))
 
-    @pytest.hookimpl(trylast=True)
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        """Under GitHub Actions, append the compilecache section to the job summary (after the roles' end)."""
-        if self._worth_saying(session.config):
-            try:
-                append_job_summary(self.report)
-            except OSError as exc:
-                self.report.problems.append(Problem(Concern.REPORT, f"{SUMMARY_ENV}: could not append the job summary: "
-                                                    f"{exc}", os.environ.get(SUMMARY_ENV, "")))
-
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         """The ``compilecache`` section, when :meth:`_worth_saying`."""
         if self._worth_saying(terminalreporter.config):
@@ -135,7 +120,7 @@ class Collector:
             lines = [*(f"WARNING: {w}" for w in warnings), *summary_lines(self.report, level),
                      *patch_lines(self.report, level > 0)]
             if lines:
-                terminalreporter.ensure_newline()  # ends the progress line, so the section adds no empty line
+                terminalreporter.ensure_newline()
                 terminalreporter.section("compilecache")
                 for line in lines:
                     terminalreporter.write_line(line)

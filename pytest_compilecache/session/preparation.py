@@ -24,7 +24,6 @@ from .folders import Folders, WorkerDir
 from .options import Isolation, Options
 from .pool import BinaryPool
 from ..channel import BundleAtStart
-from .progress import Progress
 from .warmup import Preparer, WarmupFailed
 
 
@@ -44,7 +43,7 @@ class BundlePreparation:
 
     def __init__(self, config: pytest.Config, options: Options, folders: Folders, process: str, run: float,
                  store: BundleStore | None, session_cache: Callable[[], Path | None],
-                 at_start: Callable[[], BundleAtStart], progress: Progress,
+                 at_start: Callable[[], BundleAtStart],
                  tell: Callable[[str], None] | None, undo: contextlib.ExitStack) -> None:
         self.config, self.options, self.folders = config, options, folders
         self.store, self.process, self.run = store, process, run
@@ -62,9 +61,8 @@ class BundlePreparation:
         #: What the test side's end undoes (the session folder's filling from the bundle).
         self._undo = undo
         self._started = time.time()
-        #: The display of long work, where this process owns the terminal; where a bundle problem found while
-        #: preparing is said at once (``None``: not in this process).
-        self.progress, self.tell = progress, tell
+        #: Where a bundle problem found while preparing is said at once (``None``: not in this process).
+        self.tell = tell
 
     def template(self) -> Path | None:
         """The folder ``warm_cache`` tests start from, with the binaries pooled so far; ``None`` without a bundle."""
@@ -102,8 +100,7 @@ class BundlePreparation:
             return None
         self._selected = [item.nodeid for item in session.items]
         try:
-            with self.progress.showing():
-                self.prepare()
+            self.prepare()
         except _torchapi.TorchUnavailable as exc:
             self._failed_to_prepare(f"--compile-cache-bundle: {exc}")
         except Warning as exc:  # a warning filter set to "error" (-W error, filterwarnings = error)
@@ -216,7 +213,7 @@ class BundlePreparation:
         start = time.perf_counter()
         try:
             with _torchapi.fresh_recording():
-                with cache, self.progress.warmup():
+                with cache:
                     try:
                         hook(cache=cache)
                     except Exception as exc:

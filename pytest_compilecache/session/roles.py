@@ -19,7 +19,6 @@ from ..channel import FromWorker, ToWorker
 from .folders import Folders
 from .life import Selection, SessionLife, header_lines, open_bundle_store, teller
 from .options import Options, verbosity
-from .progress import Progress
 from .testside import TestSide
 from .warmup import died_in_warmup
 
@@ -100,10 +99,9 @@ class SingleProcess(_RunsTests):
 
     def __init__(self, config: pytest.Config, options: Options) -> None:
         run, store = time.time(), open_bundle_store(options)
-        progress = Progress.of_store(config, store)
         super().__init__(config, options, TestSide(config, options, Folders(config), "main", run, store,
-                                                   lambda: self.life.at_start, progress, teller(config)))
-        self.life = SessionLife(config, options, store, run, progress, self.recorder)
+                                                   lambda: self.life.at_start, teller(config)))
+        self.life = SessionLife(config, options, store, run, self.recorder)
 
     def start(self, plugins: pytest.PytestPluginManager, saved: SavedEnv | None) -> None:
         """As every role that runs tests, and the session's collector and keeper beside it."""
@@ -161,7 +159,7 @@ class Controller:
         self.config, self.options = config, options
         self.folders = Folders(config)
         self.store = open_bundle_store(options)
-        self.life = SessionLife(config, options, self.store, time.time(), Progress.of_store(config, self.store), None)
+        self.life = SessionLife(config, options, self.store, time.time(), None)
         self.processes: list[ProcessReport] = []
         self.artifacts: list[tuple[dict[str, str], bytes, KeyIndex | None]] = []
         self._died_in_warmup: dict[str, str] = {}

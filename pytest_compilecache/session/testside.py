@@ -24,7 +24,6 @@ from ..channel import BundleAtStart
 from .folders import Folders, WorkerDir
 from .options import Isolation, Options
 from .preparation import BundlePreparation
-from .progress import Progress
 
 _FAILED = pytest.StashKey[bool]()
 #: The marker that lets a test's warm_cache use torch's remote cache.
@@ -36,7 +35,7 @@ class TestSide:
 
     def __init__(self, config: pytest.Config, options: Options, folders: Folders, process: str,
                  run: float, store: BundleStore | None, at_start: Callable[[], BundleAtStart],
-                 progress: Progress | None = None, tell: Callable[[str], None] | None = None) -> None:
+                 tell: Callable[[str], None] | None = None) -> None:
         self.config, self.options, self.folders, self.process = config, options, folders, process
         #: Where compiles outside fixtures go when session-wide (see :meth:`configure`): kept per worker, or our own.
         self.session_cache: Path | None = None
@@ -45,7 +44,7 @@ class TestSide:
         self._undo = contextlib.ExitStack()
         #: The bundle this process's ``warm_cache`` tests start from.
         self.bundle = BundlePreparation(config, options, folders, process, run, store, lambda: self.session_cache,
-                                        at_start, progress or Progress(None), tell, self._undo)
+                                        at_start, tell, self._undo)
 
     def configure(self, saved: SavedEnv | None) -> None:
         """Before collection: point compiles outside fixtures at a folder of this process's own (``saved``: the

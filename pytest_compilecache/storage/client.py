@@ -3,7 +3,6 @@ and what differs between stores by URL scheme, as values."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 import time
@@ -16,7 +15,6 @@ from urllib.parse import urlsplit
 from ..bundle.format import BundleError
 from ..caught import caught
 from .errors import DEFAULT_TIMEOUT, MIN_RATE, StoreError, StoreTimeout, transient, why
-from .interface import TransferProgress
 from .urls import redacted
 
 #: A request to the store's file system: ``ask(method, *args, **kwargs)`` within its deadline.
@@ -93,8 +91,6 @@ class Client:
         self.downloaded = self.uploaded = 0
         #: Objects a server sent whole when asked for a range, by name.
         self._whole: dict[str, bytes] = {}
-        #: Told how each download and upload goes (a session attaches its display).
-        self.progress: TransferProgress = lambda verb, total: contextlib.nullcontext()
 
     def filesystem(self) -> tuple[Any, str]:
         """fsspec's file system for the URL and the URL's path in it; a missing package is named with its extra."""
@@ -206,17 +202,14 @@ class Client:
         if all(name in self._whole for name, _, _ in spans):
             return [self._whole[name][start:end] for name, start, end in spans]
         total = max(sum(end - start for _, start, end in spans), whole)
-        with self.progress("downloading", total) as moved:
-            try:
-                answers = list(self.ask("downloading", f"cannot read {spans[0][0] or 'it'}", "cat_ranges",
-                                        [self.path(name) for name, _, _ in spans], [s for _, s, _ in spans],
-                                        [e for *_, e in spans], on_error="raise", size=total))
-            except FileNotFoundError:
-                raise StoreError(f"{self.name}: cannot read {spans[0][0] or 'it'}: it was removed while it was read") \
-                    from None
-            self.downloaded += sum(len(a) for a in answers)
-            if moved is not None:
-                moved(sum(len(a) for a in answers))
+        try:
+            answers = list(self.ask("downloading", f"cannot read {spans[0][0] or 'it'}", "cat_ranges",
+                                    [self.path(name) for name, _, _ in spans], [s for _, s, _ in spans],
+                                    [e for *_, e in spans], on_error="raise", size=total))
+        except FileNotFoundError:
+            raise StoreError(f"{self.name}: cannot read {spans[0][0] or 'it'}: it was removed while it was read") \
+                from None
+        self.downloaded += sum(len(a) for a in answers)
         got = []
         for (name, start, end), data in zip(spans, answers):
             if len(data) > end - start:  # the whole object
@@ -237,17 +230,14 @@ class Client:
         folder, _, base = name.rpartition("/")
         staging = f"{folder}/.{base}.{uuid.uuid4().hex}.part" if self.kind.staged else name
         ask = functools.partial(self.ask, f"uploading {name}", f"uploading {name} failed", size=size, missing=())
-        with self.progress("uploading", size) as moved:
-            try:
-                ask("put_file", str(source), self.path(staging))
-                if staging != name:
-                    ask("mv", self.path(staging), self.path(name))
-            except BaseException:
-                if staging != name:
-                    self.remove(staging)
-                raise
-            if moved is not None:
-                moved(size)
+        try:
+            ask("put_file", str(source), self.path(staging))
+            if staging != name:
+                ask("mv", self.path(staging), self.path(name))
+        except BaseException:
+            if staging != name:
+                self.remove(staging)
+            raise
         self.uploaded += size
 
     def remove(self, name: str) -> bool:

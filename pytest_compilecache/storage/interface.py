@@ -26,11 +26,6 @@ class Transfer:
         return {"downloaded": self.downloaded, "uploaded": self.uploaded} if self.counted else {}
 
 
-#: Told how a transfer goes, for a display (the session's progress line on a terminal): around one transfer
-#: (``progress(verb, total)``, ``total`` bytes, 0: unknown), yields ``moved(n)`` for the bytes moved, or ``None``.
-TransferProgress = Callable[[str, int], ContextManager[Callable[[int], None] | None]]
-
-
 class Written(enum.Enum):
     """Where :meth:`BundleStore.add` left the additions."""
 
@@ -103,9 +98,6 @@ class BundleStore(Protocol):
         """The bundle now (open: close it), or ``None`` if missing; with ``env``, only that entry need be read.
         At a URL nothing but the packs' tables is downloaded: each artifact and binary is read when asked for, or
         all of an entry's at once by :meth:`.format.Bundle.fetch_ahead`."""
-
-    def watch(self, progress: TransferProgress) -> None:
-        """Tell ``progress`` how each download and upload goes (a local path moves nothing: it tells nothing)."""
 
     def locked(self) -> ContextManager[None]:
         """Hold this machine's writers' lock (reentrant in one thread); raises ``BundleError`` naming it."""

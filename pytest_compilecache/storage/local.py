@@ -12,7 +12,7 @@ from .. import files
 from ..bundle.format import Bundle, BundleError, Entry, NotABundle, NotAFile, Unreadable, Unwritable, read_manifest
 from ..bundle.writing import write_bundle
 from ..words import counted
-from .interface import REPLACED_UNREADABLE, Look, Saved, Transfer, TransferProgress
+from .interface import REPLACED_UNREADABLE, Look, Saved, Transfer
 from ..bundle.merge import Combined, combine, stamp, written_size
 
 
@@ -65,9 +65,6 @@ class LocalStore:
         self.path = Path(path)
         lock = Lock(self.path, lock_timeout)
         self.name, self.lock_file, self.locked = str(self.path), lock.file, lock.held
-
-    def watch(self, progress: TransferProgress) -> None:
-        """Nothing to tell: a path moves nothing over a network."""
 
     def read(self, env: Mapping[str, str] | None = None) -> Bundle | None:
         """The bundle as it is now (its file kept open), or ``None`` if missing or empty; ``env`` is not needed."""

@@ -25,7 +25,7 @@ from ..bundle.members import Members
 from ..words import counted
 from .client import Client
 from .errors import DEFAULT_TIMEOUT, StoreError
-from .interface import REPLACED_UNREADABLE, Look, Saved, Transfer, TransferProgress, Written
+from .interface import REPLACED_UNREADABLE, Look, Saved, Transfer, Written
 from .local import Lock
 from ..bundle.merge import _union, env_id, mergeable, stamp, what_is_new
 from .ranges import CHUNK_BYTES, HEAD_BYTES, Ranges
@@ -110,10 +110,6 @@ class PackStore:
     @property
     def transfer(self) -> Transfer:
         return Transfer(True, self.client.downloaded, self.client.uploaded)
-
-    def watch(self, progress: TransferProgress) -> None:
-        """Tell ``progress`` how each download and upload goes."""
-        self.client.progress = progress
 
     def describe(self) -> Look:
         """How many packs there are and their size (one listing, nothing downloaded)."""
