@@ -1,5 +1,5 @@
-"""What the xdist controller and a worker tell each other, all in one place: the session's bundle one dataclass each
-way; the expectations' measurements (on each test's report) and unused records."""
+"""What the xdist controller and a worker tell each other, all in one place: the session's bundle, one dataclass each
+way."""
 
 from __future__ import annotations
 
@@ -17,24 +17,6 @@ from .report.model import Concern, Problem, ProcessReport
 INLINE_LIMIT = 1 << 30
 
 _KEY = "compilecache"
-#: The attribute of a test's call report that carries its expectation measurement (from a worker too), and the key
-#: of a worker's ``workeroutput`` that carries its unused expectation records.
-EXPECT_ATTR = _EXPECT_KEY = "compilecache_expect"
-
-
-def send_unused(config: Any, unused: list[str]) -> None:
-    """A worker's unused expectation records, into its ``workeroutput`` (nothing where this is no worker)."""
-    output = getattr(config, "workeroutput", None)
-    if output is not None:
-        output[_EXPECT_KEY] = {"unused": unused}
-
-
-def unused_from(node: Any) -> list[str]:
-    """The unused expectation records a finished worker sent (none where it sent nothing)."""
-    said = getattr(node, "workeroutput", {}).get(_EXPECT_KEY)
-    return [str(nodeid) for nodeid in said.get("unused", ())] if isinstance(said, dict) else []
-
-
 @dataclasses.dataclass(frozen=True)
 class BundleAtStart:
     """What the session knew of its bundle before any test: whether it existed, and why it could not be read."""

@@ -19,14 +19,13 @@ from ._torchapi.layout import is_cpp
 from .bundle.binaries import build_id, identity_differences
 from .bundle.format import Bundle, BundleError, Entry, read_manifest
 from .bundle.labels import differences, env_label, printable
-from .bundle.writing import encoded_size
 from .bundle.pruning import prune
 from .session.options import user_cache_dir
 from .storage.errors import DEFAULT_TIMEOUT as DEFAULT_NETWORK_TIMEOUT
 from .storage.errors import MIN_RATE
 from .storage.interface import BundleStore
 from .storage.stores import open_store
-from .bundle.merge import merge_input, merged
+from .bundle.merge import merge_input, merged, written_size
 from .storage.packs import read_url
 from .storage.urls import STORAGE_OPTIONS_ENV, file_url_path, is_url, parse_storage_options, redacted
 from .words import counted, in_layer_order, layer_of
@@ -36,7 +35,7 @@ LOCK_TIMEOUT = 60.0
 
 class UserError(Exception):
     """A problem with the user's input, said as a :class:`BundleError` is: printed on one line, exit status 2
-    (1 for verify and ``inspect --check``)."""
+    (1 for verify)."""
 
 
 #: How bundles at URLs are reached, set by :func:`main`: fsspec's options and the seconds a store may take to answer.
@@ -80,72 +79,51 @@ def _here() -> dict[str, str]:
         raise UserError(str(exc)) from None
 
 
-def _binaries(bundle: Bundle, entry: Entry, check: bool) -> dict[str, Any]:
+def _binaries(bundle: Bundle, entry: Entry, check: bool = False) -> dict[str, Any]:
     """What an entry carries in compiled binaries, and which builds fit this machine."""
-    section = entry.binaries_section
-    if section is None and entry.binaries is None:
+    if entry.binaries_section is None and entry.binaries is None:
         return {}
-    carried = None
-    try:
-        carried, problems = bundle.carried(entry, check=check)
-    except BundleError as exc:
-        if section is None:
-            raise UserError(str(exc)) from None
-        problems = [str(exc)]
-    if not check:
-        problems = []
-    if carried is not None:
-        builds = carried.builds
-        files = [(f.build, f.path, f.size) for f in carried.files.values()]
-    else:
-        assert section is not None
-        builds = section["builds"]
-        files = [(b, p, size) for b, p, _, size, _ in section["files"]]
+    carried = bundle.carried_listing(entry)
+    problems: list[str] = []
+    if check:
+        try:
+            carried, problems = bundle.carried(entry, check=True)
+        except BundleError as exc:
+            problems = [str(exc)]
     try:
         identity_here = _torchapi.build_identity()
         here = build_id(identity_here)
-        probes = carried.probes(_torchapi.cpu_probe_sources()) if carried is not None else set()
+        probes = carried.probes(_torchapi.cpu_probe_sources())
     except Exception:  # no compiler or no torch: binaries can still be listed
         here, identity_here, probes = "", {}, set()
     out: dict[str, Any] = {"problems": problems, "builds": []}
-    for build, identity in builds.items():
-        mine = [f for f in files if f[0] == build and is_cpp(f[1])]
+    for build, identity in carried.builds.items():
+        mine = [f for f in carried.files.values() if f.build == build and is_cpp(f.path)]
         out["builds"].append({"build": build, "identity": identity, "binaries": len(mine), "fits_here": build == here,
-                              "bytes": sum(f[2] for f in mine), "probes": sum(1 for f in mine if f[1] in probes),
+                              "bytes": sum(f.size for f in mine), "probes": sum(1 for f in mine if f.path in probes),
                               "differences": "" if build == here or not identity_here
                               else identity_differences(identity, identity_here)})
     return out
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    """The listing; with ``--check``, every entry also gets verify's checks, and any problem exits 1."""
+    """The listing, as text or JSON."""
     with _read(args.path) as bundle:
         here = _here()
         items = []
         for i, entry in enumerate(bundle.entries):
-            binaries = _binaries(bundle, entry, args.check)
-            item = {**entry.describe(), "index": i, "matches_here": entry.env == here,
-                    "differences": differences(entry.env, here), "binaries": binaries,
-                    "signed": bool(entry.signature), "signature": _signature(entry)}
-            if args.check:
-                item["problems"] = [*_entry_problems(bundle, entry), *binaries.get("problems", [])]
-            items.append(item)
-        data: dict[str, Any] = {"path": bundle.name, "format": bundle.format, "entries": items,
-                                "bytes": bundle.path.stat().st_size if bundle.path.is_file() else encoded_size(bundle)}
+            items.append({**entry.describe(), "index": i, "matches_here": entry.env == here,
+                          "differences": differences(entry.env, here), "binaries": _binaries(bundle, entry),
+                          "signed": bool(entry.signature), "signature": _signature(entry)})
+        data = {"path": bundle.name, "format": bundle.format, "entries": items, "bytes": written_size(bundle)}
         if args.json:
             print(json.dumps(data, indent=1, sort_keys=True))
         else:
-            _show(bundle, data, args.check)
-        failed = [item for item in items if item["problems"]] if args.check else []
-        if failed:
-            first = failed[0]["problems"][0]
-            more = sum(len(item["problems"]) for item in failed) - 1
-            raise UserError(f"{first}" + (f" (and {more} more problem(s): see the listing)" if more else "")
-                            + f"; {len(failed)} of {len(items)} entries fail the check")
+            _show(bundle, data)
         return 0
 
 
-def _show(bundle: Bundle, data: dict[str, Any], check: bool) -> None:
+def _show(bundle: Bundle, data: dict[str, Any]) -> None:
     """``inspect``'s listing as text."""
     _say(f"{bundle.name}: bundle format {data['format']}, {data['bytes']:,d} bytes on disk (the sizes below unpacked), "
          f"{counted(len(bundle.entries), 'environment')}")
@@ -170,11 +148,6 @@ def _show(bundle: Bundle, data: dict[str, Any], check: bool) -> None:
             _say(f"    {'cpp':20} {build['binaries']:5d} {what} {build['bytes']:>13,d} bytes ({_kernels(build)}), "
                  f"built by {build['identity'].get('compiler_version', '?')} for {build['identity'].get('native', '?')}: "
                  f"{fits}")
-        for problem in item.get("problems", []):  # only with --check (without it, _binaries keeps none)
-            _say(f"    problem: {problem}")
-        if check and not item["problems"]:
-            _say(f"    {'check':14} OK: intact (checksums, artifact keys, carried binaries"
-                 f"{', signature' if signing.key() else ''})")
         for diff in item["differences"]:
             _say(f"    differs: {diff}")
 
@@ -332,8 +305,8 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
 DESCRIPTION = ("Inspect, verify, merge and prune pytest-compilecache bundles, at a path or a URL "
                "(also run as: python -m pytest_compilecache).")
-EPILOG = ("Exit status: 0 on success; 1 when verify or inspect --check finds the bundle unusable or cannot read "
-          "it; 2 for any other error (a command that fails leaves the bundle as it was).")
+EPILOG = ("Exit status: 0 on success; 1 when verify finds the bundle unusable or cannot read it; 2 for any other "
+          "error (a command that fails leaves the bundle as it was).")
 BUNDLE = "the bundle: a file path or a URL (s3://, gs://, az://; http(s):// to read)"
 
 
@@ -372,10 +345,6 @@ def parser() -> argparse.ArgumentParser:
                     "signature, and whether each matches this machine.", epilog=EPILOG)
     inspect.add_argument("path", help=BUNDLE)
     inspect.add_argument("--json", action="store_true", help="print the listing as JSON")
-    inspect.add_argument("--check", action="store_true",
-                         help="also check every entry as verify checks this machine's (payload checksum, artifact "
-                              "keys, carried binaries, and the signature where PYTEST_COMPILE_CACHE_KEY is set); "
-                              "exit 1 if any entry fails")
     inspect.set_defaults(run=cmd_inspect)
     verify = sub.add_parser(
         "verify", help="exit 0 if the bundle holds an intact entry for this machine, else 1 (a CI gate)",
@@ -436,7 +405,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.run(args))
     except (UserError, BundleError) as exc:
         _say(f"pytest-compilecache {args.command}: error: {exc}", sys.stderr)
-        return 1 if args.command == "verify" or getattr(args, "check", False) else 2
+        return 1 if args.command == "verify" else 2
 
 
 def _entry() -> Any:

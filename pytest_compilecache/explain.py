@@ -20,6 +20,7 @@ _CONFIG = re.compile(r"^(inductor_config|inductor_config_comms|functorch_config)
 _KWARG = re.compile(r"^fx_kwargs\[(.+)\]$")
 _CODE_NOISE = re.compile(r";\s+[\w, ]+= None$")
 _SYMBOL = re.compile(r"\b[su]\d+\b")
+_SIZE = re.compile(r"torch\.Size\((\[.*\])\)")
 _LAYER_NAMES = {"fx_graph": "FX graph", "aot_autograd": "AOTAutograd"}
 
 
@@ -65,19 +66,30 @@ def explain(layer: str, key: str, code: str, components: Mapping[str, tuple[str,
             return Explanation(f"{where}: {source.name} holds an entry with this very key, but it was not in "
                                "the cache folder of this lookup", ("entry not in the cache folder",))
     ours = set(_graph_lines(components.get("gm", ("", ""))[1]))
-    unreadable: list[str] = []
-    candidates = [(s, k, theirs) for s in known for k in s.index.of_code(layer, code) if k != key
-                  for theirs in [_components(s, k, unreadable)] if theirs is not None and _related(theirs, ours)]
-    if not candidates:
-        if unreadable:
-            return Explanation(f"{where}: cannot explain: {unreadable[0]}", ("cannot explain",))
-        blind = [s for s in known if s.undocumented]
+    why_not, scored = [], []  # why_not: why it cannot explain
+    for source, other in ((s, k) for s in known for k in s.index.of_code(layer, code) if k != key):
+        try:
+            theirs = source.index.components(other)
+        except KeyIndexError as exc:
+            why_not.append(f"{source.name}: {exc}")
+            continue
+        their_lines = set(_graph_lines(theirs.get("gm", ("", ""))[1]))
+        if ours and their_lines and not ours & their_lines:  # sharing no graph node: new code
+            continue
+        reasons, differing = _reasons(theirs, components), _differing(theirs, components)
+        # Sizes made symbolic count as one difference; on a tie, an entry differing in input shapes alone loses to
+        # the dynamic one (compiled for every shape, not another one); then the fewest differing components win.
+        shapes_only = _dynamic(theirs) == _dynamic(components) and all(_INPUT.match(n) for n in differing)
+        scored.append((len(reasons), shapes_only, len(differing), source.name, other, reasons))
+    if not scored:
+        blind = ", ".join(f"{s.name} holds {s.undocumented} entries without key details" for s in known
+                          if s.undocumented)
         if cannot and not any(s.index.of_layer(layer) for s in known):
-            return Explanation(f"{where}: cannot explain: {cannot}", ("cannot explain",))
-        if blind:
-            names = ", ".join(f"{s.name} holds {s.undocumented} entries without key details" for s in blind)
-            return Explanation(f"{where}: cannot explain: no entry with key details for this code ({names})",
-                               ("cannot explain",))
+            why_not.append(cannot)
+        elif blind:
+            why_not.append(f"no entry with key details for this code ({blind})")
+        if why_not:
+            return Explanation(f"{where}: cannot explain: {why_not[0]}", ("cannot explain",))
         if starts_empty:
             return Explanation(f"{where}: this cache starts empty by design (cold_cache, --compile-cache-isolate), "
                                "and no compile before it in this session was of this code", ("cache starts empty",))
@@ -85,35 +97,12 @@ def explain(layer: str, key: str, code: str, components: Mapping[str, tuple[str,
         held = (f"; {filler} holds none: an updating run (--compile-cache-update, or --compile-cache-rebuild) runs "
                 "the warmup hook and adds what it and the tests compile") if filler else ""
         return Explanation(f"{where}: no entry for this code at all (new code){held}", ("new code",))
-    scored = []
-    for source, other, theirs in candidates:
-        reasons = _reasons(theirs, components)
-        differing = _differing(theirs, components)
-        # Sizes made symbolic count as one difference; on a tie, an entry differing in input shapes alone loses to
-        # the dynamic one (compiled for every shape, not another one); then the fewest differing components win.
-        shapes_only = _dynamic(theirs) == _dynamic(components) and all(_INPUT.match(n) for n in differing)
-        scored.append((len(reasons), shapes_only, len(differing), source.name, other, reasons))
     _, _, _, source_name, nearest, reasons = min(scored, key=lambda s: s[:3])
     more = f"; and {len(reasons) - SHOWN} more differences" if len(reasons) > SHOWN else ""
     text = (f"{where}: nearest entry in {source_name} ({nearest[:12]}...) differs: "
             + "; ".join(r.text for r in reasons[:SHOWN]) + more)
     kinds = tuple(dict.fromkeys(k for r in reasons for k in r.kinds)) or ("no component differs",)
     return Explanation(text, kinds)
-
-
-def _components(source: Known, key: str, unreadable: list[str]) -> Mapping[str, tuple[str, str]] | None:
-    """The components ``source`` records for ``key``; ``None`` (and why, in ``unreadable``) where they are malformed."""
-    try:
-        return source.index.components(key)
-    except KeyIndexError as exc:
-        unreadable.append(f"{source.name}: {exc}")
-        return None
-
-
-def _related(theirs: Mapping[str, tuple[str, str]], our_lines: set[str]) -> bool:
-    """Whether an entry's graph shares a node with ours (or either graph is unknown)."""
-    their_lines = set(_graph_lines(theirs.get("gm", ("", ""))[1]))
-    return not our_lines or not their_lines or bool(our_lines & their_lines)
 
 
 def _differing(theirs: Mapping[str, tuple[str, str]], ours: Mapping[str, tuple[str, str]]) -> list[str]:
@@ -125,19 +114,17 @@ def _dynamic(components: Mapping[str, tuple[str, str]]) -> bool:
     return any(_INPUT.match(name) and _SYMBOL.search(value[1]) for name, value in components.items())
 
 
-def _sizes(entry_dynamic: bool) -> Explanation:
-    if entry_dynamic:
-        return Explanation(
-            "the entry has dynamic (symbolic) sizes and this compile static ones: Dynamo recompiled this code "
-            "with symbolic sizes after it met other shapes earlier in the run that built the entry (automatic "
-            "dynamic shapes, e.g. a warmup that ran two models through one forward); mark the dimension dynamic "
-            "here too (torch._dynamo.mark_dynamic, or torch.compile(dynamic=True)), or warm up each model "
-            "through a code object of its own", ("static sizes, the entry dynamic",))
-    return Explanation(
-        "this compile has dynamic (symbolic) sizes and the entry static ones: Dynamo recompiled this code with "
-        "symbolic sizes after it met other shapes earlier in this run, while the entry was compiled for one "
-        "shape; warm up with the same sequence of shapes, or mark the dimension dynamic in both",
-        ("dynamic sizes, the entry static",))
+_ENTRY_DYNAMIC = Explanation(
+    "the entry has dynamic (symbolic) sizes and this compile static ones: Dynamo recompiled this code "
+    "with symbolic sizes after it met other shapes earlier in the run that built the entry (automatic "
+    "dynamic shapes, e.g. a warmup that ran two models through one forward); mark the dimension dynamic "
+    "here too (torch._dynamo.mark_dynamic, or torch.compile(dynamic=True)), or warm up each model "
+    "through a code object of its own", ("static sizes, the entry dynamic",))
+_ENTRY_STATIC = Explanation(
+    "this compile has dynamic (symbolic) sizes and the entry static ones: Dynamo recompiled this code with "
+    "symbolic sizes after it met other shapes earlier in this run, while the entry was compiled for one "
+    "shape; warm up with the same sequence of shapes, or mark the dimension dynamic in both",
+    ("dynamic sizes, the entry static",))
 
 
 def _reasons(theirs: Mapping[str, tuple[str, str]], ours: Mapping[str, tuple[str, str]]) -> list[Explanation]:
@@ -145,7 +132,8 @@ def _reasons(theirs: Mapping[str, tuple[str, str]], ours: Mapping[str, tuple[str
     if _dynamic(theirs) != _dynamic(ours):
         # Inputs, graph and AOT config all follow from the sizes becoming symbolic: say that, and the rest.
         rest = [n for n in names if not _INPUT.match(n) and n not in ("gm", "aot_config")]
-        return [_sizes(_dynamic(theirs)), *(_reason(n, theirs.get(n), ours.get(n)) for n in rest)]
+        return [_ENTRY_DYNAMIC if _dynamic(theirs) else _ENTRY_STATIC,
+                *(_reason(n, theirs.get(n), ours.get(n)) for n in rest)]
     if any(n.startswith("functorch_config[") for n in names):
         names = [n for n in names if n != "autograd_config"]
     inputs = [n for n in names if _INPUT.match(n)]
@@ -161,13 +149,6 @@ def _value(pair: tuple[str, str] | None) -> str:
 
 def _reason(name: str, theirs: tuple[str, str] | None, ours: tuple[str, str] | None) -> Explanation:
     was, now = _value(theirs), _value(ours)
-    if config := _CONFIG.match(name):
-        family = "functorch config" if config.group(1) == "functorch_config" else "config"
-        return Explanation(f"{family} `{config.group(2)}` changed (was {was}, now {now})",
-                           (f"{family} `{config.group(2)}` changed",))
-    if kwarg := _KWARG.match(name):
-        return Explanation(f"compile option `{kwarg.group(1)}` changed (was {was}, now {now})",
-                           (f"compile option `{kwarg.group(1)}` changed",))
     if name == "gm":
         return Explanation(f"the graph changed ({_graph_diff(was, now)})", ("graph changed",))
     if name == "torch_version":
@@ -176,17 +157,20 @@ def _reason(name: str, theirs: tuple[str, str] | None, ours: tuple[str, str] | N
     if name.startswith("system_info"):
         return Explanation("torch, Triton, CUDA or GPU versions differ (system_info)",
                            ("torch/Triton/CUDA/GPU version changed",))
-    if name == "cache_key_tag":
-        return Explanation(f"cache_key_tag changed (was {was!r}, now {now!r})", ("cache_key_tag changed",))
-    return Explanation(f"`{name}` changed (was {_brief(was)}, now {_brief(now)})", (f"`{name}` changed",))
+    if config := _CONFIG.match(name):
+        family = "functorch config" if config.group(1) == "functorch_config" else "config"
+        what = f"{family} `{config.group(2)}` changed"
+    elif kwarg := _KWARG.match(name):
+        what = f"compile option `{kwarg.group(1)}` changed"
+    elif name == "cache_key_tag":
+        what, was, now = "cache_key_tag changed", repr(was), repr(now)
+    else:
+        what, was, now = f"`{name}` changed", _brief(was), _brief(now)
+    return Explanation(f"{what} (was {was}, now {now})", (what,))
 
 
 def _brief(text: str, limit: int = 120) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
-
-
-def _tensor(text: str) -> dict[str, str]:
-    return {m.group(1): m.group(2).strip() for m in _FIELD.finditer(text)}
 
 
 def _inputs(names: list[str], theirs: Mapping[str, tuple[str, str]], ours: Mapping[str, tuple[str, str]]) -> Explanation:
@@ -194,23 +178,18 @@ def _inputs(names: list[str], theirs: Mapping[str, tuple[str, str]], ours: Mappi
     if count_then != count_now:
         return Explanation(f"the graph takes {count_now} inputs, the entry {count_then}", ("inputs changed",))
     parts, kinds = [], []
-    for name in sorted(names, key=lambda n: int(_INPUT.match(n).group(1))):  # type: ignore[union-attr]
-        index = _INPUT.match(name).group(1)  # type: ignore[union-attr]
-        was, now = _tensor(_value(theirs.get(name))), _tensor(_value(ours.get(name)))
+    for index, name in sorted((int(m.group(1)), n) for n in names if (m := _INPUT.match(n))):
+        was, now = ({f.group(1): _SIZE.sub(r"\1", f.group(2).strip())  # torch.Size([2, 3]) said [2, 3]
+                     for f in _FIELD.finditer(_value(side.get(name)))} for side in (theirs, ours))
         fields = [f for f in _TENSOR_FIELDS if was.get(f) != now.get(f) and (f in was or f in now)]
         if not fields:
             parts.append(f"input {index} (was {_brief(_value(theirs.get(name)))}, now {_brief(_value(ours.get(name)))})")
             kinds.append("input changed")
             continue
         for f in fields:
-            parts.append(f"input {index} {f} {_plain(was.get(f, '?'))} -> {_plain(now.get(f, '?'))}")
+            parts.append(f"input {index} {f} {was.get(f, '?')} -> {now.get(f, '?')}")
             kinds.append(f"input {f}s changed" if not f.endswith("s") else f"input {f} changed")
     return Explanation("; ".join(parts), tuple(dict.fromkeys(kinds)))
-
-
-def _plain(value: str) -> str:
-    match = re.match(r"torch\.Size\((\[.*\])\)", value)
-    return match.group(1) if match else value
 
 
 def _graph_lines(text: str) -> list[str]:

@@ -7,14 +7,13 @@ import contextlib
 import dataclasses
 import sys
 import threading
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import Callable, Iterator
 
+from ._torchapi import artifact_identities
 from ._torchapi import keys as torch_keys
 from .bundle.keyindex import KeyIndex
+from .explain import Known, explain
 from .stats import EXPLANATION, MISS_KIND
-
-if TYPE_CHECKING:
-    from .explain import Known
 
 _lock = threading.RLock()
 _recorded = KeyIndex()
@@ -36,9 +35,7 @@ def _seen(miss: torch_keys.Miss) -> list[str]:
         if miss.key in _damaged and not miss.starts_empty:
             _ran_without.append((miss.key, _damaged[miss.key]))  # kept with its reason: a reload forgets _damaged
         if _explaining:
-            from .explain import Known, explain
-
-            loaded = _loaded_bundle()
+            loaded = unpack_bundle_index()
             known = [dataclasses.replace(loaded, fills=not miss.starts_empty, damaged=frozenset(_damaged))
                      ] if loaded is not None else []
             found = explain(miss.layer, miss.key, miss.code, miss.components,
@@ -83,38 +80,29 @@ def use_bundle_index(name: str, unpacked: Callable[[], tuple[KeyIndex | None, in
                      cannot: str = "") -> None:
     """Explain misses against the loaded bundle's key index, which ``unpacked`` gives when first needed (the index,
     how many of the bundle's keys it does not document, and why there is none); without ``unpacked``, say ``cannot``."""
-    global _bundle, _cannot, _unpacked
+    global _bundle, _unpacked
     with _lock:
-        _bundle, _cannot, _unpacked = None, cannot, (name, unpacked) if unpacked is not None else None
+        _bundle, _unpacked = None, (name, unpacked or (lambda: (None, 0, cannot)))
         _damaged.clear()
 
 
-def unpack_bundle_index() -> None:
-    """Unpack the loaded bundle's key index now, not when first needed (a strict session checks it before any test)."""
-    with _lock:
-        _loaded_bundle()
-
-
-def _loaded_bundle() -> Known | None:
-    """The loaded bundle's key index, unpacked now if not yet; call with ``_lock`` held."""
+def unpack_bundle_index() -> Known | None:
+    """The loaded bundle's key index, unpacked now if not yet (a strict session checks it before any test)."""
     global _bundle, _cannot, _unpacked
-    if _unpacked is not None:
-        from .explain import Known
-
-        (name, unpacked), _unpacked = _unpacked, None
-        try:
-            index, undocumented, _cannot = unpacked()
-        except Exception as exc:  # never fail the compile that asked for an explanation
-            index, undocumented, _cannot = None, 0, f"the bundle's key details could not be read: {exc}"
-        _bundle = Known(name, index, undocumented, fills=True) if index is not None else None
-    return _bundle
+    with _lock:
+        if _unpacked is not None:
+            (name, unpacked), _unpacked = _unpacked, None
+            try:
+                index, undocumented, _cannot = unpacked()
+            except Exception as exc:  # never fail the compile that asked for an explanation
+                index, undocumented, _cannot = None, 0, f"the bundle's key details could not be read: {exc}"
+            _bundle = Known(name, index, undocumented, fills=True) if index is not None else None
+        return _bundle
 
 
 def index_for(payload: bytes) -> KeyIndex:
     """The components this process recorded, or the loaded bundle's index holds, for the keys in Mega-Cache bytes."""
-    from ._torchapi import artifact_identities
-
     wanted = {key for _, key, _ in artifact_identities(payload)}
     with _lock:
-        loaded = _loaded_bundle()
+        loaded = unpack_bundle_index()
         return KeyIndex.union([_recorded, *([loaded.index] if loaded is not None else [])]).restricted(wanted)

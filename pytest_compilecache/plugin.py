@@ -27,8 +27,6 @@ _ROLE = pytest.StashKey[Role]()
 _SIDE = pytest.StashKey[TestSide]()
 #: What was patched when this session began: its end takes back only what it added.
 _PATCHED_BEFORE = pytest.StashKey[int]()
-#: The cache variables as they were before the first conftest, put back at the session's end (every role).
-_EARLY_ENV = pytest.StashKey[SavedEnv]()
 #: What the session's end undoes of what was done before the first conftest (its folder, torch's default folder).
 _EARLY_UNDO = pytest.StashKey[contextlib.ExitStack]()
 #: Where the session keeps what the plugin keeps between runs, tried before the first conftest.
@@ -59,8 +57,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     home = early_config.stash[_HOME] = settle(options.home, options.headers_dir, lambda: Path(folder()))
     if options.session_wide:
         point_at = folder()
-        early_config.stash[_EARLY_ENV] = saved = SavedEnv()
-        undo.callback(saved.restore)
+        undo.callback(SavedEnv().restore)
         point_cache_dirs_at(point_at)
         undo.callback(defaultdir.send_to, *defaultdir.send_to(folder, str(home.headers)))
 
@@ -77,7 +74,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_ROLE] = role
     if role.side is not None:
         config.stash[_SIDE] = role.side
-    role.start(config.pluginmanager, config.stash.get(_EARLY_ENV, None))
+    role.start(config.pluginmanager)
     if role.options.isolation is Isolation.TEST:
         config.pluginmanager.register(_IsolateEveryTest(), "compilecache-isolate-every-test")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 #: The cache layers a user can ask about, in the order they are printed.
 LAYERS: tuple[str, ...] = ("fx_graph", "aot_autograd", "cpp", "autotune", "triton", "pgo", "precompile",
@@ -46,6 +46,16 @@ def _plus(a: Any, b: Any) -> Any:
     return a or b if isinstance(a, str) else a + b
 
 
+class _Count:
+    """A count read as an attribute: ``stats.hits`` is ``stats.count("hits")``."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, stats: Any, owner: type) -> int:
+        return int(stats.count(self.name))
+
+
 @dataclass(frozen=True)
 class LayerStats:
     """Counts of one cache layer over a span of time (a test, a session); see docs/fixtures.md. Reading a count of
@@ -68,20 +78,9 @@ class LayerStats:
         """Whether this machine can observe the layer."""
         return not self.reason
 
-    @property
-    def hits(self) -> int:
-        """Lookups answered from the cache."""
-        return self.count("hits")
-
-    @property
-    def misses(self) -> int:
-        """Lookups that found nothing and compiled."""
-        return self.count("misses")
-
-    @property
-    def bypasses(self) -> int:
-        """Compiles that could not use this cache at all (see ``bypass_reasons``)."""
-        return self.count("bypasses")
+    hits = _Count()  #: Lookups answered from the cache.
+    misses = _Count()  #: Lookups that found nothing and compiled.
+    bypasses = _Count()  #: Compiles that could not use this cache at all (see ``bypass_reasons``).
 
     @property
     def saved(self) -> int:
@@ -161,6 +160,12 @@ def _checked(cell: str, ok: bool, expected: int) -> str:
     return f"{cell} (ok)" if ok else f"{cell} (expected {expected})"
 
 
+def _aligned(rows: Sequence[Sequence[str]]) -> list[str]:
+    """``rows`` of cells as indented lines, each column as wide as its widest cell."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+
+
 @dataclass(frozen=True)
 class DynamoStats:
     """What Dynamo did over a span of time; reading a count in :attr:`unobservable` raises
@@ -183,25 +188,10 @@ class DynamoStats:
             raise UnobservableLayerError(f"dynamo.{kind} cannot be observed here: {self.unobservable[kind]}")
         return self.counts[kind]
 
-    @property
-    def frames(self) -> int:
-        """Frames Dynamo converted."""
-        return self.count("frames")
-
-    @property
-    def graphs(self) -> int:
-        """Graphs Dynamo compiled (handed to the backend)."""
-        return self.count("graphs")
-
-    @property
-    def recompiles(self) -> int:
-        """Compiles caused by failed guards of an earlier compile of the same frame."""
-        return self.count("recompiles")
-
-    @property
-    def graph_breaks(self) -> int:
-        """Graph breaks met while compiling."""
-        return self.count("graph_breaks")
+    frames = _Count()  #: Frames Dynamo converted.
+    graphs = _Count()  #: Graphs Dynamo compiled (handed to the backend).
+    recompiles = _Count()  #: Compiles caused by failed guards of an earlier compile of the same frame.
+    graph_breaks = _Count()  #: Graph breaks met while compiling.
 
     def cell(self, kind: str) -> str:
         """The count as printed in a table, or ``-`` when unobservable."""
@@ -229,16 +219,9 @@ class DynamoStats:
     def table(self, expected: Mapping[str, int] | None = None, brief: bool = False) -> str:
         """The counts side by side (checked as ``got (expected N)``), then every reason (``brief``: first lines)."""
         expected = expected or {}
-        header, cells = [], []
-        for kind in DYNAMO_COUNTS:
-            cell = self.cell(kind)
-            if kind in expected:
-                ok = kind not in self.unobservable and self.count(kind) == expected[kind]
-                cell = _checked(cell, ok, expected[kind])
-            width = max(len(kind), len(cell))
-            header.append(kind.ljust(width))
-            cells.append(cell.ljust(width))
-        lines = ["  " + "  ".join(header).rstrip(), "  " + "  ".join(cells).rstrip()]
+        cells = [_checked(self.cell(k), k not in self.unobservable and self.count(k) == expected[k], expected[k])
+                 if k in expected else self.cell(k) for k in DYNAMO_COUNTS]
+        lines = _aligned([DYNAMO_COUNTS, cells])
         lines += [f"  {kind} not observable: {why}" for kind, why in self.unobservable.items()]
         lines += [f"  recompile: {r}" for r in self.recompile_reasons]
         lines += [f"  graph break at {place}" for place in self.graph_breaks_at]
@@ -309,10 +292,8 @@ class CacheStats:
                      if k == kind and s.layer in expected else s.cell(k) for k in KINDS]
             note = "" if s.observable else f"not observable: {s.reason}"
             rows.append((s.layer, *cells, s.cell("saved"), s.cell("from_bundle"), note))
-        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
         reasons = [f"  {s.layer} bypassed: {r}" for s in self if s.observable for r in s.bypass_reasons]
-        return "\n".join(["  " + line for line in lines] + reasons)
+        return "\n".join(_aligned(rows) + reasons)
 
     def explanations(self, layers: Iterator[str] | list[str] | None = None) -> list[str]:
         """One line per explained miss of the given layers (all by default)."""

@@ -9,7 +9,8 @@
 # $COMPAT_VENVS (default ~/.cache/pytest-compilecache-compat/venvs). The plugin is installed into it
 # from this checkout each time (editable, so a venv serves one checkout's run at a time). The compat
 # tier is the fast tier plus the tests marked `compat` (bundle build, load, update and merge, serial and
-# under -n 2, warm tests, explanations, compile expectations, the command line): `-m "not slow or compat"`, less the
+# under -n 2, warm tests, explanations, the command line, the drift test of every patch of
+# torch): `-m "not slow or compat"`, less the
 # tests no torch release changes (``torch_free`` below).
 # One line per version: passed/failed/skipped and wall time; logs in $COMPAT_LOGS (default
 # benchmarks/results/compat), one per version, plus summary.txt. Exit status: 1 if any version failed.
@@ -68,9 +69,11 @@ if [ "$install_only" = 1 ]; then
 fi
 
 #: Tests whose outcome no torch release changes (they import no torch, or test only storage, options, the protocol
-#: table and the floors): the full suite runs them on one torch; the tier leaves them out.
+#: table, files, the summary's rendering, types, the CI recipe's shell and the suite's own harness): the full suite
+#: runs them on one torch; the tier leaves them out.
 torch_free="tests/unit tests/test_network.py tests/test_objectstore.py tests/test_packs.py tests/test_options.py
-  tests/test_protocol.py tests/test_layers.py"
+  tests/test_protocol.py tests/test_layers.py tests/test_files.py tests/test_terminal.py tests/test_stats.py
+  tests/test_types.py tests/test_ci_recipe.py tests/test_harness.py"
 
 summary="$logs/summary.txt"
 : > "$summary"

@@ -196,10 +196,9 @@ def adopted(source: Path, change: Callable[[Entry], Entry] | None = None) -> lis
     return [change(e) for e in made] if change else made
 
 
-def test_inspect_check_fails_what_verify_fails(good_bundle: Path, tmp_path: Path) -> None:
-    """Item 8 of issue 20: ``inspect --check`` printed what ``inspect`` prints and exited 0 on carried
-    binaries that ``verify`` fails. It checks every entry as ``verify`` checks this machine's, shows
-    each entry's result, and exits 1 (one line on stderr) when any entry fails."""
+def test_verify_fails_carried_binaries_that_do_not_match_their_checksum(good_bundle: Path, tmp_path: Path) -> None:
+    """Item 8 of issue 20: carried binaries that fail their checksum fail ``verify`` (exit 1, one line on stderr);
+    ``inspect`` lists the bundle without reading past the manifest."""
     def break_first(entry: Entry) -> Entry:
         assert entry.binaries, "the bundle carries the C++ binaries its test built"
         first = sorted(key for key in entry.binaries.files if key[1].endswith(".so"))[0]
@@ -211,32 +210,7 @@ def test_inspect_check_fails_what_verify_fails(good_bundle: Path, tmp_path: Path
     tampered = tmp_path / "tampered.bundle"
     write_bundle(Bundle(tampered, adopted(good_bundle, break_first)))
     assert_user_error(cli("verify", tampered), 1, str(tampered), "fails its checksum")
-    assert cli("inspect", tampered).returncode == 0, "without --check, nothing is read past the manifest"
-    checked = cli("inspect", tampered, "--check")
-    assert_user_error(checked, 1, str(tampered), "fails its checksum")
-    assert "problem:" in checked.stdout and "fails its checksum" in checked.stdout, checked.stdout
-    as_json = cli("inspect", tampered, "--check", "--json")
-    assert as_json.returncode == 1 and len(as_json.stderr.strip().splitlines()) == 1, as_json.stderr
-    (entry,) = json.loads(as_json.stdout)["entries"]
-    assert any("fails its checksum" in p for p in entry["problems"]), entry
-
-    ok = cli("inspect", good_bundle, "--check")
-    assert ok.returncode == 0 and ok.stderr == "", ok.stderr
-    assert "check          OK" in ok.stdout, ok.stdout
-    assert json.loads(cli("inspect", good_bundle, "--check", "--json").stdout)["entries"][0]["problems"] == []
-
-    # A foreign entry is checked too (verify checks only this machine's): its corrupt payload fails --check.
-    mixed = tmp_path / "mixed.bundle"
-    here, = adopted(good_bundle)
-    other = make_entry({**here.env, "device": "NVIDIA H200"}, here.payload or b"", here.artifacts, here.created)
-    write_bundle(Bundle(mixed, [here, other]))
-    with read_manifest(mixed) as bundle:
-        at = bundle._start + bundle.entries[1].offset + 5
-    data = bytearray(mixed.read_bytes())
-    data[at] ^= 0xFF
-    mixed.write_bytes(bytes(data))
-    assert cli("verify", mixed).returncode == 0, "this machine's entry is intact"
-    assert_user_error(cli("inspect", mixed, "--check"), 1, str(mixed), "NVIDIA H200", "fails its checksum")
+    assert cli("inspect", tampered).returncode == 0, "inspect reads nothing past the manifest"
 
 
 @pytest.mark.compat
@@ -420,7 +394,6 @@ def test_a_key_that_leaves_the_cache_folder_is_never_loaded(good_bundle: Path, t
     bad = rekeyed(bundle.payload(entry), "inductor", "../../../../escaped")
     write_bundle(Bundle(crafted, [make_entry(entry.env, bad, entry.artifacts, entry.created)]))
     assert_user_error(cli("verify", crafted), 1, str(crafted), "'../../../../escaped'", "outside the cache folder")
-    assert_user_error(cli("inspect", crafted, "--check"), 1, str(crafted), "'../../../../escaped'")
 
     project = crafted.parent
     (project / "test_uses_it.py").write_text(

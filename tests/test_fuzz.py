@@ -63,8 +63,8 @@ def test_the_bundle_builder_writes_nothing_into_the_users_home(harness: Any, use
 
 
 def test_seeded_subset_breaks_no_invariant(harness: Any) -> None:
-    """Every mutation class, through the reader, Preparer.prepare (torch's load instrumented) and every
-    CLI command, with and without the key: no traceback, no hang, nothing rejected reaches torch."""
+    """Every mutation class, through the reader, BundlePreparation.load_or_warm_up (torch's load instrumented) and
+    every CLI command, with and without the key: no traceback, no hang, nothing rejected reaches torch."""
     tally, failed = fuzz.run_cases(harness, SEED, range(FAST_CASES))
     assert not failed, "\n".join(fuzz.describe_failure(SEED, case, outcome) for case, outcome in failed[:5])
     assert set(tally.cases) == set(fuzz.MUTATIONS) and sum(tally.cases.values()) == FAST_CASES

@@ -165,3 +165,17 @@ def test_workers_on_another_host_with_a_bundle_are_refused_in_one_line(suite: py
     assert not (suite.path / "b.bundle").exists()
     local = suite.runpytest_subprocess("--tx", "popen", "--dist", "load", "--compile-cache-bundle=b.bundle", "suite/")
     local.assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize("given", [["--compile-cache-expect=e.json"], ["--compile-cache-expect=e.json",
+                                   "--compile-cache-expect-update"], ["-o", "compile_cache_expect_update=true"]],
+                         ids=["expect", "update", "ini"])
+def test_the_removed_expectations_options_still_run_the_suite_and_say_so_once(suite: pytest.Pytester,
+                                                                               given: list[str]) -> None:
+    """A suite that passes the options of the removed compile expectations still passes, with one warning."""
+    result = suite.runpytest_subprocess(*given, "suite/")
+    result.assert_outcomes(passed=1)
+    out = result.stdout.str()
+    assert out.count("WARNING: --compile-cache-expect: compile expectations were removed and the option is "
+                     "ignored") == 1, out
+    assert not (suite.path / "e.json").exists()

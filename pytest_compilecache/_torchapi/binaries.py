@@ -1,11 +1,14 @@
 """torch's C++ builds: what a binary's fit depends on, and counting, timing and guarding their loads (a
-carried binary or CPU feature probe that cannot be loaded is removed and built here, not failing the compile)."""
+carried binary or CPU feature probe that cannot be loaded is removed and built here, not failing the compile); and
+the Triton kernels an FX cache hit finds already in Triton's folder, counted as hits file by file as torch counts
+its own (its ``TritonBundler.read_and_emit`` counts only the kernels it writes)."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
 import hashlib
+import importlib
 import os
 import platform
 import re
@@ -14,17 +17,16 @@ import subprocess
 import sys
 import threading
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from .. import files
 from ..caught import caught
 from ..environment import SavedEnv
-from . import clock, defaultdir, patches, tritoncache
+from . import clock, counters, defaultdir, ondemand
 
-_counts: Counter[str] = Counter()
 _carried_names: set[str] = set()
+_carried_kernels: set[str] = set()
 #: ``{file name: what was said}`` of the binaries that could not be loaded and were rebuilt.
 _rejected: dict[str, str] = {}
 _lock = threading.Lock()
@@ -111,10 +113,9 @@ def wrap_load_async(function: Callable[..., Any]) -> Callable[..., Any]:
                 existed = path is not None and os.stat(path).st_mtime < asked
             except OSError:
                 existed = False
-            with _lock:
-                _counts["cpp.hits" if existed else "cpp.misses"] += 1
-                if existed and os.path.basename(str(path)) in _carried_names:
-                    _counts["cpp.from_bundle"] += 1
+            counters.count("cpp.hits" if existed else "cpp.misses")
+            if existed and os.path.basename(str(path)) in _carried_names:
+                counters.count("cpp.from_bundle")
             return lib
 
         return first_load
@@ -172,9 +173,7 @@ def cpu_probes_in(folder: str, here: bool) -> Iterator[None]:
 
 def wrap_valid_vec_isa_list(original: Callable[..., Any]) -> Callable[..., Any]:
     """``cpu_vec_isa.valid_vec_isa_list``, building the probes where :func:`cpu_probes_in` says."""
-    learned = getattr(original, "cache_info", None)
-    if learned is None:
-        raise patches.NotApplicable("this torch's valid_vec_isa_list keeps no cache to tell a learned CPU by")
+    learned = getattr(original, "cache_info")  # whether the CPU was learned already
 
     @functools.wraps(original)
     def valid_vec_isa_list() -> Any:
@@ -293,19 +292,42 @@ def _reject(name: str, why: str) -> None:
 def mark_carried(paths: Iterable[str]) -> None:
     """Remember the files (cache-relative paths) placed from a bundle, to count their hits as ``from_bundle``."""
     paths = list(paths)
-    tritoncache.mark_carried({p.split("/")[1] for p in paths if p.startswith("triton/")})
     with _lock:
+        _carried_kernels.update(p.split("/")[1] for p in paths if p.startswith("triton/"))
         _carried_names.update(p.rsplit("/", 1)[-1] for p in paths if not p.startswith("triton/"))
-
-
-def counts() -> dict[str, int]:
-    """The ``cpp`` layer's counts so far in this process."""
-    with _lock:
-        return {**{key: _counts[key] for key in ("cpp.hits", "cpp.misses", "cpp.from_bundle")},
-                "cpp.saved": _counts["cpp.misses"]}
 
 
 def rejected_binaries() -> dict[str, str]:
     """``{file name: what to say}`` of the binaries that could not be loaded (each rebuilt) in this process."""
     with _lock:
         return dict(_rejected)
+
+
+def wrap_read_and_emit(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``TritonBundler.read_and_emit``, counting the kernels already present as hits first."""
+    module = importlib.import_module("torch._inductor.triton_bundler")
+    bundler, cache_dir = module.TritonBundler, module.triton_cache_dir
+
+    @functools.wraps(original)
+    def read_and_emit(bundle: Any, *args: Any, **kwargs: Any) -> Any:
+        if bundler.is_enabled():
+            _count_present(bundle, cache_dir)
+        return original(bundle, *args, **kwargs)
+
+    return read_and_emit
+
+
+def _count_present(bundle: Any, cache_dir: Any) -> None:
+    for artifacts in getattr(bundle, "kernel_artifacts", ()):
+        try:
+            folder = os.path.join(cache_dir(artifacts.device), artifacts.kernel_hash)
+            ondemand.place(folder)  # a carried kernel's folder, where its placing waits for this ask
+            present = os.path.isdir(folder) and bool(os.listdir(folder))
+        except (OSError, AttributeError, TypeError) as exc:  # this kernel's files are not counted
+            caught("counting a Triton kernel's files torch found", exc)
+            continue
+        if present:
+            count = len(getattr(artifacts, "artifacts", ()))
+            counters.count("triton.hits", count)
+            if artifacts.kernel_hash in _carried_kernels:
+                counters.count("triton.from_bundle", count)

@@ -7,28 +7,36 @@ import functools
 import importlib
 import logging
 import sys
+import threading
 from collections import Counter
 from typing import Any, Callable
 
-from . import binaries, dynamo, keys, loglevels, patches, tritoncache
+from . import dynamo, loglevels, patches
 from .core import torch_module
-from .devices import gpu_count
+from .fingerprint import gpu_names
+from .isolation import REMOTE_SWITCHES
 
+#: The counts torch does not keep, as the register's wrappers count them (``"layer.kind"``).
 _own_counts: Counter[str] = Counter()
+_lock = threading.Lock()
 _unobservable: dict[str, str] | None = None
+
+
+def count(name: str, n: int = 1) -> None:
+    """Add ``n`` to one of the counts torch does not keep."""
+    with _lock:
+        _own_counts[name] += n
 
 
 def wrap_pgo_lookup(get_local: Callable[..., Any]) -> Callable[..., Any]:
     """``pgo.get_local_code_state``, counting each lookup of a local code state as a hit or a miss."""
-    code_state_path = getattr(importlib.import_module("torch._dynamo.pgo"), "code_state_path", None)
-    if code_state_path is None:
-        raise patches.NotApplicable("this torch's PGO module has no code_state_path to tell a local lookup by")
+    code_state_path = importlib.import_module("torch._dynamo.pgo").code_state_path
 
     @functools.wraps(get_local)
     def counted_get(cache_key: str) -> Any:
         result = get_local(cache_key)
         if code_state_path(cache_key) is not None:
-            _own_counts["pgo.hits" if result is not None else "pgo.misses"] += 1
+            count("pgo.hits" if result is not None else "pgo.misses")
         return result
 
     return counted_get
@@ -44,10 +52,10 @@ def wrap_fx_save(save: Callable[..., Any]) -> Callable[..., Any]:
     return _counting(save, "fx_graph.saved")
 
 
-def _counting(original: Callable[..., Any], count: str) -> Callable[..., Any]:
+def _counting(original: Callable[..., Any], name: str) -> Callable[..., Any]:
     @functools.wraps(original)
     def counted(*args: Any, **kwargs: Any) -> Any:
-        _own_counts[count] += 1
+        count(name)
         return original(*args, **kwargs)
 
     return counted
@@ -77,14 +85,16 @@ def read_counts() -> dict[str, int]:
     dynamo_cache = counters.get("dynamo_cache", Counter())
     cache_stats = getattr(sys.modules.get("torch._inductor.remote_cache"), "cache_stats", None)
     stats = dict(getattr(cache_stats, "_stats", {}) or {})
-    present = tritoncache.counts()
     fx_save_failed = inductor.get("fxgraph_cache_pickle_error", 0) + inductor.get("fxgraph_cache_write_error", 0)
+    with _lock:
+        own = Counter(_own_counts)
     return {
+        **own,
         "fx_graph.hits": inductor.get("fxgraph_cache_hit", 0),
         "fx_graph.misses": inductor.get("fxgraph_cache_miss", 0),
         "fx_graph.bypasses": inductor.get("fxgraph_cache_bypass", 0),
         "fx_graph.from_bundle": inductor.get("fxgraph_lookup_write_file", 0),
-        "fx_graph.saved": _own_counts["fx_graph.saved"] - fx_save_failed,
+        "fx_graph.saved": own["fx_graph.saved"] - fx_save_failed,
         "aot_autograd.hits": aot.get("autograd_cache_hit", 0),
         "aot_autograd.misses": aot.get("autograd_cache_miss", 0),
         "aot_autograd.bypasses": aot.get("autograd_cache_bypass", 0),
@@ -92,18 +102,18 @@ def read_counts() -> dict[str, int]:
         "autotune.hits": _sum_stats(stats, "AutotuneCache", "hit"),
         "autotune.misses": _sum_stats(stats, "AutotuneCache", "miss"),
         "autotune.saved": _sum_stats(stats, "AutotuneCache", "put"),
-        "triton.hits": inductor.get("triton_bundler_read_and_emit_kernel", 0) + present["triton.hits"],
-        "triton.from_bundle": inductor.get("triton_bundler_read_and_emit_kernel", 0) + present["triton.from_bundle"],
+        "triton.hits": inductor.get("triton_bundler_read_and_emit_kernel", 0) + own["triton.hits"],
+        "triton.from_bundle": inductor.get("triton_bundler_read_and_emit_kernel", 0) + own["triton.from_bundle"],
         "triton.misses": inductor.get("triton_bundler_save_kernel", 0),
         "triton.saved": inductor.get("triton_bundler_save_kernel", 0),
-        **{count: _own_counts[count] for count in ("pgo.hits", "pgo.misses", "pgo.saved")},
+        **{name: own[name] for name in ("pgo.hits", "pgo.misses", "pgo.saved", "cpp.hits", "cpp.misses")},
+        "cpp.from_bundle": own["cpp.from_bundle"],
+        "cpp.saved": own["cpp.misses"],
         "precompile.hits": dynamo_cache.get("dynamo_cache_hit", 0),
         "precompile.misses": dynamo_cache.get("dynamo_cache_miss", 0),
         "precompile.bypasses": dynamo_cache.get("dynamo_cache_error", 0),
         **_remote_counts(stats),
-        **binaries.counts(),
         **dynamo.counts(),
-        **keys.counts(),
     }
 
 
@@ -112,13 +122,9 @@ def unobservable_layers() -> dict[str, str]:
     global _unobservable
     if _unobservable is None:
         found: dict[str, str] = {}
-        gpu = gpu_count() > 0
         torch_module()
-        if not hasattr(importlib.import_module("torch._inductor.remote_cache"), "cache_stats"):
-            found["autotune"] = "this torch keeps no autotune cache statistics"
-        elif not gpu:
+        if not gpu_names():
             found["autotune"] = "Triton autotuning runs only on a GPU, and none is available"
-        if not gpu:
             found["triton"] = "Triton kernels are compiled only for a GPU, and none is available"
         if not hasattr(importlib.import_module("torch._dynamo.config"), "caching_precompile"):
             found["precompile"] = f"torch {_version()} has no precompile cache"
@@ -127,18 +133,10 @@ def unobservable_layers() -> dict[str, str]:
         if not patches.took("CppCodeCache.load_async"):
             found["cpp"] = f"torch {_version()} has no CppCodeCache.load_async to count C++ builds at"
         _unobservable = found
-    return {**_unobservable, **_remote_unobservable()}
-
-
-def _remote_unobservable() -> dict[str, str]:
-    """The remote layers, unobservable unless torch's remote caches are on right now."""
-    inductor_config = importlib.import_module("torch._inductor.config")
-    functorch_config = importlib.import_module("torch._functorch.config")
-    on = {"remote_fx_graph": getattr(inductor_config, "fx_graph_remote_cache", None),
-          "remote_aot_autograd": getattr(functorch_config, "enable_remote_autograd_cache", None),
-          "remote_autotune": getattr(inductor_config, "autotune_remote_cache", None)}
-    return {layer: "torch's remote cache is off here (--compile-cache-remote turns it on; cold_cache and "
-                   "warm_cache switch it off)" for layer, value in on.items() if not value}
+    remote_off = {layer: "torch's remote cache is off here (--compile-cache-remote turns it on; cold_cache and "
+                         "warm_cache switch it off)" for layer, (module, name) in REMOTE_SWITCHES.items()
+                  if not getattr(importlib.import_module(module), name, None)}  # asked each time: tests switch it
+    return {**_unobservable, **remote_off}
 
 
 def unobservable_fields() -> dict[str, str]:

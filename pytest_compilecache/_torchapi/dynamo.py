@@ -35,15 +35,17 @@ def wrap_recompilation_reasons(original: Callable[..., Any]) -> Callable[..., An
 
 
 def wrap_log_graph_break(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``InstructionTranslatorBase.log_graph_break``, noting each break's place in the user's code (torch
-    2.10's is given no exception and, as earlier releases, logs a data-dependent branch without counting it)."""
-    if "exc" not in inspect.signature(original).parameters:
+    """Dynamo's ``log_graph_break`` (module-level to 2.9, ``InstructionTranslatorBase``'s since), noting each
+    break's place in the user's code; one given no exception (torch <= 2.10) also counts a data-dependent branch
+    it logs without counting."""
+    signature = inspect.signature(original)
+    if "exc" not in signature.parameters:
 
         @functools.wraps(original)
-        def logged(self: Any, code_options: Any, reason: str = "", user_stack: Any = None,
-                   *args: Any, **kwargs: Any) -> Any:
-            _logged(str(reason), user_stack)
-            return original(self, code_options, reason, user_stack, *args, **kwargs)
+        def logged(*args: Any, **kwargs: Any) -> Any:
+            given = signature.bind(*args, **kwargs).arguments
+            _logged(str(given.get("reason", "")), given.get("user_stack"))
+            return original(*args, **kwargs)
 
         return logged
 
@@ -61,19 +63,6 @@ def wrap_log_graph_break(original: Callable[..., Any]) -> Callable[..., Any]:
 _DATA_DEPENDENT = "Data-dependent branching"
 #: Graph breaks torch logged without counting them (torch <= 2.10's data-dependent branches), by reason.
 _uncounted: Counter[str] = Counter()
-
-
-def wrap_module_log_graph_break(original: Callable[..., Any]) -> Callable[..., Any]:
-    """torch <= 2.9's module-level ``symbolic_convert.log_graph_break``: each break's place in the user's
-    code, and each data-dependent branch (logged, not counted) counted as the graph break it is."""
-
-    @functools.wraps(original)
-    def logged(code_options: Any, reason: str = "", exc_info: bool = False, user_stack: Any = None,
-               *args: Any, **kwargs: Any) -> Any:
-        _logged(str(reason), user_stack)
-        return original(code_options, reason, exc_info, user_stack, *args, **kwargs)
-
-    return logged
 
 
 def _logged(reason: str, user_stack: Any) -> None:

@@ -62,18 +62,22 @@ def _fork_safe_cuda_check() -> Iterator[None]:
         saved.restore()
 
 
+#: The config value (module, name) that switches each of torch's remote (Redis) cache layers on.
+REMOTE_SWITCHES = {"remote_fx_graph": ("torch._inductor.config", "fx_graph_remote_cache"),
+                   "remote_aot_autograd": ("torch._functorch.config", "enable_remote_autograd_cache"),
+                   "remote_autotune": ("torch._inductor.config", "autotune_remote_cache")}
+
+
 def _remote_caches(on: bool) -> contextlib.ExitStack:
-    """torch's remote (Redis) FX graph, AOTAutograd and autotune caches switched ``on`` through each config's
-    ``patch`` until the stack returned is closed (a value that is so already is left alone, so a session without
-    remote caches keeps its cache keys; the bundled autotune cache is only ever switched off)."""
-    inductor = ("fx_graph_remote_cache", "autotune_remote_cache") + (() if on else ("bundled_autotune_remote_cache",))
+    """torch's remote caches switched ``on`` through each config's ``patch`` until the stack returned is closed (a
+    value that is so already is left alone, so a session without remote caches keeps its cache keys; the bundled
+    autotune cache is only ever switched off)."""
+    bundled = [] if on else [("torch._inductor.config", "bundled_autotune_remote_cache")]
     stack = contextlib.ExitStack()
-    for module, names in (("torch._inductor.config", inductor),
-                          ("torch._functorch.config", ("enable_remote_autograd_cache",))):
+    for module, name in [*REMOTE_SWITCHES.values(), *bundled]:
         config = importlib.import_module(module)
-        changed = {name: on for name in names if hasattr(config, name) and bool(getattr(config, name)) != on}
-        if changed:
-            stack.enter_context(config.patch(changed))
+        if hasattr(config, name) and bool(getattr(config, name)) != on:
+            stack.enter_context(config.patch({name: on}))
     return stack
 
 
@@ -95,7 +99,7 @@ def caches_disabled_by_config() -> list[str]:
     import torch._inductor.config as inductor_config
 
     found = []
-    forcing = (getattr(torch.compiler, "config", None), inductor_config)
+    forcing = (torch.compiler.config, inductor_config)
     if any(getattr(config, "force_disable_caches", False) for config in forcing):
         found.append("force_disable_caches is on: every compile cache is disabled")
     if not getattr(inductor_config, "fx_graph_cache", True):

@@ -12,11 +12,10 @@ import logging
 import os
 import re
 import threading
-from collections import Counter
 from typing import Any, Callable, Iterable, Iterator
 
 from ..caught import caught
-from . import loglevels
+from . import counters, loglevels
 
 _LINE = re.compile(r"^\[([A-Za-z0-9]+)\] ([^\s:\[]+(?:\[[^\]]*\])?): (.*)$", re.DOTALL)
 _TRACE = re.compile(r'File "([^"]+)", line \d+, in (\S+)')
@@ -35,7 +34,6 @@ class Miss:
 
 
 _lock = threading.RLock()
-_counts: Counter[str] = Counter()
 #: Given each :class:`Miss`, answers the names of the counts it adds (see :func:`report_misses_to`).
 _listener: Callable[[Miss], Iterable[str]] | None = None
 #: Whether the current cache folder was filled from the loaded bundle (False inside an empty cache).
@@ -71,8 +69,7 @@ def wrap_aot_key(original: Callable[..., Any]) -> Callable[..., Any]:
         result = original(*args, **kwargs)
         key, lines = result
         if key in _bundle_aot_keys and not missing(key):
-            with _lock:
-                _counts["aot_autograd.from_bundle"] += 1
+            counters.count("aot_autograd.from_bundle")
         elif missing(key):
             if not lines:
                 lines = _debug_lines(original, logger, args, kwargs)
@@ -155,21 +152,16 @@ def _seen(layer: str, key: str, gm: Any, lines: list[str], extra: dict[str, tupl
         if _listener is None:
             return
         miss = Miss(layer, key, code_of(gm), {**parse(lines), **(extra or {})}, not _filled_from_bundle)
-        _counts.update(_listener(miss))
+        for name in _listener(miss):
+            counters.count(name)
 
 
 def report_misses_to(listener: Callable[[Miss], Iterable[str]] | None) -> None:
     """From now on, hand every lookup about to miss to ``listener`` (``None``: to nobody), which answers the
-    names of the counts it adds (as :func:`counts` gives them back)."""
+    names of the counts it adds (as ``counters.read_counts`` gives them back)."""
     global _listener
     with _lock:
         _listener = listener
-
-
-def counts() -> dict[str, int]:
-    """What was counted so far: lookups found in a folder the bundle filled, and what the listener answered."""
-    with _lock:
-        return dict(_counts)
 
 
 @contextlib.contextmanager
@@ -199,4 +191,4 @@ def autotune_from_bundle(path: str) -> None:
     tail = os.path.join(os.path.basename(os.path.dirname(path)), os.path.basename(path))
     with _lock:
         if _filled_from_bundle and tail in _bundle_autotune_keys:
-            _counts["autotune.from_bundle"] += 1
+            counters.count("autotune.from_bundle")

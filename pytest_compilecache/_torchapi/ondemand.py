@@ -96,6 +96,19 @@ def wrap_get_path(original: Callable[..., Any]) -> Callable[..., Any]:
     return get_path
 
 
+def wrap_cache_manager_init(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Triton's ``FileCacheManager.__init__``, placing a carried kernel's folder before Triton looks into it."""
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        folder = getattr(self, "cache_dir", None)
+        if isinstance(folder, str) and folder:  # a dump or override folder lies outside the test's: never placed
+            place(folder)
+
+    return __init__
+
+
 def on_demand() -> frozenset[str]:
     """The top-level folders of a cache folder whose entries are placed when torch asks for them."""
     return frozenset(folder for attribute, folder in _FOLDERS.items() if patches.took(attribute))
@@ -133,11 +146,6 @@ def fill_from(template: str | os.PathLike[str], source: EntrySource | None) -> N
             _sources[os.path.realpath(template)] = (source, set())
 
 
-def _entry_folder(kind: str, key: str) -> str:
-    """Where torch keeps ``key``'s entries, from its cache folder (``_get_tmp_dir_for_key``, 2.8-2.15)."""
-    return os.path.join("fxgraph", key[1:3], key) if kind == "inductor" else os.path.join("aotautograd", key)
-
-
 def _fill(template: str, relative: str) -> None:
     """Write the entries (or binaries) of the on-demand folder ``relative`` into ``template`` from its source, once."""
     known = _sources.get(template)
@@ -169,8 +177,9 @@ def make_whole(template: str | os.PathLike[str]) -> None:
             return
         later = kinds_on_demand()
         for kind, key in _sources[real][0].keys():
-            if kind in later:
-                _fill(real, _entry_folder(kind, key))
+            if kind in later:  # the key's folder, as torch's _get_tmp_dir_for_key names it
+                folder = ("fxgraph", key[1:3], key) if kind == "inductor" else ("aotautograd", key)
+                _fill(real, os.path.join(*folder))
         for name in _sources[real][0].folders():
             _fill(real, name)
 
@@ -274,11 +283,6 @@ def fill_warm_folder(template: str | os.PathLike[str], folder: str | os.PathLike
     files.link_tree(template, folder, leave_out=on_demand() | (_two_character(template) if built else
                                                                _pool(template).names))
     _link_two_character(template, folder, built=built)
-
-
-def complete_warm_folder(template: str | os.PathLike[str], folder: str | os.PathLike[str]) -> None:
-    """Link into ``folder`` whatever of ``template`` it lacks (a failed test's folder, kept to be looked at)."""
-    files.link_tree(template, folder)
 
 
 @contextlib.contextmanager

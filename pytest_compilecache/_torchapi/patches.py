@@ -1,7 +1,7 @@
-"""The register of patches: every attribute of torch the plugin replaces at run time, declared in one
-table (where, why, the feature lost where it does not take, the torch releases it was seen to work on),
-installed by :func:`install`, which records what took and imports torch, and undone by :func:`undo`.
-Every replacement runs in one guard (:func:`_guarded`): a wrapper's own failure never reaches torch's caller."""
+"""The register of patches: every attribute of torch the plugin replaces at run time, declared in one table
+(where, and the feature lost where it does not take), installed by :func:`install`, which records what took and
+imports torch, and undone by :func:`undo`. Every replacement runs in one guard (:func:`_guarded`): a wrapper's own
+failure never reaches torch's caller."""
 
 from __future__ import annotations
 
@@ -18,23 +18,16 @@ from typing import Any, Callable
 NEWEST_SEEN = "2.15.0"
 
 
-class NotApplicable(Exception):
-    """Raised by a wrapper factory: this torch's attribute is there but cannot take the patch (the reason)."""
-
-
 @dataclasses.dataclass(frozen=True)
 class Patch:
     """``module``'s ``attribute`` (dotted, as ``"FxGraphCache._save_graph"``) replaced by what ``wrapper``
-    (``"module:function"`` of this package) makes of torch's original; ``alternatives``: its names in other
-    releases; ``fallback_for``: only where that attribute's patch did not take; ``backport``: added where missing."""
+    (``"module:function"`` of this package) makes of torch's original; ``fallback_for``: only where that
+    attribute's patch did not take; ``backport``: added where missing."""
 
     module: str
     attribute: str
     wrapper: str
     feature: str
-    purpose: str
-    seen_on: str = f"2.7.1 to {NEWEST_SEEN}"  # every torch of the compat matrix (scripts/compat.sh)
-    alternatives: tuple[str, ...] = ()
     fallback_for: str = ""
     backport: bool = False
 
@@ -49,92 +42,54 @@ _AOT = "torch._functorch._aot_autograd.autograd_cache"
 _HEURISTICS = "torch._inductor.runtime.triton_heuristics"
 _ISA = "torch._inductor.cpu_vec_isa"
 
-#: Every attribute the plugin replaces, in the order they are installed.
+_SHARED = "no files in the shared /tmp/torchinductor_<user>"
+
+#: Every attribute the plugin replaces, in the order they are installed (docs/compatibility.md says why each, and
+#: on which torch releases it was seen to work).
 PATCHES: tuple[Patch, ...] = (
-    Patch("torch._inductor.runtime.cache_dir_utils", "default_cache_dir", "defaultdir:wrap_default_cache_dir",
-          "no files in the shared /tmp/torchinductor_<user>", "send torch's default folder to the session's own"),
-    Patch("torch._inductor.runtime.runtime_utils", "default_cache_dir", "defaultdir:wrap_default_cache_dir",
-          "no files in the shared /tmp/torchinductor_<user>",
-          "as cache_dir_utils's, where torch's helper caches look it up"),
-    Patch(_FX, "default_cache_dir", "defaultdir:wrap_default_cache_dir",
-          "no files in the shared /tmp/torchinductor_<user>", "as cache_dir_utils's, bound in codecache at its import"),
+    Patch("torch._inductor.runtime.cache_dir_utils", "default_cache_dir", "defaultdir:wrap_default_cache_dir", _SHARED),
+    Patch("torch._inductor.runtime.runtime_utils", "default_cache_dir", "defaultdir:wrap_default_cache_dir", _SHARED),
+    Patch(_FX, "default_cache_dir", "defaultdir:wrap_default_cache_dir", _SHARED),
     Patch("torch.compiler._cache", "CacheArtifactManager.with_fresh_cache", "megacache:backport_fresh_cache",
-          "cold_cache compiles kept out of the bundle", "record apart while active, as torch >= 2.8 does",
-          seen_on="2.7.1 (the only release without it)", backport=True),
+          "cold_cache compiles kept out of the bundle", backport=True),
     Patch(_FX, "FxGraphCache._get_tmp_dir_for_key", "ondemand:wrap_tmp_dir_for_key",
-          "warm folders filled on demand (FX graphs)",
-          "link a warm test's FX entries for a key when torch first asks for it"),
+          "warm folders filled on demand (FX graphs)"),
     Patch(_AOT, "AOTAutogradCache._get_tmp_dir_for_key", "ondemand:wrap_tmp_dir_for_key",
-          "warm folders filled on demand (AOTAutograd)",
-          "link a warm test's AOTAutograd entries for a key when torch first asks",
-          seen_on="2.8.0 to 2.15.0 (2.7 has no such function: its warm folders are filled whole)"),
-    Patch(_FX, "get_path", "ondemand:wrap_get_path",
-          "warm folders filled on demand (C++ binaries)",
-          "link a warm test's C++ binaries of a folder when torch asks for its path"),
-    Patch("torch._dynamo.pgo", "get_local_code_state", "counters:wrap_pgo_lookup",
-          "pgo layer counts", "count PGO lookups as hits and misses",
-          seen_on="2.9.1 to 2.15.0 (2.7 and 2.8 have none: the pgo layer shows -)"),
-    Patch("torch._dynamo.pgo", "put_local_code_state", "counters:wrap_pgo_save",
-          "pgo saved counts", "count PGO saves"),
-    Patch(_FX, "FxGraphCache._save_graph", "counters:wrap_fx_save",
-          "fx_graph saved counts", "count FX graph saves"),
-    Patch(_FX, "CppCodeCache.load_async", "binaries:wrap_load_async",
-          "cpp layer counts; carried C++ binaries", "count C++ builds and loads, carry and check binaries"),
+          "warm folders filled on demand (AOTAutograd)"),
+    Patch(_FX, "get_path", "ondemand:wrap_get_path", "warm folders filled on demand (C++ binaries)"),
+    Patch("torch._dynamo.pgo", "get_local_code_state", "counters:wrap_pgo_lookup", "pgo layer counts"),
+    Patch("torch._dynamo.pgo", "put_local_code_state", "counters:wrap_pgo_save", "pgo saved counts"),
+    Patch(_FX, "FxGraphCache._save_graph", "counters:wrap_fx_save", "fx_graph saved counts"),
+    Patch(_FX, "CppCodeCache.load_async", "binaries:wrap_load_async", "cpp layer counts; carried C++ binaries"),
     Patch(_FX, "_precompile_header", "binaries:wrap_precompile_header",
-          "headers kept in the plugin's home; header build time in the summary",
-          "build torch's precompiled C++ headers in the plugin's home, and time the builds",
-          seen_on="2.8.0 to 2.15.0 (2.7 precompiles no header)"),
-    Patch(_ISA, "valid_vec_isa_list", "binaries:wrap_valid_vec_isa_list",
-          "CPU probes kept between runs", "build the CPU feature probes in the plugin's home, once a machine"),
-    Patch(_ISA, "VecISA.check_build", "binaries:wrap_check_build",
-          "CPU probes kept between runs", "place kept probes, and rebuild a carried probe that will not load"),
-    Patch("torch._dynamo", "callback_handler.install_callbacks", "clock:wrap_callbacks",
-          "compile wall time", "time Dynamo's compiles (nested ones once)"),
-    Patch("torch._dynamo.convert_frame", "_compile", "clock:wrap_timed",
-          "compile wall time (frames only)", "time Dynamo's frame compiles where torch has no compile callbacks",
-          seen_on="none (every torch from 2.7.1 has compile callbacks)",
+          "headers kept in the plugin's home; header build time in the summary"),
+    Patch(_ISA, "valid_vec_isa_list", "binaries:wrap_valid_vec_isa_list", "CPU probes kept between runs"),
+    Patch(_ISA, "VecISA.check_build", "binaries:wrap_check_build", "CPU probes kept between runs"),
+    Patch("torch._dynamo", "callback_handler.install_callbacks", "clock:wrap_callbacks", "compile wall time"),
+    Patch("torch._dynamo.convert_frame", "_compile", "clock:wrap_timed", "compile wall time (frames only)",
           fallback_for="callback_handler.install_callbacks"),
-    Patch(_HEURISTICS, "CachingAutotuner.precompile", "clock:wrap_timed",
-          "compile wall time (Triton)", "time Triton's compiles and loads on a kernel's first launch",
-          seen_on="2.11.0 (GPU); imported on every CPU minor"),
-    Patch(_HEURISTICS, "CachingAutotuner.benchmark_all_configs", "clock:wrap_timed",
-          "compile wall time (autotuning)", "time Triton's benchmarking on a kernel's first launch",
-          seen_on="2.11.0 (GPU); imported on every CPU minor"),
+    Patch(_HEURISTICS, "CachingAutotuner.precompile", "clock:wrap_timed", "compile wall time (Triton)"),
+    Patch(_HEURISTICS, "CachingAutotuner.benchmark_all_configs", "clock:wrap_timed", "compile wall time (autotuning)"),
     Patch("torch._inductor.runtime.autotune_cache", "AutotuneCache.create", "autotune:wrap_create",
-          "autotune results in the test's own folder", "send autotune results to the current cache folder",
-          seen_on="2.11.0 (GPU); imported on every CPU minor"),
+          "autotune results in the test's own folder"),
     Patch("torch._inductor.runtime.autotune_cache", "AutotuneCache._read", "autotune:wrap_read",
-          "autotune from_bundle counts", "count autotune results found where the bundle put them",
-          seen_on="2.11.0 (GPU); imported on every CPU minor"),
-    Patch(_HEURISTICS, "check_autotune_cache", "autotune:wrap_check",
-          "coordinate descent's results kept on reload", "see the config the autotune cache named",
-          seen_on="2.11.0 (GPU)"),
+          "autotune from_bundle counts"),
+    Patch(_HEURISTICS, "check_autotune_cache", "autotune:wrap_check", "coordinate descent's results kept on reload"),
     Patch(_HEURISTICS, "CachingAutotuner.recheck_autotune_cache", "autotune:wrap_recheck",
-          "coordinate descent's results kept on reload", "mark a rechecked config as coordinate descent's",
-          seen_on="2.11.0 (GPU)"),
-    Patch("triton.runtime.cache", "FileCacheManager.__init__", "tritoncache:wrap_cache_manager_init",
-          "warm folders filled on demand (C++ binaries)",
-          "link a warm test's carried Triton kernel folder when Triton opens it (else all are written before the "
-          "first test)", seen_on="2.11.0 with Triton 3.6 (GPU); no Triton on the CPU builds"),
-    Patch("torch._inductor.triton_bundler", "TritonBundler.read_and_emit", "tritoncache:wrap_read_and_emit",
-          "triton layer counts of carried kernels", "count kernels an FX hit finds already in Triton's folder",
-          seen_on="2.11.0 (GPU); imported on every CPU minor"),
+          "coordinate descent's results kept on reload"),
+    Patch("triton.runtime.cache", "FileCacheManager.__init__", "ondemand:wrap_cache_manager_init",
+          "warm folders filled on demand (C++ binaries)"),
+    Patch("torch._inductor.triton_bundler", "TritonBundler.read_and_emit", "binaries:wrap_read_and_emit",
+          "triton layer counts of carried kernels"),
     Patch("torch._dynamo.convert_frame", "get_and_maybe_log_recompilation_reasons", "dynamo:wrap_recompilation_reasons",
-          "Dynamo recompile counts and reasons", "count recompiles with their guard failures",
-          alternatives=("get_and_maybe_log_recompilation_reason",)),
+          "Dynamo recompile counts and reasons"),
     Patch("torch._dynamo.symbolic_convert", "InstructionTranslatorBase.log_graph_break", "dynamo:wrap_log_graph_break",
+          "where each graph break happened; data-dependent branches counted"),
+    Patch("torch._dynamo.symbolic_convert", "log_graph_break", "dynamo:wrap_log_graph_break",
           "where each graph break happened; data-dependent branches counted",
-          "name the user's line of each graph break (on 2.10, also count the data-dependent branches it "
-          "logs but does not count)", seen_on="2.10.0 to 2.15.0"),
-    Patch("torch._dynamo.symbolic_convert", "log_graph_break", "dynamo:wrap_module_log_graph_break",
-          "where each graph break happened; data-dependent branches counted",
-          "name the user's line of each graph break, and count the data-dependent branches torch logs but "
-          "does not count", seen_on="2.7.1 to 2.9.1", fallback_for="InstructionTranslatorBase.log_graph_break"),
-    Patch(_FX, "compiled_fx_graph_hash", "keys:wrap_fx_hash",
-          "explained FX graph misses; the bundle's key index", "record the components of every FX key that misses"),
-    Patch(_AOT, "autograd_cache_key", "keys:wrap_aot_key",
-          "explained AOTAutograd misses; the bundle's key index",
-          "record the components of every AOTAutograd key that misses"),
+          fallback_for="InstructionTranslatorBase.log_graph_break"),
+    Patch(_FX, "compiled_fx_graph_hash", "keys:wrap_fx_hash", "explained FX graph misses; the bundle's key index"),
+    Patch(_AOT, "autograd_cache_key", "keys:wrap_aot_key", "explained AOTAutograd misses; the bundle's key index"),
 )
 
 
@@ -157,24 +112,25 @@ _missed: dict[str, str] = {}
 _done: list[tuple[str, str]] = []
 #: ``{patch name: why}`` of replacements whose own work failed: each stopped there, torch's own in force since.
 _faults: dict[str, str] = {}
-#: Per thread, what torch's original did in each replacement's call in progress (innermost last).
-_calls = threading.local()
 
 
+@dataclasses.dataclass
 class _Call:
     """What torch's original did within one call of a replacement."""
 
+    returned: bool = False
+    result: Any = None
+    raised: BaseException | None = None
+
+
+class _Calls(threading.local):
+    """Per thread, what torch's original did in each replacement's call in progress (innermost last)."""
+
     def __init__(self) -> None:
-        self.returned = False
-        self.result: Any = None
-        self.raised: BaseException | None = None
+        self.stack: list[_Call] = []
 
 
-def _stack() -> list[_Call]:
-    if not hasattr(_calls, "stack"):
-        _calls.stack = []
-    stack: list[_Call] = _calls.stack
-    return stack
+_calls = _Calls()
 
 
 class _Observed:
@@ -189,7 +145,7 @@ class _Observed:
         return getattr(self.__wrapped__, name)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        call = _stack()[-1] if _stack() else None
+        call = _calls.stack[-1] if _calls.stack else None
         try:
             result = self.__wrapped__(*args, **kwargs)
         except BaseException as exc:
@@ -211,7 +167,7 @@ def _guarded(name: str, original: Callable[..., Any], replacement: Callable[...,
         if name in _faults:
             return original(*args, **kwargs)
         call = _Call()
-        _stack().append(call)
+        _calls.stack.append(call)
         try:
             return replacement(*args, **kwargs)
         except Exception as exc:
@@ -219,7 +175,7 @@ def _guarded(name: str, original: Callable[..., Any], replacement: Callable[...,
                 raise  # torch's own
             _faults.setdefault(name, f"{type(exc).__name__}: {exc}")
         finally:
-            _stack().pop()
+            _calls.stack.pop()
         if call.raised is not None:
             raise call.raised
         return call.result if call.returned else original(*args, **kwargs)
@@ -241,21 +197,24 @@ def _unwrapped(value: Any) -> tuple[Any, type | None]:
 
 
 def _apply(patch: Patch) -> str:
-    """Replace the attribute; ``""`` where it took, else why not."""
+    """Replace the attribute, or add a backport where this torch lacks it; ``""`` where it took (or a backport was
+    not needed), else why not."""
     try:
         module = importlib.import_module(patch.module)
     except Exception as exc:  # a torch without the module, or without Triton to import it with
         return f"cannot import {patch.module} ({type(exc).__name__}: {exc})"
+    *path, name = patch.attribute.split(".")
+    try:
+        owner: Any = functools.reduce(getattr, path, module)
+        raw: Any = vars(owner).get(name, _ABSENT) if hasattr(owner, "__dict__") else _ABSENT
+        function, kind = _unwrapped(raw if raw is not _ABSENT or patch.backport else getattr(owner, name))
+    except AttributeError:
+        return f"this torch has no {patch.attribute}"
     if patch.backport:
-        return _add(module, patch)
-    for attribute in (patch.attribute, *patch.alternatives):
-        *path, name = attribute.split(".")
-        try:
-            owner: Any = functools.reduce(getattr, path, module)
-            raw: Any = vars(owner).get(name, _ABSENT) if hasattr(owner, "__dict__") else _ABSENT
-            function, kind = _unwrapped(raw if raw is not _ABSENT else getattr(owner, name))
-        except AttributeError:
-            continue
+        if hasattr(owner, name):
+            return ""
+        installed = _function(patch.wrapper)(None)
+    else:
         earlier = getattr(function, _ORIGINAL, _ABSENT)
         if earlier is None:  # an earlier copy's replacement shadowed an inherited attribute
             delattr(owner, name)
@@ -266,32 +225,12 @@ def _apply(patch: Patch) -> str:
             function, kind = _unwrapped(earlier)
         try:
             replacement = _guarded(patch.name, function, _function(patch.wrapper)(_Observed(function)))
-        except NotApplicable as exc:
-            return str(exc)
+        except Exception as exc:  # the factory found this torch's attribute, or what it needs beside, unlike it
+            return f"this torch's {patch.attribute} cannot take the patch ({type(exc).__name__}: {exc})"
         setattr(replacement, _ORIGINAL, None if raw is _ABSENT else raw)
         installed = kind(replacement) if kind is not None else replacement
-        setattr(owner, name, installed)
-        _applied[patch.name] = _Applied(owner, name, raw, installed)
-        _done.append(("patch", patch.name))
-        return ""
-    return f"this torch has no {patch.attribute}" + "".join(f" nor {a}" for a in patch.alternatives)
-
-
-def _add(module: Any, patch: Patch) -> str:
-    """Add a backported attribute where this torch lacks it; ``""`` (nothing to do) where it has it."""
-    *path, name = patch.attribute.split(".")
-    try:
-        owner: Any = functools.reduce(getattr, path, module)
-    except AttributeError:
-        return f"this torch has no {'.'.join(path)} to add {name} to"
-    if hasattr(owner, name):
-        return ""
-    try:
-        added = _function(patch.wrapper)(None)
-    except NotApplicable as exc:
-        return str(exc)
-    setattr(owner, name, added)
-    _applied[patch.name] = _Applied(owner, name, _ABSENT, added)
+    setattr(owner, name, installed)
+    _applied[patch.name] = _Applied(owner, name, raw, installed)
     _done.append(("patch", patch.name))
     return ""
 

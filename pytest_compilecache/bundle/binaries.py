@@ -241,12 +241,17 @@ class CarriedBinaries:
         return (lambda: (f.raw() for f in ordered)), section
 
 
+def natural(value: Any) -> bool:
+    """Whether ``value`` is a non-negative integer (``true`` is none)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def check_section(section: Any) -> None:
     """Raise :class:`TypeError` unless ``section`` is a well-formed binaries manifest section."""
     if not isinstance(section, dict):
         raise TypeError("binaries must be an object")
     for name in ("offset", "size"):
-        if not isinstance(section.get(name), int) or isinstance(section.get(name), bool) or section[name] < 0:
+        if not natural(section.get(name)):
             raise TypeError(f"binaries.{name} must be a non-negative integer")
     if not isinstance(section.get("sha256"), str):
         raise TypeError("binaries.sha256 must be a string")
@@ -261,7 +266,7 @@ def check_section(section: Any) -> None:
     total = 0
     for item in files:
         if not (isinstance(item, list) and len(item) == 5 and all(isinstance(x, str) for x in item[:3])
-                and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in item[3:])):
+                and all(natural(x) for x in item[3:])):
             raise TypeError("binaries.files entries must be [build, path, sha256, size, stored size]")
         if item[0] not in builds:
             raise TypeError(f"binaries.files names an unknown build {item[0]!r}")

@@ -18,16 +18,14 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, Mapping, cast
 
 from . import signing
-from .binaries import CarriedBinaries, check_section
+from .binaries import BinaryDamaged, CarriedBinaries, check_section, natural
 from .keyindex import KeyIndex, KeyIndexError
 from .labels import differences, env_label
-from .members import WHOLE, Member, MemberDamaged, Members, no_file, unpack_table
+from .members import WHOLE, MemberDamaged, Members, no_file, unpack_table
 
 MAGIC = b"PYTEST-COMPILECACHE-BUNDLE\n"
 FORMAT = 2
 _MAX_MANIFEST = 64 * 1024 * 1024
-#: How much of a section is read at a time to check it.
-_CHUNK = 1024 * 1024
 #: Keep a bundle open while its payloads are read; on Windows an open file blocks a writer's rename.
 HOLD_OPEN = os.name != "nt"
 
@@ -63,11 +61,8 @@ class Unreadable(enum.Enum):
     @classmethod
     def of(cls, exc: BundleError) -> Unreadable:
         """The kind of problem ``exc`` is."""
-        if isinstance(exc, NotABundle):
-            return cls.NOT_A_BUNDLE
-        if isinstance(exc, Unwritable):
-            return cls.UNWRITABLE
-        return cls.NOT_A_FILE if isinstance(exc, NotAFile) else cls.DAMAGED
+        kinds = {NotABundle: cls.NOT_A_BUNDLE, Unwritable: cls.UNWRITABLE, NotAFile: cls.NOT_A_FILE}
+        return kinds.get(type(exc), cls.DAMAGED)
 
 
 @dataclass
@@ -235,13 +230,9 @@ class Bundle:
         if sum(m.stored for m in listed) != entry.stored:
             raise BundleError(f"{self.name}: corrupt: the table of artifacts for {env_label(entry.env)} does not "
                               "match the entry's size")
-        entry._members, entry._table = self._member_reader(entry, listed), table
-        return entry._members
-
-    def _member_reader(self, entry: Entry, listed: list[Member]) -> Members:
-        """Members read from a file descriptor of their own where the bundle is a local file, else from memory."""
         fetch, close = self._ranges(entry, "the artifacts", entry.offset + entry.size, entry.stored)
-        return Members(listed, fetch, close=close)
+        entry._members, entry._table = Members(listed, fetch, close=close), table
+        return entry._members
 
     def _ranges(self, entry: Entry, what: str, offset: int, size: int) -> tuple[Callable[[int, int], bytes],
                                                                                 Callable[[], None]]:
@@ -293,21 +284,16 @@ class Bundle:
         if entry.binaries is None and section is not None:
             fetch, close = self._ranges(entry, "the binaries", section["offset"], section["size"])
             self._opened.append(close)
-            digest, at = hashlib.sha256(), 0
+            listed, digest = CarriedBinaries.of_section(section, fetch), hashlib.sha256()
             try:
-                while at < section["size"]:
-                    chunk = fetch(at, min(_CHUNK, section["size"] - at))
-                    if not chunk:
-                        raise BundleError(f"{self.name}: truncated: the binaries for {env_label(entry.env)} are "
-                                          "cut short")
+                for chunk in listed.packed()[0]():  # the section as stored, a chunk at a time
                     digest.update(chunk)
-                    at += len(chunk)
-            except OSError as exc:
-                raise BundleError(f"{self.name}: cannot read: {exc.strerror or exc}") from None
+            except BinaryDamaged as exc:
+                raise BundleError(f"{self.name}: {exc}") from None
             if digest.hexdigest() != section["sha256"]:
                 raise BundleError(f"{self.name}: corrupt: the binaries for {env_label(entry.env)} fail their checksum")
-            entry.binaries = CarriedBinaries.of_section(section, fetch)
-            problems = list(entry.binaries.problems)
+            entry.binaries = listed
+            problems = list(listed.problems)
         carried = entry.binaries or CarriedBinaries()
         if check:
             carried, damaged = carried.checked()
@@ -412,36 +398,24 @@ def _finite(value: Any) -> bool:
 
 
 def _entry(raw: Any) -> Entry:
-    env = raw["env"]
-    artifacts = raw.get("artifacts", {})
-    history = raw.get("history", {})
+    env, artifacts, history = raw["env"], raw.get("artifacts", {}), raw.get("history", {})
     if not isinstance(env, dict) or not isinstance(artifacts, dict) or not isinstance(history, dict):
         raise TypeError("env, artifacts and history must be objects")
     for kind, counts in artifacts.items():
         if not isinstance(counts, dict) or not all(isinstance(counts.get(k), int) for k in ("count", "bytes")):
             raise TypeError(f"artifacts[{kind!r}] must hold integer count and bytes")
-    sha = raw["sha256"]
-    if not isinstance(sha, str):
-        raise TypeError("sha256 must be a string")
     numbers = [raw.get("created", 0), raw.get("updated", 0), raw["size"], raw["offset"]]
-    if not all(_finite(n) for n in numbers):
-        raise TypeError("created, updated, size and offset must be finite numbers")
-    if not isinstance(raw["size"], int) or not isinstance(raw["offset"], int):
-        raise TypeError("size and offset must be integers")
-    binaries = raw.get("binaries")
+    if not all(_finite(n) for n in numbers) or not isinstance(raw["size"], int) or not isinstance(raw["offset"], int):
+        raise TypeError("created and updated must be finite numbers, size and offset integers")
+    sha, signature, stored = raw["sha256"], raw.get("signature", ""), raw["stored"]
+    if not isinstance(sha, str) or not isinstance(signature, str) or not natural(stored):
+        raise TypeError("sha256 and signature must be strings, stored a non-negative integer")
+    index, binaries = raw.get("index"), raw.get("binaries")
+    if index is not None and (not isinstance(index, dict) or not isinstance(index.get("sha256"), str)
+                              or not natural(index.get("offset")) or not natural(index.get("size"))):
+        raise TypeError("index must hold a non-negative offset and size and a sha256")
     if binaries is not None:
         check_section(binaries)
-    signature = raw.get("signature", "")
-    if not isinstance(signature, str):
-        raise TypeError("signature must be a string")
-    index = raw.get("index")
-    if index is not None and (not isinstance(index, dict) or not isinstance(index.get("sha256"), str) or not all(
-            isinstance(index.get(k), int) and not isinstance(index.get(k), bool) and index[k] >= 0
-            for k in ("offset", "size"))):
-        raise TypeError("index must hold a non-negative offset and size and a sha256")
-    stored = raw["stored"]
-    if not isinstance(stored, int) or isinstance(stored, bool) or stored < 0:
-        raise TypeError("stored must be a non-negative integer")
     return Entry(env={str(k): str(v) for k, v in env.items()}, artifacts=artifacts, created=float(numbers[0]),
                  updated=float(numbers[1]), sha256=sha, size=raw["size"], offset=raw["offset"], history=dict(history),
                  binaries_section=binaries, signature=signature, index_section=index, from_file=True, stored=stored)

@@ -1,14 +1,13 @@
 """What a bundle knows about each artifact key (the components torch built it from) and its usage, kept as a
 section of an entry: a compressed head, then the keys' components in groups of one layer and code, each compressed
 alone, read when one of its keys is asked for and copied as stored when rewritten (docs/file-format.md#the-key-index).
-An index written by earlier versions compressed its groups against a preset dictionary: it is still read, and its
-groups compressed again when rewritten. This module never imports torch."""
+This module never imports torch."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
+import sys
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
@@ -58,31 +57,27 @@ def binary_id(path: str) -> str:
 
 
 class _Group:
-    """Components of keys of one layer and code: made here, or compressed as a key index stores them and parsed when
-    first asked."""
+    """Components of keys (``configs``: ``{key: config id}``) of one layer and code: made here, or compressed as a
+    key index stores them and parsed when first asked."""
 
-    def __init__(self, layer: str, code: str, configs: dict[str, str], stored: bytes = b"", dictionary: bytes = b"",
+    def __init__(self, layer: str, code: str, configs: dict[str, str], stored: bytes = b"",
                  parsed: dict[str, dict[str, list[str]]] | None = None) -> None:
-        self.layer, self.code, self.stored, self.dictionary = layer, code, stored, dictionary
-        #: ``{key: config id}`` of every key it holds.
-        self.configs = configs
-        self._parsed = parsed
+        self.layer, self.code, self.configs, self.stored, self._parsed = layer, code, configs, stored, parsed
 
     def components(self, key: str) -> dict[str, list[str]]:
         """The key's own components; raises :class:`KeyIndexError` when the group is malformed."""
         if self._parsed is None:
             try:
-                data = json.loads(_inflated(self.stored, self.dictionary).decode("utf-8"))
+                data = json.loads(_inflated(self.stored).decode("utf-8"))
             except (zlib.error, UnicodeDecodeError, ValueError, RecursionError):
                 raise KeyIndexError(f"the key details of {_short(self.code)} are not valid compressed JSON") from None
             try:
                 self._parsed = {_str(k): _components(v) for k, v in _dict(data).items()}
             except TypeError as exc:
                 raise KeyIndexError(f"the key details of {_short(self.code)} are malformed: {exc}") from None
-        try:
-            return self._parsed[key]
-        except KeyError:
-            raise KeyIndexError(f"the key details of {_short(self.code)} lack a key they list") from None
+        if key not in self._parsed:
+            raise KeyIndexError(f"the key details of {_short(self.code)} lack a key they list")
+        return self._parsed[key]
 
 
 class Records(Mapping[str, dict[str, Any]]):
@@ -111,10 +106,9 @@ class Records(Mapping[str, dict[str, Any]]):
         group = self._groups[key]
         return group.layer, group.code, group.configs[key]
 
-    def put(self, key: str, record: dict[str, Any]) -> None:
+    def put(self, key: str, layer: str, code: str, config: str, components: dict[str, list[str]]) -> None:
         """Record ``key`` made here."""
-        self._groups[key] = _Group(record["layer"], record["code"], {key: record["config"]},
-                                   parsed={key: record["components"]})
+        self._groups[key] = _Group(layer, code, {key: config}, parsed={key: components})
 
     def only(self, keys: set[str]) -> "Records":
         """Those of ``keys`` (groups shared, nothing read)."""
@@ -125,9 +119,9 @@ class Records(Mapping[str, dict[str, Any]]):
         return Records({**self._groups, **{k: g for k, g in other._groups.items() if k not in self._groups}})
 
     def packed(self) -> tuple[list[list[Any]], list[bytes]]:
-        """The head's listing of groups, and each group as stored: a stored group all of whose keys are here (and
-        compressed without a dictionary) is copied as it is; any other is read and compressed again (one that
-        cannot be read is left out, with its keys), keys made here in one group per layer and code."""
+        """The head's listing of groups, and each group as stored: a stored group all of whose keys are here is
+        copied as it is; any other is read and compressed again (one that cannot be read is left out, with its
+        keys), keys made here in one group per layer and code."""
         listing: list[list[Any]] = []
         blobs: list[bytes] = []
         by_group: dict[object, list[tuple[str, _Group]]] = {}
@@ -135,7 +129,7 @@ class Records(Mapping[str, dict[str, Any]]):
             by_group.setdefault(id(group) if group.stored else (group.layer, group.code), []).append((key, group))
         for pairs in by_group.values():
             first = pairs[0][1]
-            if first.stored and not first.dictionary and len(pairs) == len(first.configs):
+            if first.stored and len(pairs) == len(first.configs):
                 blob = first.stored
             else:
                 try:
@@ -177,7 +171,7 @@ class KeyIndex:
         rest = {n: [str(v[0]), clip(n, str(v[1]))] for n, v in components.items() if not n.startswith(CONFIG_PREFIXES)}
         cid = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
         self.configs.setdefault(cid, config)
-        self.keys.put(key, {"layer": layer, "code": code, "config": cid, "components": rest})
+        self.keys.put(key, layer, code, cid, rest)
 
     def components(self, key: str) -> dict[str, tuple[str, str]]:
         """Every component of ``key``: its own and its config set's (its group read, if stored, when first asked);
@@ -272,12 +266,9 @@ class KeyIndex:
         listing, blobs = self.keys.packed()
         data: dict[str, Any] = {"format": FORMAT, "torch": self.torch, "configs": self.configs, "groups": listing,
                                 "dictionary": 0, "runs": self.runs, "used": self.used}
-        if self.dropped:
-            data["dropped"] = {k: list(d) for k, d in self.dropped.items()}
-        if self.whole_runs:
-            data["whole_runs"] = self.whole_runs
-        if self.kernels_since:
-            data["kernels_since"] = self.kernels_since
+        optional = {"dropped": {k: list(d) for k, d in self.dropped.items()}, "whole_runs": self.whole_runs,
+                    "kernels_since": self.kernels_since}
+        data.update({name: value for name, value in optional.items() if value})
         return b"".join([_deflated(data), *blobs])
 
     @classmethod
@@ -297,11 +288,13 @@ class KeyIndex:
         version = data.get("format") if isinstance(data, dict) else data
         if version != FORMAT or isinstance(version, bool) or not isinstance(data, dict):
             raise KeyIndexError(f"the key index has an unknown format ({_short(version)})")
+        if data.get("dictionary") != 0:  # groups compressed against a preset dictionary, no longer read
+            raise KeyIndexError("written by an older version; `--compile-cache-rebuild` writes it anew")
         try:
             return cls(
                 torch=_str(data.get("torch", "")),
                 configs={_str(c): _components(v) for c, v in _dict(data.get("configs", {})).items()},
-                keys=_groups(data.get("groups", []), data.get("dictionary"), inflater.unused_data),
+                keys=_groups(data.get("groups", []), inflater.unused_data),
                 runs=sorted(_number(t) for t in _list(data.get("runs", [])))[-MAX_RUNS:],
                 used={_str(a): _number(t) for a, t in _dict(data.get("used", {})).items()},
                 dropped=_newest({_str(k): _drop(d) for k, d in _dict(data.get("dropped", {})).items()}),
@@ -317,27 +310,20 @@ def _deflated(data: Any) -> bytes:
     return zlib.compress(json.dumps(data, sort_keys=True, separators=(",", ":")).encode(), 6)
 
 
-def _inflated(blob: bytes, dictionary: bytes = b"") -> bytes:
+def _inflated(blob: bytes) -> bytes:
     """The inverse of :func:`_deflated`, capped at :data:`MAX_UNPACKED`; raises :class:`zlib.error` or
     :class:`ValueError` where ``blob`` is not one whole stream of at most that size."""
-    inflater = zlib.decompressobj(zdict=dictionary) if dictionary else zlib.decompressobj()
+    inflater = zlib.decompressobj()
     raw = inflater.decompress(blob, MAX_UNPACKED)
     if inflater.unconsumed_tail or not inflater.eof or inflater.unused_data:
         raise ValueError("not one whole stream of at most MAX_UNPACKED bytes")
     return raw
 
 
-def _groups(listing: Any, dictionary_size: Any, rest: bytes) -> Records:
-    """The stored records a head lists, the preset dictionary (if any) and groups' bytes taken from ``rest`` (what
-    follows the head)."""
-    if isinstance(dictionary_size, bool) or not isinstance(dictionary_size, int) or dictionary_size < 0:
-        raise TypeError(f"dictionary must be a size, got {_short(dictionary_size)}")
-    try:
-        dictionary = _inflated(rest[:dictionary_size]) if dictionary_size else b""
-    except (zlib.error, ValueError):
-        raise TypeError("the preset dictionary is not valid compressed data") from None
+def _groups(listing: Any, rest: bytes) -> Records:
+    """The stored records a head lists, their bytes taken from ``rest`` (what follows the head)."""
     stored: dict[str, _Group] = {}
-    at = dictionary_size
+    at = 0
     for item in _list(listing):
         group = _list(item)
         if len(group) != 4 or isinstance(group[2], bool) or not isinstance(group[2], int) or group[2] < 1:
@@ -348,7 +334,7 @@ def _groups(listing: Any, dictionary_size: Any, rest: bytes) -> Records:
             if len(pair) != 2:
                 raise TypeError(f"a group's key must be [key, config], got {_short(pair)}")
             configs[_str(pair[0])] = _str(pair[1])
-        made = _Group(_str(group[0]), _str(group[1]), configs, rest[at:at + group[2]], dictionary)
+        made = _Group(_str(group[0]), _str(group[1]), configs, rest[at:at + group[2]])
         at += group[2]
         stored.update(dict.fromkeys(configs, made))
     if at != len(rest):
@@ -390,13 +376,9 @@ _list = _typed(list, "a list")
 def _number(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"expected a number, got {_short(value)}")
-    try:
-        number = float(value)
-    except OverflowError:
-        number = math.inf
-    if not math.isfinite(number):
+    if not abs(value) <= sys.float_info.max:  # compared exactly: an int too large for a float is refused, not cast
         raise TypeError(f"expected a finite number, got {_short(value)}")
-    return number
+    return float(value)
 
 
 def _components(value: Any) -> dict[str, list[str]]:

@@ -230,20 +230,27 @@ def _without_unused(entry: Entry, runs: int, counts: dict[str, int], carried: se
     stale = set() if unread else {n for n in entry.index.used if n.startswith(BINARY + "/") and n not in held}
     if not unused and binaries is entry.binaries and not stale:
         return entry
-    kept = [m for m in members.table if artifact_id(m.kind, m.key) not in unused]
     for member in members.table:
         if artifact_id(member.kind, member.key) in unused:
             counts[member.kind] = counts.get(member.kind, 0) + 1
-    index = entry.index.restricted({m.key for m in kept}, f"no test using it in {counted(runs, 'updating run')} "
-                                                          "(compile_cache_max_unused_runs)", time.time())
-    index.forget(stale)  # the records of binaries it no longer carries, or never did (a cold_cache test's)
+    smaller = without(entry, members, unused, f"no test using it in {counted(runs, 'updating run')} "
+                                              "(compile_cache_max_unused_runs)")
+    assert smaller.index is not None
+    smaller.index.forget(stale)  # the records of binaries it no longer carries, or never did (a cold_cache test's)
     if binaries is not entry.binaries:
         assert entry.binaries is not None and binaries is not None
         gone = {f.path for f in entry.binaries.files.values()} - {f.path for f in binaries.files.values()}
         counts["cpp"] = counts.get("cpp", 0) + sum(1 for path in gone if is_cpp(path))
-    smaller = entry.with_members(Members.chosen((members, m) for m in kept), index)
     smaller.binaries = binaries or None
     return smaller
+
+
+def without(entry: Entry, members: Members, names: set[str], why: str) -> Entry:
+    """``entry`` (of ``members``) without the artifacts called ``names`` (see :func:`artifact_id`), its key index
+    noting ``why`` they went."""
+    kept = [m for m in members.table if artifact_id(m.kind, m.key) not in names]
+    index = entry.index.restricted({m.key for m in kept}, why, time.time()) if entry.index else None
+    return entry.with_members(Members.chosen((members, m) for m in kept), index)
 
 
 def _without_unused_binaries(index: KeyIndex, binaries: CarriedBinaries | None, runs: int,

@@ -3,16 +3,14 @@ made to fit a size, least recently used first."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from ..words import artifact_counts, counted
 from .format import Bundle, BundleError, Entry, members_of
 from .labels import env_label
 from .writing import encoded_size
-from .members import Members
 from .keyindex import KeyIndex, artifact_id
-from .merge import without_unused
+from .merge import without, without_unused
 
 
 def prune(bundle: Bundle, label: str, drop: list[str], here: dict[str, str] | None, max_unused_runs: int,
@@ -62,10 +60,10 @@ def _named(name: str, spec: str, entries: list[Entry]) -> set[int]:
     return matched
 
 
-def fit(path: Path, entries: list[Entry], limit: int, label: str = "") -> tuple[list[Entry], list[str]]:
+def fit(path: Path, entries: list[Entry], limit: int, label: str) -> tuple[list[Entry], list[str]]:
     """``entries`` made to fit in ``limit`` bytes, least recently used artifacts first (carried binaries where
-    those cannot make it fit), and what was dropped; a :class:`BundleError` where no artifact would be left
-    (naming ``label``, else ``path``)."""
+    those cannot make it fit), and what was dropped; a :class:`BundleError` naming ``label`` where no artifact
+    would be left."""
     start = encoded_size(Bundle(path, entries))
     plan = _plan(path, entries, limit, binaries_first=False)
     if (plan[2] and plan[2][-1].startswith("dropped the carried binaries")) or any(
@@ -74,8 +72,7 @@ def fit(path: Path, entries: list[Entry], limit: int, label: str = "") -> tuple[
     kept, size, lines = plan
     left = [e for e in kept if e.artifacts]  # carried binaries serve artifacts: alone they are nothing usable
     if size > limit or not left:
-        raise BundleError(f"{label or path}: cannot fit in {limit:,d} bytes with any artifact kept; {label or path} "
-                          "is unchanged")
+        raise BundleError(f"{label}: cannot fit in {limit:,d} bytes with any artifact kept; {label} is unchanged")
     if len(left) < len(kept):
         lines.append(f"dropped {counted(len(kept) - len(left), 'environment')} left with no artifact")
     return left, [f"{start:,d} -> {encoded_size(Bundle(path, left)):,d} bytes", *lines]
@@ -123,7 +120,8 @@ def _plan(path: Path, entries: list[Entry], limit: int, binaries_first: bool) ->
             gone_kinds[kind] = gone_kinds.get(kind, 0) + 1
             recent += last_used
             excess -= n
-        entries = [_without(e, dropped.get(i, set()), str(path)) for i, e in enumerate(entries)]
+        entries = [without(e, members_of(e, str(path)), dropped[i], "`prune --max-size`") if i in dropped else e
+                   for i, e in enumerate(entries)]
         size = encoded_size(Bundle(path, entries))
     gone = total - len(candidates)
     if gone:
@@ -133,13 +131,3 @@ def _plan(path: Path, entries: list[Entry], limit: int, binaries_first: bool) ->
         lines.append(f"dropped {counted(gone, 'least recently used artifact')} ({kinds}{recently})")
     drop_binaries()
     return entries, size, lines
-
-
-def _without(entry: Entry, names: set[str], name: str) -> Entry:
-    """``entry`` without the artifacts called ``names`` (see :func:`artifact_id`)."""
-    if not names:
-        return entry
-    members = members_of(entry, name)
-    kept = [m for m in members.table if artifact_id(m.kind, m.key) not in names]
-    index = entry.index.restricted({m.key for m in kept}, "`prune --max-size`", time.time()) if entry.index else None
-    return entry.with_members(Members.chosen((members, m) for m in kept), index)

@@ -55,31 +55,30 @@ def _encode(bundle: Bundle) -> tuple[Iterator[bytes], int, list[tuple[Entry, str
     """The file's bytes (members read as they are written), their length, and per entry the signature and
     manifest description they give it."""
     secret = signing.key()
-    parts: list[tuple[int, Any]] = []
+    parts: list[Any] = []  # an entry's table and members, a section's chunks, or bytes
     placed = []
     at = 0
     for entry in bundle.entries:
         may_sign = secret is not None and not entry.vouched(secret)
         bundle.members(entry)
         description = {**entry.describe(), "offset": at}
-        parts.append((entry.size + entry.stored, entry))
-        at += parts[-1][0]
+        parts.append(entry)
+        at += entry.size + entry.stored
         carried, _ = bundle.carried(entry)
+        section = None
         if carried:
             try:
                 blob, section = carried.packed()
             except BinaryDamaged as exc:
                 raise BundleError(f"{exc} where it is read from; nothing was written") from None
             description["binaries"] = {**section, "offset": at}
-            parts.append((section["size"], blob))
+            parts.append(blob)
             at += section["size"]
-        else:
-            section = None
         bundle.read_key_index(entry)  # copied as stored, never unpacked for it
         index = entry.index_blob()
         if index is not None:
             description["index"] = {**description["index"], "offset": at}
-            parts.append((len(index), index))
+            parts.append(index)
             at += len(index)
         else:
             description.pop("index", None)
@@ -97,7 +96,7 @@ def _encode(bundle: Bundle) -> tuple[Iterator[bytes], int, list[tuple[Entry, str
 
     def chunks() -> Iterator[bytes]:
         yield from head
-        for _, part in parts:
+        for part in parts:
             if isinstance(part, Entry):
                 yield from _members_of(part)
             elif callable(part):

@@ -181,10 +181,9 @@ class SaveResult:
         if self.status in (SaveStatus.SAVED, SaveStatus.UNCHANGED):
             data.update(path=self.path, artifacts=self.artifacts, bytes=self.bytes, seconds=self.seconds,
                         dropped_unused=self.dropped_unused, import_seconds=self.import_seconds)
-            if self.not_counted and self.status is SaveStatus.SAVED:
-                data["not_counted"] = self.not_counted
             if self.status is SaveStatus.SAVED:
-                data.update(added=self.added, added_artifacts=self.added_artifacts)
+                data.update(added=self.added, added_artifacts=self.added_artifacts,
+                            **({"not_counted": self.not_counted} if self.not_counted else {}))
             if self.repaired:
                 data["repaired"] = self.repaired
         else:
@@ -224,33 +223,32 @@ class Comparison:
         now, then = self._alike(self.seconds_now, self.seconds_then)
         return 0.0 if self.not_compared else then - now
 
-    def _verdict(self) -> tuple[str, str]:
-        """``3.0 s less`` (or ``MORE``), and what was left out of the wall clocks (``""``: nothing)."""
-        verdict = f"{self.saved:.1f} s less" if self.saved >= 0 else f"{-self.saved:.1f} s MORE"
+    def _clocks(self) -> tuple[float, float, str, str]:
+        """The wall clocks now and then, ``3.0 s less`` (or ``MORE``), and what was left out of them (``""``: nothing)."""
+        now, then = self._alike(self.seconds_now, self.seconds_then)
+        verdict = f"{then - now:.1f} s less" if then >= now else f"{now - then:.1f} s MORE"
         if not self.headers_differ:
-            return verdict, ""
+            return now, then, verdict, ""
         this = self.headers_now >= HEADERS_NOTED
-        return verdict, (f"leaving out the {self.headers_now if this else self.headers_then:.1f} s "
-                         f"{'this' if this else 'that'} run spent building torch's C++ headers and CPU probes, "
-                         f"which {'that' if this else 'this'} run found ready in the plugin's home")
+        return now, then, verdict, (f"leaving out the {self.headers_now if this else self.headers_then:.1f} s "
+                                    f"{'this' if this else 'that'} run spent building torch's C++ headers and CPU "
+                                    f"probes, which {'that' if this else 'this'} run found ready in the plugin's home")
 
     def brief(self) -> str:
         """The comparison in a clause of the one-line summary."""
         if self.not_compared:
             return ""
-        now, then = self._alike(self.seconds_now, self.seconds_then)
-        verdict, left_out = self._verdict()
+        now, then, verdict, left_out = self._clocks()
         return (f"{now:.1f} s against {then:.1f} s in the run that built the bundle ({verdict}"
                 f"{'; ' + left_out if left_out else ''})")
 
     def sentence(self) -> str:
-        """This session against the run that built its bundle, in one sentence (the terminal's and the job summary's)."""
+        """This session against the run that built its bundle, in one sentence."""
         compile_now, compile_then = self._alike(self.compile_now, self.compile_then)
         compiling = f"compiling in tests and the warmup: {compile_now:.1f} s now, {compile_then:.1f} s then"
         if self.not_compared:
             return f"not compared with the run that built the bundle: {self.not_compared}; {compiling}"
-        now, then = self._alike(self.seconds_now, self.seconds_then)
-        verdict, left_out = self._verdict()
+        now, then, verdict, left_out = self._clocks()
         tests = "the same test" if self.tests == 1 else f"the same {self.tests} tests"
         where = "" if self.processes == 1 else f" on {self.processes} workers"
         return (f"this session against the run that built the bundle ({tests}{where}): {now:.1f} s now, "
@@ -282,47 +280,6 @@ def session_record(seconds: float, tests: Iterable[str], processes: int, compile
 
 
 @dataclass
-class ExpectationsReport:
-    """What ``--compile-cache-expect`` found: tests compared with their records, and what became of the file."""
-
-    path: str
-    update: bool = False
-    compared: int = 0
-    #: Tests whose counts differ from their records (failed; with ``update``: records changed).
-    regressed: list[str] = field(default_factory=list)
-    #: Tests with no record (with ``update``: added).
-    not_recorded: list[str] = field(default_factory=list)
-    #: Records of tests that no longer exist or are no longer recorded (with a full ``update``: removed).
-    unused: list[str] = field(default_factory=list)
-    #: The torch version and device of the file's records, and of this run (``{}``: unknown).
-    recorded_with: dict[str, str] = field(default_factory=dict)
-    made_with: dict[str, str] = field(default_factory=dict)
-    #: With ``update``: "written", "unchanged", or why the file was left alone.
-    written: str = ""
-    #: Whether the file existed at the start of the session.
-    exists: bool = True
-
-    @property
-    def written_ok(self) -> bool:
-        """Whether the update left the file holding this run's records."""
-        return self.written in ("written", "unchanged")
-
-    @property
-    def other_machine(self) -> bool:
-        """Whether the records were made with another torch version or device than this run's."""
-        return bool(self.recorded_with and self.made_with and self.recorded_with != self.made_with)
-
-    @staticmethod
-    def machine(made_with: dict[str, str]) -> str:
-        """``torch 2.13.0 on cpu``."""
-        return f"torch {made_with.get('torch', '?')} on {made_with.get('device', '?')}"
-
-    def to_json(self) -> dict[str, Any]:
-        """The ``expectations`` entry of the JSON report (its lists sorted, as :class:`.hooks.Keeper` fills them)."""
-        return {k: v for k, v in dataclasses.asdict(self).items() if k != "exists" and (k != "written" or self.update)}
-
-
-@dataclass
 class SessionReport:
     """Everything the summary and the JSON report show, for one pytest session."""
 
@@ -339,8 +296,6 @@ class SessionReport:
     remote_problem: str = ""
     #: Bytes strict mode's check at session start downloaded from a bundle URL.
     checked_downloaded: int = 0
-    #: What ``--compile-cache-expect`` found (``None``: not asked).
-    expectations: ExpectationsReport | None = None
     #: Where the JSON report went (written after the report's own content is final).
     written: ReportWritten | None = None
     #: When the session began (the plugin's load, for a process's first session), as ``time.time()``.
@@ -464,8 +419,8 @@ class SessionReport:
     def compared_with_build(self) -> "Comparison | None":
         """This session against the run that built the loaded bundle, where the bundle recorded it."""
         history = next((p.history for p in self.processes if p.status is Status.LOADED
-                        and isinstance(p.history.get("session"), dict)), None)
-        then = history["session"] if history else None
+                        and isinstance(p.history.get("session"), dict)), {})
+        then = history.get("session")
         if not then or not self.ran:
             return None
         now = self.session_record(self.session_seconds)
@@ -479,7 +434,7 @@ class SessionReport:
             why = (f"this run had {_counted(now['processes'], 'process', workers)}, the building run "
                    f"{_counted(int(then.get('processes', 0)), 'process', workers)}: "
                    "each process pays torch's start-up once")
-        headers_then = then.get("headers_seconds", history.get("headers_seconds", 0.0)) if history else 0.0
+        headers_then = then.get("headers_seconds", history.get("headers_seconds", 0.0))
         return Comparison(now["tests"], now["processes"], self.session_seconds, float(then.get("seconds", 0.0)),
                           now["compile_seconds"], float(then.get("compile_seconds", 0.0)), why,
                           self.headers_seconds, float(headers_then or 0.0))
@@ -497,8 +452,7 @@ class SessionReport:
                   "problem_details": [p.to_json() for p in self.every_problem()],
                   **({"checked_downloaded_bytes": self.checked_downloaded} if self.checked_downloaded else {})}
         return {"format": REPORT_FORMAT, "totals": totals, "tests": tests, "bundle": bundle,
-                "caught": self.caught_everywhere(),
-                **({"expectations": self.expectations.to_json()} if self.expectations is not None else {})}
+                "caught": self.caught_everywhere()}
 
 
 def _starts_empty(stats: dict[str, Any]) -> bool:

@@ -6,28 +6,9 @@ import dataclasses
 import os
 
 from .._torchapi import patches
-from ..stats import CacheStats
+from ..stats import DYNAMO_REASONS, CacheStats
 from ..words import artifact_counts, placed_counts
-from .model import Concern, ExpectationsReport, SaveStatus, SessionReport, Status
-
-
-def _workers(report: SessionReport) -> bool:
-    """Whether tests ran in more than one process (xdist workers), whose figures the summary sums."""
-    return len(report.processes) > 1
-
-
-def compile_time_lines(report: SessionReport) -> list[str]:
-    """Compile time as wall time, and against the run that built the bundle."""
-    line = (f"compile time in tests: {report.compile_seconds:.1f} s of wall time (Dynamo, Inductor, C++ builds, "
-            f"Triton, autotuning, loading compiled code{'; summed over workers' if _workers(report) else ''})")
-    if report.warmup_seconds:
-        line += f", plus {report.warmup_seconds:.1f} s in the warmup"
-    first = [float(s.get("compile_seconds", 0.0)) for s in report.tests.values() if s.get("first_in_process")]
-    if first:
-        line += (f"; of the tests' time, {sum(first):.1f} s in the first compiling test of each process, which pays "
-                 "torch's one-off start-up (a warmup pays it where one runs)")
-    compared = report.compared_with_build()
-    return [line] + (["  " + compared.sentence()] if compared is not None else [])
+from .model import Concern, SaveStatus, SessionReport, Status
 
 
 #: Reasons of each kind the summary prints; the JSON report has them all, per test.
@@ -36,10 +17,10 @@ SUMMARY_REASONS = 5
 
 def _dynamo_lines(totals: CacheStats, workers: bool) -> list[str]:
     """Dynamo's counts over all tests, with the first few reasons (first lines only)."""
-    dynamo, reasons = totals.dynamo, ("recompile_reasons", "graph_break_reasons", "graph_breaks_at")
-    shown = dataclasses.replace(dynamo, **{k: getattr(dynamo, k)[:SUMMARY_REASONS] for k in reasons})
+    dynamo = totals.dynamo
+    shown = dataclasses.replace(dynamo, **{k: getattr(dynamo, k)[:SUMMARY_REASONS] for k in DYNAMO_REASONS})
     lines = [f"Dynamo over all tests{' (summed over workers)' if workers else ''}:", shown.table(brief=True)]
-    hidden = sum(len(getattr(dynamo, k)) - len(getattr(shown, k)) for k in reasons)
+    hidden = sum(len(getattr(dynamo, k)) - len(getattr(shown, k)) for k in DYNAMO_REASONS)
     if hidden:
         lines.append(f"  ... and {hidden} more reasons, per test in --compile-cache-report")
     return lines
@@ -54,56 +35,6 @@ def explained_lines(totals: CacheStats) -> list[str]:
         lines.extend(f"    {text}" for text in layer.explanations[:SUMMARY_REASONS])
         if len(layer.explanations) > SUMMARY_REASONS:
             lines.append(f"    ... and {len(layer.explanations) - SUMMARY_REASONS} more, per test in --compile-cache-report")
-    return lines
-
-
-def cold_lines(report: SessionReport, totals: CacheStats) -> list[str]:
-    """Which misses happened in caches that start empty by design, so that a reader looks at the rest."""
-    def of_all(misses: dict[str, int]) -> str:
-        return ", ".join(f"{layer} {n} of {totals.layer(layer).misses}" for layer, n in misses.items())
-
-    cold, left_out = of_all(report.misses_in_cold_caches()), of_all(report.misses_not_saved())
-    lines = [f"  misses in tests whose cache starts empty by design (cold_cache, --compile-cache-isolate), "
-             f"of all misses: {cold}"] if cold else []
-    if left_out:
-        lines.append(f"  misses in not_saved() blocks (left out of the bundle on purpose), of all misses: {left_out}")
-    return lines
-
-
-#: Tests named per kind in the expectations lines; the JSON report names them all.
-SHOWN_TESTS = 10
-
-
-def _named(kind: str, tests: list[str], why: str = "") -> list[str]:
-    if not tests:
-        return []
-    more = f" ... and {len(tests) - SHOWN_TESTS} more, in --compile-cache-report" if len(tests) > SHOWN_TESTS else ""
-    return [f"  {kind}{why}:"] + [f"    {t}" for t in tests[:SHOWN_TESTS]] + ([f"   {more}"] if more else [])
-
-
-def expectation_lines(e: ExpectationsReport | None) -> list[str]:
-    """The compile expectations: how many tests were compared, regressed, not recorded, unused, and the file."""
-    if e is None:
-        return []
-    if e.update:
-        removed = len(e.unused) if e.written_ok else 0
-        lines = [f"compile expectations updated: {e.compared} compared, {len(e.regressed)} changed, "
-                 f"{len(e.not_recorded)} added, {removed} removed ({e.path} {e.written if e.written_ok else 'NOT written'})"]
-        lines += _named("changed", e.regressed) + _named("added", e.not_recorded) + _named("removed", e.unused if removed else [])
-        if not e.written_ok:
-            lines.append(f"PROBLEM: {e.path} {e.written}")
-        return lines
-    lines = [f"compile expectations: {e.compared} compared, {len(e.regressed)} regressed, "
-             f"{len(e.not_recorded)} not recorded, {len(e.unused)} unused ({e.path})"]
-    if not e.exists:
-        lines.append(f"  {e.path} does not exist: --compile-cache-expect-update writes it")
-    if e.other_machine:
-        lines.append(f"  recorded with {e.machine(e.recorded_with)}, this run has {e.machine(e.made_with)}: only "
-                     "Dynamo's counts are compared, not cache outcomes; --compile-cache-expect-update records this machine")
-    lines += _named("regressed", e.regressed, " (failed, see above)")
-    lines += _named("not recorded", e.not_recorded, " (passed; --compile-cache-expect-update records them)")
-    lines += _named("unused", e.unused, " (gone, or no longer in a cold_cache, warm_cache or isolated test; "
-                                        "--compile-cache-expect-update over the whole suite removes them)")
     return lines
 
 
@@ -171,10 +102,10 @@ def _bundle(report: SessionReport) -> str:
         held = {kind: counts["count"] for kind, counts in saved.artifacts.items()}
         verb = "rebuilt" if saved.repaired else "updated" if report.bundle_existed else "written"
         added = saved.added_artifacts if verb == "updated" and saved.added else {}
-        what = "; ".join(part for part in (f"added {artifact_counts(added)}" if added else "",
-                                           f"holds {artifact_counts(held)}" if held else "") if part)
-        size = f"{saved.bytes / 1e6:.2f} MB" if saved.bytes else ""
-        return f"bundle {path} {verb}" + (f" ({'; '.join(p for p in (what, size) if p)})" if what or size else "")
+        details = "; ".join(part for part in (f"added {artifact_counts(added)}" if added else "",
+                                              f"holds {artifact_counts(held)}" if held else "",
+                                              f"{saved.bytes / 1e6:.2f} MB" if saved.bytes else "") if part)
+        return f"bundle {path} {verb}" + (f" ({details})" if details else "")
     if any(p.status is Status.LOADED for p in ours):
         kept = saved.status in (SaveStatus.KEPT, SaveStatus.UNCHANGED, SaveStatus.NOTHING)
         return f"bundle {path} loaded" + (", unchanged" if kept else "")
@@ -193,13 +124,8 @@ def headline(report: SessionReport) -> str:
     return "; ".join(part for part in (_bundle(report), _compiles(report), clock) if part)
 
 
-def _expectations_need_saying(e: ExpectationsReport | None) -> bool:
-    return e is not None and bool(e.update or e.regressed or e.not_recorded or e.unused or not e.exists
-                                  or e.other_machine)
-
-
 def attention_lines(report: SessionReport) -> list[str]:
-    """What the user must see even when asked for quiet: failures, problems, explained misses, changed expectations,
+    """What the user must see even when asked for quiet: failures, problems, explained misses,
     and the bundle's save where it did not go as asked."""
     saved = report.saved
     lines = []
@@ -211,8 +137,6 @@ def attention_lines(report: SessionReport) -> list[str]:
         lines.extend(explained_lines(report.totals))
     lines.extend(f"not saved: {why}" for why in dict.fromkeys(w for p in report.processes for w in p.not_saved))
     lines.extend(_trouble_lines(report))
-    if _expectations_need_saying(report.expectations):
-        lines.extend(expectation_lines(report.expectations))
     return lines
 
 
@@ -234,29 +158,44 @@ def summary_lines(report: SessionReport, verbosity: int = 1) -> list[str]:
     attention = attention_lines(report)
     if verbosity < 0:
         return attention
-    expectations = report.expectations
-    recorded = (f"compile expectations: {expectations.compared} tests as recorded" if expectations is not None
-                and not _expectations_need_saying(expectations) else "")
-    line = "; ".join(part for part in (headline(report), recorded) if part)
+    line = headline(report)
     return [line, *attention] if line else attention
 
 
 def detailed_lines(report: SessionReport) -> list[str]:
-    """The summary under ``-v``: per-layer totals, and what was loaded, warmed up and saved."""
-    if report.totals is None or report.totals.nothing_happened:
+    """The summary under ``-v``: per-layer totals, compile time, and what was loaded, warmed up and saved."""
+    totals, workers = report.totals, len(report.processes) > 1
+    if totals is None or totals.nothing_happened:
         lines = ["no counted test compiled anything (a test is counted when it uses cold_cache or warm_cache, or "
                  "with --compile-cache-isolate)"]
     else:
-        lines = [f"per-layer totals over all tests{' (summed over workers)' if _workers(report) else ''}:",
-                 report.totals.table(source=report.hits_came_from()), *cold_lines(report, report.totals),
-                 *_dynamo_lines(report.totals, _workers(report)), *explained_lines(report.totals)]
-    if report.compile_seconds or report.warmup_seconds or report.compared_with_build() is not None:
-        lines.extend(compile_time_lines(report))
+        def of_all(misses: dict[str, int]) -> str:
+            return ", ".join(f"{layer} {n} of {totals.layer(layer).misses}" for layer, n in misses.items())
+
+        lines = [f"per-layer totals over all tests{' (summed over workers)' if workers else ''}:",
+                 totals.table(source=report.hits_came_from())]
+        if cold := of_all(report.misses_in_cold_caches()):
+            lines.append("  misses in tests whose cache starts empty by design (cold_cache, --compile-cache-isolate), "
+                         f"of all misses: {cold}")
+        if left_out := of_all(report.misses_not_saved()):
+            lines.append("  misses in not_saved() blocks (left out of the bundle on purpose), of all misses: "
+                         + left_out)
+        lines += [*_dynamo_lines(totals, workers), *explained_lines(totals)]
+    compared = report.compared_with_build()
+    if report.compile_seconds or report.warmup_seconds or compared is not None:
+        line = (f"compile time in tests: {report.compile_seconds:.1f} s of wall time (Dynamo, Inductor, C++ builds, "
+                f"Triton, autotuning, loading compiled code{'; summed over workers' if workers else ''})")
+        if report.warmup_seconds:
+            line += f", plus {report.warmup_seconds:.1f} s in the warmup"
+        first = [float(s.get("compile_seconds", 0.0)) for s in report.tests.values() if s.get("first_in_process")]
+        if first:
+            line += (f"; of the tests' time, {sum(first):.1f} s in the first compiling test of each process, which "
+                     "pays torch's one-off start-up (a warmup pays it where one runs)")
+        lines += [line] + (["  " + compared.sentence()] if compared is not None else [])
     lines.extend(bundle_lines(report))
     lines.extend(_trouble_lines(report))
     if caught := report.caught_everywhere():
         lines.append("caught and went on past: " + "; ".join(f"{n} x {where}" for where, n in caught.items()))
-    lines.extend(expectation_lines(report.expectations))
     if report.written is not None:
         made, folders = report.written.made, report.written.folders_made
         made = (f" (made {folders} folders for it, from {made})" if folders > 1 else
@@ -274,7 +213,7 @@ def bundle_lines(report: SessionReport) -> list[str]:
     for process in (p for p in report.processes_in_order() if p.status is not Status.UNUSED):
         own = process.own_warmup and process.status is Status.LOADED and not report.bundle_path
         instead = process.own_warmup and process.status is Status.LOADED and bool(report.bundle_path)
-        who = f" ({process.process})" if _workers(report) else ""
+        who = f" ({process.process})" if len(report.processes) > 1 else ""
         if instead and process.warmup_seconds is not None:
             lines.append(f"warmup{who}: ran here: {process.warmup_seconds:.1f} s; {report.bundle_path} could not be "
                          "used (see PROBLEM below): what it compiled is for this session's warm_cache tests only")

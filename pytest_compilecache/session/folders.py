@@ -171,20 +171,19 @@ def _made(folder: Path, tag: bool = False) -> str:
     return files.cannot_write(folder)
 
 
-def prune(home: Path) -> list[Path]:
+def prune(home: Path) -> None:
     """At most once a day (``home/.pruned`` says when last), remove the environments' folders no run has used
-    (touched) for :data:`UNUSED_DAYS` days; the removed ones."""
+    (touched) for :data:`UNUSED_DAYS` days."""
     stamp, now = home / ".pruned", time.time()
     try:
         if stamp.exists() and now - stamp.stat().st_mtime < _DAY:
-            return []
+            return
         stamp.touch()
         gone = [p for p in (home / "workers").iterdir() if now - p.stat().st_mtime > UNUSED_DAYS * _DAY]
     except OSError:
-        return []
+        return
     for folder in gone:
         shutil.rmtree(folder, ignore_errors=True)
-    return gone
 
 
 def _instead(name: str, folder: Path, why: str, moved: Path) -> str:

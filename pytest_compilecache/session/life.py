@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import pytest
 
@@ -13,7 +13,6 @@ from .. import _torchapi, caught
 from ..bundle import signing
 from ..bundle.format import BundleError, Unreadable
 from ..environment import caches_disabled_by_env
-from ..expect.hooks import Keeper, Recorder
 from ..report.model import REPORT_ATTR, Concern, Problem, ProcessReport, SessionReport, Status
 from ..report.terminal import patch_lines, summary_lines
 from ..storage.interface import BundleStore
@@ -22,8 +21,12 @@ from ..storage.urls import redacted
 from ..words import counted
 from . import remote
 from ..channel import BundleAtStart
+from .folders import Folders
 from .options import Isolation, Options, verbosity
 from .saving import exit_status, save, write_json
+
+if TYPE_CHECKING:
+    from .testside import TestSide
 
 #: When the plugin was loaded: a process's first session counts its wall clock from here, a later one from its start.
 _LOADED: float | None = time.time()
@@ -37,66 +40,81 @@ def _session_started() -> float:
 
 
 class SessionLife:
-    """The session's report, collector and expectations' keeper, and its bundle as seen before any test."""
+    """The session's report, its bundle as seen before any test, its header and summary."""
 
     def __init__(self, config: pytest.Config, options: Options, store: BundleStore | None, run: float,
-                 recorder: Recorder | None) -> None:
-        self.options, self.store, self.run = options, store, run
+                 folders: Folders, side: TestSide | None = None) -> None:
+        self.options, self.store, self.run, self.folders, self.side = options, store, run, folders, side
         self._caught_before = caught.counts()
         self.report = SessionReport(bundle_path=options.bundle_name, started=_session_started())
-        self.collector = Collector(options, self.report)
-        self.keeper = Keeper.create(config, options.expect, options.expect_update, recorder)
         self.at_start = describe(store if options.bundle is not None else None, self.report, options.rebuild)
 
     def register(self, plugins: pytest.PytestPluginManager) -> None:
-        """The summary's collector and the expectations' keeper, beside the role."""
-        plugins.register(self.collector, "compilecache-collector")
-        if self.keeper is not None:
-            plugins.register(self.keeper, "compilecache-expect-keeper")
+        """This object's hooks, beside the role."""
+        plugins.register(self, "compilecache-collector")
 
-    def start(self, process_dir: Path) -> None:
-        """Look at a bundle URL and the remote cache; in strict mode, check the bundle before any test."""
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """Look at a bundle URL and ping the remote cache; in strict mode, check the bundle before any test."""
+        if session.config.option.collectonly:
+            return
         if self.options.bundle_url is not None:
             self.at_start = describe(self.store, self.report, self.options.rebuild)
         if self.at_start.problem and not self.at_start.repaired:
             self.report.problems.append(Problem(Concern.BUNDLE, self.at_start.problem,
                                                 self.store.name if self.store is not None else ""))
-        check_remote(self.options, self.report)
-        check_at_start(self.options, self.store, self.at_start, process_dir, self.report)
+        url = self.options.remote
+        if url is not None and (why := remote.unreachable(url)):  # torch hides a server it cannot reach
+            self.report.remote_problem = why
+            self.report.problems.append(Problem(Concern.REMOTE, f"remote cache {redacted(url)} is unreachable ({why}); "
+                                                "torch switches its remote cache off in silence, so every remote "
+                                                "lookup misses", redacted(url)))
+            strict_failure(self.options, self.report.problems[-1:], "remote cache")
+        if self.options.strict and self.store is not None and not self.options.rebuild:
+            strict_failure(self.options, [self.at_start.problem] if self.at_start.problem
+                           else self._entry_problems(self.store) if self.at_start.existed else [])
+
+    def _entry_problems(self, store: BundleStore) -> list[str]:
+        """Strict mode's check that PATH has an intact entry for this machine."""
+        before = store.transfer
+        try:
+            _torchapi.bootstrap(str(self.folders.process))
+            here = _torchapi.environment_fingerprint()
+            bundle = store.read(here)
+            if bundle is None:
+                return []
+            with bundle:
+                entry = bundle.find(here)
+                if entry is None:
+                    return [bundle.mismatch(here)]
+                secret = signing.key()
+                if refused := bundle.signature_problem(entry, secret) if secret else "":
+                    return [refused]
+                bundle.check(entry)
+        except (BundleError, _torchapi.TorchUnavailable) as exc:
+            return [str(exc)]
+        finally:
+            self.report.checked_downloaded = store.transfer.since(before).downloaded
+        return []
 
     def finish(self, session: pytest.Session, exitstatus: int | pytest.ExitCode, processes: list[ProcessReport],
-               artifacts: list[tuple[dict[str, str], bytes, Any]], pools: Path, left_out: str = "") -> None:
+               artifacts: list[tuple[dict[str, str], bytes, Any]], left_out: str = "") -> None:
         """Save what the processes compiled, then the report, the JSON file and the exit status; ``left_out``: why
         the run did not run the whole suite, where the role knows (a worker died)."""
         self.report.processes = processes
         left_out = (left_out or next((p.left_out for p in processes if p.left_out), "")
                     or stopped_early(session, exitstatus)
                     or ("the warmup failed, so warm_cache tests were skipped" if self.report.warmup_failed else ""))
-        save(self.report, artifacts, self.store, self.options, self.at_start, self.run, pools, left_out)
+        save(self.report, artifacts, self.store, self.options, self.at_start, self.run,
+             self.folders.shared / "binaries", left_out)
         self.report.session_seconds = time.time() - self.report.started
         self.report.caught = caught.since(self._caught_before)
-        if self.keeper is not None:
-            self.report.expectations = self.keeper.finish(session)
         self.report.written = write_json(self.options.report, self.report)
         exit_status(self.options, self.report, session)
 
-
-def teller(config: pytest.Config) -> Callable[[str], None]:
-    """Write a line of the plugin's on the terminal now, on a line of its own (after a test's dots)."""
-    def tell(line: str) -> None:
-        terminal = config.pluginmanager.get_plugin("terminalreporter")
-        if terminal is not None:
-            terminal.ensure_newline()
-            terminal.write_line(f"compilecache: {line}")
-
-    return tell
-
-
-class Collector:
-    """Registered beside the roles that report (a run without xdist, the xdist controller)."""
-
-    def __init__(self, options: Options, report: SessionReport) -> None:
-        self.options, self.report = options, report
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        process = self.side.bundle.process_report if self.side is not None else None
+        return header_lines(self.options, self.report, process, verbosity(config, self.options))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when == "teardown":
@@ -110,7 +128,7 @@ class Collector:
         report = self.report
         return not config.option.collectonly and bool(
             self.options.active or self.options.warnings or report.totals is not None or report.all_problems()
-            or report.expectations is not None or any(p.status is not Status.UNUSED for p in report.processes))
+            or any(p.status is not Status.UNUSED for p in report.processes))
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         """The ``compilecache`` section, when :meth:`_worth_saying`."""
@@ -167,6 +185,17 @@ class Selection:
         return ""
 
 
+def teller(config: pytest.Config) -> Callable[[str], None]:
+    """Write a line of the plugin's on the terminal now, on a line of its own (after a test's dots)."""
+    def tell(line: str) -> None:
+        terminal = config.pluginmanager.get_plugin("terminalreporter")
+        if terminal is not None:
+            terminal.ensure_newline()
+            terminal.write_line(f"compilecache: {line}")
+
+    return tell
+
+
 def stopped_early(session: pytest.Session, exitstatus: int | pytest.ExitCode) -> str:
     """Why the session did not run every test it selected (``-x``, ``--maxfail``, an interrupt), or ""."""
     if session.shouldfail or session.shouldstop:  # set by pytest, or by the xdist controller at --maxfail
@@ -218,49 +247,6 @@ def header_lines(options: Options, report: SessionReport, process: ProcessReport
              else [f"compilecache: {part}" for part in said])
     return lines + [f"compilecache: WARNING: {line}; cache assertions are meaningless"
                     for line in caches_disabled_by_env()]
-
-
-def _entry_problems(store: BundleStore, process_dir: Path, report: SessionReport) -> list[str]:
-    """Strict mode's check that PATH has an intact entry for this machine (what it downloads is noted in ``report``)."""
-    before = store.transfer
-    try:
-        _torchapi.bootstrap(str(process_dir))
-        here = _torchapi.environment_fingerprint()
-        bundle = store.read(here)
-        if bundle is None:
-            return []
-        with bundle:
-            entry = bundle.find(here)
-            if entry is None:
-                return [bundle.mismatch(here)]
-            secret = signing.key()
-            if refused := bundle.signature_problem(entry, secret) if secret else "":
-                return [refused]
-            bundle.check(entry)
-    except (BundleError, _torchapi.TorchUnavailable) as exc:
-        return [str(exc)]
-    finally:
-        report.checked_downloaded = store.transfer.since(before).downloaded
-    return []
-
-
-def check_remote(options: Options, report: SessionReport) -> None:
-    """Ask the remote cache's server for a PING before any test: torch hides a server it cannot reach."""
-    url = options.remote
-    if url is not None and (why := remote.unreachable(url)):
-        report.remote_problem = why
-        report.problems.append(Problem(Concern.REMOTE, f"remote cache {redacted(url)} is unreachable ({why}); torch "
-                                       "switches its remote cache off in silence, so every remote lookup misses",
-                                       redacted(url)))
-        strict_failure(options, report.problems[-1:], "remote cache")
-
-
-def check_at_start(options: Options, store: BundleStore | None, at_start: BundleAtStart, process_dir: Path,
-                   report: SessionReport) -> None:
-    """In strict mode, stop before any test when PATH is unreadable or has no intact entry for here (unless rebuilt)."""
-    if options.strict and store is not None and not options.rebuild:
-        strict_failure(options, [at_start.problem] if at_start.problem
-                       else _entry_problems(store, process_dir, report) if at_start.existed else [])
 
 
 def strict_failure(options: Options, problems: Sequence[Problem | str], what: str = "bundle") -> None:

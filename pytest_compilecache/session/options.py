@@ -69,12 +69,10 @@ class Options:
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT
     network_timeout: float = DEFAULT_NETWORK_TIMEOUT
     report: Path | None = None
-    #: ``--compile-cache-expect``: the compile expectations file (``None``: none of it runs).
-    expect: Path | None = None
-    #: ``--compile-cache-expect-update``: record the tests run into ``expect`` instead of failing on changes.
-    expect_update: bool = False
     home: Path = Path()
     headers_dir: Path = Path()
+    #: ``verbosity_compilecache``: how much the plugin says (``None``: auto, pytest's ``-v``/``-q``).
+    level: int | None = None
     #: What the user gave that the session goes on without, in words (said once in the summary).
     warnings: tuple[str, ...] = ()
     #: Folders of the plugin's home that could not be written, and what stood in: said only in a run that used it.
@@ -208,24 +206,22 @@ class Options:
             option = "--compile-cache-rebuild" if rebuild else "--compile-cache-update"
             raise pytest.UsageError(f"{option} (or {option[2:].replace('-', '_')} in the ini file) changes the bundle "
                                     "named by --compile-cache-bundle, and none is named")
-        expect = path("compile_cache_expect")
-        expect_update = flag("compile_cache_expect_update")
-        if expect_update and expect is None:
-            raise pytest.UsageError("--compile-cache-expect-update records into the file named by "
-                                    "--compile-cache-expect, and none is named")
+        if path("compile_cache_expect") is not None or flag("compile_cache_expect_update"):
+            warnings.append("--compile-cache-expect: compile expectations were removed and the option is "
+                            "ignored; assert a test's counts with cold_cache.assert_compiles(...) (docs/fixtures.md)")
         return cls(isolation=Isolation(word), bundle=bundle, bundle_url=url, storage_options=storage_options,
                    update=update or rebuild, rebuild=rebuild, explain=flag("compile_cache_explain"),
                    max_unused_runs=int(unused), remote=remote, strict=flag("compile_cache_strict"),
-                   lock_timeout=lock_timeout, network_timeout=network_timeout, report=report, expect=expect,
-                   expect_update=expect_update, home=home, warnings=tuple(warnings),
+                   lock_timeout=lock_timeout, network_timeout=network_timeout, report=report, home=home,
+                   warnings=tuple(warnings),
+                   level=None if shown == "auto" else int(shown),
                    headers_dir=path("compile_cache_headers_dir") or home / "precompiled-headers")
 
 
 def verbosity(config: pytest.Config, options: Options) -> int:
     """How much the plugin says: ``verbosity_compilecache`` in the ini file, else pytest's ``-v``/``-q`` count;
     ``--compile-cache-explain`` asks for at least ``1``."""
-    given = str(config.getini("verbosity_compilecache") or "auto").strip()
-    level = int(config.option.verbose) if given == "auto" else int(given)
+    level = int(config.option.verbose) if options.level is None else options.level
     return max(level, 1) if options.explain else level
 
 
@@ -277,11 +273,8 @@ def add_options(parser: pytest.Parser) -> None:
            f"time a transfer takes at {MIN_RATE // 1000} kB/s; past it the session goes on without the store "
            f"(default {DEFAULT_NETWORK_TIMEOUT:g})", metavar="SECONDS")
     option("compile-cache-report", "write per-test and total cache counts as JSON to FILE", metavar="FILE")
-    option("compile-cache-expect", "compile expectations file: fail each test whose Dynamo counts (frames, "
-           "graphs, recompiles, graph breaks) or FX graph and AOTAutograd cache outcomes differ from its record "
-           "there (an ini path is relative to the ini file)", metavar="PATH")
-    option("compile-cache-expect-update", "record the tests run into the --compile-cache-expect file instead "
-           "(a run of the whole suite also removes the records of tests that are gone)", action="store_true")
+    option("compile-cache-expect", "removed: ignored, with a warning", metavar="PATH")
+    option("compile-cache-expect-update", "removed: ignored, with a warning", action="store_true")
     parser.addini("compile_cache_storage_options", type="string", help="a JSON object of fsspec options for a bundle "
                   'URL, e.g. {"endpoint_url": "http://127.0.0.1:9000"} (credentials come from the environment; '
                   f"env: {STORAGE_OPTIONS_ENV})")

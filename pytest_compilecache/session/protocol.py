@@ -1,5 +1,5 @@
 """The load-or-warm-up protocol: the session's warmup marker, and what a process does under the publishing lock
-(:class:`.warmup.Preparer` does it)."""
+(:class:`.preparation.BundlePreparation` does it)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ class Outcome(enum.Enum):
     PUBLISHED = "published"
     #: Its artifacts are in a bundle of the session's own, at ``detail`` (the store failed to take them).
     KEPT_APART = "kept apart"
-    #: It compiled nothing to publish.
     NOTHING = "nothing"
     #: The hook raised; ``detail`` is the error.
     FAILED = "failed"
@@ -56,9 +55,7 @@ class Published(enum.Enum):
 
     #: No bundle there (or none that could be read and may be rebuilt).
     NOTHING = "no bundle"
-    #: A bundle with no entry for this machine.
     NO_ENTRY = "no entry for here"
-    #: An entry for this machine written by an earlier run.
     EARLIER_ENTRY = "an entry of an earlier run"
     #: An entry for this machine written by this run (another process of this session published it).
     THIS_RUNS_ENTRY = "an entry of this run"

@@ -12,15 +12,13 @@ import pytest
 
 from .. import caught
 from ..bundle.keyindex import KeyIndex
-from ..environment import SavedEnv
-from ..expect.hooks import Recorder
 from ..report.model import Concern, Problem, ProcessReport
 from ..channel import FromWorker, ToWorker
 from .folders import Folders
-from .life import Selection, SessionLife, header_lines, open_bundle_store, teller
-from .options import Options, verbosity
+from .life import Selection, SessionLife, open_bundle_store, teller
+from .options import Options
 from .testside import TestSide
-from .warmup import died_in_warmup
+from .preparation import died_in_warmup
 
 
 @contextlib.contextmanager
@@ -44,16 +42,13 @@ class _RunsTests:
 
     def __init__(self, config: pytest.Config, options: Options, side: TestSide) -> None:
         self.config, self.options, self.side = config, options, side
-        self.recorder = Recorder.create(config, options.expect, options.expect_update, side.counts)
         self.selection = Selection(config)
 
-    def start(self, plugins: pytest.PytestPluginManager, saved: SavedEnv | None) -> None:
+    def start(self, plugins: pytest.PytestPluginManager) -> None:
         """Register this role's hooks; set the process's environment up (see :meth:`TestSide.configure`)."""
         plugins.register(self, "compilecache-role")
         plugins.register(self.selection, "compilecache-selection")
-        if self.recorder is not None:
-            plugins.register(self.recorder, "compilecache-expect-recorder")
-        self.side.configure(saved)
+        self.side.configure()
 
     def close(self) -> None:
         """Restore the environment and remove this process's folders."""
@@ -99,20 +94,15 @@ class SingleProcess(_RunsTests):
 
     def __init__(self, config: pytest.Config, options: Options) -> None:
         run, store = time.time(), open_bundle_store(options)
-        super().__init__(config, options, TestSide(config, options, Folders(config), "main", run, store,
-                                                   lambda: self.life.at_start, teller(config)))
-        self.life = SessionLife(config, options, store, run, self.recorder)
+        side = TestSide(config, options, Folders(config), "main", run, store, lambda: self.life.at_start,
+                        teller(config))
+        super().__init__(config, options, side)
+        self.life = SessionLife(config, options, store, run, side.folders, side)
 
-    def start(self, plugins: pytest.PytestPluginManager, saved: SavedEnv | None) -> None:
-        """As every role that runs tests, and the session's collector and keeper beside it."""
-        super().start(plugins, saved)
+    def start(self, plugins: pytest.PytestPluginManager) -> None:
+        """As every role that runs tests, and the session's report beside it."""
+        super().start(plugins)
         self.life.register(plugins)
-
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_sessionstart(self, session: pytest.Session) -> None:
-        """The session's checks before any test (not in runs that only collect)."""
-        if not self.config.option.collectonly:
-            self.life.start(self.side.folders.process)
 
     def _stop(self, session: pytest.Session, failure: str) -> None:
         raise pytest.UsageError(failure)
@@ -120,12 +110,7 @@ class SingleProcess(_RunsTests):
     def _finish(self, session: pytest.Session, exitstatus: int | pytest.ExitCode, process: ProcessReport,
                 own: tuple[bytes, KeyIndex] | None) -> None:
         env = process.env
-        self.life.finish(session, exitstatus, [process], [(env, *own)] if own and env else [],
-                         self.side.folders.shared / "binaries")
-
-    def pytest_report_header(self, config: pytest.Config) -> list[str]:
-        return header_lines(self.options, self.life.report, self.side.bundle.process_report,
-                            verbosity(config, self.options))
+        self.life.finish(session, exitstatus, [process], [(env, *own)] if own and env else [])
 
 
 class Worker(_RunsTests):
@@ -159,25 +144,20 @@ class Controller:
         self.config, self.options = config, options
         self.folders = Folders(config)
         self.store = open_bundle_store(options)
-        self.life = SessionLife(config, options, self.store, time.time(), None)
+        self.life = SessionLife(config, options, self.store, time.time(), self.folders)
         self.processes: list[ProcessReport] = []
         self.artifacts: list[tuple[dict[str, str], bytes, KeyIndex | None]] = []
         self._died_in_warmup: dict[str, str] = {}
         self._died: list[str] = []
 
-    def start(self, plugins: pytest.PytestPluginManager, saved: SavedEnv | None) -> None:
-        """Register this role's hooks, the session's collector and keeper (it runs no test: it redirects nothing)."""
+    def start(self, plugins: pytest.PytestPluginManager) -> None:
+        """Register this role's hooks and the session's report (it runs no test: it redirects nothing)."""
         plugins.register(self, "compilecache-role")
         self.life.register(plugins)
 
     def close(self) -> None:
         """Remove the shared folder."""
         self.folders.remove(keep_root=False)
-
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_sessionstart(self, session: pytest.Session) -> None:
-        """The session's checks, before workers start."""
-        self.life.start(self.folders.process)
 
     def pytest_configure_node(self, node: Any) -> None:
         """Tell a new worker what :class:`ToWorker` holds."""
@@ -210,11 +190,7 @@ class Controller:
         with warnings_to_pytest(self.config):
             died = (f"a worker died ({', '.join(self._died)}), so what its tests used is not known"
                     if self._died else "")
-            self.life.finish(session, exitstatus, self.processes, self.artifacts, self.folders.shared / "binaries",
-                             died)
-
-    def pytest_report_header(self, config: pytest.Config) -> list[str]:
-        return header_lines(self.options, self.life.report, None, verbosity(config, self.options))
+            self.life.finish(session, exitstatus, self.processes, self.artifacts, died)
 
 
 Role = Union["SingleProcess", "Worker", "Controller"]

@@ -13,7 +13,7 @@ from .. import _torchapi, files
 from ..bundle.format import BundleError, NotABundle, Unreadable, make_entry
 from ..bundle.keyindex import KeyIndex
 from ..report.model import Concern, Problem, ReportWritten, SaveResult, SaveStatus, SessionReport
-from ..storage.interface import BundleStore, Written, replaced_unreadable
+from ..storage.interface import BundleStore, replaced_unreadable
 from ..bundle.merge import env_id
 from ..channel import BundleAtStart
 from .options import Options
@@ -101,7 +101,7 @@ def save(report: SessionReport, blobs: list[tuple[dict[str, str], bytes, KeyInde
     finally:
         if merged is not None:
             merged.release()
-    report.saved = SaveResult(_SAVE_STATUS[saved.status], "", path=path, artifacts=artifacts,
+    report.saved = SaveResult(SaveStatus(saved.status.value), "", path=path, artifacts=artifacts,
                               bytes=saved.size, seconds=round(time.perf_counter() - start, 3), added=saved.added,
                               dropped_unused=dict(saved.unused), transfer=saved.transfer.to_json(),
                               added_artifacts=dict(saved.added_artifacts), import_seconds=round(imported, 3),
@@ -123,9 +123,6 @@ _LEFT_ALONE_ADVICE = {
     Unreadable.NOT_A_FILE: "there is no file there to move: name another path, to a file inside a folder",
     Unreadable.UNWRITABLE: "let this user write in its folder, or name a path in a folder this user can write",
 }
-
-
-_SAVE_STATUS = {Written.SAVED: SaveStatus.SAVED, Written.UNCHANGED: SaveStatus.UNCHANGED}
 
 
 def exit_status(options: Options, report: SessionReport, session: pytest.Session) -> None:

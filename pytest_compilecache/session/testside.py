@@ -6,12 +6,11 @@ import contextlib
 import shutil
 import sys
 import time
-from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
 
-from .. import _torchapi, misses
+from .. import _torchapi, files, misses
 from .._torchapi import defaultdir
 from ..cache import CacheKind, CompileCache, not_saved_misses
 from ..environment import SavedEnv, point_cache_dirs_at
@@ -37,18 +36,16 @@ class TestSide:
                  run: float, store: BundleStore | None, at_start: Callable[[], BundleAtStart],
                  tell: Callable[[str], None] | None = None) -> None:
         self.config, self.options, self.folders, self.process = config, options, folders, process
-        #: Where compiles outside fixtures go when session-wide (see :meth:`configure`): kept per worker, or our own.
-        self.session_cache: Path | None = None
         self.counts = TestCounts(options)
         #: What :meth:`close` undoes: the environment, explaining, the worker folder's lock, the bundle's placing.
         self._undo = contextlib.ExitStack()
         #: The bundle this process's ``warm_cache`` tests start from.
-        self.bundle = BundlePreparation(config, options, folders, process, run, store, lambda: self.session_cache,
-                                        at_start, tell, self._undo)
+        self.bundle = BundlePreparation(config, options, folders, process, run, store, at_start, self._undo,
+                                        tell)
 
-    def configure(self, saved: SavedEnv | None) -> None:
-        """Before collection: point compiles outside fixtures at a folder of this process's own (``saved``: the
-        environment from before the first conftest, if taken), turn the remote cache and explaining on."""
+    def configure(self) -> None:
+        """Before collection: point compiles outside fixtures at a folder of this process's own, turn the remote
+        cache and explaining on."""
         if self.options.explain:
             self._undo.enter_context(misses.explaining())
         if self.options.remote is not None:
@@ -56,12 +53,12 @@ class TestSide:
             if _torchapi.inductor_config_loaded():
                 self._undo.enter_context(_torchapi.remote_caches_on())
         if self.options.session_wide:
-            self._undo.callback((saved or SavedEnv()).restore)
+            self._undo.callback(SavedEnv().restore)
             kept = WorkerDir(self.options.home, self.process) if self.options.isolation is Isolation.WORKER else None
             if kept is not None:
                 self._undo.callback(kept.release)
-            self.session_cache = kept.path if kept is not None else self.folders.session_cache
-            point_cache_dirs_at(str(self.session_cache))
+            self.bundle.session_cache = kept.path if kept is not None else self.folders.session_cache
+            point_cache_dirs_at(str(self.bundle.session_cache))
             before = defaultdir.send_to(lambda: str(self.folders.process), str(self.options.headers_dir))
             self._undo.callback(defaultdir.send_to, *before)
 
@@ -107,7 +104,7 @@ class TestSide:
             if not self._keep(request.node):
                 shutil.rmtree(cache.path, ignore_errors=True)
             elif template is not None:
-                _torchapi.complete_warm_folder(template, cache.path)  # kept to be looked at: what the template holds
+                files.link_tree(template, cache.path)  # kept to be looked at: what the template holds
 
     def _isolated_before_torch(self, request: pytest.FixtureRequest) -> Iterator[None]:
         """Per-test isolation before torch is imported: only the cache folders are the test's own (nothing to reset)."""

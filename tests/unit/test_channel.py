@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from pytest_compilecache.bundle.keyindex import KeyIndex
-from pytest_compilecache.channel import BundleAtStart, FromWorker, ToWorker, send_unused, unused_from
+from pytest_compilecache.channel import BundleAtStart, FromWorker, ToWorker
 from pytest_compilecache.report.model import Concern, Problem, ProcessReport, Status
 
 
@@ -74,25 +73,3 @@ def test_a_key_index_damaged_on_the_way_costs_only_the_key_details(tmp_path: Pat
     got = FromWorker.get(output)
     assert got is not None and got.process.status is Status.LOADED and got.own is not None
     assert got.own[0] == b"artifacts" and not got.own[1]
-
-
-def test_a_workers_unused_records_reach_the_controller() -> None:
-    """A worker puts its unused expectation records in its output; the controller reads them as test ids."""
-    config = SimpleNamespace(workeroutput={})
-    send_unused(config, ["t.py::gone", "t.py::old"])
-    assert unused_from(SimpleNamespace(workeroutput=config.workeroutput)) == ["t.py::gone", "t.py::old"]
-
-
-def test_a_process_that_is_no_worker_sends_no_unused_records() -> None:
-    """Without ``workeroutput`` (a plain run) nothing is sent and nothing fails."""
-    config = SimpleNamespace()
-    send_unused(config, ["t.py::gone"])
-    assert vars(config) == {}
-
-
-@pytest.mark.parametrize("node", [SimpleNamespace(), SimpleNamespace(workeroutput={}),
-                                  SimpleNamespace(workeroutput={"compilecache_expect": ["not", "a", "dict"]})],
-                         ids=["no-output", "said-nothing", "malformed"])
-def test_a_worker_that_sent_no_unused_records_has_none(node: Any) -> None:
-    """A crashed worker, or one that sent something else, has no unused records."""
-    assert unused_from(node) == []

@@ -20,7 +20,7 @@ from pytest_compilecache.session.options import Isolation, Options, user_cache_d
 from pytest_compilecache.session.protocol import Outcome, WarmupMarker
 from pytest_compilecache.session.remote import check_url
 from pytest_compilecache.session.saving import _missed, exit_status
-from pytest_compilecache.session.warmup import died_in_warmup, running_note
+from pytest_compilecache.session.preparation import died_in_warmup, running_note
 
 
 @pytest.mark.parametrize("outcome", list(Outcome))

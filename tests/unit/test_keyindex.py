@@ -198,15 +198,13 @@ def head(**fields: object) -> bytes:
     (head() + b"trailing bytes", "the groups do not add up to the bytes that follow the head"),
     (head(groups=[["inductor", "c", True, []]]), "a group must be [layer, code, size, keys]"),
     (head(groups=[["inductor", "c", 1, [["k"]]]]) + b"x", "a group's key must be [key, config]"),
-    (head(dictionary=-1), "dictionary must be a size, got -1"),
-    (head(dictionary=4) + b"abcd", "the preset dictionary is not valid compressed data"),
     (head(runs=["yesterday"]), "expected a number, got 'yesterday'"),
     (head(runs=[1e999]), "expected a finite number"),
     (head(used={"inductor/x": None}), "expected a number, got None"),
     (head(dropped={"k": ["why"]}), "a dropped key must be [why, when]"),
     (head(configs={"c": {"inductor_config[x]": ["only hash"]}}), "must be [hash, text]"),
 ], ids=["not zlib", "a list", "later format", "format true", "cut short", "trailing bytes", "group size a boolean",
-        "group key pair", "negative dictionary", "dictionary not zlib", "run a string", "run infinite",
+        "group key pair", "run a string", "run infinite",
         "use not a number", "drop not a pair", "component not a pair"])
 def test_a_malformed_index_is_refused_with_the_reason(blob: bytes, reason: str) -> None:
     """Whatever is wrong with the head is a :class:`KeyIndexError` saying what (never a TypeError from inside)."""
@@ -275,20 +273,8 @@ def dictionary_form() -> bytes:
     return top + stored + group
 
 
-def test_the_preset_dictionary_form_is_still_read() -> None:
-    """A group compressed against the preset dictionary inflates with it: every key's components read."""
-    read = KeyIndex.unpack(dictionary_form())
-    assert read.torch == "2.11.0+cpu" and read.used == {"inductor/" + FX_A: 5.0}
-    assert read.components(FX_A) == {"inductor_config[x]": ("h", "1"), "gm": ("g1", "def forward(self, x): "
-                                                                                   "return x.sin()")}
-    assert read.components(FX_B)["gm"] == ("g2", "def forward(self, x): return x.cos()")
-
-
-def test_the_preset_dictionary_form_is_rewritten_without_a_dictionary() -> None:
-    """Packing an index read in the dictionary form compresses its groups again alone: the head says
-    ``dictionary: 0`` and every key reads back the same."""
-    read = KeyIndex.unpack(dictionary_form())
-    repacked = read.pack()
-    assert head_of(repacked)["dictionary"] == 0
-    again = KeyIndex.unpack(repacked)
-    assert {k: again.components(k) for k in again.keys} == {k: read.components(k) for k in read.keys}
+def test_the_preset_dictionary_form_of_older_versions_is_refused() -> None:
+    """An index whose groups are compressed against a preset dictionary is no longer read: it is refused as a
+    malformed one is (the bundle loads, only explanations are lost), saying it was written by an older version."""
+    with pytest.raises(KeyIndexError, match="^written by an older version; `--compile-cache-rebuild` writes it anew$"):
+        KeyIndex.unpack(dictionary_form())

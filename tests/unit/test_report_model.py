@@ -10,7 +10,7 @@ import pytest
 
 from pytest_compilecache.bundle.format import Unreadable
 from pytest_compilecache.report.model import (
-    Comparison, Concern, ExpectationsReport, Problem, ProcessReport, SaveResult, SaveStatus, SessionReport, Status,
+    Comparison, Concern, Problem, ProcessReport, SaveResult, SaveStatus, SessionReport, Status,
     session_record)
 
 
@@ -234,25 +234,6 @@ def test_a_comparison_says_the_difference_in_wall_seconds(now: float, then: floa
     word = "less" if then > now else "MORE"
     assert f"{abs(then - now):.1f} s {word}" in compared.brief()
     assert compared.to_json()["session_seconds_saved"] == round(then - now, 3)
-
-
-@pytest.mark.parametrize("recorded, made, other", [
-    ({"torch": "2.9", "device": "cpu"}, {"torch": "2.9", "device": "cpu"}, False),
-    ({"torch": "2.9", "device": "cpu"}, {"torch": "2.10", "device": "cpu"}, True),
-    ({}, {"torch": "2.10", "device": "cpu"}, False),
-], ids=["same", "other-torch", "unknown"])
-def test_records_from_another_machine_are_told_only_where_both_are_known(
-        recorded: dict[str, str], made: dict[str, str], other: bool) -> None:
-    """``other_machine`` compares the file's torch and device with this run's, never with nothing."""
-    assert ExpectationsReport("e.json", recorded_with=recorded, made_with=made).other_machine is other
-
-
-def test_expectations_json_says_written_only_for_an_update() -> None:
-    """``written`` is in the JSON of an updating run only; ``exists`` never is."""
-    asked = ExpectationsReport("e.json", written="written", exists=False).to_json()
-    updated = ExpectationsReport("e.json", update=True, written="written").to_json()
-    assert "written" not in asked and "exists" not in asked and asked["path"] == "e.json"
-    assert updated["written"] == "written" and "exists" not in updated
 
 
 def test_the_report_document_leaves_out_unused_processes_and_cold_tests_building_figures() -> None:

@@ -9,11 +9,10 @@ from typing import Any, Callable
 
 import pytest
 
-from pytest_compilecache.report import terminal
 from pytest_compilecache.report.model import (
-    Concern, ExpectationsReport, Problem, ProcessReport, ReportWritten, SaveResult, SaveStatus, SessionReport, Status)
+    Concern, Problem, ProcessReport, ReportWritten, SaveResult, SaveStatus, SessionReport, Status)
 from pytest_compilecache.report.terminal import (
-    SHOWN_TESTS, SUMMARY_REASONS, attention_lines, bundle_lines, detailed_lines, explained_lines, expectation_lines,
+    SUMMARY_REASONS, attention_lines, bundle_lines, detailed_lines, explained_lines,
     headline, patch_lines, summary_lines)
 from pytest_compilecache.stats import CacheStats, stats_from_counts
 
@@ -200,47 +199,6 @@ def test_no_explanations_no_lines() -> None:
     assert explained_lines(stats_from_counts({"fx_graph.misses": 2}, {})) == []
 
 
-def test_expectations_all_as_recorded_join_the_one_line() -> None:
-    """Expectations that all held are a clause of the headline, not lines of their own."""
-    report = _loaded()
-    report.expectations = ExpectationsReport("e.json", compared=4)
-    (line,) = summary_lines(report, 0)
-    assert line == f"{headline(report)}; compile expectations: 4 tests as recorded"
-
-
-def test_an_update_that_could_not_write_the_expectations_is_a_problem() -> None:
-    """An expectations update left unwritten says ``NOT written``, removes nothing, and is a PROBLEM line."""
-    e = ExpectationsReport("e.json", update=True, compared=2, regressed=["t::a"], unused=["t::gone"],
-                           written="cannot be written: read-only")
-    lines = expectation_lines(e)
-    assert lines[0] == "compile expectations updated: 2 compared, 1 changed, 0 added, 0 removed (e.json NOT written)"
-    assert lines[-1] == "PROBLEM: e.json cannot be written: read-only"
-    assert "t::gone" not in "\n".join(lines)
-
-
-def test_more_tests_than_shown_are_counted() -> None:
-    """The first tests of a kind are named; the rest are counted, pointing at the report."""
-    regressed = [f"t.py::test_{i:02d}" for i in range(SHOWN_TESTS + 3)]
-    lines = expectation_lines(ExpectationsReport("e.json", compared=20, regressed=regressed))
-    named = [line.strip() for line in lines if line.startswith("    t.py::")]
-    assert named == regressed[:SHOWN_TESTS]
-    assert lines[-1].strip() == "... and 3 more, in --compile-cache-report"
-
-
-def test_expectations_from_another_machine_say_only_dynamo_is_compared() -> None:
-    """Records made with another torch say both machines and what is compared."""
-    e = ExpectationsReport("e.json", recorded_with={"torch": "2.9.0", "device": "cpu"},
-                           made_with={"torch": "2.10.0", "device": "cuda"})
-    assert ("  recorded with torch 2.9.0 on cpu, this run has torch 2.10.0 on cuda: only Dynamo's counts are "
-            "compared") in "\n".join(expectation_lines(e))
-
-
-def test_a_missing_expectations_file_says_how_to_write_it() -> None:
-    """Where the file does not exist, the lines say which option writes it."""
-    lines = expectation_lines(ExpectationsReport("e.json", exists=False))
-    assert "  e.json does not exist: --compile-cache-expect-update writes it" in lines
-
-
 def test_what_was_loaded_is_said_with_its_figures() -> None:
     """Under -v, the loaded artifacts, their size and time come from the process's facts."""
     report = _loaded()
@@ -324,7 +282,7 @@ def test_compile_time_says_the_warmup_and_workers() -> None:
     report = SessionReport(processes=[ProcessReport(process="gw0", warmup_seconds=1.25), ProcessReport(process="gw1")])
     report.add_test("a", {"compile_seconds": 2.0})
     report.add_test("b", {"compile_seconds": 0.5})
-    (line,) = terminal.compile_time_lines(report)
+    (line,) = [line for line in detailed_lines(report) if line.startswith("compile time in tests")]
     assert line.startswith("compile time in tests: 2.5 s of wall time") and "; summed over workers)" in line
     assert line.endswith(", plus 1.2 s in the warmup")
 
