@@ -7,7 +7,7 @@
   PATH verifies and holds the union; the killed session names the dead worker.
 - concurrency: 8 sessions with ``--compile-cache-update`` (each compiling a graph of its own), a
   9th writing a bundle that ``merge`` then adds to PATH, ``prune`` dropping a foreign entry, and a
-  reader looping over ``verify`` and ``inspect --check --json`` throughout. Checks: the union (FX
+  reader looping over ``verify`` and ``inspect --json`` throughout. Checks: the union (FX
   graph count and artifact identities), every read exit 0, this machine's entry never shrank.
 - disk: the disk-full, file-size-limit, read-only-mount and no-permission cases of the test suite.
 
@@ -199,7 +199,7 @@ def concurrency_round(work: Path, headers: Path, sessions: int) -> None:
     print(f"  reader: {len(reads)} reads: {', '.join(f'{v} x {k}' for k, v in sorted(outcomes.items()))}",
           flush=True)
     words = ("checksum", "truncated", "corrupt")
-    check(all(r["rc"] == 0 for r in reads), "every verify and inspect --check read exit 0",
+    check(all(r["rc"] == 0 for r in reads), "every verify and inspect read exit 0",
           str([r for r in reads if r["rc"] != 0][:3]))
     check(not any(w in r["err"] for r in reads for w in words), "no read saw a checksum failure, truncation or "
           "corruption")

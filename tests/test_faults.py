@@ -120,7 +120,7 @@ path, stop, log = sys.argv[1:4]
 reads = []
 while True:
     last = os.path.exists(stop)
-    for args in (["verify", path], ["inspect", "--check", "--json", path]):
+    for args in (["verify", path], ["inspect", "--json", path]):
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
@@ -286,7 +286,7 @@ def test_sessions_and_the_cli_updating_one_path_at_once_keep_the_union(
 ) -> None:
     """3 sessions with ``--compile-cache-update`` (each compiling its own graph), ``merge`` (of a
     bundle a 4th session writes meanwhile) and ``prune`` on the same PATH at once, and a reader
-    looping over ``verify`` and ``inspect --check``: PATH ends with the union, and no read saw a
+    looping over ``verify`` and ``inspect --json``: PATH ends with the union, and no read saw a
     partial or inconsistent file."""
     project = make_project(tmp_path / "project", shared_headers_dir, test_chain=CHAIN_TEST)
     bundle, extra = tmp_path / "x.bundle", tmp_path / "extra.bundle"

@@ -609,14 +609,13 @@ def test_warm(warm_cache, index):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "n2"])
 def test_the_claimed_saving_is_what_the_wall_clock_shows_on_a_fresh_runner(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, workers: list[str],
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """As on a CI runner that restores only the bundle: built with one HOME and TMPDIR, run warm with a
-    fresh one (and, serially, once more with that one kept). No figure of the summary is negative, and the saving
-    it claims is the two runs' wall clocks' difference within 30% (and a second of noise); a run with
-    another number of processes claims none."""
+    fresh one. No figure of the summary is negative, and the saving it claims is the two runs' wall clocks'
+    difference within 30% (or 2 s of a process's start and exit); a run with another number of processes
+    claims none. (The comparison's arithmetic for several processes is the same, tested in the unit tier.)"""
     import re
     import time
 
@@ -642,33 +641,29 @@ def test_the_claimed_saving_is_what_the_wall_clock_shows_on_a_fresh_runner(
         assert not negative, summary
         return wall, summary, json.loads((pytester.path / "r.json").read_text())
 
-    cold, _, _ = run("runner-1", *workers)
-    for label in ("fresh", "kept") if not workers else ("fresh",):
-        wall, summary, report = run("runner-2", *workers)
-        compared = report["totals"]["compared_with_build"]
-        claimed, measured = compared["session_seconds_saved"], cold - wall
-        if compared["headers_left_out"]:  # one run built torch's headers, the other found them: alike without them
-            measured -= compared["built_headers_seconds"] - compared["headers_seconds"]
-        print(f"{label} {workers}: claimed {claimed:.1f} s less, the wall clocks {measured:.1f} s ({cold:.1f} - {wall:.1f})")
-        assert "not_compared" not in compared, summary
-        # The claim and the clocks agree (within 30%, or 2 s per process of a loaded machine's start and exit outside
-        # the plugin's clock); on a loaded 2-core machine a fresh runner's warm run may even take longer, and must then
-        # say so.
-        assert abs(claimed - measured) <= max(0.3 * abs(measured), 2.0 * (2 if workers else 1)), \
-            f"{label}: claimed {claimed:.1f} s less, the wall clocks {measured:.1f} s\n{summary}"
-        said = re.search(r"\((\d+\.\d) s (less|MORE)", summary)
-        assert said is not None, summary
-        # the report's figure, to the tenth the summary prints it (the report keeps more digits: no second rounding)
-        assert abs(float(said.group(1)) - abs(claimed)) <= 0.051 and (said.group(2) == "less") == (claimed >= 0), \
-            summary
-        first = [name for name, stats in report["tests"].items() if stats.get("first_in_process")]
-        assert 1 <= len(first) <= (2 if workers else 1), first  # torch's start-up, once a process
-    if not workers:
-        _, summary, report = run("runner-3", "-n", "2")
-        compared = report["totals"]["compared_with_build"]
-        assert "session_seconds_saved" not in compared, compared
-        assert ("not compared with the run that built the bundle: this run had 2 processes (xdist workers), the "
-                "building run 1 process") in summary, summary
+    cold, _, _ = run("runner-1")
+    wall, summary, report = run("runner-2")
+    compared = report["totals"]["compared_with_build"]
+    claimed, measured = compared["session_seconds_saved"], cold - wall
+    if compared["headers_left_out"]:  # one run built torch's headers, the other found them: alike without them
+        measured -= compared["built_headers_seconds"] - compared["headers_seconds"]
+    print(f"claimed {claimed:.1f} s less, the wall clocks {measured:.1f} s ({cold:.1f} - {wall:.1f})")
+    assert "not_compared" not in compared, summary
+    # The claim and the clocks agree (within 30%, or 2 s of a loaded machine's start and exit outside the plugin's
+    # clock); on a loaded 2-core machine a fresh runner's warm run may even take longer, and must then say so.
+    assert abs(claimed - measured) <= max(0.3 * abs(measured), 2.0), \
+        f"claimed {claimed:.1f} s less, the wall clocks {measured:.1f} s\n{summary}"
+    said = re.search(r"\((\d+\.\d) s (less|MORE)", summary)
+    assert said is not None, summary
+    # the report's figure, to the tenth the summary prints it (the report keeps more digits: no second rounding)
+    assert abs(float(said.group(1)) - abs(claimed)) <= 0.051 and (said.group(2) == "less") == (claimed >= 0), summary
+    first = [name for name, stats in report["tests"].items() if stats.get("first_in_process")]
+    assert len(first) == 1, first  # torch's start-up, once a process
+    _, summary, report = run("runner-3", "-n", "2")
+    compared = report["totals"]["compared_with_build"]
+    assert "session_seconds_saved" not in compared, compared
+    assert ("not compared with the run that built the bundle: this run had 2 processes (xdist workers), the "
+            "building run 1 process") in summary, summary
 
 
 def test_a_bundle_with_nothing_to_save_says_it_was_not_written() -> None:

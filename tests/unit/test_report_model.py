@@ -236,6 +236,14 @@ def test_a_comparison_says_the_difference_in_wall_seconds(now: float, then: floa
     assert compared.to_json()["session_seconds_saved"] == round(then - now, 3)
 
 
+def test_runs_of_as_many_workers_are_compared_by_the_sessions_wall_clock() -> None:
+    """Under xdist the session's clock is the controller's (each worker loaded the same record): the saving is the
+    building session's seconds less this one's, not a sum over workers."""
+    compared = _loaded(session_record(9.0, ["t::a", "t::b"], 2, 4.0), {"t::a", "t::b"}, 2).compared_with_build()
+    assert compared is not None and not compared.not_compared and compared.processes == 2
+    assert compared.saved == 9.0 - 5.0 and "on 2 workers" in compared.sentence()
+
+
 def test_the_report_document_leaves_out_unused_processes_and_cold_tests_building_figures() -> None:
     """Processes that did nothing with the bundle are left out; a cold test gets no building run's figure."""
     report = SessionReport(bundle_path="b.bundle", checked_downloaded=0)
