@@ -71,7 +71,7 @@ class CompileCache:
             stack.enter_context(_torchapi.redirect(str(self._process_dir)))
             stack.enter_context(_torchapi.headers_at(str(self._headers_dir)))
             if not self.remote:
-                stack.enter_context(_torchapi.without_remote_caches())
+                stack.enter_context(_torchapi.remote_caches(False))
             stack.callback(_torchapi.reset_in_memory)
             _torchapi.reset_in_memory()
             self._bypass = stack.enter_context(_torchapi.record_bypass_reasons())

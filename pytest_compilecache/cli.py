@@ -17,16 +17,15 @@ from . import _torchapi
 from .bundle import signing
 from ._torchapi.layout import is_cpp
 from .bundle.binaries import build_id, identity_differences
-from .bundle.format import Bundle, BundleError, Entry, read_manifest
+from .bundle.format import FORMAT, Bundle, BundleError, Entry, read_manifest
 from .bundle.labels import differences, env_label, printable
 from .bundle.pruning import prune
 from .session.options import user_cache_dir
 from .storage.errors import DEFAULT_TIMEOUT as DEFAULT_NETWORK_TIMEOUT
 from .storage.errors import MIN_RATE
 from .storage.interface import BundleStore
-from .storage.stores import open_store
 from .bundle.merge import merge_input, merged, written_size
-from .storage.packs import read_url
+from .storage.packs import open_store, read_url
 from .storage.urls import STORAGE_OPTIONS_ENV, file_url_path, is_url, parse_storage_options, redacted
 from .words import counted, in_layer_order, layer_of
 
@@ -115,7 +114,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             items.append({**entry.describe(), "index": i, "matches_here": entry.env == here,
                           "differences": differences(entry.env, here), "binaries": _binaries(bundle, entry),
                           "signed": bool(entry.signature), "signature": _signature(entry)})
-        data = {"path": bundle.name, "format": bundle.format, "entries": items, "bytes": written_size(bundle)}
+        data = {"path": bundle.name, "format": FORMAT, "entries": items, "bytes": written_size(bundle)}
         if args.json:
             print(json.dumps(data, indent=1, sort_keys=True))
         else:
@@ -315,8 +314,7 @@ class _CommandParser(argparse.ArgumentParser):
     option is never taken from a prefix of its name (``--max-siz`` is a typo, not ``--max-size``)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("allow_abbrev", False)
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, **{"allow_abbrev": False, **kwargs})
 
     def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
                          namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -16,7 +17,7 @@ from . import hooks
 from ._torchapi import defaultdir, patches
 from .cache import CacheKind, CompileCache
 from .environment import SavedEnv, point_cache_dirs_at
-from .session.folders import Home, prune, settle
+from .session.folders import prune, settle
 from .session.options import Isolation, Options
 from .session.options import add_options as pytest_addoption  # noqa: F401  (pytest's hook)
 from .session.roles import Role, choose_role
@@ -30,7 +31,7 @@ _PATCHED_BEFORE = pytest.StashKey[int]()
 #: What the session's end undoes of what was done before the first conftest (its folder, torch's default folder).
 _EARLY_UNDO = pytest.StashKey[contextlib.ExitStack]()
 #: Where the session keeps what the plugin keeps between runs, tried before the first conftest.
-_HOME = pytest.StashKey[Home]()
+_HOME = pytest.StashKey[dict[str, Any]]()
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -59,7 +60,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
         point_at = folder()
         undo.callback(SavedEnv().restore)
         point_cache_dirs_at(point_at)
-        undo.callback(defaultdir.send_to, *defaultdir.send_to(folder, str(home.headers)))
+        undo.callback(defaultdir.send_to, *defaultdir.send_to(folder, str(home["headers_dir"])))
 
 
 @pytest.hookimpl(trylast=True)
@@ -70,7 +71,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash.setdefault(_PATCHED_BEFORE, patches.checkpoint())
     options = Options.from_config(config)
     home = config.stash.get(_HOME, None)
-    role = choose_role(config, home.applied(options) if home is not None else options)
+    role = choose_role(config, dataclasses.replace(options, **home) if home is not None else options)
     config.stash[_ROLE] = role
     if role.side is not None:
         config.stash[_SIDE] = role.side
@@ -86,7 +87,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
             role.close()
     finally:
         if home := config.stash.get(_HOME, None):
-            prune(home.path)
+            prune(home["home"])
         config.stash.get(_EARLY_UNDO, contextlib.ExitStack()).close()
         for problem in patches.undo(config.stash.get(_PATCHED_BEFORE, patches.checkpoint())):
             sys.stderr.write(f"compilecache: at the session's end, {problem}\n")

@@ -75,14 +75,11 @@ def gpu_names() -> list[str]:
     return []
 
 
-
 def _portable(config: Any) -> dict[str, Any]:
     save = config.save_config_portable
-    for kwargs in ({"ignore_private_configs": False, "readonly_values": True}, {"ignore_private_configs": False}, {}):
-        try:
+    for kwargs in ({"ignore_private_configs": False, "readonly_values": True}, {"ignore_private_configs": False}):
+        with contextlib.suppress(TypeError):  # an older torch's takes fewer of them
             return dict(save(**kwargs))
-        except TypeError:
-            continue
     return dict(save())
 
 
@@ -109,10 +106,8 @@ def _triton_version() -> str:
     from importlib import metadata
 
     for dist in ("triton", "pytorch-triton", "pytorch-triton-rocm", "pytorch-triton-xpu"):
-        try:
+        with contextlib.suppress(metadata.PackageNotFoundError):
             return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
     return "none"
 
 

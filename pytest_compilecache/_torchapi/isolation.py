@@ -68,10 +68,11 @@ REMOTE_SWITCHES = {"remote_fx_graph": ("torch._inductor.config", "fx_graph_remot
                    "remote_autotune": ("torch._inductor.config", "autotune_remote_cache")}
 
 
-def _remote_caches(on: bool) -> contextlib.ExitStack:
-    """torch's remote caches switched ``on`` through each config's ``patch`` until the stack returned is closed (a
-    value that is so already is left alone, so a session without remote caches keeps its cache keys; the bundled
-    autotune cache is only ever switched off)."""
+def remote_caches(on: bool) -> contextlib.ExitStack:
+    """torch's remote caches switched ``on`` (or off) through each config's ``patch``, in a torch already imported
+    (the environment is read only at import), until the stack returned is closed (a value that is so already is left
+    alone, so a session without remote caches keeps its cache keys; the bundled autotune cache is only ever switched
+    off)."""
     bundled = [] if on else [("torch._inductor.config", "bundled_autotune_remote_cache")]
     stack = contextlib.ExitStack()
     for module, name in [*REMOTE_SWITCHES.values(), *bundled]:
@@ -79,17 +80,6 @@ def _remote_caches(on: bool) -> contextlib.ExitStack:
         if hasattr(config, name) and bool(getattr(config, name)) != on:
             stack.enter_context(config.patch({name: on}))
     return stack
-
-
-def without_remote_caches() -> contextlib.ExitStack:
-    """Switch off torch's remote caches while active."""
-    return _remote_caches(False)
-
-
-def remote_caches_on() -> contextlib.ExitStack:
-    """Switch torch's remote caches on, in a torch already imported (the environment is read only at import), until
-    the stack returned is closed."""
-    return _remote_caches(True)
 
 
 def caches_disabled_by_config() -> list[str]:

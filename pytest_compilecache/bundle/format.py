@@ -9,7 +9,6 @@ import errno
 import hashlib
 import io
 import json
-import math
 import os
 import time
 import weakref
@@ -19,7 +18,7 @@ from typing import Any, BinaryIO, Callable, Mapping, cast
 
 from . import signing
 from .binaries import BinaryDamaged, CarriedBinaries, check_section, natural
-from .keyindex import KeyIndex, KeyIndexError
+from .keyindex import KeyIndex, KeyIndexError, finite
 from .labels import differences, env_label
 from .members import WHOLE, MemberDamaged, Members, no_file, unpack_table
 
@@ -140,8 +139,6 @@ class Bundle:
     _start: int = 0
     #: What messages call the bundle when ``path`` is only a local copy of it (the URL it came from).
     label: str = ""
-    #: The format it was read in (always :data:`FORMAT`: the only one read).
-    format: int = FORMAT
     #: How to let go of the readers of its sections handed out (they outlive :meth:`close`, not :meth:`release`).
     _opened: list[Callable[[], None]] = field(default_factory=list, repr=False)
     #: A pack of a bundle at a URL: the packs it replaces (docs/urls.md), and when it was written.
@@ -261,11 +258,6 @@ class Bundle:
         close = weakref.finalize(fetch, os.close, held)  # closed once: when told, or when no reader is left
         return fetch, close
 
-    def check(self, entry: Entry) -> None:
-        """Read and check what a session reads of ``entry`` before its first test: the table of its artifacts (each
-        artifact is checked when read)."""
-        self.members(entry)
-
     def fetch_ahead(self, entry: Entry) -> None:
         """Read now what the entry's artifacts and binaries will be read from (nothing: a file is read in place)."""
 
@@ -349,7 +341,7 @@ class Bundle:
         """Read and check every entry (its table, carried binaries, key index) now, then close the file."""
         try:
             for entry in self.entries:
-                self.check(entry)
+                self.members(entry)
                 self.carried(entry)
                 self.key_index(entry)
         finally:
@@ -387,16 +379,6 @@ def _payload_start(f: Any, path: str) -> int:
     return len(MAGIC) + len(line) + int(line)
 
 
-def _finite(value: Any) -> bool:
-    """Whether ``value`` is a JSON number a float can hold (not NaN, infinite, boolean or too large)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
-
-
 def _entry(raw: Any) -> Entry:
     env, artifacts, history = raw["env"], raw.get("artifacts", {}), raw.get("history", {})
     if not isinstance(env, dict) or not isinstance(artifacts, dict) or not isinstance(history, dict):
@@ -405,7 +387,7 @@ def _entry(raw: Any) -> Entry:
         if not isinstance(counts, dict) or not all(isinstance(counts.get(k), int) for k in ("count", "bytes")):
             raise TypeError(f"artifacts[{kind!r}] must hold integer count and bytes")
     numbers = [raw.get("created", 0), raw.get("updated", 0), raw["size"], raw["offset"]]
-    if not all(_finite(n) for n in numbers) or not isinstance(raw["size"], int) or not isinstance(raw["offset"], int):
+    if not all(finite(n) for n in numbers) or not isinstance(raw["size"], int) or not isinstance(raw["offset"], int):
         raise TypeError("created and updated must be finite numbers, size and offset integers")
     sha, signature, stored = raw["sha256"], raw.get("signature", ""), raw["stored"]
     if not isinstance(sha, str) or not isinstance(signature, str) or not natural(stored):
@@ -482,7 +464,7 @@ def parse(f: BinaryIO, path: Path, label: str = "") -> Bundle:
         if index is not None and start + index["offset"] + index["size"] > end:
             raise BundleError(f"{name}: truncated: the key index for {env_label(e.env)} lies past the end of the file")
     supersedes, written, seal = manifest.get("supersedes", []), manifest.get("written", 0.0), manifest.get("seal", "")
-    if not isinstance(supersedes, list) or not all(isinstance(n, str) for n in supersedes) or not _finite(written) \
+    if not isinstance(supersedes, list) or not all(isinstance(n, str) for n in supersedes) or not finite(written) \
             or not isinstance(seal, str):
         raise BundleError(f"{name}: corrupt: the manifest's supersedes, written or seal is malformed")
     return Bundle(path, entries, f, start, label, supersedes=tuple(supersedes), written=float(written), seal=seal)

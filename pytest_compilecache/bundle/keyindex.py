@@ -373,11 +373,16 @@ _dict = _typed(dict, "an object")
 _list = _typed(list, "a list")
 
 
+def finite(value: Any) -> bool:
+    """Whether ``value`` is a JSON number a float can hold (not NaN, infinite, boolean or too large)."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return number and abs(value) <= sys.float_info.max  # compared exactly: an int too large for a float is refused
+
+
 def _number(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"expected a number, got {_short(value)}")
-    if not abs(value) <= sys.float_info.max:  # compared exactly: an int too large for a float is refused, not cast
-        raise TypeError(f"expected a finite number, got {_short(value)}")
+    if not finite(value):
+        kind = "a finite number" if isinstance(value, (int, float)) and not isinstance(value, bool) else "a number"
+        raise TypeError(f"expected {kind}, got {_short(value)}")
     return float(value)
 
 

@@ -4,7 +4,6 @@ session's own stands in."""
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import os
 import re
@@ -13,13 +12,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import filelock
 import pytest
 
 from .. import files
-from .options import Options
 
 
 class Folders:
@@ -132,22 +130,10 @@ CACHEDIR_TAG = (b"Signature: 8a477f597d28d172789f06886806bc55\n"
 UNUSED_DAYS = 30
 _DAY = 86400.0
 
-@dataclasses.dataclass(frozen=True)
-class Home:
-    """Where this session keeps what the plugin keeps between runs."""
 
-    path: Path
-    headers: Path
-    #: Why a configured folder is not used and what is used instead, a line each.
-    notices: tuple[str, ...] = ()
-
-    def applied(self, options: Options) -> Options:
-        """``options`` with these folders, and their notices."""
-        return dataclasses.replace(options, home=self.path, headers_dir=self.headers, home_notices=self.notices)
-
-
-def settle(home: Path, headers: Path, stand_in: Callable[[], Path]) -> Home:
-    """The home and headers' folder where a file can be made in them, else folders under ``stand_in()``."""
+def settle(home: Path, headers: Path, stand_in: Callable[[], Path]) -> dict[str, Any]:
+    """The home and headers' folder where a file can be made in them, else folders under ``stand_in()``, as the
+    :class:`.options.Options` fields they set (``home_notices``: why a configured folder is not used, a line each)."""
     notices = []
     if why := _made(home, tag=True):
         moved = stand_in() / "home"
@@ -157,7 +143,7 @@ def settle(home: Path, headers: Path, stand_in: Callable[[], Path]) -> Home:
         moved = stand_in() / "precompiled-headers"
         notices.append(_instead("compile_cache_headers_dir", headers, why, moved))
         headers = moved
-    return Home(home, headers, tuple(notices))
+    return {"home": home, "headers_dir": headers, "home_notices": tuple(notices)}
 
 
 def _made(folder: Path, tag: bool = False) -> str:

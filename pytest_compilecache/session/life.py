@@ -16,7 +16,7 @@ from ..environment import caches_disabled_by_env
 from ..report.model import REPORT_ATTR, Concern, Problem, ProcessReport, SessionReport, Status
 from ..report.terminal import patch_lines, summary_lines
 from ..storage.interface import BundleStore
-from ..storage.stores import open_store
+from ..storage.packs import open_store
 from ..storage.urls import redacted
 from ..words import counted
 from . import remote
@@ -48,10 +48,6 @@ class SessionLife:
         self._caught_before = caught.counts()
         self.report = SessionReport(bundle_path=options.bundle_name, started=_session_started())
         self.at_start = describe(store if options.bundle is not None else None, self.report, options.rebuild)
-
-    def register(self, plugins: pytest.PytestPluginManager) -> None:
-        """This object's hooks, beside the role."""
-        plugins.register(self, "compilecache-collector")
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -90,7 +86,7 @@ class SessionLife:
                 secret = signing.key()
                 if refused := bundle.signature_problem(entry, secret) if secret else "":
                     return [refused]
-                bundle.check(entry)
+                bundle.members(entry)  # its table; each artifact is checked when read
         except (BundleError, _torchapi.TorchUnavailable) as exc:
             return [str(exc)]
         finally:
@@ -119,20 +115,16 @@ class SessionLife:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when == "teardown":
             self.report.ran.add(report.nodeid)
-        stats = getattr(report, REPORT_ATTR, None)
-        if stats is not None and report.when == "teardown":
-            self.report.add_test(report.nodeid, stats)
-
-    def _worth_saying(self, config: pytest.Config) -> bool:
-        """When asked for, when tests were counted, or when something went wrong; never in a run that only collects."""
-        report = self.report
-        return not config.option.collectonly and bool(
-            self.options.active or self.options.warnings or report.totals is not None or report.all_problems()
-            or any(p.status is not Status.UNUSED for p in report.processes))
+            if (stats := getattr(report, REPORT_ATTR, None)) is not None:
+                self.report.add_test(report.nodeid, stats)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        """The ``compilecache`` section, when :meth:`_worth_saying`."""
-        if self._worth_saying(terminalreporter.config):
+        """The ``compilecache`` section: when asked for, when tests were counted, or when something went wrong; never
+        in a run that only collects."""
+        report = self.report
+        if not terminalreporter.config.option.collectonly and (
+                self.options.active or self.options.warnings or report.totals is not None or report.all_problems()
+                or any(p.status is not Status.UNUSED for p in report.processes)):
             level = verbosity(terminalreporter.config, self.options)
             warnings = self.options.warnings + self.options.home_notices
             lines = [*(f"WARNING: {w}" for w in warnings), *summary_lines(self.report, level),

@@ -28,7 +28,7 @@ from ..bundle.members import WHOLE, MemberDamaged
 from ..bundle.writing import write_bundle
 from ..cache import CacheKind, CompileCache
 from ..report.model import Concern, Problem, ProcessReport, Status
-from ..storage.interface import BundleStore, replaced_unreadable
+from ..storage.interface import REPLACED_UNREADABLE, BundleStore
 from ..storage.local import LocalStore
 from .entries import EntryOnDemand
 from .folders import Folders, WorkerDir
@@ -518,7 +518,7 @@ class BundlePreparation:
             self._write_marker(Outcome.NOTHING)
             return False
         # The session's own bundle needs no binaries: its readers share the pool on disk already.
-        carried = pooled(self.folders.shared) if to_path else None
+        carried = pooled(self.folders.shared / "binaries") if to_path else None
         addition = make_entry(env, data, _torchapi.describe_artifacts(data), binaries=carried,
                               index=misses.index_for(data))
         try:  # counted at the session's end
@@ -536,7 +536,7 @@ class BundlePreparation:
         else:
             published = saved.bundle
             for why in saved.dropped:
-                if self.options.rebuild and to_path and replaced_unreadable(why):
+                if self.options.rebuild and to_path and why.startswith(REPLACED_UNREADABLE):
                     continue  # the repair asked for: the header said it
                 self._say(Concern.SAVING, f"{self.publish.name}: {why}", self.publish.name)
             self._write_marker(Outcome.PUBLISHED)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import enum
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,7 +45,7 @@ class WarmupMarker:
             return None
 
     def write(self, path: Path) -> None:
-        note = {"outcome": self.outcome.value, "process": self.process, "detail": self.detail, "pid": os.getpid()}
+        note = {"outcome": self.outcome.value, "process": self.process, "detail": self.detail}
         files.write_atomic(Path(path), json.dumps(note).encode(), fsync=False)
 
 

@@ -102,7 +102,7 @@ class SingleProcess(_RunsTests):
     def start(self, plugins: pytest.PytestPluginManager) -> None:
         """As every role that runs tests, and the session's report beside it."""
         super().start(plugins)
-        self.life.register(plugins)
+        plugins.register(self.life, "compilecache-collector")
 
     def _stop(self, session: pytest.Session, failure: str) -> None:
         raise pytest.UsageError(failure)
@@ -153,7 +153,7 @@ class Controller:
     def start(self, plugins: pytest.PytestPluginManager) -> None:
         """Register this role's hooks and the session's report (it runs no test: it redirects nothing)."""
         plugins.register(self, "compilecache-role")
-        self.life.register(plugins)
+        plugins.register(self.life, "compilecache-collector")
 
     def close(self) -> None:
         """Remove the shared folder."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections import Counter
@@ -13,7 +14,7 @@ from .. import _torchapi, files
 from ..bundle.format import BundleError, NotABundle, Unreadable, make_entry
 from ..bundle.keyindex import KeyIndex
 from ..report.model import Concern, Problem, ReportWritten, SaveResult, SaveStatus, SessionReport
-from ..storage.interface import BundleStore, replaced_unreadable
+from ..storage.interface import REPLACED_UNREADABLE, BundleStore
 from ..bundle.merge import env_id
 from ..channel import BundleAtStart
 from .options import Options
@@ -74,18 +75,16 @@ def save(report: SessionReport, blobs: list[tuple[dict[str, str], bytes, KeyInde
         saved = store.add(additions, history, run=run, max_unused_runs=options.max_unused_runs,
                           rebuild=options.rebuild, counted=not left_out)
         merged = saved.bundle
-        repaired = [why for why in saved.dropped if at_start.repaired and replaced_unreadable(why)]
+        repaired = [why for why in saved.dropped if at_start.repaired and why.startswith(REPLACED_UNREADABLE)]
         report.problems.extend(Problem(Concern.SAVING, f"{path}: {why}", str(path))
                                for why in saved.dropped if why not in repaired)
         artifacts: dict[str, dict[str, int]] = {}
-        for entry in (merged.find(env) for env in {env_id(env): env for env, _, _ in blobs}.values()):
-            kinds = dict(entry.artifacts) if entry else {}
-            try:  # listed, none read
-                listing = merged.carried_listing(entry) if entry is not None else None
-            except BundleError:
-                listing = None
-            if listing is not None and listing.files:
-                kinds["cpp"] = listing.counts(_torchapi.cpu_probe_sources())
+        for entry in filter(None, (merged.find(env) for env in {env_id(env): env for env, _, _ in blobs}.values())):
+            kinds = dict(entry.artifacts)
+            with contextlib.suppress(BundleError):  # listed, none read
+                listing = merged.carried_listing(entry)
+                if listing.files:
+                    kinds["cpp"] = listing.counts(_torchapi.cpu_probe_sources())
                 if listing.triton_counts()["count"]:
                     kinds["triton_cache"] = listing.triton_counts()
             for kind, counts in kinds.items():

@@ -51,7 +51,7 @@ class TestSide:
         if self.options.remote is not None:
             self._undo.callback(remote.switch_on(self.options.remote).restore)
             if _torchapi.inductor_config_loaded():
-                self._undo.enter_context(_torchapi.remote_caches_on())
+                self._undo.enter_context(_torchapi.remote_caches(True))
         if self.options.session_wide:
             self._undo.callback(SavedEnv().restore)
             kept = WorkerDir(self.options.home, self.process) if self.options.isolation is Isolation.WORKER else None
@@ -167,34 +167,22 @@ class TestCounts:
 
     def finished(self, item: pytest.Item) -> dict[str, Any] | None:
         """``item``'s per-layer counts, compile seconds and cache kind, or ``None`` (not counted, nothing compiled)."""
-        delta = self.so_far(item)
         start = self._start.pop(item.nodeid, None)
-        if start is None or delta is None:
+        if start is None or not _torchapi.compiler_loaded():
             return None
+        delta = {k: v - start[0].get(k, 0) for k, v in _torchapi.read_counts().items()}
         result: dict[str, Any] = stats_from_counts(delta, _torchapi.unobservable_layers(),
                                                    unobservable_fields=_torchapi.unobservable_fields()).to_dict()
         result["compile_seconds"] = round(_torchapi.compile_seconds() - start[1], 4)
         if start[1] == 0.0 and result["compile_seconds"] > 0:
             result["first_in_process"] = True
-        result["cache"] = self.cache_kind(item)
+        names = getattr(item, "fixturenames", ())
+        result["cache"] = (CacheKind.WARM.value if "warm_cache" in names
+                           else CacheKind.COLD.value if "cold_cache" in names
+                           else CacheKind.ISOLATED.value if self.options.isolation is Isolation.TEST else None)
         left_out = {layer: max(0, n - start[2].get(layer, 0)) for layer, n in not_saved_misses().items()}
         if any(left_out.values()):
             result["misses_not_saved"] = {layer: n for layer, n in left_out.items() if n}
         if damaged := dict(misses.ran_without_damaged()[start[3]:]):
             result["ran_without_damaged"] = damaged
         return result
-
-    def so_far(self, item: pytest.Item) -> dict[str, int] | None:
-        """``item``'s flat counts from its start until now, or ``None`` (not counted, or nothing compiled)."""
-        start = self._start.get(item.nodeid)
-        if start is None or not _torchapi.compiler_loaded():
-            return None
-        return {k: v - start[0].get(k, 0) for k, v in _torchapi.read_counts().items()}
-
-    def cache_kind(self, item: pytest.Item) -> str | None:
-        """The cache the test ran in (a :class:`CacheKind` value), or ``None``: a cache shared with other tests."""
-        names = getattr(item, "fixturenames", ())
-        for fixture, kind in (("warm_cache", CacheKind.WARM), ("cold_cache", CacheKind.COLD)):
-            if fixture in names:
-                return kind.value
-        return CacheKind.ISOLATED.value if self.options.isolation is Isolation.TEST else None

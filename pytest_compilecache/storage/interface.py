@@ -38,11 +38,6 @@ class Written(enum.Enum):
 REPLACED_UNREADABLE = "it could not be read"
 
 
-def replaced_unreadable(why: str) -> bool:
-    """Whether ``why`` (of :attr:`Saved.dropped`) is an unreadable bundle written afresh, not an entry left out."""
-    return why.startswith(REPLACED_UNREADABLE)
-
-
 @dataclass(frozen=True)
 class Saved:
     """What :meth:`BundleStore.add` did."""

@@ -25,11 +25,11 @@ from ..bundle.members import Members
 from ..words import counted
 from .client import Client
 from .errors import DEFAULT_TIMEOUT, StoreError
-from .interface import REPLACED_UNREADABLE, Look, Saved, Transfer, Written
-from .local import Lock
+from .interface import REPLACED_UNREADABLE, BundleStore, Look, Saved, Transfer, Written
+from .local import LocalStore, Lock
 from ..bundle.merge import _union, env_id, mergeable, stamp, what_is_new
 from .ranges import CHUNK_BYTES, HEAD_BYTES, Ranges
-from .urls import redacted
+from .urls import file_url_path, is_url, redacted
 
 #: The folder of packs under the URL.
 PACKS = "packs"
@@ -82,7 +82,7 @@ class PackedBundle(Bundle):
 
 class PackStore:
     """A bundle at a URL (see :class:`.interface.BundleStore`), its packs' bytes kept on this machine under
-    ``copies`` once read (a pack never changes); ``unreachable``: as in :func:`.stores.open_store`."""
+    ``copies`` once read (a pack never changes); ``unreachable``: as in :func:`open_store`."""
 
     #: A network and a server stand between this machine and the bundle.
     may_be_unreachable = True
@@ -451,3 +451,15 @@ def read_url(url: str, copies: Path, storage_options: Mapping[str, Any] | None =
     for entry in bundle.entries if whole else []:
         bundle.fetch_ahead(entry)
     return bundle
+
+
+def open_store(where: str | Path, lock_timeout: float, copies: Path,
+               storage_options: Mapping[str, Any] | None = None, network_timeout: float = DEFAULT_TIMEOUT,
+               unreachable: str = "") -> BundleStore:
+    """The store of the bundle at ``where``, opened once per process that needs it: a URL's (its packs' bytes kept
+    under ``copies``; ``unreachable``: why another process of the session stopped asking it), or a path's, also
+    given as a ``file://`` URL."""
+    name = str(where)
+    if is_url(name):
+        return PackStore(name, copies, lock_timeout, storage_options, network_timeout, unreachable)
+    return LocalStore(Path(file_url_path(name) or name), lock_timeout)

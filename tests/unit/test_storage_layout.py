@@ -21,9 +21,8 @@ from pytest_compilecache.bundle.writing import write_bundle
 from pytest_compilecache.storage import packs, ranges
 from pytest_compilecache.storage.errors import StoreError, StoreTimeout, why
 from pytest_compilecache.storage.interface import Written
-from pytest_compilecache.storage.stores import open_store
 from pytest_compilecache.storage.local import LocalStore
-from pytest_compilecache.storage.packs import PACKS, PackStore
+from pytest_compilecache.storage.packs import PACKS, PackStore, open_store
 from pytest_compilecache.storage.ranges import Ranges
 from pytest_compilecache.storage.urls import file_url_path, is_url, parse_storage_options, redacted
 
