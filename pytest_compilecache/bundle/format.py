@@ -60,8 +60,8 @@ class Unreadable(enum.Enum):
     @classmethod
     def of(cls, exc: BundleError) -> Unreadable:
         """The kind of problem ``exc`` is."""
-        kinds = {NotABundle: cls.NOT_A_BUNDLE, Unwritable: cls.UNWRITABLE, NotAFile: cls.NOT_A_FILE}
-        return kinds.get(type(exc), cls.DAMAGED)
+        kinds = ((NotABundle, cls.NOT_A_BUNDLE), (Unwritable, cls.UNWRITABLE), (NotAFile, cls.NOT_A_FILE))
+        return next((kind for error, kind in kinds if isinstance(exc, error)), cls.DAMAGED)
 
 
 @dataclass

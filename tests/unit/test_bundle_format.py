@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from pytest_compilecache.bundle.binaries import CarriedBinaries, build_id
-from pytest_compilecache.bundle.format import (FORMAT, MAGIC, Bundle, BundleError, Entry, NotAFile, Unreadable,
-                                               entry_of, members_of, payload_of, read_manifest)
+from pytest_compilecache.bundle.format import (FORMAT, MAGIC, Bundle, BundleError, Entry, NotABundle, NotAFile,
+                                               Unreadable, Unwritable, entry_of, members_of, payload_of, read_manifest)
 from pytest_compilecache.bundle.keyindex import KeyIndex
 from pytest_compilecache.bundle.members import WHOLE, MemberDamaged, Members
 from pytest_compilecache.bundle.writing import encoded_size, write_bundle
@@ -243,3 +243,15 @@ def test_a_write_that_cannot_be_made_names_the_file_and_leaves_it(tmp_path: Path
     assert message.startswith(f"{blocker / 'b.bundle'}: cannot write: ") and message.endswith("the file there is "
                                                                                                 "unchanged")
     assert blocker.read_bytes() == b"not a folder"
+
+
+@pytest.mark.parametrize("kind, unreadable", [(NotABundle, Unreadable.NOT_A_BUNDLE), (NotAFile, Unreadable.NOT_A_FILE),
+                                              (Unwritable, Unreadable.UNWRITABLE)])
+def test_a_problem_keeps_its_kind_when_raised_as_a_refinement_of_it(kind: type[BundleError],
+                                                                     unreadable: Unreadable) -> None:
+    """What is not a bundle is never written over, even by --compile-cache-rebuild, which replaces only DAMAGED: a
+    more particular error of one of these kinds must keep its kind, not fall through to DAMAGED."""
+    refined = type("Refined", (kind,), {})
+    assert Unreadable.of(kind("x")) is unreadable
+    assert Unreadable.of(refined("x")) is unreadable
+    assert Unreadable.of(BundleError("x")) is Unreadable.DAMAGED
