@@ -14,10 +14,13 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
+from conftest import run_pytest
+from zygote import Zygote, Zygotes
 
 from pytest_compilecache import files
 from pytest_compilecache.bundle.format import Bundle, make_entry, read_manifest
@@ -39,7 +42,7 @@ def model(x):
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_compilecache_warmup(cache):
-    """The first process to get here says so (its pid in WARMUP_HOLD), compiles, and waits to be killed."""
+    """The first process to get here says so (its pid and CHAIN in WARMUP_HOLD), compiles, and waits to be killed."""
     import torch
     with open(os.environ["WARMUP_LOG"], "a") as f:
         f.write(f"start {os.getpid()} {time.time()}\\n")
@@ -49,7 +52,7 @@ def pytest_compilecache_warmup(cache):
     except FileExistsError:
         pass
     else:
-        os.write(fd, f"{os.getpid()}\\n".encode())
+        os.write(fd, f"{os.getpid()} {os.environ['CHAIN']}\\n".encode())
         os.close(fd)
         first = True
     torch.compile(model)(torch.randn(16, 16))
@@ -132,6 +135,8 @@ while True:
             data = json.loads(out.getvalue())
             counts = [e["artifacts"].get("inductor", {}).get("count", 0) for e in data["entries"] if e["matches_here"]]
         reads.append({"cmd": args[0], "rc": rc, "err": err.getvalue().strip(), "inductor": counts})
+    if len(reads) == 2:
+        print("reading", flush=True)
     if last:
         break
     time.sleep(0.02)
@@ -151,11 +156,6 @@ def clean_env(tmp: Path, **extra: str) -> dict[str, str]:
 def session_options(*args: str) -> list[str]:
     """pytest's arguments for a session of this module."""
     return ["-p", "no:randomly", "-p", "no:cacheprovider", "-p", "no:logging", "-q", "-rf", *args]
-
-
-def pytest_args(*args: str) -> list[str]:
-    """The command line of a session of this module, in a process of its own."""
-    return [sys.executable, "-m", "pytest", *session_options(*args)]
 
 
 def make_project(folder: Path, headers: Path, **test_files: str) -> Path:
@@ -195,28 +195,59 @@ def leftovers(folder: Path, path: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.name.startswith(f".{path.name}.") and p.name.endswith(".tmp"))
 
 
-def wait_for_pid(file: Path, procs: list[subprocess.Popen[str]], limit: float) -> int:
+class _Chosen:
+    """One zygote picked beforehand (or none: a fresh process), for a session run in a thread of its own."""
+
+    def __init__(self, zygote: Zygote | None) -> None:
+        self._zygote = zygote
+
+    def next(self, env: dict[str, str]) -> Zygote | None:
+        return self._zygote if self._zygote is not None and self._zygote.can_run(env) else None
+
+
+def sessions_at_once(zygotes: Zygotes | None, *sessions: tuple[list[str], Path, dict[str, str]],
+                     after: dict[int, tuple[list[str], Path, dict[str, str]]] | None = None,
+                     ) -> list[Future[subprocess.CompletedProcess[str]]]:
+    """Start pytest sessions (arguments, folder, environment) at once, each in a thread of its own, the first
+    two forked from this worker's two zygotes, the rest fresh processes; ``after[i]`` runs once session ``i``
+    has ended, on its zygote. Their results (stdout and stderr) to come, in order, ``after``'s last."""
+    picks = [zygotes.next(env) if zygotes is not None and i < 2 else None for i, (_, _, env) in enumerate(sessions)]
+    after = after or {}
+
+    def run(i: int, args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        return run_pytest(_Chosen(picks[i]), args, cwd, env, timeout=400)  # type: ignore[arg-type]
+
+    def run_after(i: int, session: tuple[list[str], Path, dict[str, str]]) -> subprocess.CompletedProcess[str]:
+        futures[i].exception()
+        return run(i, *session)
+
+    pool = ThreadPoolExecutor(len(sessions))
+    futures = [pool.submit(run, i, *session) for i, session in enumerate(sessions)]
+    futures += [pool.submit(run_after, i, session) for i, session in after.items()]
+    pool.shutdown(wait=False)
+    return futures
+
+
+def output(done: subprocess.CompletedProcess[str]) -> str:
+    return done.stdout + done.stderr
+
+
+def wait_for_holder(file: Path, runs: list[Future[subprocess.CompletedProcess[str]]], limit: float) -> list[int]:
+    """The pid and CHAIN the warmup lock's first holder wrote to ``file``."""
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         if file.exists() and file.read_text().endswith("\n"):
-            return int(file.read_text())
-        if all(p.poll() is not None for p in procs):
+            return [int(word) for word in file.read_text().split()]
+        if all(run.done() for run in runs):
             break
         time.sleep(0.05)
-    for p in procs:
-        p.kill()
-    outputs = "\n".join(p.communicate()[0][-3000:] for p in procs)
+    outputs = "\n".join(output(run.result())[-3000:] for run in runs if run.done())
     raise AssertionError(f"no process announced it holds the warmup lock within {limit} s:\n{outputs}")
-
-
-def parent_of(pid: int) -> int:
-    status = Path(f"/proc/{pid}/status").read_text()
-    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:")))
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the lock holder through /proc (Linux)")
 def test_killing_the_warmup_lock_holder_lets_the_others_go_on(
-    tmp_path: Path, shared_headers_dir: Path
+    tmp_path: Path, shared_headers_dir: Path, zygote: Zygotes | None
 ) -> None:
     """``kill -9`` of the worker running the warmup under the bundle's lock, two sessions with ``-n 2`` each:
     the lock goes at once, exactly one process redoes the warmup, both sessions finish long before
@@ -225,31 +256,27 @@ def test_killing_the_warmup_lock_holder_lets_the_others_go_on(
                            test_x=WARMUP_TESTS)
     bundle = tmp_path / "cache" / "x.bundle"
     log, hold, own = tmp_path / "warmups.log", tmp_path / "holder.pid", tmp_path / "own.log"
-    start = time.monotonic()
-    procs = [
-        subprocess.Popen(
-            pytest_args("-n", "2", f"--compile-cache-bundle={bundle}", f"--compile-cache-lock-timeout={LOCK_TIMEOUT}"),
-            cwd=project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env=clean_env(tmp_path / f"tmp{i}", WARMUP_LOG=str(log), WARMUP_HOLD=str(hold), OWN_LOG=str(own),
-                          CHAIN=str(i + 1)),
-        )
-        for i in range(2)
-    ]
+    args = session_options("-n", "2", f"--compile-cache-bundle={bundle}", f"--compile-cache-lock-timeout={LOCK_TIMEOUT}")
+    runs = sessions_at_once(zygote, *(
+        (args, project, clean_env(tmp_path / f"tmp{i}", WARMUP_LOG=str(log), WARMUP_HOLD=str(hold), OWN_LOG=str(own),
+                                  CHAIN=str(i + 1)))
+        for i in range(2)))
+    pid = 0
     try:
-        pid = wait_for_pid(hold, procs, limit=240)
+        pid, chain = wait_for_holder(hold, runs, limit=240)
+        held = time.monotonic()
         holders = files.lock_holders(lock_of(bundle))
         assert any(h.startswith(f"pid {pid} ") or h == f"pid {pid}" for h in holders), holders
         assert not bundle.exists(), "nothing was published before the warmup finished"
-        session = parent_of(pid)
-        killed = next(i for i, p in enumerate(procs) if p.pid == session)
-        os.kill(pid, signal.SIGKILL)
-        killed_at = time.time()
-        outputs = [p.communicate(timeout=300)[0] for p in procs]
+        killed = chain - 1
     finally:
-        for p in procs:
-            p.kill()
-    total = time.monotonic() - start
-    assert total < LOCK_TIMEOUT / 4, f"{total:.0f} s: someone waited for the lock timeout"
+        if pid:
+            os.kill(pid, signal.SIGKILL)
+    killed_at = time.time()
+    ended = [run.result(timeout=400) for run in runs]
+    outputs = [output(d) for d in ended]
+    total = time.monotonic() - held
+    assert total < LOCK_TIMEOUT / 4, f"{total:.0f} s after the warmup took the lock: someone waited for the lock timeout"
     starts = [line.split() for line in log.read_text().splitlines() if line.startswith("start")]
     done = [line.split() for line in log.read_text().splitlines() if line.startswith("done")]
     assert [int(s[1]) for s in starts][0] == pid and len(starts) == 2, starts
@@ -258,14 +285,14 @@ def test_killing_the_warmup_lock_holder_lets_the_others_go_on(
     assert redo_after < 30, f"the warmup was redone {redo_after:.1f} s after the kill"
 
     survivor, victim = outputs[1 - killed], outputs[killed]
-    assert procs[1 - killed].returncode == 0, survivor
+    assert ended[1 - killed].returncode == 0, survivor
     assert "3 passed" in survivor, survivor
     # What a user of the killed session sees: xdist's crash report on the test it had handed the
     # worker (which never started), a replacement worker, and the plugin's explanation.
     assert "INTERNALERROR" not in victim and "Traceback" not in victim, victim
     expected = ["node down: Not properly terminated"]
     if "crashed while running" in victim:
-        assert procs[killed].returncode == 1 and "1 failed, 2 passed" in victim, victim
+        assert ended[killed].returncode == 1 and "1 failed, 2 passed" in victim, victim
         expected += ["crashed while running 'test_x.py::", "this test had not started"]
     else:
         assert "3 passed" in victim, victim
@@ -282,12 +309,13 @@ def test_killing_the_warmup_lock_holder_lets_the_others_go_on(
 
 
 def test_sessions_and_the_cli_updating_one_path_at_once_keep_the_union(
-    tmp_path: Path, shared_headers_dir: Path, old_bundle: Path
+    tmp_path: Path, shared_headers_dir: Path, old_bundle: Path, zygote: Zygotes | None
 ) -> None:
-    """3 sessions with ``--compile-cache-update`` (each compiling its own graph), ``merge`` (of a
-    bundle a 4th session writes meanwhile) and ``prune`` on the same PATH at once, and a reader
-    looping over ``verify`` and ``inspect --json``: PATH ends with the union, and no read saw a
-    partial or inconsistent file."""
+    """2 sessions with ``--compile-cache-update`` (each compiling its own graph), ``merge`` (of a
+    bundle a 3rd session writes meanwhile) and ``prune`` on the same PATH at once (the second
+    session, ``merge`` and ``prune`` start as the 3rd session ends, while the first still runs), and a
+    reader looping over ``verify`` and ``inspect --json``: PATH ends with the union, and no read saw
+    a partial or inconsistent file."""
     project = make_project(tmp_path / "project", shared_headers_dir, test_chain=CHAIN_TEST)
     bundle, extra = tmp_path / "x.bundle", tmp_path / "extra.bundle"
     with read_manifest(old_bundle) as b:
@@ -300,32 +328,35 @@ def test_sessions_and_the_cli_updating_one_path_at_once_keep_the_union(
     stop, reads_log = tmp_path / "stop", tmp_path / "reads.json"
     reader = subprocess.Popen([sys.executable, "-c", READER, str(bundle), str(stop), str(reads_log)],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    runs = [subprocess.Popen(pytest_args(f"--compile-cache-bundle={path}", *update), cwd=project,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             env=clean_env(tmp_path / f"tmp{n}", CHAIN=str(n)))
-            for n, path, update in ((9, extra, ()), *((n, bundle, ("--compile-cache-update",)) for n in (1, 2, 3)))]
-    outputs = [runs[0].communicate(timeout=400)[0]]
-    assert runs[0].returncode == 0, outputs[0]
+    assert reader.stdout is not None
+    first_read = reader.stdout.readline()
+    assert first_read == "reading\n", first_read + reader.stdout.read()
+    sessions = [(session_options(f"--compile-cache-bundle={path}", *update), project,
+                 clean_env(tmp_path / f"tmp{n}", CHAIN=str(n)))
+                for n, path, update in ((9, extra, ()), *((n, bundle, ("--compile-cache-update",)) for n in (1, 2)))]
+    runs = sessions_at_once(zygote, *sessions[:2], after={0: sessions[2]})
+    first = runs[0].result(timeout=400)
+    assert first.returncode == 0, output(first)
     merge = run_cli("merge", str(bundle), str(extra), "-o", str(bundle))
     prune = run_cli("prune", str(bundle), "--drop", "cache_key_tag=another machine")
-    outputs += [p.communicate(timeout=400)[0] for p in runs[1:]]
+    done = [run.result(timeout=400) for run in runs]
     stop.touch()
     reader_out = reader.communicate(timeout=120)[0]
     assert reader.returncode == 0, reader_out
     assert merge.returncode == 0, merge.stderr
     assert prune.returncode == 0 and "kept 1 of 2 environments" in prune.stdout, prune.stdout + prune.stderr
-    for p, out in zip(runs, outputs):
-        assert p.returncode == 0, out
-        assert "bundle written:" in out, out
+    for d in done:
+        assert d.returncode == 0, output(d)
+        assert "bundle written:" in d.stdout, output(d)
 
-    assert inductor_counts(bundle) == {"": 5}, "the first graph, the merged one and each session's own"
+    assert inductor_counts(bundle) == {"": 4}, "the first graph, the merged one and each session's own"
     base, merged_in, final = identities(old_bundle, extra, bundle)
     assert base | merged_in < final
     reads = json.loads(reads_log.read_text())
     bad = [r for r in reads if r["rc"] != 0]
     assert not bad, bad[:5]
     counts = [r["inductor"][0] for r in reads if r["inductor"]]
-    assert counts == sorted(counts) and counts[-1] == 5, "this machine's entry only ever grew"
+    assert counts == sorted(counts) and counts[-1] == 4, "this machine's entry only ever grew"
     assert len(reads) >= 20, len(reads)
     assert not leftovers(tmp_path, bundle)
 
@@ -349,13 +380,13 @@ def old_bundle(tmp_path_factory: pytest.TempPathFactory, shared_headers_dir: Pat
 
 
 def save_with_fault(project: Path, bundle: Path, old: Path, env: dict[str, str],
+                    run_session: Callable[..., subprocess.CompletedProcess[str]], *session_args: str,
                     preexec: Callable[[], None] | None = None) -> tuple[subprocess.CompletedProcess[str], ...]:
     """A session that uses the bundle's graph (a warm hit, so it saves the same union again) into
-    ``bundle`` (``--compile-cache-update``), then ``merge`` of ``extra.bundle`` into it, both under
-    the fault; returns their results."""
-    session = subprocess.run(pytest_args(f"--compile-cache-bundle={bundle}", "--compile-cache-update"), cwd=project,
-                             capture_output=True, text=True, timeout=300, env={**env, "CHAIN": "0"},
-                             preexec_fn=preexec)
+    ``bundle`` (``--compile-cache-update``), then ``merge`` of ``extra.bundle`` into it (``preexec``
+    run in its process before it starts), both under the fault; returns their results."""
+    session = run_session(session_options(f"--compile-cache-bundle={bundle}", "--compile-cache-update", *session_args),
+                          project, {**env, "CHAIN": "0"}, 300)
     merge = run_cli("merge", str(bundle), str(old.parent / "extra.bundle"), "-o", str(bundle), env=env,
                     preexec_fn=preexec)
     return session, merge
@@ -384,7 +415,8 @@ def mount(*args: str) -> None:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_FSIZE and SIGXFSZ as on Linux")
 def test_a_file_size_limit_while_saving_leaves_the_old_bundle(
-    tmp_path: Path, old_bundle: Path, shared_headers_dir: Path
+    tmp_path: Path, old_bundle: Path, shared_headers_dir: Path,
+    run_session: Callable[..., subprocess.CompletedProcess[str]],
 ) -> None:
     """RLIMIT_FSIZE below the bundle's size, set once the tests are done (SIGXFSZ ignored, so
     the write fails with EFBIG), for the session's save and for ``merge``."""
@@ -403,8 +435,8 @@ def test_a_file_size_limit_while_saving_leaves_the_old_bundle(
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
     env = clean_env(tmp_path / "tmp", FSIZE_LIMIT=str(limit))
-    session = subprocess.run(pytest_args(f"--compile-cache-bundle={bundle}", "--compile-cache-update"), cwd=project,
-                             capture_output=True, text=True, timeout=300, env={**env, "CHAIN": "0"})
+    session = run_session(session_options(f"--compile-cache-bundle={bundle}", "--compile-cache-update"), project,
+                          {**env, "CHAIN": "0"}, 300)
     merge = run_cli("merge", str(bundle), str(old_bundle.parent / "extra.bundle"), "-o", str(bundle), env=env,
                     preexec_fn=limited)
     check_refused(bundle, old_bytes, session, merge, "File too large")
@@ -426,7 +458,8 @@ def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
 
 
 def test_a_full_disk_while_saving_leaves_the_old_bundle(
-    tmp_path: Path, old_bundle: Path, shared_headers_dir: Path, small_tmpfs: Path
+    tmp_path: Path, old_bundle: Path, shared_headers_dir: Path, small_tmpfs: Path,
+    run_session: Callable[..., subprocess.CompletedProcess[str]],
 ) -> None:
     """PATH on a file system with no space left (a 2 MB tmpfs, filled up): ENOSPC."""
     project = make_project(tmp_path / "project", shared_headers_dir, test_chain=CHAIN_TEST)
@@ -439,7 +472,7 @@ def test_a_full_disk_while_saving_leaves_the_old_bundle(
                 f.write(b"\0" * 4096)
         except OSError:
             pass
-    session, merge = save_with_fault(project, bundle, old_bundle, clean_env(tmp_path / "tmp"))
+    session, merge = save_with_fault(project, bundle, old_bundle, clean_env(tmp_path / "tmp"), run_session)
     check_refused(bundle, old_bytes, session, merge, "No space left on device")
 
 
@@ -459,7 +492,8 @@ def read_only_folder(tmp_path: Path) -> Iterator[Path]:
 
 
 def test_a_read_only_mount_leaves_the_old_bundle(
-    tmp_path: Path, old_bundle: Path, shared_headers_dir: Path, read_only_folder: Path
+    tmp_path: Path, old_bundle: Path, shared_headers_dir: Path, read_only_folder: Path,
+    run_session: Callable[..., subprocess.CompletedProcess[str]],
 ) -> None:
     """PATH's folder is a read-only mount (EROFS, also for root)."""
     project = make_project(tmp_path / "project", shared_headers_dir, test_chain=CHAIN_TEST)
@@ -468,7 +502,7 @@ def test_a_read_only_mount_leaves_the_old_bundle(
     lock_of(bundle).touch()
     old_bytes = bundle.read_bytes()
     mount("-o", "remount,bind,ro", str(read_only_folder))
-    session, merge = save_with_fault(project, bundle, old_bundle, clean_env(tmp_path / "tmp"))
+    session, merge = save_with_fault(project, bundle, old_bundle, clean_env(tmp_path / "tmp"), run_session)
     check_refused(bundle, old_bytes, session, merge, "Read-only file system")
 
 
@@ -483,12 +517,41 @@ def without_override() -> None:
             os._exit(97)
 
 
+#: A plugin the session imports first (``-p``), as its own process or forked: what :func:`without_override` does
+#: before exec, and root's override capabilities also dropped from this process's own sets (no exec follows here).
+DROP_OVERRIDE = """
+import ctypes
+
+OVERRIDE = (1, 2, 3)  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER
+libc = ctypes.CDLL(None, use_errno=True)
+for capability in OVERRIDE:
+    assert libc.prctl(24, capability, 0, 0, 0) == 0, ctypes.get_errno()  # PR_CAPBSET_DROP
+
+
+class Header(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class Sets(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+header, sets = Header(0x20080522, 0), (Sets * 2)()  # _LINUX_CAPABILITY_VERSION_3
+assert libc.capget(ctypes.byref(header), sets) == 0, ctypes.get_errno()
+for name in ("effective", "permitted", "inheritable"):
+    setattr(sets[0], name, getattr(sets[0], name) & ~sum(1 << c for c in OVERRIDE))
+assert libc.capset(ctypes.byref(header), sets) == 0, ctypes.get_errno()
+"""
+
+
 @pytest.mark.parametrize("lock_file", ["missing", "writable"])
 def test_a_folder_the_user_cannot_write_leaves_the_old_bundle(
-    tmp_path: Path, old_bundle: Path, shared_headers_dir: Path, lock_file: str
+    tmp_path: Path, old_bundle: Path, shared_headers_dir: Path, lock_file: str,
+    run_session: Callable[..., subprocess.CompletedProcess[str]],
 ) -> None:
-    """PATH's folder has mode 0555. As root, modes stop no write, so the session and ``merge`` run
-    without root's override capabilities (the user nobody cannot reach this venv). With no lock
+    """PATH's folder has mode 0555. As root, modes stop no write, so the session (from its first plugin
+    on, ``DROP_OVERRIDE``) and ``merge`` run without root's override capabilities (the user nobody cannot
+    reach this venv). With no lock
     file the lock cannot be made; with a lock file anyone may write, the bundle's write is refused."""
     if not sys.platform.startswith("linux") or os.geteuid() != 0:
         pytest.skip("needs root on Linux, to run the session without its override capabilities")
@@ -496,7 +559,7 @@ def test_a_folder_the_user_cannot_write_leaves_the_old_bundle(
                            timeout=60)
     if probe.returncode != 0:
         pytest.skip("cannot drop the override capabilities here (prctl PR_CAPBSET_DROP refused)")
-    project = make_project(tmp_path / "project", shared_headers_dir, test_chain=CHAIN_TEST)
+    project = make_project(tmp_path / "project", shared_headers_dir, test_chain=CHAIN_TEST, drop_override=DROP_OVERRIDE)
     folder = tmp_path / "cache"
     folder.mkdir()
     bundle = folder / "x.bundle"
@@ -507,7 +570,8 @@ def test_a_folder_the_user_cannot_write_leaves_the_old_bundle(
     old_bytes = bundle.read_bytes()
     folder.chmod(0o555)
     try:
-        session, merge = save_with_fault(project, bundle, old_bundle, clean_env(tmp_path / "tmp"), without_override)
+        session, merge = save_with_fault(project, bundle, old_bundle, clean_env(tmp_path / "tmp"), run_session,
+                                         "-p", "drop_override", preexec=without_override)
     finally:
         folder.chmod(0o755)
     check_refused(bundle, old_bytes, session, merge, "Permission denied")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 import tracemalloc
@@ -15,6 +16,8 @@ import pytest
 from pytest_compilecache.bundle.format import FORMAT, MAGIC, Bundle, BundleError, entry_of, read_manifest
 from pytest_compilecache.bundle.writing import write_bundle
 from pytest_compilecache.bundle.members import Member, MemberDamaged, Members, unpack_table
+
+from helpers import BuildBundle
 
 pytestmark = pytest.mark.slow
 
@@ -46,11 +49,18 @@ def test_compiles(warm_cache, fn):
 """
 
 
-def build(pytester: pytest.Pytester, run_inner) -> Path:
+@pytest.fixture(scope="module")
+def built(build_bundle: BuildBundle) -> Path:
+    """A bundle of the three tests' graphs, written by one real session of them (copied by each test)."""
+    return build_bundle({"conftest.py": CONFTEST, "test_three.py": TESTS})
+
+
+def build(pytester: pytest.Pytester, built: Path, tests: str = TESTS) -> Path:
+    """The three tests in ``pytester.path`` (``tests`` their source), beside a copy of the built bundle."""
     pytester.makeconftest(CONFTEST)
-    pytester.makepyfile(test_three=TESTS)
+    pytester.makepyfile(test_three=tests)
     bundle = pytester.path / "three.bundle"
-    run_inner(f"--compile-cache-bundle={bundle}").assert_outcomes(passed=3)
+    shutil.copy(built, bundle)
     return bundle
 
 
@@ -60,11 +70,11 @@ def totals(report: Path) -> tuple[dict, dict]:
 
 
 @pytest.mark.compat
-def test_one_test_reads_only_its_own_artifacts(pytester: pytest.Pytester, run_inner,
+def test_one_test_reads_only_its_own_artifacts(pytester: pytest.Pytester, run_inner, built: Path,
                                                kernels_name_their_folder: bool) -> None:
     """Re-running one test from a bundle of three reads that test's FX graph and AOTAutograd entries, not the
     others': the report says what the entry holds and what torch asked for, and the test hits."""
-    bundle = build(pytester, run_inner)
+    bundle = build(pytester, built)
     with read_manifest(bundle) as read:
         assert read.entries[0].stored
         table = read.members(read.entries[0]).table
@@ -108,13 +118,13 @@ def damage(bundle: Path) -> tuple[Member, bytes]:
     return victim, bytes(data)
 
 
-def test_a_damaged_artifact_costs_only_itself(pytester: pytest.Pytester, run_inner) -> None:
+def test_a_damaged_artifact_costs_only_itself(pytester: pytest.Pytester, run_inner, built: Path) -> None:
     """One FX graph's bytes damaged in the file: the test that needs it compiles (a miss), the others hit, the
     summary names that artifact once, and the bundle is left as it is."""
-    bundle = build(pytester, run_inner)
+    bundle = build(pytester, built)
     victim, data = damage(bundle)
     report = pytester.path / "damaged.json"
-    result = run_inner(f"--compile-cache-bundle={bundle}", f"--compile-cache-report={report}", fresh=True)
+    result = run_inner(f"--compile-cache-bundle={bundle}", f"--compile-cache-report={report}")
     result.assert_outcomes(passed=3)
     summary = json.loads(report.read_text())
     process = summary["bundle"]["processes"][0]
@@ -133,14 +143,11 @@ ASSERTING = TESTS + """
 
 
 def test_a_test_that_ran_without_a_damaged_member_skips_and_strict_fails_it(pytester: pytest.Pytester,
-                                                                             run_inner) -> None:
+                                                                             run_inner, built: Path) -> None:
     """A warm test whose hit assertion fails because a member it needed is damaged: skipped with the reason (the
     bundle, the member, why) where the run is not strict, failed with it where it is; the summary names the member
     and that test once."""
-    pytester.makeconftest(CONFTEST)
-    pytester.makepyfile(test_three=ASSERTING)
-    bundle = pytester.path / "three.bundle"
-    run_inner(f"--compile-cache-bundle={bundle}").assert_outcomes(passed=3)
+    bundle = build(pytester, built, ASSERTING)
     victim, _ = damage(bundle)
     report = pytester.path / "damaged.json"
     result = run_inner(f"--compile-cache-bundle={bundle}", f"--compile-cache-report={report}", "-rs")
@@ -181,10 +188,10 @@ Path(sys.argv[2]).write_bytes(MAGIC + b"%d\\n" % len(manifest) + manifest + payl
 
 @pytest.mark.compat
 def test_a_format_1_bundle_is_refused_in_one_line_and_a_rebuild_replaces_it(pytester: pytest.Pytester,
-                                                                            run_inner) -> None:
+                                                                            run_inner, built: Path) -> None:
     """A bundle written by an earlier version (one payload an entry) is refused with one line naming the file and
     the option that rebuilds it; a run with that option writes it in the current format."""
-    bundle = build(pytester, run_inner)
+    bundle = build(pytester, built)
     old = pytester.path / "old.bundle"
     # torch puts the artifacts back together in a process of its own (pytester forgets modules a test imports).
     done = subprocess.run([sys.executable, "-c", FORMAT_1, str(bundle), str(old)], capture_output=True, text=True)
