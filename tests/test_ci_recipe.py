@@ -6,8 +6,10 @@ and ``actions/cache/save`` are emulated by copying the listed paths from and to 
 GitHub's rules (an exact key first, then the newest entry under each ``restore-keys`` prefix in turn; a
 key is written once). The ``run:`` steps run in bash as written, their ``${{ ... }}`` expressions
 substituted as GitHub would for a push to the default branch; the install step is left out (this
-environment holds what it installs, and the test reaches no index). The second runner must restore what
-the first saved, load the bundle and build no precompiled header again.
+environment holds what it installs, and the test reaches no index). The runners' ``CXX`` is the suite's
+(``tests/cached_cxx.py``, as for every inner run: g++, a kernel's output kept once built; precompiled
+headers are always built by g++ itself). The second runner must restore what the first saved, load the
+bundle and build no precompiled header again.
 
 The workflow is read with a small reader of the YAML the recipe uses (block mappings and sequences,
 ``|`` blocks, quoted scalars): PyYAML is not a dependency. Where PyYAML is installed, the two readings
@@ -218,7 +220,7 @@ class Runner:
     def shell(self, script: str, extra_env: dict[str, str]) -> subprocess.CompletedProcess[str]:
         output = self.tmp / "github_output"
         output.write_text("")
-        keep = ("PATH", "LANG", "LC_ALL", "USER", "LOGNAME", "SHELL", "TERM")
+        keep = ("PATH", "LANG", "LC_ALL", "USER", "LOGNAME", "SHELL", "TERM", "CXX")
         env = {k: v for k, v in os.environ.items() if k in keep}
         env.update(self.env, HOME=str(self.home), TMPDIR=str(self.tmp), RUNNER_OS="Linux", GITHUB_OUTPUT=str(output),
                    PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")  # setup-python's python
