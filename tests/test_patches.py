@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
@@ -15,10 +15,12 @@ PACKAGE = Path(__file__).resolve().parents[1] / "pytest_compilecache"
 
 #: The inner scripts' start: torch's patched modules imported, and where each entry's attribute lives.
 OWNERS = '''
-import importlib, sys
+import gc, importlib, sys
 import pytest
 import torch._dynamo, torch._inductor.codecache, torch._functorch._aot_autograd.autograd_cache
 from pytest_compilecache._torchapi import patches
+
+gc.freeze()  # as the zygote does: each session's closing gc.collect (pytest's unraisable check) skips torch's heap
 
 def owner_of(patch):
     """``(object holding the attribute, its name)``, or None where this torch has no such object."""
@@ -46,13 +48,22 @@ def current():
                         if "pytest_compilecache" in type(f).__module__ + str(getattr(f, "__module__", ""))]
     return out
 
-PREPARE
-before = current()
-for run, verbose in ((1, ["-v"]), (2, [])):
-    code = pytest.main(["-p", "no:cacheprovider", *verbose, "test_inner.py"])
-    after = current()
-    changed = sorted(name for name in before if after[name] is not before[name] and after[name] != before[name])
-    print(f"SESSION {run} EXIT {int(code)} CHANGED {changed}")
+def sessions(label):
+    """Two sessions, the first with -v, each said in lines starting with ``label``."""
+    before = current()
+    for run, verbose in ((1, ["-v"]), (2, [])):
+        print(f"=== {label} SESSION {run}", flush=True)
+        code = pytest.main(["-p", "no:cacheprovider", *verbose, "test_inner.py"])
+        after = current()
+        changed = sorted(name for name in before if after[name] is not before[name] and after[name] != before[name])
+        print(f"{label} SESSION {run} EXIT {int(code)} CHANGED {changed}", flush=True)
+
+import torch._dynamo.pgo as pgo
+lookup = vars(pgo).pop("get_local_code_state", None)  # as on torch 2.7, which has none to take away
+sessions("LACKING")  # first: the plugin asks once a process which layers it can observe
+if lookup is not None:
+    pgo.get_local_code_state = lookup
+sessions("WHOLE")
 '''
 
 INNER = '''
@@ -67,35 +78,40 @@ def test_counts(cold_cache):
 '''
 
 
-def _sessions(pytester: pytest.Pytester, prepare: str = "") -> subprocess.CompletedProcess[str]:
-    pytester.makepyfile(test_inner=INNER)
-    script = pytester.path / "sessions.py"
-    script.write_text(SESSIONS.replace("PREPARE", textwrap.dedent(prepare)))
-    return subprocess.run([sys.executable, str(script)], cwd=pytester.path, capture_output=True, text=True,
+@pytest.fixture(scope="module")
+def sessions(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str, str]:
+    """One process running two sessions where this torch lacks a patched attribute (PGO's local lookup),
+    then, the attribute put back, two with the register whole: the whole register's sessions' output, the
+    lacking one's, and stderr."""
+    folder = tmp_path_factory.mktemp("sessions")
+    (folder / "test_inner.py").write_text(INNER)
+    script = folder / "sessions.py"
+    script.write_text(SESSIONS)
+    # As pytester runs them: a home of their own and no PYTEST_ADDOPTS (the suite's says everything without -v).
+    env = {**os.environ, "HOME": str(folder), "PY_COLORS": "0"}
+    env.pop("PYTEST_ADDOPTS", None)
+    done = subprocess.run([sys.executable, str(script)], cwd=folder, env=env, capture_output=True, text=True,
                           timeout=600)
+    lacking, _, whole = done.stdout.partition("=== WHOLE SESSION 1")
+    return whole, lacking, done.stderr
 
 
-def test_two_sessions_in_one_process_each_start_from_torch_as_it_was(pytester: pytest.Pytester) -> None:
+def test_two_sessions_in_one_process_each_start_from_torch_as_it_was(sessions: tuple[str, str, str]) -> None:
     """Each session installs the register's patches when a fixture first needs them and takes them all back
     at its end: torch's attributes and ``sys.meta_path`` are as before, and the next session counts again."""
-    done = _sessions(pytester)
-    out = done.stdout
-    assert "SESSION 1 EXIT 0 CHANGED []" in out, out + done.stderr
-    assert "SESSION 2 EXIT 0 CHANGED []" in out, out + done.stderr
+    out, _, err = sessions
+    assert "WHOLE SESSION 1 EXIT 0 CHANGED []" in out, out + err
+    assert "WHOLE SESSION 2 EXIT 0 CHANGED []" in out, out + err
     assert out.count("torch patches (torch ") == 1, out  # with -v only
 
 
 def test_a_patch_this_torch_cannot_take_turns_its_feature_off_once_and_raises_nothing(
-    pytester: pytest.Pytester,
+    sessions: tuple[str, str, str],
 ) -> None:
     """As on a torch whose PGO module lacks the local lookup (2.7): the session passes, the layer is
     reported unobservable naming the torch version, and the summary names the feature and the patch."""
-    done = _sessions(pytester, prepare="""
-        import torch._dynamo.pgo as pgo
-        vars(pgo).pop("get_local_code_state", None)  # torch 2.7 has none to take away
-    """)
-    out = done.stdout
-    assert "SESSION 1 EXIT 0" in out and "SESSION 2 EXIT 0" in out, out + done.stderr
+    _, out, err = sessions
+    assert "LACKING SESSION 1 EXIT 0" in out and "LACKING SESSION 2 EXIT 0" in out, out + err
     version = out.split("torch patches (torch ")[1].split(")")[0]
     assert f"not observable: torch {version}'s PGO module has no local code-state lookup to count" in out, out
     off = [line for line in out.splitlines() if line.startswith(f"off on torch {version}: pgo layer counts (")]
@@ -207,17 +223,20 @@ def test_a_plain_test_after_it_compiles_in_the_same_folder():
 '''
 
 
-def test_a_session_inside_another_leaves_the_outer_ones_patches_and_folders(pytester: pytest.Pytester) -> None:
+def test_a_session_inside_another_leaves_the_outer_ones_patches_and_folders(
+    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult],
+) -> None:
     """A ``pytester`` session run in-process inside a test of an outer session takes back only what it
     installed: the outer session's patches, default folder and headers' folder are as they were, and
     the outer test goes on counting."""
     pytester.makepyfile(test_outer=NESTED)
-    result = pytester.runpytest_subprocess("-p", "pytester", "-p", "no:cacheprovider", "--compile-cache-isolate")
+    result = run_inner("-p", "pytester", "-p", "no:cacheprovider", "--compile-cache-isolate")
     result.assert_outcomes(passed=3)
 
 
-#: The processes the drift test's entries are dealt into.
+#: The processes the drift test's runs (an entry and a mode each) are dealt into.
 DRIFT_PARTS = 2
+DRIFT_MODES = ("missing", "replaced", "reshaped")
 
 DRIFT = OWNERS + '''
 import contextlib, io
@@ -235,9 +254,10 @@ import torch._inductor.utils as inductor_utils
 fresh_cache = getattr(inductor_utils, "fresh_cache", None) or inductor_utils.fresh_inductor_cache
 
 _, text = run("--compile-cache-isolate")
+gc.freeze()  # and what the first compile imported
 print("BASELINE OFF", len(off(text)))
 part, parts = map(int, sys.argv[1:3])
-eligible = 0
+dealt = 0
 for patch in patches.PATCHES:
     if not patch.module.startswith("torch"):
         continue
@@ -247,12 +267,12 @@ for patch in patches.PATCHES:
     owner, name = found
     if patch.backport or name not in vars(owner):
         continue  # nothing of torch's own to take away here
-    eligible += 1
-    if eligible % parts != part:
-        continue
     print("ENTRY", patch.name)
     kept = vars(owner)[name]
-    for mode in ("missing", "replaced", "reshaped"):
+    for mode in ("missing", "replaced", "reshaped"):  # DRIFT_MODES
+        dealt += 1  # an entry's modes go to different parts: where torch fails, an entry costs twice as much
+        if dealt % parts != part:
+            continue
         if mode == "missing":
             delattr(owner, name)
         elif mode == "replaced":
@@ -288,7 +308,8 @@ def test_every_patch_whose_attribute_drifts_costs_at_most_its_feature(pytester: 
     """The drift test: for each entry of the register, a session where torch's attribute is missing,
     replaced by one of another signature, or returns its result in another shape, before the plugin looks
     ends with the results the tests have without the plugin, no INTERNALERROR, and at most one more line
-    naming a feature lost. The entries are dealt into DRIFT_PARTS processes, which xdist runs side by side."""
+    naming a feature lost. The runs (entry by mode) are dealt into DRIFT_PARTS processes, which xdist runs
+    side by side; every part lists every entry and checks that it ran its share of the runs."""
     pytester.makepyfile(test_inner=DRIFT_INNER)
     script = pytester.path / "drift.py"
     script.write_text(DRIFT)
@@ -297,8 +318,10 @@ def test_every_patch_whose_attribute_drifts_costs_at_most_its_feature(pytester: 
     lines = done.stdout.splitlines()
     baseline = int(next(line.split()[-1] for line in lines if line.startswith("BASELINE OFF")))
     drifted = [line.split() for line in lines if line.startswith("DRIFT ")]
-    entries = [line for line in lines if line.startswith("ENTRY ")]
-    assert len(entries) >= 15 // DRIFT_PARTS and len(drifted) == 3 * len(entries), \
+    entries = [line.split()[1] for line in lines if line.startswith("ENTRY ")]
+    runs = [(name, mode) for name in entries for mode in DRIFT_MODES]
+    share = [run for number, run in enumerate(runs, 1) if number % DRIFT_PARTS == part]
+    assert len(entries) >= 15 and [(d[1], d[2]) for d in drifted] == share, \
         done.stdout[-3000:] + done.stderr[-3000:]
     for _, name, mode, _, code, _, without, _, internal, _, lost in drifted:
         assert internal == "False", f"{name} {mode}: INTERNALERROR\n{done.stdout[-3000:]}"
@@ -416,9 +439,11 @@ def test_compiles(cold_cache):
 '''
 
 
-def test_a_wrappers_own_failure_never_breaks_a_compile_and_is_said_once(pytester: pytest.Pytester) -> None:
+def test_a_wrappers_own_failure_never_breaks_a_compile_and_is_said_once(
+    pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult],
+) -> None:
     pytester.makepyfile(test_faulty=FAULTY)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result = run_inner("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
     out = result.stdout.str()
     said = [line for line in out.splitlines() if "compiled_fx_graph_hash failed (RuntimeError: a fault of the "
