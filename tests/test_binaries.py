@@ -57,9 +57,10 @@ def pytest_compilecache_warmup(cache):
 class Kernels:
     """A project whose tests compile two kernels, run in subprocesses with a TMPDIR of their own."""
 
-    def __init__(self, root: Path, headers: Path) -> None:
+    def __init__(self, root: Path, headers: Path, run_session: Callable[..., subprocess.CompletedProcess[str]]) -> None:
         self.root = root
         self.headers = headers
+        self.run_session = run_session
         (root / "test_kernels.py").write_text(KERNELS)
         (root / "conftest.py").write_text(WARMUP)
         (root / "tox.ini").write_text(f"[pytest]\ncompile_cache_headers_dir = {headers}\nverbosity_compilecache = 1\n")
@@ -68,14 +69,19 @@ class Kernels:
                     if k not in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS")}
         self.env["TMPDIR"] = str(root / "tmp")
 
-    def run(self, bundle: Path, *extra: str) -> dict[str, Any]:
-        """Run the project's tests on ``bundle``: ``{"ret", "out", test name: its counts}``."""
+    def run(self, bundle: Path, *extra: str, fresh: bool = False) -> dict[str, Any]:
+        """Run the project's tests on ``bundle``: ``{"ret", "out", test name: its counts}``. ``fresh=True``
+        starts a new process, which learns the CPU's vector instructions itself: only such a run builds
+        (and carries) the CPU probes, or loads the ones a bundle carries. Otherwise the run is forked from
+        the zygote, which learned them once."""
         report = bundle.with_suffix(".json")
-        done = subprocess.run(
-            [sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:cacheprovider", "-s",
-             f"--compile-cache-bundle={bundle}", f"--compile-cache-report={report}", *extra],
-            cwd=self.root, env=self.env, capture_output=True, text=True, timeout=600,
-        )
+        args = ["-p", "no:randomly", "-p", "no:cacheprovider", "-s",
+                f"--compile-cache-bundle={bundle}", f"--compile-cache-report={report}", *extra]
+        if fresh:
+            done = subprocess.run([sys.executable, "-m", "pytest", *args], cwd=self.root, env=self.env,
+                                  capture_output=True, text=True, timeout=600)
+        else:
+            done = self.run_session(args, self.root, self.env)
         assert "3 passed" in done.stdout, done.stdout + done.stderr
         tests = json.loads(report.read_text())["tests"]
         return {"ret": done.returncode, "out": done.stdout,
@@ -83,15 +89,17 @@ class Kernels:
 
 
 @pytest.fixture(scope="module")
-def kernels(tmp_path_factory: pytest.TempPathFactory, shared_headers_dir: Path) -> Kernels:
-    return Kernels(tmp_path_factory.mktemp("kernels"), shared_headers_dir)
+def kernels(tmp_path_factory: pytest.TempPathFactory, shared_headers_dir: Path,
+            run_session: Callable[..., subprocess.CompletedProcess[str]]) -> Kernels:
+    return Kernels(tmp_path_factory.mktemp("kernels"), shared_headers_dir, run_session)
 
 
 @pytest.fixture(scope="module")
 def built(kernels: Kernels) -> tuple[Path, dict[str, Any]]:
-    """A bundle saved by a cold run of the kernels' tests, and that run's per-test counts."""
+    """A bundle saved by a cold run of the kernels' tests in a fresh process (so it carries the CPU
+    probes), and that run's per-test counts."""
     bundle = kernels.root / "kernels.bundle"
-    return bundle, kernels.run(bundle)
+    return bundle, kernels.run(bundle, fresh=True)
 
 
 @pytest.fixture
@@ -153,7 +161,7 @@ def test_broken_binaries_are_rebuilt_and_reported_once(
     # the bundle's (broken) probes are the ones torch loads.
     headers = kernels.root / "headers-without-probes"
     link_tree(kernels.headers, headers, leave_out=("cpu-probes",))
-    run = kernels.run(tampered, "--compile-cache-strict", "-o", f"compile_cache_headers_dir={headers}")
+    run = kernels.run(tampered, "--compile-cache-strict", "-o", f"compile_cache_headers_dir={headers}", fresh=True)
     assert run["ret"] == 1, "strict mode makes an unusable carried binary a problem"
     out = run["out"]
     assert out.count("fails its checksum") == 1 and f"{tampered}: carried binary" in out, out
