@@ -77,11 +77,6 @@ def sessions(tmp_path_factory: pytest.TempPathFactory, shared_headers_dir: Path,
     assert written_into(made.user_home) == [], "a session of this module wrote into the user's home"
 
 
-def cli_process(sessions: Sessions, *args: str | Path) -> subprocess.CompletedProcess[str]:
-    """The CLI through its installed entry point, in a new process (with the stand-in user home)."""
-    return subprocess.run([CLI, *map(str, args)], capture_output=True, text=True, timeout=300, env=sessions.env())
-
-
 def cli(*args: str | Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """The CLI's ``main`` in this process (as the entry point calls it), output captured, with the
     signing key of ``env`` (as :func:`with_key` makes it) while it runs."""
@@ -160,8 +155,8 @@ def test_inspect_shows_environments_and_layers(good_bundle: Path, foreign_bundle
 
 
 @pytest.mark.compat
-def test_verify_is_a_ci_gate(good_bundle: Path, foreign_bundle: Path, tmp_path: Path, sessions: Sessions) -> None:
-    ok = cli_process(sessions, "verify", good_bundle)
+def test_verify_is_a_ci_gate(good_bundle: Path, foreign_bundle: Path, tmp_path: Path) -> None:
+    ok = cli("verify", good_bundle)
     assert ok.returncode == 0 and "OK" in ok.stdout
     assert_user_error(cli("verify", foreign_bundle), 1, str(foreign_bundle), "no entry matches this machine", "device")
     with read_manifest(good_bundle) as bundle:
@@ -330,10 +325,20 @@ def test_nothing_is_written_into_the_users_home(good_bundle: Path, sessions: Ses
     assert written_into(sessions.user_home) == [], "the bundle builder wrote into the user's home"
 
 
-def test_python_m_runs_the_same_command(good_bundle: Path, sessions: Sessions) -> None:
-    result = subprocess.run([sys.executable, "-m", "pytest_compilecache", "verify", str(good_bundle)],
-                            capture_output=True, text=True, timeout=300, env=sessions.env())
-    assert result.returncode == 0 and "OK" in result.stdout
+def test_python_m_runs_the_same_command_and_says_nothing_of_torch_where_numpy_is_missing(
+        good_bundle: Path, tmp_path: Path, sessions: Sessions) -> None:
+    """``python -m pytest_compilecache`` runs the same command line. A newcomer's ``inspect`` and ``verify``
+    printed torch's "Failed to initialize NumPy" warning on stderr in every call (a CPU torch installs no
+    numpy); it says nothing about bundles."""
+    stub = tmp_path / "no-numpy"
+    stub.mkdir()
+    (stub / "numpy.py").write_text('raise ModuleNotFoundError("No module named \'numpy\'", name="numpy")\n')
+    env = sessions.env()
+    env["PYTHONPATH"] = os.pathsep.join([str(stub), env.get("PYTHONPATH", "")])
+    done = subprocess.run([sys.executable, "-m", "pytest_compilecache", "verify", str(good_bundle)],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0 and "OK" in done.stdout, done.stdout + done.stderr
+    assert done.stderr == "", done.stderr  # inspect imports torch the same way
 
 
 H200_BUNDLE = Path(__file__).parent / "data" / "h200-torch2.11.bundle"
@@ -351,18 +356,15 @@ def test_a_real_gpu_bundle_does_not_match_a_cpu_machine(tmp_path: Path) -> None:
     assert entry["artifacts"]["autotune"]["count"] == 1
 
 
-def test_a_real_gpu_bundle_is_not_loaded_on_a_cpu_machine(pytester: pytest.Pytester, sessions: Sessions,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_real_gpu_bundle_is_not_loaded_on_a_cpu_machine(tmp_path: Path, sessions: Sessions) -> None:
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU; the check is for CPU machines")
-    bundle = pytester.path / "gpu.bundle"
+    bundle = tmp_path / "gpu.bundle"
     shutil.copy(H200_BUNDLE, bundle)
-    pytester.makepyfile("def test_w(warm_cache):\n    pass\n")
-    for name, value in sessions.env({}).items():
-        monkeypatch.setenv(name, value)
-    result = pytester.runpytest_subprocess(*sessions.args(), f"--compile-cache-bundle={bundle}", "-rs",
-                                           "-p", "no:cacheprovider")
+    (tmp_path / "test_gpu_bundle.py").write_text("def test_w(warm_cache):\n    pass\n")
+    done = sessions.run(tmp_path, f"--compile-cache-bundle={bundle}", "-rs", f"--basetemp={tmp_path / 'base'}")
+    result = pytest.RunResult(done.returncode, done.stdout.splitlines(), done.stderr.splitlines(), 0.0)
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*bundle: incompatible:*no entry matches this machine*device: bundle NVIDIA H200, here cpu*"])
     assert bundle.read_bytes() == H200_BUNDLE.read_bytes()
@@ -585,19 +587,6 @@ def test_prune_to_a_size_says_when_it_drops_what_the_last_run_used(good_bundle: 
     said = [line.strip() for line in after.stdout.splitlines() if "AOTAutograd miss in" in line]
     assert said and all("`prune --max-size` dropped it" in line and "new code" not in line for line in said), \
         after.stdout
-
-
-def test_the_cli_says_nothing_of_torch_on_stderr_where_numpy_is_missing(good_bundle: Path, tmp_path: Path) -> None:
-    """A newcomer's ``inspect`` and ``verify`` printed torch's "Failed to initialize NumPy" warning on
-    stderr in every call (a CPU torch installs no numpy); it says nothing about bundles."""
-    stub = tmp_path / "no-numpy"
-    stub.mkdir()
-    (stub / "numpy.py").write_text('raise ModuleNotFoundError("No module named \'numpy\'", name="numpy")\n')
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(stub), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-c", "from pytest_compilecache.cli import main; raise SystemExit(main())",
-                           "verify", str(good_bundle)], capture_output=True, text=True, env=env, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stderr == "", done.stderr  # inspect imports torch the same way
 
 
 def test_a_mistyped_option_after_a_command_shows_that_commands_usage(good_bundle: Path) -> None:

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "fuzz_bundles.py"
 SEED = 20261123
-FAST_CASES = 208
+FAST_CASES = 104
 
 
 def _load_script() -> Any:

@@ -177,14 +177,13 @@ def _packs(store: PackStore) -> list[str]:
     return sorted(store.client.listing(PACKS))
 
 
-def test_a_store_opened_after_the_endpoint_changed_reaches_the_new_one(tmp_path: Path,
+def test_a_store_opened_after_the_endpoint_changed_reaches_the_new_one(endpoint: str, tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """The endpoint and credentials come from the environment: a store opened after they changed (a later session in
     the same process, a CI step that points elsewhere) reaches the new server, not one an earlier store of the process
     reached (fsspec keeps one file system per set of arguments, and the environment is not among them)."""
-    with s3_server() as (first, _):
-        _use(monkeypatch, first)
-        assert _store(f"{_bucket(first)}/b.bundle", tmp_path / "one").read() is None
+    _use(monkeypatch, endpoint)
+    assert _store(f"{_bucket(endpoint)}/b.bundle", tmp_path / "one").read() is None
     with s3_server() as (second, _):
         _use(monkeypatch, second)
         url = f"{_bucket(second)}/b.bundle"
@@ -227,12 +226,10 @@ def test_shards_share_one_s3_bundle(pytester: pytest.Pytester, run_inner: Callab
         "only this machine's pack (and the other pack's first bytes) was downloaded"
     assert second["saved"]["status"] == "kept"
 
-    again = shard("two")
-    assert again["processes"][0]["status"] == "loaded"
-    assert again["processes"][0]["downloaded_bytes"] == 0, "every part it reads was kept on this machine"
-    assert again["at_start"] == f"{url}: 2 packs, {whole / 1e6:.1f} MB"
-
     nothing_new = shard("two", "--compile-cache-update")
+    assert nothing_new["processes"][0]["status"] == "loaded"
+    assert nothing_new["processes"][0]["downloaded_bytes"] == 0, "every part it reads was kept on this machine"
+    assert nothing_new["at_start"] == f"{url}: 2 packs, {whole / 1e6:.1f} MB"
     assert nothing_new["saved"]["status"] == "unchanged"
     assert nothing_new["saved"]["transfer"] == {"downloaded": 0, "uploaded": 0}
 
@@ -254,26 +251,26 @@ def test_shards_share_one_s3_bundle(pytester: pytest.Pytester, run_inner: Callab
 
 
 def test_writers_at_once_lose_nothing(store_root: str, tmp_path: Path) -> None:
-    """Eight shards add to one bundle at once, on the real server: four add entries for machines of
-    their own, four add other tests' artifacts to one machine's entry. Every pack lands, nothing is
+    """Four shards add to one bundle at once, on the real server: two add entries for machines of
+    their own, two add other tests' artifacts to one machine's entry. Every pack lands, nothing is
     lost, and no write waits for another (no condition, no retry, no delta)."""
     url = f"{store_root}/race.bundle"
     _store(url, tmp_path / "first").add([_tagged("shared", 1)])
-    jobs = [[_tagged(f"machine {n}")] for n in range(4)] + [[_tagged("shared", n)] for n in range(2, 6)]
+    jobs = [[_tagged(f"machine {n}")] for n in range(2)] + [[_tagged("shared", n)] for n in range(2, 4)]
     stores = [_store(url, tmp_path / f"shard-{n}") for n in range(len(jobs))]
     with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
         saved = list(pool.map(lambda job: job[0].add(job[1]), zip(stores, jobs)))
     assert all(s.status is Written.SAVED for s in saved)
-    assert len(_packs(stores[0])) == 9
+    assert len(_packs(stores[0])) == 5
     bundle = read_url(url, tmp_path / "check", stores[0].client.storage_options)
     tags = sorted(e.env["cache_key_tag"] for e in bundle.entries)
-    assert tags == ["machine 0", "machine 1", "machine 2", "machine 3", "shared"]
+    assert tags == ["machine 0", "machine 1", "shared"]
     shared = bundle.find(_tagged("shared").env)
     assert shared is not None
     other = bundle.find(_tagged("machine 0").env)
     assert other is not None
     per_test = len(bundle.members(other).table)
-    assert len(bundle.members(shared).table) == 5 * per_test, "the artifacts of all five shards"
+    assert len(bundle.members(shared).table) == 3 * per_test, "the artifacts of all three shards"
 
 
 def test_a_folder_holds_the_same_layout_and_pruning_keeps_what_readers_read(tmp_path: Path, capsys: Any,
@@ -622,23 +619,23 @@ def test_the_command_line_takes_storage_options(s3: str, built: Path, endpoint: 
 def test_shards_share_one_azure_bundle(pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult],
                                        az: str) -> None:
     """Through Azure Blob (Azurite): the first shard creates the bundle (one pack), a fresh runner
-    loads it and hits, and with nothing new it moves nothing."""
+    (an updating one) loads it and hits, and with nothing new it uploads nothing."""
     url = f"{az}/ci/suite.bundle"
     pytester.makepyfile(test_s=TESTS)
     reports = []
-    for n, args in enumerate(((), (), ("--compile-cache-update",))):
+    for n, args in enumerate(((), ("--compile-cache-update",))):
         report = pytester.path / f"r{n}.json"
         result = run_inner(f"--compile-cache-bundle={url}", f"--compile-cache-report={report}", *args,
                            ini=f"compile_cache_home = {pytester.path / ('home-' + str(min(n, 1)))}")
         assert result.ret == 0 and "Traceback" not in result.stdout.str(), result.stdout.str()
         reports.append(json.loads(report.read_text()))
-    first, second, third = reports
+    first, second = reports
     assert first["bundle"]["saved"]["status"] == "saved" and first["totals"]["fx_graph"]["misses"] == 1
     assert second["bundle"]["processes"][0]["status"] == "loaded"
     assert second["bundle"]["processes"][0]["downloaded_bytes"] > 0
     assert second["totals"]["fx_graph"]["hits"] == 1 and second["totals"]["fx_graph"]["misses"] == 0
-    assert third["bundle"]["saved"]["status"] == "unchanged"
-    assert third["bundle"]["saved"]["transfer"]["uploaded"] == 0
+    assert second["bundle"]["saved"]["status"] == "unchanged"
+    assert second["bundle"]["saved"]["transfer"]["uploaded"] == 0
 
 
 def test_a_run_that_adds_nothing_reads_only_its_own_entry_and_writes_nothing(s3: str, tmp_path: Path) -> None:

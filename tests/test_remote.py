@@ -90,13 +90,20 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def test_a_second_machine_hits_what_the_first_put(pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult],
                                                   redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two runs with empty local caches of their own (two CI shards) sharing one Redis; a warm_cache
-    test reads it only when marked, and a cold_cache test never does."""
+    """Runs with empty local caches of their own (CI shards) sharing one Redis; a warm_cache test reads
+    it only when marked, and a cold_cache test never does. A cache key tag is a key space of its own:
+    the first two shards leave ``TORCH_COMPILE_CACHE_KEY_TAG`` unset (the empty tag), and the second
+    hits what the first put; a third with another tag misses it (it alone pays for a fresh process:
+    torch reads the tag when it is imported)."""
     pytester.makepyfile(test_r=PLAIN + WARM_ASKS)
     pytester.makeconftest(WARMUP)
     totals, warm = [], []
-    for shard in ("one", "two"):
+    for shard, tag in (("one", None), ("two", None), ("three", "suite-b")):
         monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(pytester.path / f"local-{shard}"))
+        if tag is None:
+            monkeypatch.delenv("TORCH_COMPILE_CACHE_KEY_TAG", raising=False)
+        else:
+            monkeypatch.setenv("TORCH_COMPILE_CACHE_KEY_TAG", tag)
         report = pytester.path / f"{shard}.json"
         result = run_inner(f"--compile-cache-remote={redis_url}", f"--compile-cache-report={report}", "-p",
                            "no:randomly", "--compile-cache-strict")
@@ -106,7 +113,7 @@ def test_a_second_machine_hits_what_the_first_put(pytester: pytest.Pytester, run
         tests = json.loads(report.read_text())["tests"]
         totals.append(tests["test_r.py::test_plain"])
         warm.append(tests["test_r.py::test_warm_asks_for_remote"])
-    first, second = totals
+    first, second, tagged = totals
     assert warm[0]["remote_fx_graph"]["misses"] == 1 and warm[0]["remote_fx_graph"]["saved"] == 1, warm[0]
     assert warm[1]["remote_fx_graph"]["hits"] == 1, "the marked warm test of the second shard hit what the first put"
     assert first["remote_fx_graph"]["misses"] == 1 and first["remote_fx_graph"]["saved"] == 1, first
@@ -114,6 +121,8 @@ def test_a_second_machine_hits_what_the_first_put(pytester: pytest.Pytester, run
     assert second["remote_fx_graph"]["hits"] == 1 and second["remote_fx_graph"]["misses"] == 0, second
     assert second["fx_graph"]["hits"] == 1, "a remote hit is an FX graph hit too"
     assert second["remote_aot_autograd"]["hits"] == 1, second
+    assert tagged["remote_fx_graph"]["hits"] == 0 and tagged["remote_fx_graph"]["misses"] == 1, \
+        "another tag never reads the first tag's entry"
 
 
 def test_a_server_that_does_not_answer_is_said_and_fatal_when_strict(
@@ -130,30 +139,3 @@ def test_a_server_that_does_not_answer_is_said_and_fatal_when_strict(
     bad = run_inner("--compile-cache-remote=http://example.invalid/")
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
     assert "is not a Redis URL" in bad.stderr.str()
-
-
-def test_a_cache_key_tag_is_a_key_space_of_its_own(pytester: pytest.Pytester,
-                                                    run_inner: Callable[..., pytest.RunResult],
-                                                    redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Three shards with empty local caches share one Redis: a shard with another
-    ``TORCH_COMPILE_CACHE_KEY_TAG`` misses what the first put, one with the same tag hits it. The
-    first and last shards leave the tag unset (its default, the empty tag), so that only the
-    shard with a tag pays for a fresh process (torch reads the tag when it is imported)."""
-    # A graph of this test's own: the module's Redis holds the other tests' untagged entries.
-    pytester.makepyfile(test_r=PLAIN.split("def test_cold")[0].replace("* 5 + 2", "* 11 + 13"))
-    plain = []
-    for shard, tag in (("one", None), ("two", "suite-b"), ("three", None)):
-        monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(pytester.path / f"local-{shard}"))
-        if tag is None:
-            monkeypatch.delenv("TORCH_COMPILE_CACHE_KEY_TAG", raising=False)
-        else:
-            monkeypatch.setenv("TORCH_COMPILE_CACHE_KEY_TAG", tag)
-        report = pytester.path / f"{shard}.json"
-        result = run_inner(f"--compile-cache-remote={redis_url}", f"--compile-cache-report={report}",
-                           "--compile-cache-strict")
-        result.assert_outcomes(passed=1)
-        plain.append(json.loads(report.read_text())["tests"]["test_r.py::test_plain"])
-    one, two, three = (p["remote_fx_graph"] for p in plain)
-    assert one["misses"] == 1 and one["saved"] == 1, one
-    assert two["hits"] == 0 and two["misses"] == 1, "another tag never reads the first tag's entry"
-    assert three["hits"] == 1 and three["misses"] == 0, "the same tag hits what the first shard put"
