@@ -148,17 +148,29 @@ def _torch_compiler_imported_before_pytester() -> None:
 
 
 @pytest.fixture(scope="session")
-def kernels_name_their_folder(tmp_path_factory: pytest.TempPathFactory) -> bool:
+def kernels_name_their_folder(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> bool:
     """Whether this torch writes a C++ kernel's cache folder into its source (torch 2.7: its key then differs per
-    folder, and the plugin carries no kernel), found by compiling one in a fresh process."""
-    folder = tmp_path_factory.mktemp("kernel-source")
-    code = "import torch; torch.compile(lambda x: (x.sin() + 1).relu())(torch.randn(8))"
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(folder)}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    sources = [p for p in folder.glob("*/*.cpp") if p.with_suffix(".so").exists()]
-    assert sources, "a C++ kernel was built"
-    return any(str(folder) in p.read_text(errors="replace") for p in sources)
+    folder, and the plugin carries no kernel), found by compiling one in a fresh process, once a session: xdist's
+    workers share the answer through a file in the session's temporary root."""
+    import filelock
+
+    def compile_one() -> bool:
+        folder = tmp_path_factory.mktemp("kernel-source")
+        code = "import torch; torch.compile(lambda x: (x.sin() + 1).relu())(torch.randn(8))"
+        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(folder)}
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr
+        sources = [p for p in folder.glob("*/*.cpp") if p.with_suffix(".so").exists()]
+        assert sources, "a C++ kernel was built"
+        return any(str(folder) in p.read_text(errors="replace") for p in sources)
+
+    if worker_id == "master":
+        return compile_one()
+    answer = tmp_path_factory.getbasetemp().parent / "kernels-name-their-folder"
+    with filelock.FileLock(f"{answer}.lock"):
+        if not answer.is_file():
+            answer.write_text(str(compile_one()))
+        return answer.read_text() == "True"
 
 
 @pytest.fixture(scope="session")

@@ -19,21 +19,6 @@ def fingerprint_here() -> dict[str, str]:
     return dict(json.loads(out.splitlines()[-1]))
 
 
-def kernels_name_their_folder() -> bool:
-    """Whether this torch's C++ kernels include a header by its absolute path in their cache folder
-    (torch 2.7 does): their binaries are then found only there, and no bundle carries them."""
-    code = """
-import glob, os, sys, tempfile
-folder = tempfile.mkdtemp()
-os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder
-import torch
-torch.compile(lambda x: x.sin() + 1)(torch.randn(8))
-print(any(folder in open(p).read() for p in glob.glob(os.path.join(folder, "*", "*.cpp"))))
-"""
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=600)
-    return out.stdout.strip().splitlines()[-1] == "True"
-
-
 def torch_builds_precompiled_headers() -> bool:
     """Whether this torch's Inductor precompiles C++ headers (torch 2.7 does not), read from its source
     without importing it."""

@@ -21,7 +21,6 @@ from pytest_compilecache.bundle.binaries import CarriedFile
 from pytest_compilecache.bundle.format import Bundle, Entry, make_entry, read_manifest
 from pytest_compilecache.bundle.writing import write_bundle
 from pytest_compilecache.cli import main
-from helpers import kernels_name_their_folder
 
 #: Real sessions against real servers and suites: left out of the fast tier (-m "not slow").
 pytestmark = pytest.mark.slow
@@ -155,7 +154,8 @@ def test_inspect_shows_environments_and_layers(good_bundle: Path, foreign_bundle
 
 
 @pytest.mark.compat
-def test_verify_is_a_ci_gate(good_bundle: Path, foreign_bundle: Path, tmp_path: Path) -> None:
+def test_verify_is_a_ci_gate(good_bundle: Path, foreign_bundle: Path, tmp_path: Path,
+                             kernels_name_their_folder: bool) -> None:
     ok = cli("verify", good_bundle)
     assert ok.returncode == 0 and "OK" in ok.stdout
     assert_user_error(cli("verify", foreign_bundle), 1, str(foreign_bundle), "no entry matches this machine", "device")
@@ -164,7 +164,7 @@ def test_verify_is_a_ci_gate(good_bundle: Path, foreign_bundle: Path, tmp_path: 
         payload_at = bundle._start + entry.offset
         binaries = entry.binaries_section
     damaged = [("payload", payload_at + 5, "fails its checksum")]
-    if binaries is None and kernels_name_their_folder():
+    if binaries is None and kernels_name_their_folder:
         assert "fit this machine" not in ok.stdout  # torch 2.7: nothing carried, nothing claimed
     else:
         assert binaries is not None and binaries["files"], "the bundle carries the C++ binaries its test built"
