@@ -3,19 +3,18 @@
 #
 #   scripts/compat.sh                 # every minor from the floor to the newest
 #   scripts/compat.sh 2.7.1 2.15.0    # only these
-#   scripts/compat.sh --install-only 2.7.1 2.15.0   # only install those torch releases (CI does this beside the suite)
+#   scripts/compat.sh --install-only 2.7.1 2.15.0   # only make their venvs, torch and the plugin (CI does this beside the suite)
 #
 # One virtual environment per torch version, outside the repository, reused when it has that torch:
 # $COMPAT_VENVS (default ~/.cache/pytest-compilecache-compat/venvs). The plugin is installed into it
 # from this checkout each time (editable, so a venv serves one checkout's run at a time). The compat
-# tier is the fast tier plus the tests marked `compat` (bundle build, load, update and merge, serial and
-# under -n 2, warm tests, explanations, the command line, the drift test of every patch of
-# torch): `-m "not slow or compat"`, less the
-# tests no torch release changes (``torch_free`` below).
+# tier is the tests marked `compat`: those that reach torch's private API through a path of their own (the
+# drift test of every patch of torch; isolation and its counts; bundles built, loaded, updated and merged,
+# serially and under -n 2; warm tests; explanations; the command line). The rest of the suite either imports no
+# torch or goes through those same paths, and runs on one torch in the full suite.
 # One line per version: passed/failed/skipped and wall time; logs in $COMPAT_LOGS (default
 # benchmarks/results/compat), one per version, plus summary.txt. Exit status: 1 if any version failed.
-# COMPAT_DISCARD=1 removes each venv once its tier has run, so that one CUDA build (about 5 GB) is on disk at a
-# time (CI does this).
+# COMPAT_DISCARD=1 removes each venv (a CUDA build, about 5 GB) once its tier has run (CI does this).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
@@ -63,17 +62,10 @@ sys.exit(not where.startswith(os.path.realpath('$repo') + os.sep))") || { echo "
 
 if [ "$install_only" = 1 ]; then
   for version in "$@"; do
-    make_venv "$version" "$venvs/torch-$version" || exit 1
+    prepare "$version" "$venvs/torch-$version" || exit 1
   done
   exit 0
 fi
-
-#: Tests whose outcome no torch release changes (they import no torch, or test only storage, options, the protocol
-#: table, files, the summary's rendering, types, the CI recipe's shell and the suite's own harness): the full suite
-#: runs them on one torch; the tier leaves them out.
-torch_free="tests/unit tests/test_network.py tests/test_objectstore.py tests/test_packs.py tests/test_options.py
-  tests/test_protocol.py tests/test_layers.py tests/test_files.py tests/test_terminal.py tests/test_stats.py
-  tests/test_types.py tests/test_ci_recipe.py tests/test_harness.py"
 
 summary="$logs/summary.txt"
 : > "$summary"
@@ -84,9 +76,8 @@ for version in "$@"; do
   start=$(date +%s)
   {
     echo "# scripts/compat.sh $version at $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo '?') on $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores"
-    prepare "$version" "$venv" && cd "$repo" && "$venv/bin/python" -m pytest tests -q -p no:cacheprovider -m "not slow or compat" \
-      $(printf -- "--ignore=%s " $torch_free) -n "$workers" --dist worksteal -W "ignore::DeprecationWarning" \
-      -W "ignore::UserWarning" -rfEs
+    prepare "$version" "$venv" && cd "$repo" && "$venv/bin/python" -m pytest tests -q -p no:cacheprovider -m compat \
+      -n "$workers" --dist worksteal -W "ignore::DeprecationWarning" -W "ignore::UserWarning" -rfEs --durations=10
   } > "$log" 2>&1
   rc=$?
   seconds=$(( $(date +%s) - start ))

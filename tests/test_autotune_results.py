@@ -154,6 +154,7 @@ def _reloaded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, found_by_coordesc
     return kernel.compile_results[0].config, configs[1]
 
 
+@pytest.mark.compat
 def test_a_kernel_loaded_warm_keeps_the_mark_of_coordinate_descent(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """Without the mark, the kernel's first run tunes it again (torch 2.11 dropped it: a warm max-autotune
@@ -162,6 +163,7 @@ def test_a_kernel_loaded_warm_keeps_the_mark_of_coordinate_descent(tmp_path: Pat
     assert kept is expected and getattr(kept, "found_by_coordesc", False) is True
 
 
+@pytest.mark.compat
 def test_the_mark_is_kept_where_torch_drops_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """torch 2.11's ``recheck_autotune_cache`` keeps the named config without the mark; here that is torch's
     own recheck followed by taking the mark off, as 2.11 leaves it. The plugin's wrapper puts it back."""
@@ -179,6 +181,7 @@ def test_the_mark_is_kept_where_torch_drops_it(tmp_path: Path, monkeypatch: pyte
     assert kept is expected and getattr(kept, "found_by_coordesc", False) is True
 
 
+@pytest.mark.compat
 def test_a_result_coordinate_descent_did_not_find_gets_no_mark(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """A result of plain autotuning, with coordinate descent on: torch tunes it further, as it should."""

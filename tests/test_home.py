@@ -78,6 +78,7 @@ def read_only(folder: Path) -> Iterator[None]:
         subprocess.run(["umount", str(folder)], check=True, capture_output=True)
 
 
+@pytest.mark.compat
 def test_a_read_only_home_passes_what_it_passes_without_the_plugin(
         suite: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 56: a read-only HOME (the default home below it) made every compile fail with ``[Errno 30] Read-only

@@ -96,6 +96,7 @@ def sessions(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str, str]:
     return whole, lacking, done.stderr
 
 
+@pytest.mark.compat
 def test_two_sessions_in_one_process_each_start_from_torch_as_it_was(sessions: tuple[str, str, str]) -> None:
     """Each session installs the register's patches when a fixture first needs them and takes them all back
     at its end: torch's attributes and ``sys.meta_path`` are as before, and the next session counts again."""
@@ -105,6 +106,7 @@ def test_two_sessions_in_one_process_each_start_from_torch_as_it_was(sessions: t
     assert out.count("torch patches (torch ") == 1, out  # with -v only
 
 
+@pytest.mark.compat
 def test_a_patch_this_torch_cannot_take_turns_its_feature_off_once_and_raises_nothing(
     sessions: tuple[str, str, str],
 ) -> None:
@@ -439,6 +441,7 @@ def test_compiles(cold_cache):
 '''
 
 
+@pytest.mark.compat
 def test_a_wrappers_own_failure_never_breaks_a_compile_and_is_said_once(
     pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult],
 ) -> None:
