@@ -15,6 +15,9 @@
 # One line per version: passed/failed/skipped and wall time; logs in $COMPAT_LOGS (default
 # benchmarks/results/compat), one per version, plus summary.txt. Exit status: 1 if any version failed.
 # COMPAT_DISCARD=1 removes each venv (a CUDA build, about 5 GB) once its tier has run (CI does this).
+# COMPAT_FLOORS=1 makes each venv a floor environment: every dependency pyproject.toml names (the runtime ones,
+# pytest-xdist, the s3 and azure extras) at its lowest allowed version, and runs the tests marked `floors` (but
+# not `slow`) beside the compat tier. CI does this with the oldest torch: the oldest of everything, together.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
@@ -42,8 +45,23 @@ make_venv() {
   "$python" -m venv "$venv" || return 1
   # A CUDA build of several GB for every version but the CPU wheel pip may find on disk; it runs on
   # the CPU. PIP_CONSTRAINT=/dev/null: a machine-wide pip constraint must not refuse the version asked for.
-  PIP_CONSTRAINT=/dev/null "$venv/bin/pip" install -q --no-cache-dir "torch==$version" 2>&1 | grep -v "^WARNING: Location"
+  # --no-compile: the modules a run imports are compiled when first imported, not all of torch's at install.
+  PIP_CONSTRAINT=/dev/null "$venv/bin/python" -m pip install -q --no-cache-dir --no-compile "torch==$version" 2>&1 \
+    | grep -v "^WARNING: Location"
   [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "installing torch $version into $venv failed"; return 1; }
+}
+
+# Every dependency pyproject.toml names, at its lowest allowed version, as pip requirements.
+floors() {
+  "$python" - "$repo/pyproject.toml" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+deps = re.findall(r'"([A-Za-z0-9_.-]+)>=([0-9.]+)"', re.search(r"^dependencies = \[(.*?)\]", text, re.M | re.S).group(1))
+deps += re.findall(r'"(pytest-xdist)>=([0-9.]+)"', text)
+extras = " ".join(re.search(rf"^{name} = \[(.*?)\]", text, re.M).group(1) for name in ("s3", "azure"))
+deps += re.findall(r'"([A-Za-z0-9_.-]+)>=([0-9.]+)"', extras)
+print(" ".join(sorted({f"{name}=={version}" for name, version in deps})))
+PY
 }
 
 # Make (or refresh) the venv of torch $1 at $2, with the plugin and its test extra installed from
@@ -51,8 +69,20 @@ make_venv() {
 prepare() {
   local version=$1 venv=$2
   make_venv "$version" "$venv" || return 1
-  PIP_CONSTRAINT=/dev/null "$venv/bin/pip" install -q -e "$repo[test]" 2>&1 | grep -v "^WARNING: Location"
+  PIP_CONSTRAINT=/dev/null "$venv/bin/python" -m pip install -q -e "$repo[test]" 2>&1 | grep -v "^WARNING: Location"
   [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "installing the plugin from $repo into $venv failed"; return 1; }
+  if [ "${COMPAT_FLOORS:-0}" = 1 ]; then
+    local floors
+    floors=$(floors) || return 1
+    echo "dependency floors: $floors"
+    PIP_CONSTRAINT=/dev/null "$venv/bin/python" -m pip install -q $floors 2>&1 | grep -v "^WARNING: Location"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "installing the dependency floors into $venv failed"; return 1; }
+    # s3fs's floor brings an older botocore; boto3 (moto's) must be its match, or moto.server cannot be imported
+    # and every S3 test would be skipped: the import is checked below
+    PIP_CONSTRAINT=/dev/null "$venv/bin/python" -m pip install -q \
+      "boto3==$("$venv/bin/python" -c 'import botocore; print(botocore.__version__)')" 2>&1 | grep -v "^WARNING: Location"
+    "$venv/bin/python" -c "import moto.server, s3fs, adlfs" || { echo "the floors' S3 and Azure clients do not import"; return 1; }
+  fi
   (cd / && "$venv/bin/python" -c "
 import os, sys, torch, pytest_compilecache
 where = os.path.realpath(pytest_compilecache.__file__)
@@ -67,6 +97,8 @@ if [ "$install_only" = 1 ]; then
   exit 0
 fi
 
+selection=compat
+[ "${COMPAT_FLOORS:-0}" = 1 ] && selection="compat or (floors and not slow)"
 summary="$logs/summary.txt"
 : > "$summary"
 failed=0
@@ -76,7 +108,7 @@ for version in "$@"; do
   start=$(date +%s)
   {
     echo "# scripts/compat.sh $version at $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo '?') on $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores"
-    prepare "$version" "$venv" && cd "$repo" && "$venv/bin/python" -m pytest tests -q -p no:cacheprovider -m compat \
+    prepare "$version" "$venv" && cd "$repo" && "$venv/bin/python" -m pytest tests -q -p no:cacheprovider -m "$selection" \
       -n "$workers" --dist worksteal -W "ignore::DeprecationWarning" -W "ignore::UserWarning" -rfEs --durations=10
   } > "$log" 2>&1
   rc=$?

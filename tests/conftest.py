@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 import pytest
 
+from helpers import SAY_EVERYTHING, report_schema_errors, run_pytest
 from zygote import Zygotes
 
 
@@ -31,12 +32,6 @@ def _private_user_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[No
     patch.setattr(pytest.Pytester, "runpytest_subprocess", runpytest_subprocess)
     yield
     patch.undo()
-
-
-#: Inner runs print the whole summary (as -v), which most tests read: first on the command line of every inner run
-#: (pytester's, :func:`run_pytest`'s; pytester clears ``PYTEST_ADDOPTS``), and in
-#: ``PYTEST_ADDOPTS`` for the rest; the tests of the quiet default give ``-o verbosity_compilecache=auto`` after it.
-SAY_EVERYTHING = "-o verbosity_compilecache=1"
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -66,18 +61,6 @@ def _session_compiler(request: pytest.FixtureRequest, tmp_path_factory: pytest.T
     patch.setenv("CXX", str(shim))
     yield
     patch.undo()
-
-
-def report_schema_errors(document: Any) -> list[str]:
-    """Where ``document`` breaks the JSON report's published schema (``pytest_compilecache/report/schema.json``)."""
-    import json
-    from importlib import resources
-
-    import jsonschema
-
-    schema = json.loads((resources.files("pytest_compilecache.report") / "schema.json").read_text())
-    validator = jsonschema.Draft202012Validator(schema)
-    return [f"{'/'.join(map(str, e.absolute_path)) or '(top)'}: {e.message}" for e in validator.iter_errors(document)]
 
 
 @pytest.fixture(autouse=True)
@@ -251,30 +234,6 @@ def _run_forked(pytester: pytest.Pytester, zygotes: Zygotes, args: tuple[str, ..
         raise AssertionError(f"the run made the default folder torch worked out at import "
                              f"({imported_under}): {made[:5]}")
     return pytest.RunResult(ret, stdout.splitlines(), stderr.splitlines(), duration)
-
-
-def run_pytest(zygotes: Zygotes | None, args: list[str], cwd: Path, env: Mapping[str, str] | None = None,
-               timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """``subprocess.run([python, "-m", "pytest", *args], cwd=cwd, env=env, capture_output=True,
-    text=True, timeout=timeout)``, forked from the zygote where that sees what a fresh process sees."""
-    import sys
-    import tempfile
-
-    args = [*SAY_EVERYTHING.split(), *args]
-    command = [sys.executable, "-m", "pytest", *args]
-    full_env = dict(os.environ if env is None else env)
-    zygote = zygotes.next(full_env) if zygotes is not None else None
-    if zygote is None:
-        return subprocess.run(command, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
-    with tempfile.TemporaryDirectory(prefix="run-pytest-") as folder:
-        out, err = Path(folder, "stdout"), Path(folder, "stderr")
-        try:
-            code = zygote.run(args, cwd, full_env, out, err, timeout)
-        except subprocess.TimeoutExpired:
-            raise subprocess.TimeoutExpired(command, timeout, out.read_text(errors="replace"),
-                                            err.read_text(errors="replace")) from None
-        return subprocess.CompletedProcess(command, code, out.read_text(errors="replace"),
-                                           err.read_text(errors="replace"))
 
 
 @pytest.fixture(scope="session")

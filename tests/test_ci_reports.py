@@ -9,7 +9,7 @@ from typing import Callable
 
 import pytest
 
-from conftest import report_schema_errors
+from helpers import report_schema_errors
 from helpers import WARMUP_CONFTEST
 
 TESTS = """

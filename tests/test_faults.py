@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
-from conftest import run_pytest
+from helpers import run_pytest
 from zygote import Zygote, Zygotes
 
 from pytest_compilecache import files

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.floors
+
 
 def test_importing_the_plugin_does_not_import_torch() -> None:
     code = "import sys, pytest_compilecache, pytest_compilecache.plugin; print('torch' in sys.modules)"

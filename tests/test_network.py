@@ -32,6 +32,8 @@ from pytest_compilecache.storage.errors import StoreTimeout
 from pytest_compilecache.storage.packs import PackStore
 from servers import Blackhole, FaultProxy, azurite_connection, azurite_server, s3_server
 
+pytestmark = pytest.mark.floors
+
 DATA_BUNDLE = Path(__file__).parent / "data" / "h200-torch2.11.bundle"
 S3_KEYS = {"key": "testing", "secret": "testing"}
 

@@ -6,6 +6,8 @@ import argparse
 
 import pytest
 
+pytestmark = pytest.mark.floors
+
 PLAIN_TEST = "def test_plain():\n    pass\n"
 
 

@@ -12,6 +12,7 @@ import pytest
 from helpers import WARMUP_CONFTEST, BuildBundle, torch_builds_precompiled_headers
 from pytest_compilecache.bundle.format import parse
 
+pytestmark = pytest.mark.floors
 
 WARM_TEST = """
 import torch
