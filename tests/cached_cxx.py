@@ -5,8 +5,9 @@ Inductor compiles the same few C++ kernels with g++ again in each of them: about
 inner run's time. This wrapper, installed as ``CXX`` for the session's subprocesses, keys each
 compile by its command line and the bytes of every file it names, and hands back the output of an
 identical earlier compile instead of running g++ again. ccache cannot do this: torch compiles and
-links in one command. Compiles that are not plain ``... -o OUTPUT`` commands (``--version``,
-precompiled headers) always run g++. A source that includes a file by absolute path (torch 2.7 includes
+links in one command. Precompiled headers are kept too: a ``.gch`` copied beside a header of the same
+bytes in another folder is one g++ uses (``-H`` marks it ``!``). Commands that are not plain
+``... -o OUTPUT`` compiles (``--version``, reading stdin, another language) always run g++. A source that includes a file by absolute path (torch 2.7 includes
 its kernels' prefix header from the cache folder) is keyed by that file's bytes, not its path, so the
 same kernel compiled in another cache folder is the same compile. What torch sees is a real compiler's real output: its caches
 miss and hit exactly as with g++ itself.
@@ -42,7 +43,8 @@ def _source_digest(data: bytes) -> bytes:
 
 def key_of(args: list[str], output_index: int) -> str | None:
     """The compile's key, or None where it must not be cached."""
-    if "-x" in args or "-" in args:
+    language = args[args.index("-x") + 1] if "-x" in args[:-1] else None
+    if "-" in args or language not in (None, "c++-header"):
         return None
     digest = hashlib.sha256()
     for index, arg in enumerate(args):

@@ -7,8 +7,8 @@ GitHub's rules (an exact key first, then the newest entry under each ``restore-k
 key is written once). The ``run:`` steps run in bash as written, their ``${{ ... }}`` expressions
 substituted as GitHub would for a push to the default branch; the install step is left out (this
 environment holds what it installs, and the test reaches no index). The runners' ``CXX`` is the suite's
-(``tests/cached_cxx.py``, as for every inner run: g++, a kernel's output kept once built; precompiled
-headers are always built by g++ itself). The second runner must restore what the first saved, load the
+(``tests/cached_cxx.py``, as for every inner run: g++, a kernel's or a precompiled header's output kept
+once built). The second runner must restore what the first saved, load the
 bundle and build no precompiled header again.
 
 The workflow is read with a small reader of the YAML the recipe uses (block mappings and sequences,

@@ -516,7 +516,8 @@ def test_a_building_run_an_updating_run_and_a_later_run_each_say_what_happened_t
     before = seconds()
     built_headers = report()["bundle"]["processes"][0]["headers_seconds"]
     headers = torch_builds_precompiled_headers()  # torch 2.7 has none to build
-    assert built_headers > 0.5 if headers else built_headers == 0.0, built_headers
+    # Recorded, not a build's 5 s: the suite's g++ hands back a header it has built before (tests/cached_cxx.py).
+    assert built_headers > 0.0 if headers else built_headers == 0.0, built_headers
 
     pytester.makepyfile(test_more="""
 import torch
