@@ -3,7 +3,7 @@
 #
 #   scripts/compat.sh                 # every minor from the floor to the newest
 #   scripts/compat.sh 2.7.1 2.15.0    # only these
-#   scripts/compat.sh --install-only 2.7.1 2.15.0   # only make their venvs, torch and the plugin (CI does this beside its own install)
+#   scripts/compat.sh --install-only 2.7.1 2.15.0   # only make their venvs, torch and the plugin (CI does this beside the suite)
 #
 # One virtual environment per torch version, outside the repository, reused when it has that torch:
 # $COMPAT_VENVS (default ~/.cache/pytest-compilecache-compat/venvs). The plugin is installed into it
