@@ -18,6 +18,7 @@
 # COMPAT_FLOORS=1 makes each venv a floor environment: every dependency pyproject.toml names (the runtime ones,
 # pytest-xdist, the s3 and azure extras) at its lowest allowed version, and runs the tests marked `floors` (but
 # not `slow`) beside the compat tier. CI does this with the oldest torch: the oldest of everything, together.
+# COMPAT_TIER=core runs the tests marked `core` (the compat tier's core) instead of the whole compat tier, as CI does.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
@@ -97,8 +98,8 @@ if [ "$install_only" = 1 ]; then
   exit 0
 fi
 
-selection=compat
-[ "${COMPAT_FLOORS:-0}" = 1 ] && selection="compat or (floors and not slow)"
+selection=${COMPAT_TIER:-compat}
+[ "${COMPAT_FLOORS:-0}" = 1 ] && selection="$selection or (floors and not slow)"
 summary="$logs/summary.txt"
 : > "$summary"
 failed=0

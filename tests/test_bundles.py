@@ -72,7 +72,7 @@ def report_of(path: Path) -> dict:
 
 
 @pytest.mark.parametrize("mode", [pytest.param([], id="plain"),  # the compat tier: torch is reached the same way
-                                  pytest.param(["-n", "2"], id="n2", marks=pytest.mark.compat)])
+                                  pytest.param(["-n", "2"], id="n2", marks=[pytest.mark.compat, pytest.mark.core])])
 def test_warmup_runs_once_and_every_worker_hits(
     pytester: pytest.Pytester, run_inner: RunInner, warm_project: Path, default_dir_of: Path, mode: list[str]
 ) -> None:

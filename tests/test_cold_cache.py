@@ -112,7 +112,7 @@ def test_deliberate_failure_shows_the_table(cold_cache):
 
 
 @pytest.mark.parametrize("mode", [pytest.param([], id="plain"),  # the compat tier: torch is reached the same way
-                                  pytest.param(["-n", "2"], id="n2", marks=pytest.mark.compat)])
+                                  pytest.param(["-n", "2"], id="n2", marks=[pytest.mark.compat, pytest.mark.core])])
 @pytest.mark.slow
 def test_cold_cache_isolates_counts_and_restores(
     pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], default_dir_of: Path, mode: list[str]

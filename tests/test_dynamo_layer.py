@@ -190,6 +190,7 @@ def test_a_failure_shows_expected_actual_and_reasons(cold_cache):
 
 
 @pytest.mark.compat
+@pytest.mark.core
 def test_real_compiles(
     pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult], tmp_path: Path
 ) -> None:

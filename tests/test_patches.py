@@ -97,6 +97,7 @@ def sessions(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str, str]:
 
 
 @pytest.mark.compat
+@pytest.mark.core
 def test_two_sessions_in_one_process_each_start_from_torch_as_it_was(sessions: tuple[str, str, str]) -> None:
     """Each session installs the register's patches when a fixture first needs them and takes them all back
     at its end: torch's attributes and ``sys.meta_path`` are as before, and the next session counts again."""
@@ -107,6 +108,7 @@ def test_two_sessions_in_one_process_each_start_from_torch_as_it_was(sessions: t
 
 
 @pytest.mark.compat
+@pytest.mark.core
 def test_a_patch_this_torch_cannot_take_turns_its_feature_off_once_and_raises_nothing(
     sessions: tuple[str, str, str],
 ) -> None:
@@ -305,6 +307,7 @@ def test_compiles():
 
 @pytest.mark.slow
 @pytest.mark.compat
+@pytest.mark.core
 @pytest.mark.parametrize("part", range(DRIFT_PARTS))
 def test_every_patch_whose_attribute_drifts_costs_at_most_its_feature(pytester: pytest.Pytester, part: int) -> None:
     """The drift test: for each entry of the register, a session where torch's attribute is missing,
@@ -442,6 +445,7 @@ def test_compiles(cold_cache):
 
 
 @pytest.mark.compat
+@pytest.mark.core
 def test_a_wrappers_own_failure_never_breaks_a_compile_and_is_said_once(
     pytester: pytest.Pytester, run_inner: Callable[..., pytest.RunResult],
 ) -> None:
