@@ -3,7 +3,8 @@
 #
 #   scripts/compat.sh                 # every minor from the floor to the newest
 #   scripts/compat.sh 2.7.1 2.15.0    # only these
-#   scripts/compat.sh --install-only 2.7.1 2.15.0   # only make their venvs, torch and the plugin (CI does this beside the suite)
+#   scripts/compat.sh --install-only 2.7.1 2.15.0   # only make their venvs, torch and the plugin (CI does this beside the
+#                                                   # suite: for 2.7.1, and for both with .ci/run --full)
 #
 # One virtual environment per torch version, outside the repository, reused when it has that torch:
 # $COMPAT_VENVS (default ~/.cache/pytest-compilecache-compat/venvs). The plugin is installed into it
@@ -99,6 +100,10 @@ if [ "$install_only" = 1 ]; then
 fi
 
 selection=${COMPAT_TIER:-compat}
+case "$selection" in
+  compat|core) ;;
+  *) echo "COMPAT_TIER is compat (the default) or core, not '$selection'" >&2; exit 2 ;;
+esac
 [ "${COMPAT_FLOORS:-0}" = 1 ] && selection="$selection or (floors and not slow)"
 summary="$logs/summary.txt"
 : > "$summary"
